@@ -1,0 +1,107 @@
+"""The storage seam: what the RemoteStorageManager needs from an object store.
+
+Every backend (filesystem, S3, GCS, Azure, or a user's own ``module:Class``) implements
+``StorageBackend``. The manager never sees SDK types or SDK exceptions: a backend maps them to
+``KeyNotFound``, ``InvalidRange`` or ``StorageBackendException`` so that the error handling above it is
+the same for every store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Protocol, runtime_checkable
+
+
+class StorageBackendException(Exception):
+    """A backend call failed; the message names the operation, the bucket/root and the key."""
+
+
+class KeyNotFound(StorageBackendException):
+    """The key does not exist in the store."""
+
+    def __init__(self, key: str, where: str = "") -> None:
+        self.key = key
+        super().__init__(f"key {key!r} not found{(' in ' + where) if where else ''}")
+
+
+class InvalidRange(StorageBackendException):
+    """A ranged read asked for bytes the object does not have."""
+
+    def __init__(self, key: str, start: int, end: int | None, size: int | None = None) -> None:
+        self.key = key
+        self.start = start
+        self.end = end
+        self.size = size
+        end_s = "end" if end is None else str(end)
+        size_s = "" if size is None else f" (object size {size})"
+        super().__init__(f"invalid range [{start}, {end_s}] for key {key!r}{size_s}")
+
+
+@runtime_checkable
+class StorageBackend(Protocol):
+    """An object store addressed by string keys.
+
+    Ranges are inclusive on both ends, as Kafka's fetch API and HTTP ``Range`` headers are. A range whose
+    start is at or past the object's size raises ``InvalidRange``; an ``end`` past the last byte is
+    clamped to the last byte (HTTP semantics), so callers can ask for "up to N bytes".
+    """
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        """Receive the ``storage.``-prefixed keys with that prefix stripped (``root``, ``s3.bucket.name``...)."""
+        ...
+
+    def upload(self, key: str, data: BinaryIO) -> int:
+        """Store everything ``data.read()`` yields under ``key`` and return the byte count.
+
+        Must stream (never hold the whole object in memory), replace an existing object, and never leave a
+        partial object visible under ``key`` when it fails.
+        """
+        ...
+
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        """Open a stream over bytes ``[start, end]`` of ``key`` (``end=None``: to the end of the object)."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error."""
+        ...
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete several keys (one batched request where the store has one); missing keys are ignored."""
+        ...
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Yield every key that starts with ``prefix``, in lexicographic order."""
+        ...
+
+    def close(self) -> None:
+        """Release clients, pools and sockets."""
+        ...
+
+
+def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytes:
+    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says."""
+    expected = end - start + 1
+    with backend.fetch(key, start, end) as stream:
+        data = read_exactly(stream, expected)
+    if len(data) != expected:
+        raise InvalidRange(key, start, end, start + len(data))
+    return data
+
+
+def read_exactly(stream: BinaryIO, n: int) -> bytes:
+    """Read up to ``n`` bytes, looping over short reads (sockets and SDK bodies return partial reads)."""
+    first = stream.read(n)
+    if first is None:
+        first = b""
+    if len(first) == n or not first:
+        return bytes(first)
+    parts = [first]
+    got = len(first)
+    while got < n:
+        more = stream.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)

@@ -1,0 +1,222 @@
+"""A local-directory backend: the embedded default and the reference for the backend contract.
+
+Writes go to a temporary file beside the target, are fsync'ed, then renamed into place, so a reader sees
+either the old object or the whole new one and a crash never leaves a partial object under the real key.
+Keys are resolved under ``storage.root`` and may not escape it (no ``..``, no absolute keys, no symlinks
+out of the root).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from rsm.configdef import ConfigDef, ConfigKey, in_range
+
+CONFIG_DEF = ConfigDef().extend([
+    ConfigKey("root", "string", None,
+              "Directory holding the objects of the filesystem backend. Created if missing.",
+              group="filesystem"),
+    ConfigKey("fsync.enabled", "boolean", True,
+              "fsync every object before it is renamed into place (turn off only for throwaway test data).",
+              group="filesystem"),
+    ConfigKey("fsync.interval.bytes", "long", 32 * 1024 * 1024,
+              "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
+              validator=in_range(1024 * 1024, None), valid_values="[1048576,...]", group="filesystem"),
+])
+
+_COPY_BUFFER = 1024 * 1024
+
+
+class _RangeReader(io.RawIOBase):
+    """A file view limited to ``[start, start+length)`` that closes the file with itself."""
+
+    def __init__(self, f: BinaryIO, length: int) -> None:
+        self._f = f
+        self._left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._left <= 0:
+            return 0
+        view = memoryview(b)
+        if len(view) > self._left:
+            view = view[: self._left]
+        n = self._f.readinto(view)  # type: ignore[attr-defined]
+        n = n or 0
+        self._left -= n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        if size is None or size < 0 or size > self._left:
+            size = self._left
+        data = self._f.read(size)
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
+
+
+class FileSystemBackend:
+    """Objects are files under ``root``; the key's ``/`` separators become directories."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root: Path | None = Path(root).resolve() if root is not None else None
+        self.fsync = True
+        self.fsync_interval = 32 * 1024 * 1024
+        if self.root is not None:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        values = CONFIG_DEF.parse(configs)
+        if values["root"] is None and self.root is None:
+            from rsm.errors import ConfigException
+
+            raise ConfigException("Missing required configuration 'storage.root' for the filesystem backend: "
+                                  "set it to the directory that should hold the tiered objects")
+        if values["root"] is not None:
+            self.root = Path(values["root"]).resolve()
+        assert self.root is not None
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.fsync = values["fsync.enabled"]
+        self.fsync_interval = values["fsync.interval.bytes"]
+
+    def _path(self, key: str) -> Path:
+        if self.root is None:
+            raise StorageBackendException("filesystem backend used before configure(): storage.root is unset")
+        if not key or key.startswith("/") or "\\" in key or "\x00" in key:
+            raise StorageBackendException(f"invalid object key {key!r}: keys are relative '/'-separated paths")
+        parts = key.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise StorageBackendException(f"invalid object key {key!r}: empty, '.' or '..' path segments")
+        path = self.root.joinpath(*parts)
+        real = Path(os.path.realpath(path))
+        if real != self.root and self.root not in real.parents:
+            raise StorageBackendException(f"object key {key!r} resolves outside the storage root {self.root}")
+        return path
+
+    def upload(self, key: str, data: BinaryIO) -> int:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        total = 0
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as out:
+                since_sync = 0
+                buf = bytearray(_COPY_BUFFER)
+                view = memoryview(buf)
+                readinto = getattr(data, "readinto", None)
+                while True:
+                    if readinto is not None:
+                        n = readinto(view)
+                        if not n:
+                            break
+                        chunk: Any = view[:n]
+                    else:
+                        chunk = data.read(_COPY_BUFFER)
+                        if not chunk:
+                            break
+                        n = len(chunk)
+                    mv = memoryview(chunk)
+                    while mv:
+                        written = out.write(mv)
+                        mv = mv[written:]
+                    total += n
+                    since_sync += n
+                    if self.fsync and since_sync >= self.fsync_interval:
+                        os.fdatasync(out.fileno())
+                        since_sync = 0
+                if self.fsync:
+                    os.fsync(out.fileno())
+            os.replace(tmp, path)
+            if self.fsync:
+                self._fsync_dir(path.parent)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        return total
+
+    @staticmethod
+    def _fsync_dir(directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        path = self._path(key)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - ownership passes to the returned reader
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise KeyNotFound(key, f"filesystem root {self.root}") from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if start < 0 or (end is not None and end < start):
+                raise InvalidRange(key, start, end, size)
+            if start == 0 and end is None:
+                return f
+            if start >= size:
+                raise InvalidRange(key, start, end, size)
+            last = size - 1 if end is None else min(end, size - 1)
+            f.seek(start)
+            return io.BufferedReader(_RangeReader(f, last - start + 1), buffer_size=_COPY_BUFFER)  # type: ignore[return-value]
+        except BaseException:
+            f.close()
+            raise
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._prune_empty_dirs(path.parent)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.delete(key)
+
+    def _prune_empty_dirs(self, directory: Path) -> None:
+        assert self.root is not None
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent
+
+    def list(self, prefix: str) -> Iterator[str]:
+        assert self.root is not None
+        found: list[str] = []
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    continue
+                key = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+                if key.startswith(prefix):
+                    found.append(key)
+        yield from sorted(found)
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"FileSystemBackend(root={self.root})"

@@ -1,0 +1,185 @@
+"""Declarative configuration: every key is declared once, with its type, default, validation and doc.
+
+The broker hands ``configure()`` a flat map of strings (``rsm.config.`` already stripped); the JVM shim may
+pass Java numbers and booleans as well. ``ConfigDef.parse`` turns that map into typed values and fails with
+a ``ConfigException`` that names the key, the value and what is allowed. The README's configuration table is
+generated from the same declarations (``kts config-docs``), so docs and behaviour cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsm.errors import ConfigException
+
+_NO_DEFAULT = object()
+REQUIRED = _NO_DEFAULT
+
+
+def _parse_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigException(f"Invalid value {value!r} for configuration {key}: expected true or false")
+
+
+def _parse_int(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ConfigException(f"Invalid value {value!r} for configuration {key}: expected an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ConfigException(f"Invalid value {value!r} for configuration {key}: expected an integer")
+
+
+def _parse_str(key: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise ConfigException(f"Invalid value {value!r} for configuration {key}: expected a string")
+
+
+def _parse_list(key: str, value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+    elif isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    else:
+        raise ConfigException(f"Invalid value {value!r} for configuration {key}: expected a comma-separated list")
+    return [v for v in items if v]
+
+
+def _parse_password(key: str, value: Any) -> str:
+    return _parse_str(key, value)
+
+
+PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "boolean": _parse_bool,
+    "int": _parse_int,
+    "long": _parse_int,
+    "string": _parse_str,
+    "list": _parse_list,
+    "password": _parse_password,
+    "class": _parse_str,
+}
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key. ``validator`` raises ``ConfigException`` (or returns an error string)."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    validator: Callable[[str, Any], str | None] | None = None
+    valid_values: str = ""
+    group: str = "core"
+    dynamic: bool = False  # a pattern such as encryption.key.pairs.<id>.public.key: documented, parsed by its owner
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NO_DEFAULT
+
+    def parse(self, raw: Any) -> Any:
+        if raw is None:
+            return None
+        value = PARSERS[self.type](self.name, raw)
+        if self.validator is not None:
+            problem = self.validator(self.name, value)
+            if problem:
+                raise ConfigException(f"Invalid value {raw!r} for configuration {self.name}: {problem}")
+        return value
+
+    def doc_default(self) -> str:
+        if self.required:
+            return "(required)"
+        if self.default is None:
+            return "null"
+        if self.type == "password" and self.default:
+            return "[hidden]"
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if isinstance(self.default, list):
+            return ",".join(self.default) or '""'
+        if self.default == "":
+            return '""'
+        return str(self.default)
+
+
+def in_range(lo: int | None, hi: int | None) -> Callable[[str, Any], str | None]:
+    def check(_key: str, v: Any) -> str | None:
+        if lo is not None and v < lo:
+            return f"value must be at least {lo}"
+        if hi is not None and v > hi:
+            return f"value must be no more than {hi}"
+        return None
+
+    return check
+
+
+def one_of(*allowed: str, case_insensitive: bool = True) -> Callable[[str, Any], str | None]:
+    def check(_key: str, v: Any) -> str | None:
+        values = v if isinstance(v, list) else [v]
+        for item in values:
+            probe = item.upper() if case_insensitive else item
+            pool = [a.upper() for a in allowed] if case_insensitive else list(allowed)
+            if probe not in pool:
+                return f"{item!r} is not one of: {', '.join(allowed)}"
+        return None
+
+    return check
+
+
+@dataclass
+class ConfigDef:
+    """A set of ``ConfigKey``s. Unknown keys are passed through (backends and later parts read their own)."""
+
+    keys: dict[str, ConfigKey] = field(default_factory=dict)
+
+    def define(self, key: ConfigKey) -> ConfigDef:
+        if key.name in self.keys:
+            raise ValueError(f"configuration key {key.name} declared twice")
+        self.keys[key.name] = key
+        return self
+
+    def extend(self, keys: Iterable[ConfigKey]) -> ConfigDef:
+        for k in keys:
+            self.define(k)
+        return self
+
+    def parse(self, raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        """Typed values for every declared key (defaults filled in); ``prefix`` is stripped from raw keys."""
+        source = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)} if prefix else dict(raw)
+        out: dict[str, Any] = {}
+        for name, key in self.keys.items():
+            if key.dynamic:
+                continue
+            if name in source and source[name] is not None and not (
+                isinstance(source[name], str) and source[name] == "" and key.type in ("int", "long", "boolean")
+            ):
+                out[name] = key.parse(source[name])
+            elif key.required:
+                raise ConfigException(f"Missing required configuration {name!r} which has no default value. {key.doc}")
+            else:
+                out[name] = key.default
+        return out
+
+    def markdown_table(self, doc_prefix: str = "") -> str:
+        rows = ["| key | type | default | valid values | description |", "|---|---|---|---|---|"]
+        rows += self.markdown_rows(doc_prefix)
+        return "\n".join(rows)
+
+    def markdown_rows(self, doc_prefix: str = "") -> list[str]:
+        rows = []
+        for key in self.keys.values():
+            doc = key.doc.replace("|", "\\|").replace("\n", " ")
+            valid = key.valid_values.replace("|", "\\|")
+            rows.append(f"| `{doc_prefix}{key.name}` | {key.type} | `{key.doc_default()}` | {valid} | {doc} |")
+        return rows

@@ -1,0 +1,27 @@
+"""Exceptions with Kafka's names, so the JVM shim can map them one to one onto the Java classes."""
+
+from __future__ import annotations
+
+
+class RemoteStorageException(Exception):
+    """Kafka's ``RemoteStorageException``: the remote operation failed; the broker will retry later."""
+
+
+class RemoteResourceNotFoundException(RemoteStorageException):
+    """Kafka's ``RemoteResourceNotFoundException``: the segment (its manifest) or the index is not there."""
+
+
+class RetriableRemoteStorageException(RemoteStorageException):
+    """A transient failure (throttling, timeout); Kafka 4.x keeps the partial upload and retries."""
+
+
+class CorruptDataException(RemoteStorageException):
+    """Stored bytes failed an integrity check (GCM tag, CRC-32C, zstd frame, size); nothing is returned."""
+
+
+class KeyRingException(RemoteStorageException):
+    """The data key cannot be unwrapped: the key pair is unknown or is the wrong one."""
+
+
+class ConfigException(ValueError):
+    """A configuration key is missing or invalid; the message names the key and what is allowed."""
