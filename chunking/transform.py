@@ -1,0 +1,77 @@
+"""Turning one original chunk into its stored form and back: zstd (optional), then AES-GCM (optional).
+
+Each chunk is independent (its own zstd frame with the content size in the header, its own IV), which is
+what lets a reader decode any chunk without the ones before it. zstd and AES-GCM release the GIL, so a
+thread pool over chunks uses every core; zstd contexts are not thread-safe, hence one per thread.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import crc32c as _crc32c
+import zstandard
+
+from encryption.aes import ChunkCipher
+from rsm.errors import CorruptDataException
+
+
+def crc32c(data: bytes | memoryview) -> int:
+    return _crc32c.crc32c(data)
+
+
+class ChunkTransformer:
+    """Transforms and detransforms the chunks of one segment with its compression flag and data key."""
+
+    def __init__(self, compression: bool, level: int = 3, cipher: ChunkCipher | None = None) -> None:
+        self.compression = compression
+        self.level = level
+        self.cipher = cipher
+        self._local = threading.local()
+
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        c = getattr(self._local, "compressor", None)
+        if c is None:
+            c = zstandard.ZstdCompressor(level=self.level, write_content_size=True)
+            self._local.compressor = c
+        return c
+
+    def _decompressor(self) -> zstandard.ZstdDecompressor:
+        d = getattr(self._local, "decompressor", None)
+        if d is None:
+            d = zstandard.ZstdDecompressor()
+            self._local.decompressor = d
+        return d
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.compression and self.cipher is None
+
+    def transform(self, original: bytes | memoryview) -> bytes | memoryview:
+        data: bytes | memoryview = original
+        if self.compression:
+            data = self._compressor().compress(data)
+        if self.cipher is not None:
+            data = self.cipher.encrypt(data)
+        return data
+
+    def detransform(self, stored: bytes | memoryview, expected_size: int, what: str) -> bytes | memoryview:
+        """Decode one stored chunk; ``expected_size`` (from the chunk index) bounds and checks the output."""
+        data: bytes | memoryview = stored
+        if self.cipher is not None:
+            data = self.cipher.decrypt(data, what)
+        if self.compression:
+            try:
+                params = zstandard.get_frame_parameters(data)
+            except zstandard.ZstdError as e:
+                raise CorruptDataException(f"{what} is not a zstd frame: {e}") from None
+            if params.content_size != expected_size:
+                raise CorruptDataException(f"{what} zstd frame declares {params.content_size} bytes, the chunk index "
+                                           f"says {expected_size}")
+            try:
+                data = self._decompressor().decompress(data, max_output_size=max(expected_size, 1))
+            except zstandard.ZstdError as e:
+                raise CorruptDataException(f"{what} failed to decompress: {e}") from None
+        if len(data) != expected_size:
+            raise CorruptDataException(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
+        return data

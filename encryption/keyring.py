@@ -1,0 +1,123 @@
+"""RSA key-encryption keys (KEKs) on a key ring, wrapping per-segment data keys as Aiven does.
+
+Wrapping is RSA-OAEP with SHA3-512 for both the OAEP hash and MGF1, empty label (BouncyCastle's
+``OAEPWithSHA3-512AndMGF1Padding``). ``cryptography`` refuses SHA3 in OAEP, so pycryptodome does the RSA part.
+The ring maps key-pair ids to key pairs; the *active* id wraps new keys, the others stay so that older
+manifests remain readable until they are re-wrapped (see ``rsm.rotation``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from Crypto.Cipher import PKCS1_OAEP
+from Crypto.Hash import SHA3_512
+from Crypto.PublicKey import RSA
+from Crypto.Signature.pss import MGF1
+
+from rsm.errors import ConfigException, KeyRingException
+
+MIN_MODULUS_BITS = 2 * 64 * 8 + 2 * 8 + 32 * 8  # OAEP-SHA3-512 overhead (130 B) + a 32-byte key
+
+
+def _mgf(seed: bytes, length: int) -> bytes:
+    return MGF1(seed, length, SHA3_512)
+
+
+@dataclass(frozen=True)
+class RsaKeyPair:
+    key_id: str
+    public_key: RSA.RsaKey
+    private_key: RSA.RsaKey | None
+
+    @staticmethod
+    def from_pem(key_id: str, public_pem: bytes | str | None, private_pem: bytes | str | None) -> RsaKeyPair:
+        if ":" in key_id or not key_id:
+            raise ConfigException(f"Invalid key pair id {key_id!r} in encryption.key.pairs: ids must be non-empty "
+                                  f"and must not contain ':' (the manifest stores '<id>:<wrapped key>')")
+        try:
+            private = RSA.import_key(private_pem) if private_pem else None
+            public = RSA.import_key(public_pem) if public_pem else (private.public_key() if private else None)
+        except (ValueError, IndexError, TypeError) as e:
+            raise ConfigException(f"Invalid PEM for key pair {key_id!r}: {e}. Public keys must be "
+                                  f"'BEGIN PUBLIC KEY' (SubjectPublicKeyInfo), private keys 'BEGIN PRIVATE KEY' "
+                                  f"(PKCS#8) or 'BEGIN RSA PRIVATE KEY'") from e
+        if public is None:
+            raise ConfigException(f"Key pair {key_id!r} has neither a public nor a private key")
+        if public.has_private():
+            public = public.public_key()
+        if private is not None and private.n != public.n:
+            raise ConfigException(f"Key pair {key_id!r}: the private key does not belong to the public key")
+        if public.size_in_bits() < MIN_MODULUS_BITS:
+            raise ConfigException(f"Key pair {key_id!r} is {public.size_in_bits()}-bit RSA; wrapping a 32-byte "
+                                  f"key with OAEP-SHA3-512 needs at least {MIN_MODULUS_BITS} bits (use 2048+)")
+        return RsaKeyPair(key_id, public, private)
+
+    def wrap(self, data_key: bytes) -> bytes:
+        return PKCS1_OAEP.new(self.public_key, hashAlgo=SHA3_512, mgfunc=_mgf).encrypt(data_key)
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        if self.private_key is None:
+            raise KeyRingException(f"key pair {self.key_id!r} has no private key configured, so data keys it "
+                                   f"wrapped cannot be read; set encryption.key.pairs.{self.key_id}.private.key.file")
+        try:
+            return PKCS1_OAEP.new(self.private_key, hashAlgo=SHA3_512, mgfunc=_mgf).decrypt(wrapped)
+        except ValueError:
+            raise KeyRingException(f"cannot unwrap the data key with key pair {self.key_id!r}: the configured "
+                                   f"private key is not the one the segment was written with") from None
+
+
+class KeyRing(Protocol):
+    """Wraps new data keys with the active KEK and unwraps stored ones by id."""
+
+    @property
+    def active_key_id(self) -> str: ...
+
+    def wrap(self, data_key: bytes) -> str: ...
+
+    def unwrap(self, data_key_field: str) -> bytes: ...
+
+
+class RsaKeyRing:
+    """The key ring of ``encryption.key.pairs``; data keys are stored as ``<id>:<base64 RSA ciphertext>``."""
+
+    def __init__(self, pairs: Mapping[str, RsaKeyPair], active_key_id: str) -> None:
+        if active_key_id not in pairs:
+            raise ConfigException(f"Invalid value {active_key_id!r} for configuration encryption.key.pair.id: "
+                                  f"it must be one of encryption.key.pairs ({', '.join(pairs) or 'empty'})")
+        self._pairs = dict(pairs)
+        self._active = active_key_id
+
+    @property
+    def active_key_id(self) -> str:
+        return self._active
+
+    @property
+    def key_ids(self) -> list[str]:
+        return list(self._pairs)
+
+    def wrap(self, data_key: bytes) -> str:
+        wrapped = self._pairs[self._active].wrap(data_key)
+        return f"{self._active}:{base64.b64encode(wrapped).decode('ascii')}"
+
+    @staticmethod
+    def split(data_key_field: str) -> tuple[str, bytes]:
+        if data_key_field.count(":") != 1:
+            raise KeyRingException(f"malformed dataKey {data_key_field[:40]!r}...: expected '<keyPairId>:<base64>'")
+        key_id, b64 = data_key_field.split(":")
+        try:
+            return key_id, base64.b64decode(b64, validate=True)
+        except binascii.Error as e:
+            raise KeyRingException(f"malformed dataKey for key pair {key_id!r}: bad base64 ({e})") from None
+
+    def unwrap(self, data_key_field: str) -> bytes:
+        key_id, wrapped = self.split(data_key_field)
+        pair = self._pairs.get(key_id)
+        if pair is None:
+            raise KeyRingException(f"the data key was wrapped with key pair {key_id!r}, which is not on the key ring "
+                                   f"({', '.join(self._pairs)}); add it to encryption.key.pairs with its private key")
+        return pair.unwrap(wrapped)

@@ -1,0 +1,472 @@
+"""The Python ``RemoteStorageManager``: Kafka's KIP-405 plugin contract over a ``StorageBackend``.
+
+A copy writes three objects, in this order: ``.log`` (transformed chunks), ``.indexes`` (the five indexes,
+each encrypted on its own), then ``.rsm-manifest``, the commit marker. If anything fails, the objects already
+written are deleted and the error is raised, so a segment is either complete or absent. Reads go through the
+manifest (cached with its unwrapped data key) and decode only the chunks that cover the requested range.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from backends.registry import create_backend
+from chunking.chunk_index import Chunk, ChunkIndex
+from chunking.transform import ChunkTransformer, crc32c
+from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
+from encryption.keyring import RsaKeyPair, RsaKeyRing
+from rsm.compression_heuristic import should_compress
+from rsm.config import RsmConfig
+from rsm.copy_pipeline import TransformedLogReader
+from rsm.custom_metadata import CustomMetadata
+from rsm.errors import (
+    ConfigException,
+    CorruptDataException,
+    KeyRingException,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+)
+from rsm.fetch_stream import SegmentStream
+from rsm.manifest import (
+    INDEX_UPLOAD_ORDER,
+    EncryptionMetadata,
+    IntegrityRecord,
+    SegmentIndexEntry,
+    SegmentManifest,
+    metadata_to_json,
+)
+from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.object_keys import SegmentKeys, main_path, mask, segment_keys
+
+log = logging.getLogger("rsm")
+
+
+@dataclass
+class LoadedManifest:
+    """A parsed manifest with what it takes to read its segment (the transformer holds the unwrapped key)."""
+
+    key: str
+    manifest: SegmentManifest
+    transformer: ChunkTransformer
+
+
+class _ManifestCache:
+    """A small LRU of loaded manifests; unwrapping a data key costs ~1.5-9 ms of RSA, so do it once."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[str, LoadedManifest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> LoadedManifest | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def put(self, item: LoadedManifest) -> None:
+        if self._capacity <= 0:
+            return
+        with self._lock:
+            self._items[item.key] = item
+            self._items.move_to_end(item.key)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def invalidate(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts what the backend consumed, to compare with what was produced (a short upload is an error)."""
+
+    def __init__(self, inner: io.RawIOBase) -> None:
+        super().__init__()
+        self.inner = inner
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.inner.readinto(b) or 0
+        self.count += n
+        return n
+
+
+class RemoteStorageManager:
+    """Kafka's RemoteStorageManager. Thread-safe after ``configure()``: the broker calls it from many threads."""
+
+    def __init__(self) -> None:
+        self._config: RsmConfig | None = None
+        self._backend: StorageBackend | None = None
+        self._key_ring: RsaKeyRing | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._manifests = _ManifestCache(0)
+        self._closed = False
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
+        config = RsmConfig.from_map(configs)
+        key_ring = None
+        if config["encryption.enabled"]:
+            pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
+            key_ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
+        backend = create_backend(config["storage.backend.class"], config.storage)
+        self._config = config
+        self._key_ring = key_ring
+        self._backend = backend
+        self._executor = ThreadPoolExecutor(max_workers=config.thread_pool_size, thread_name_prefix="rsm-transform")
+        self._manifests = _ManifestCache(config["fetch.manifest.cache.size"])
+        log.info("RemoteStorageManager configured: backend=%s chunk.size=%d compression=%s encryption=%s",
+                 backend, config["chunk.size"], config["compression.enabled"], config["encryption.enabled"])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._backend is not None:
+            self._backend.close()
+
+    def __enter__(self) -> RemoteStorageManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def backend(self) -> StorageBackend:
+        if self._backend is None:
+            raise RemoteStorageException("RemoteStorageManager used before configure()")
+        return self._backend
+
+    @property
+    def config(self) -> RsmConfig:
+        if self._config is None:
+            raise RemoteStorageException("RemoteStorageManager used before configure()")
+        return self._config
+
+    @property
+    def key_ring(self) -> RsaKeyRing | None:
+        return self._key_ring
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._closed:
+            raise RemoteStorageException("RemoteStorageManager is closed")
+        if self._executor is None:
+            raise RemoteStorageException("RemoteStorageManager used before configure()")
+        return self._executor
+
+    # --- keys ----------------------------------------------------------------------------------------------------
+
+    def segment_keys(self, meta: RemoteLogSegmentMetadata) -> SegmentKeys:
+        """The segment's keys: where custom metadata recorded a prefix/key at copy time, that location wins for
+        every operation (fetch, index, delete), so changing ``key.prefix`` later never orphans a segment."""
+        prefix = self.config["key.prefix"]
+        path = main_path(meta)
+        if meta.custom_metadata:
+            try:
+                recorded = CustomMetadata.decode(meta.custom_metadata)
+            except ValueError as e:
+                log.warning("ignoring undecodable custom metadata of %s: %s", meta.describe(), e)
+            else:
+                if recorded.object_prefix is not None:
+                    prefix = recorded.object_prefix
+                if recorded.object_key is not None:
+                    path = recorded.object_key
+        return SegmentKeys(prefix, path)
+
+    def _show(self, key: str) -> str:
+        return mask(key, self.config["key.prefix"], self.config["key.prefix.mask"])
+
+    # --- copy ------------------------------------------------------------------------------------------------------
+
+    def copy_log_segment_data(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        """Upload the segment and its indexes, then the manifest; returns the custom metadata bytes (or None)."""
+        config = self.config
+        keys = segment_keys(config["key.prefix"], meta)
+        self._check_inputs(meta, data)
+        uploaded: list[str] = []
+        try:
+            compression = config["compression.enabled"]
+            if compression and config["compression.heuristic.enabled"]:
+                compression = should_compress(data.log_segment, data.offset_index)
+            encryption: EncryptionMetadata | None = None
+            cipher: ChunkCipher | None = None
+            if config["encryption.enabled"]:
+                assert self._key_ring is not None
+                dk = DataKeyAndAad.generate()
+                encryption = EncryptionMetadata(self._key_ring.wrap(dk.data_key), dk.aad)
+                cipher = ChunkCipher(dk)
+            transformer = ChunkTransformer(compression, config["compression.level"], cipher)
+
+            log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
+            index_entries, index_crcs, indexes_size = self._upload_indexes(keys.indexes, data, cipher, uploaded)
+            nominal = config["chunk.size"] + (OVERHEAD if cipher is not None else 0)
+            manifest = SegmentManifest(chunk_index, index_entries, compression, encryption, metadata_to_json(meta),
+                                       IntegrityRecord(chunk_crcs, index_crcs), nominal)
+            manifest_bytes = manifest.to_json_bytes()
+            uploaded.append(keys.manifest)
+            self.backend.upload(keys.manifest, io.BytesIO(manifest_bytes))
+            self._manifests.invalidate(keys.manifest)
+        except BaseException as e:
+            self._cleanup_failed_copy(keys, uploaded, meta)
+            if isinstance(e, RemoteStorageException):
+                raise
+            if isinstance(e, (StorageBackendException, OSError, ValueError)):
+                raise RemoteStorageException(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}") from e
+            raise
+        log.info("copied %s: %d bytes in %d chunks -> %d stored bytes (compression=%s, encryption=%s)",
+                 meta.describe(), chunk_index.original_file_size, chunk_index.chunk_count, log_size,
+                 compression, encryption is not None)
+        return self._custom_metadata(keys, log_size + indexes_size + len(manifest_bytes))
+
+    def _check_inputs(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        required = [("log segment", data.log_segment), ("offset index", data.offset_index),
+                    ("time index", data.time_index), ("producer snapshot", data.producer_snapshot_index)]
+        if data.transaction_index is not None:
+            required.append(("transaction index", data.transaction_index))
+        for what, path in required:
+            if not path.is_file():
+                raise RemoteStorageException(f"cannot copy {meta.describe()}: its {what} {path} does not exist or "
+                                             f"is not a regular file")
+
+    def _upload_log(self, key: str, path: Path, transformer: ChunkTransformer,
+                    uploaded: list[str]) -> tuple[int, ChunkIndex, list[int]]:
+        chunk_size = self.config["chunk.size"]
+        file_size = path.stat().st_size
+        window = 2 * self.config.thread_pool_size + 1
+        reader = TransformedLogReader(path, file_size, chunk_size, transformer, self._pool(), window)
+        counting = _CountingReader(reader)
+        try:
+            uploaded.append(key)
+            written = self.backend.upload(key, io.BufferedReader(counting, buffer_size=1024 * 1024))  # type: ignore[arg-type]
+            if not reader.complete:
+                raise RemoteStorageException(f"backend stopped reading {self._show(key)} after {counting.count} "
+                                             f"bytes, before the end of the segment")
+        finally:
+            reader.close()
+        total = sum(reader.transformed_sizes)
+        if written != total:
+            raise RemoteStorageException(f"backend reported {written} bytes written for {self._show(key)}, the "
+                                         f"transformed segment has {total}")
+        index = ChunkIndex(chunk_size, file_size, reader.transformed_sizes)
+        return total, index, reader.chunk_crcs
+
+    def _upload_indexes(self, key: str, data: LogSegmentData, cipher: ChunkCipher | None, uploaded: list[str]
+                        ) -> tuple[dict[IndexType, SegmentIndexEntry | None], dict[IndexType, int], int]:
+        sources: dict[IndexType, bytes | None] = {
+            IndexType.OFFSET: data.offset_index.read_bytes(),
+            IndexType.TIMESTAMP: data.time_index.read_bytes(),
+            IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index.read_bytes(),
+            IndexType.LEADER_EPOCH: data.leader_epoch_index,
+            IndexType.TRANSACTION: data.transaction_index.read_bytes() if data.transaction_index else None,
+        }
+        entries: dict[IndexType, SegmentIndexEntry | None] = {}
+        crcs: dict[IndexType, int] = {}
+        parts: list[bytes] = []
+        position = 0
+        for t in INDEX_UPLOAD_ORDER:
+            raw = sources[t]
+            if raw is None:
+                entries[t] = None
+                continue
+            crcs[t] = crc32c(raw)
+            stored = cipher.encrypt(raw) if (cipher is not None and raw) else raw
+            entries[t] = SegmentIndexEntry(position, len(stored))
+            parts.append(bytes(stored))
+            position += len(stored)
+        blob = b"".join(parts)
+        uploaded.append(key)
+        self.backend.upload(key, io.BytesIO(blob))
+        return entries, crcs, len(blob)
+
+    def _custom_metadata(self, keys: SegmentKeys, remote_size: int) -> bytes | None:
+        fields = set(self.config["custom.metadata.fields.include"])
+        return CustomMetadata(
+            remote_size=remote_size if "REMOTE_SIZE" in fields else None,
+            object_prefix=keys.prefix if "OBJECT_PREFIX" in fields else None,
+            object_key=keys.main_path if "OBJECT_KEY" in fields else None,
+        ).encode()
+
+    def _cleanup_failed_copy(self, keys: SegmentKeys, uploaded: list[str], meta: RemoteLogSegmentMetadata) -> None:
+        if not uploaded:
+            return
+        try:
+            self.backend.delete_many(keys.all())
+        except Exception as e:  # the original error matters more; the broker's delete will retry this
+            log.error("could not delete the partial upload of %s (%s): %s", meta.describe(),
+                      ", ".join(self._show(k) for k in keys.all()), e)
+
+    # --- fetch -----------------------------------------------------------------------------------------------------
+
+    def fetch_manifest(self, meta: RemoteLogSegmentMetadata) -> SegmentManifest:
+        """The parsed manifest of a segment (public for tools: key rotation, inspection, Spark readers)."""
+        return self._load(meta).manifest
+
+    def _load(self, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
+        keys = self.segment_keys(meta)
+        cached = self._manifests.get(keys.manifest)
+        if cached is not None:
+            return cached
+        try:
+            with self.backend.fetch(keys.manifest) as f:
+                raw = f.read()
+        except KeyNotFound:
+            raise RemoteResourceNotFoundException(
+                f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found") from None
+        except StorageBackendException as e:
+            raise RemoteStorageException(f"cannot read the manifest {self._show(keys.manifest)} of "
+                                         f"{meta.describe()}: {e}") from e
+        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(keys.manifest)}")
+        loaded = LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta))
+        self._manifests.put(loaded)
+        return loaded
+
+    def _transformer_for(self, manifest: SegmentManifest, meta: RemoteLogSegmentMetadata) -> ChunkTransformer:
+        cipher = None
+        if manifest.encryption is not None:
+            if self._key_ring is None:
+                raise KeyRingException(f"{meta.describe()} is encrypted with key pair "
+                                       f"{manifest.encryption.key_pair_id!r}, but encryption is not configured: set "
+                                       f"encryption.enabled, encryption.key.pairs and that pair's private key")
+            try:
+                data_key = self._key_ring.unwrap(manifest.encryption.data_key)
+            except KeyRingException as e:
+                raise KeyRingException(f"cannot read {meta.describe()}: {e}") from None
+            cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
+        return ChunkTransformer(manifest.compression, 3, cipher)
+
+    def fetch_log_segment(self, meta: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        """A lazy stream over bytes ``[start_position, end_position]`` (inclusive; ``None`` = to the end)."""
+        loaded = self._load(meta)
+        index = loaded.manifest.chunk_index
+        size = index.original_file_size
+        if start_position < 0:
+            raise RemoteStorageException(f"invalid start position {start_position} for {meta.describe()}")
+        if end_position is not None and end_position < start_position:
+            raise RemoteStorageException(f"invalid range [{start_position}, {end_position}] for {meta.describe()}: "
+                                         f"end before start")
+        if start_position >= size:
+            if start_position == size:  # nothing left to read, e.g. position = size of an empty segment
+                return SegmentStream([], 0, -1, self._chunk_loader(loaded, meta), self._pool(), 0,
+                                     meta.describe())  # type: ignore[return-value]
+            raise RemoteStorageException(f"start position {start_position} is past the end of {meta.describe()}, "
+                                         f"which has {size} bytes")
+        end = size - 1 if end_position is None else min(end_position, size - 1)
+        chunks = index.chunks_for_range(start_position, end)
+        return SegmentStream(chunks, start_position, end, self._chunk_loader(loaded, meta), self._pool(),
+                             self.config["fetch.readahead.chunks"], meta.describe())  # type: ignore[return-value]
+
+    def _chunk_loader(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata):  # type: ignore[no-untyped-def]
+        keys = self.segment_keys(meta)
+        crcs = loaded.manifest.integrity.chunk_crcs if loaded.manifest.integrity else None
+        backend = self.backend
+        show = self._show
+
+        def load(chunk: Chunk) -> bytes | memoryview:
+            what = f"chunk {chunk.id} of {show(keys.log)}"
+            if chunk.transformed_size == 0:
+                stored: bytes = b""
+            else:
+                try:
+                    stored = read_range(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1)
+                except KeyNotFound:
+                    raise RemoteStorageException(f"{what}: the .log object is missing although the manifest exists "
+                                                 f"(deleted or partially removed segment)") from None
+                except InvalidRange as e:
+                    raise CorruptDataException(f"{what}: the .log object is shorter than its manifest says "
+                                               f"(truncated object): {e}") from None
+            data = loaded.transformer.detransform(stored, chunk.original_size, what)
+            if crcs is not None and crc32c(data) != crcs[chunk.id]:
+                raise CorruptDataException(f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored "
+                                           f"chunk is corrupt")
+            return data
+
+        return load
+
+    def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        loaded = self._load(meta)
+        entry = loaded.manifest.segment_indexes.get(index_type)
+        if entry is None:
+            raise RemoteResourceNotFoundException(f"{meta.describe()} has no {index_type.name} index")
+        if entry.size == 0:
+            return io.BytesIO(b"")
+        keys = self.segment_keys(meta)
+        what = f"{index_type.name} index of {meta.describe()} in {self._show(keys.indexes)}"
+        try:
+            stored = read_range(self.backend, keys.indexes, entry.position, entry.position + entry.size - 1)
+        except KeyNotFound:
+            raise RemoteStorageException(f"{what}: the .indexes object is missing although the manifest exists") from None
+        except InvalidRange as e:
+            raise CorruptDataException(f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
+        except StorageBackendException as e:
+            raise RemoteStorageException(f"cannot read the {what}: {e}") from e
+        cipher = loaded.transformer.cipher
+        data = cipher.decrypt(stored, what) if cipher is not None else stored
+        integrity = loaded.manifest.integrity
+        if integrity is not None and index_type in integrity.index_crcs:
+            if crc32c(data) != integrity.index_crcs[index_type]:
+                raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt")
+        return io.BytesIO(data)
+
+    # --- delete ----------------------------------------------------------------------------------------------------
+
+    def delete_log_segment_data(self, meta: RemoteLogSegmentMetadata) -> None:
+        """Delete the segment's objects; deleting what is already gone succeeds (the broker retries deletes)."""
+        keys = self.segment_keys(meta)
+        # Manifest first: once it is gone, the segment no longer exists for readers, even if a later delete fails.
+        try:
+            self.backend.delete(keys.manifest)
+            self.backend.delete_many([keys.log, keys.indexes])
+        except StorageBackendException as e:
+            raise RemoteStorageException(f"delete of {meta.describe()} failed: {e}") from e
+        finally:
+            self._manifests.invalidate(keys.manifest)
+
+    # --- key rotation ----------------------------------------------------------------------------------------------
+
+    def rewrap_data_key(self, manifest_key: str) -> tuple[str, str] | None:
+        """Re-wrap one segment's data key under the active key pair by rewriting only its manifest.
+
+        Returns ``(old key id, new key id)``, or None when the segment is unencrypted or already uses the active
+        pair. The segment's data is untouched: only the wrapped key in the manifest changes.
+        """
+        if self._key_ring is None:
+            raise ConfigException("key rotation needs encryption.enabled=true and the key ring configured")
+        try:
+            with self.backend.fetch(manifest_key) as f:
+                raw = f.read()
+        except KeyNotFound:
+            raise RemoteResourceNotFoundException(f"manifest {self._show(manifest_key)} not found") from None
+        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(manifest_key)}")
+        if manifest.encryption is None:
+            return None
+        old_id = manifest.encryption.key_pair_id
+        if old_id == self._key_ring.active_key_id:
+            return None
+        try:
+            data_key = self._key_ring.unwrap(manifest.encryption.data_key)
+        except KeyRingException as e:
+            raise KeyRingException(f"cannot re-wrap {self._show(manifest_key)}: {e}") from None
+        manifest.encryption = EncryptionMetadata(self._key_ring.wrap(data_key), manifest.encryption.aad)
+        self.backend.upload(manifest_key, io.BytesIO(manifest.to_json_bytes()))
+        self._manifests.invalidate(manifest_key)
+        return old_id, self._key_ring.active_key_id
+

@@ -1,0 +1,166 @@
+"""The segment manifest (``.rsm-manifest``): Aiven's JSON version "1", plus our integrity record.
+
+The manifest is uploaded last and is the commit marker of a copy: a segment without one does not exist.
+It is not encrypted (it holds only the *wrapped* data key). Our per-chunk CRC-32C values live in
+``remoteLogSegmentMetadata.integrity``: Aiven declares that whole property write-only (ignored when it reads a
+manifest), so the extra field can never break Aiven's reader, while ours verifies every chunk it serves.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunking.chunk_index import ChunkIndex, ChunkIndexError
+from rsm.errors import CorruptDataException
+from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+
+INDEX_JSON_NAMES: dict[IndexType, str] = {
+    IndexType.OFFSET: "offset",
+    IndexType.TIMESTAMP: "timestamp",
+    IndexType.PRODUCER_SNAPSHOT: "producerSnapshot",
+    IndexType.LEADER_EPOCH: "leaderEpoch",
+    IndexType.TRANSACTION: "transaction",
+}
+# The order in which the indexes are concatenated into the .indexes object (Aiven's order).
+INDEX_UPLOAD_ORDER = [IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH,
+                      IndexType.TRANSACTION]
+
+
+@dataclass(frozen=True)
+class SegmentIndexEntry:
+    position: int
+    size: int
+
+
+@dataclass(frozen=True)
+class EncryptionMetadata:
+    data_key: str  # "<keyPairId>:<base64 RSA-OAEP(DEK)>"
+    aad: bytes
+
+    @property
+    def key_pair_id(self) -> str:
+        return self.data_key.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class IntegrityRecord:
+    """CRC-32C of every original chunk and of every original index."""
+
+    chunk_crcs: list[int]
+    index_crcs: dict[IndexType, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "algorithm": "crc32c",
+            "chunks": base64.b64encode(struct.pack(f">{len(self.chunk_crcs)}I", *self.chunk_crcs)).decode("ascii"),
+            "indexes": {INDEX_JSON_NAMES[t]: crc for t, crc in self.index_crcs.items()},
+        }
+
+    @staticmethod
+    def from_json(obj: Any) -> IntegrityRecord | None:
+        if not isinstance(obj, dict) or obj.get("algorithm") != "crc32c":
+            return None
+        raw = base64.b64decode(obj["chunks"], validate=True)
+        if len(raw) % 4:
+            raise ValueError("integrity.chunks is not a whole number of 32-bit values")
+        crcs = list(struct.unpack(f">{len(raw) // 4}I", raw))
+        by_name = {v: k for k, v in INDEX_JSON_NAMES.items()}
+        index_crcs = {by_name[k]: int(v) for k, v in (obj.get("indexes") or {}).items() if k in by_name}
+        return IntegrityRecord(crcs, index_crcs)
+
+
+def metadata_to_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
+    seg = meta.remote_log_segment_id
+    tip = seg.topic_id_partition
+    return {
+        "remoteLogSegmentId": {
+            "topicIdPartition": {"topicId": tip.topic_id,
+                                 "topicPartition": {"topic": tip.topic, "partition": tip.partition}},
+            "id": seg.id,
+        },
+        "startOffset": meta.start_offset,
+        "endOffset": meta.end_offset,
+        "maxTimestampMs": meta.max_timestamp_ms,
+        "brokerId": meta.broker_id,
+        "eventTimestampMs": meta.event_timestamp_ms,
+        "segmentLeaderEpochs": {str(k): v for k, v in sorted(meta.segment_leader_epochs.items())},
+    }
+
+
+@dataclass
+class SegmentManifest:
+    chunk_index: ChunkIndex
+    segment_indexes: dict[IndexType, SegmentIndexEntry | None]
+    compression: bool
+    encryption: EncryptionMetadata | None
+    remote_log_segment_metadata: dict[str, Any] | None = None
+    integrity: IntegrityRecord | None = None
+    nominal_transformed_chunk_size: int | None = None
+
+    def to_json_bytes(self) -> bytes:
+        indexes: dict[str, Any] = {}
+        for t in INDEX_UPLOAD_ORDER:
+            e = self.segment_indexes.get(t)
+            indexes[INDEX_JSON_NAMES[t]] = None if e is None else {"position": e.position, "size": e.size}
+        doc: dict[str, Any] = {
+            "version": "1",
+            "chunkIndex": self.chunk_index.to_json(variable=self.compression,
+                                                   nominal_transformed_chunk_size=self.nominal_transformed_chunk_size),
+            "segmentIndexes": indexes,
+            "compression": self.compression,
+        }
+        if self.encryption is not None:
+            doc["encryption"] = {"dataKey": self.encryption.data_key,
+                                 "aad": base64.b64encode(self.encryption.aad).decode("ascii")}
+        rlsm = dict(self.remote_log_segment_metadata or {})
+        if self.integrity is not None:
+            rlsm["integrity"] = self.integrity.to_json()
+        if rlsm:
+            doc["remoteLogSegmentMetadata"] = rlsm
+        return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+    @staticmethod
+    def from_json_bytes(data: bytes, what: str = "manifest") -> SegmentManifest:
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorruptDataException(f"{what} is not valid JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise CorruptDataException(f"{what} is not a JSON object")
+        if doc.get("version") != "1":
+            raise CorruptDataException(f"{what} has unsupported version {doc.get('version')!r} (expected \"1\")")
+        try:
+            chunk_index = ChunkIndex.from_json(doc["chunkIndex"])
+            raw_indexes = doc["segmentIndexes"]
+            indexes: dict[IndexType, SegmentIndexEntry | None] = {}
+            for t, name in INDEX_JSON_NAMES.items():
+                if name not in raw_indexes and t is not IndexType.TRANSACTION:
+                    raise KeyError(f"segmentIndexes.{name}")
+                e = raw_indexes.get(name)
+                indexes[t] = None if e is None else SegmentIndexEntry(int(e["position"]), int(e["size"]))
+            compression = doc["compression"]
+            if not isinstance(compression, bool):
+                raise TypeError("compression must be a boolean")
+            enc = doc.get("encryption")
+            encryption = None
+            if enc is not None:
+                encryption = EncryptionMetadata(str(enc["dataKey"]), base64.b64decode(enc["aad"], validate=True))
+            rlsm = doc.get("remoteLogSegmentMetadata")
+            integrity = None
+            if isinstance(rlsm, dict):
+                rlsm = dict(rlsm)
+                integrity = IntegrityRecord.from_json(rlsm.pop("integrity", None))
+                if integrity is not None and len(integrity.chunk_crcs) != chunk_index.chunk_count:
+                    raise ValueError(f"integrity lists {len(integrity.chunk_crcs)} chunk checksums for "
+                                     f"{chunk_index.chunk_count} chunks")
+        except CorruptDataException:
+            raise
+        except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError) as e:
+            raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {e}") from None
+        nominal = getattr(chunk_index, "nominal_transformed_chunk_size", None)
+        return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity, nominal)
