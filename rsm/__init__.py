@@ -8,7 +8,6 @@ from rsm.errors import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
-from rsm.manager import RemoteStorageManager
 from rsm.metadata import (
     IndexType,
     LogSegmentData,
@@ -17,6 +16,18 @@ from rsm.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+
+
+
+def __getattr__(name: str) -> object:
+    # Imported lazily: the manager pulls in every layer (chunking, encryption, backends), and those layers import
+    # rsm.errors; an eager import here would make that a cycle.
+    if name == "RemoteStorageManager":
+        from rsm.manager import RemoteStorageManager
+
+        return RemoteStorageManager
+    raise AttributeError(f"module 'rsm' has no attribute {name!r}")
+
 
 __all__ = [
     "ConfigException",

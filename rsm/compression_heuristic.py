@@ -37,7 +37,7 @@ def _sample_positions(offset_index: Path | None, segment_size: int) -> list[int]
 
 def should_compress(log_segment: Path, offset_index: Path | None) -> bool:
     """True unless the sampled batches are mostly (by bytes) compressed by their producers already."""
-    from rsm.kafka.records import CorruptRecordBatch, iter_batch_headers
+    from rsm.kafka.records import KafkaFormatError, iter_batch_headers
 
     size = log_segment.stat().st_size
     if size == 0:
@@ -47,7 +47,7 @@ def should_compress(log_segment: Path, offset_index: Path | None) -> bool:
         for pos in _sample_positions(offset_index, size):
             try:
                 header = next(iter(iter_batch_headers(f, start_position=pos)), None)
-            except (CorruptRecordBatch, ValueError) as e:
+            except (KafkaFormatError, ValueError) as e:
                 log.warning("compression heuristic: cannot read the batch at position %d of %s (%s); "
                             "sample skipped", pos, log_segment, e)
                 continue

@@ -44,8 +44,8 @@ class SegmentStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def _schedule(self) -> None:
-        while self._next_to_schedule < len(self._chunks) and len(self._pending) <= self._readahead:
+    def _schedule(self, in_flight: int) -> None:
+        while self._next_to_schedule < len(self._chunks) and len(self._pending) < in_flight:
             chunk = self._chunks[self._next_to_schedule]
             self._pending.append(self._executor.submit(self._loader, chunk))
             self._next_to_schedule += 1
@@ -53,7 +53,7 @@ class SegmentStream(io.RawIOBase):
     def _advance(self) -> bool:
         if self._consumed_chunks >= len(self._chunks):
             return False
-        self._schedule()
+        self._schedule(self._readahead + 1)  # the chunk needed now, plus the read-ahead window
         future = self._pending.popleft()
         chunk = self._chunks[self._consumed_chunks]
         try:
@@ -66,7 +66,7 @@ class SegmentStream(io.RawIOBase):
             raise RemoteStorageException(f"failed to read chunk {chunk.id} of {self._describe}: "
                                          f"{type(e).__name__}: {e}") from e
         self._consumed_chunks += 1
-        self._schedule()
+        self._schedule(self._readahead)
         view = memoryview(data)
         lo = self._start - chunk.original_position if chunk.original_position <= self._start else 0
         hi = min(chunk.original_size, self._end - chunk.original_position + 1)
@@ -75,20 +75,22 @@ class SegmentStream(io.RawIOBase):
         return True
 
     def readinto(self, b: Any) -> int:
+        """Fill ``b`` as far as the range allows (like a buffered file: short only at the end)."""
         if self.closed:
             raise ValueError("read from a closed segment stream")
         out = memoryview(b).cast("B")
-        if not len(out):
-            return 0
-        while self._current is None or self._current_pos >= len(self._current):
-            if self._remaining <= 0 or not self._advance():
-                return 0
-        assert self._current is not None
-        n = min(len(out), len(self._current) - self._current_pos)
-        out[:n] = self._current[self._current_pos:self._current_pos + n]
-        self._current_pos += n
-        self._remaining -= n
-        return n
+        filled = 0
+        while filled < len(out):
+            if self._current is None or self._current_pos >= len(self._current):
+                if self._remaining <= 0 or not self._advance():
+                    break
+                continue
+            n = min(len(out) - filled, len(self._current) - self._current_pos)
+            out[filled:filled + n] = self._current[self._current_pos:self._current_pos + n]
+            self._current_pos += n
+            self._remaining -= n
+            filled += n
+        return filled
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:

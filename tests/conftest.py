@@ -1,0 +1,76 @@
+"""Shared fixtures: real Kafka segments, RSA key pairs on disk, and configured managers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from Crypto.PublicKey import RSA
+
+from rsm.kafka.segment_writer import SegmentFiles, write_segment
+from rsm.metadata import TopicIdPartition
+
+TIP = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)
+
+
+@pytest.fixture(scope="session")
+def segment_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., SegmentFiles]:
+    """Real segments, written once per distinct argument set and shared by the session (they are read-only)."""
+    cache: dict[tuple[Any, ...], SegmentFiles] = {}
+
+    def make(**kwargs: Any) -> SegmentFiles:
+        key = tuple(sorted(kwargs.items()))
+        if key not in cache:
+            cache[key] = write_segment(tmp_path_factory.mktemp("segment"), **kwargs)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def key_pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """Two RSA-2048 key pairs as PEM files: id -> (public, private)."""
+    out = tmp_path_factory.mktemp("keys")
+    pairs = {}
+    for key_id in ("kek1", "kek2"):
+        key = RSA.generate(2048)
+        pub, priv = out / f"{key_id}.pub.pem", out / f"{key_id}.priv.pem"
+        pub.write_bytes(key.public_key().export_key())
+        priv.write_bytes(key.export_key(pkcs=8))
+        pairs[key_id] = (pub, priv)
+    return pairs
+
+
+def encryption_configs(key_pairs: dict[str, tuple[Path, Path]], active: str = "kek1",
+                       ring: tuple[str, ...] = ("kek1",)) -> dict[str, str]:
+    configs = {"encryption.enabled": "true", "encryption.key.pair.id": active, "encryption.key.pairs": ",".join(ring)}
+    for key_id in ring:
+        pub, priv = key_pairs[key_id]
+        configs[f"encryption.key.pairs.{key_id}.public.key.file"] = str(pub)
+        configs[f"encryption.key.pairs.{key_id}.private.key.file"] = str(priv)
+    return configs
+
+
+@pytest.fixture
+def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Configured filesystem-backed managers over one store directory; all closed at teardown."""
+    from rsm import RemoteStorageManager
+
+    managers: list[Any] = []
+
+    def make(extra: dict[str, str] | None = None, **configs: Any) -> Any:
+        base = {"chunk.size": "65536", "storage.backend.class": "filesystem", "storage.root": str(tmp_path / "store"),
+                "storage.fsync.enabled": "false"}
+        base.update({k.replace("_", "."): str(v).lower() if isinstance(v, bool) else str(v)
+                     for k, v in configs.items()})
+        base.update(extra or {})
+        m = RemoteStorageManager()
+        m.configure(base)
+        managers.append(m)
+        return m
+
+    yield make
+    for m in managers:
+        m.close()
