@@ -413,17 +413,19 @@ class RemoteStorageManager:
         try:
             stored = read_range(self.backend, keys.indexes, entry.position, entry.position + entry.size - 1)
         except KeyNotFound:
-            raise RemoteStorageException(f"{what}: the .indexes object is missing although the manifest exists") from None
+            raise RemoteStorageException(
+                f"{what}: the .indexes object is missing although the manifest exists") from None
         except InvalidRange as e:
-            raise CorruptDataException(f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
+            raise CorruptDataException(
+                f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
         except StorageBackendException as e:
             raise RemoteStorageException(f"cannot read the {what}: {e}") from e
         cipher = loaded.transformer.cipher
         data = cipher.decrypt(stored, what) if cipher is not None else stored
         integrity = loaded.manifest.integrity
-        if integrity is not None and index_type in integrity.index_crcs:
-            if crc32c(data) != integrity.index_crcs[index_type]:
-                raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt")
+        expected = integrity.index_crcs.get(index_type) if integrity is not None else None
+        if expected is not None and crc32c(data) != expected:
+            raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt")
         return io.BytesIO(data)
 
     # --- delete ----------------------------------------------------------------------------------------------------

@@ -79,9 +79,8 @@ def test_flipped_bit_in_stored_chunk(compression: bool, encryption: bool, seg: A
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0x10
     path.write_bytes(bytes(raw))
-    with pytest.raises(CorruptDataException, match="chunk"):
-        with m.fetch_log_segment(meta, 0) as f:
-            f.read()
+    with pytest.raises(CorruptDataException, match="chunk"), m.fetch_log_segment(meta, 0) as f:
+        f.read()
     # ranges that do not touch the damaged chunk still read fine
     with m.fetch_log_segment(meta, 0, 99) as f:
         assert f.read() == seg.log.read_bytes()[:100]
@@ -103,9 +102,8 @@ def test_truncated_log_object(seg: Any, make_manager: Any, tmp_path: Path) -> No
     meta = _copy(m, seg)
     path = _store_file(tmp_path, segment_keys("", meta).log)
     path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(CorruptDataException, match="shorter than its manifest"):
-        with m.fetch_log_segment(meta, 0) as f:
-            f.read()
+    with pytest.raises(CorruptDataException, match="shorter than its manifest"), m.fetch_log_segment(meta, 0) as f:
+        f.read()
 
 
 def test_missing_manifest_and_missing_log(seg: Any, make_manager: Any, tmp_path: Path) -> None:

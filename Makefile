@@ -1,0 +1,35 @@
+# Two entry points (see README): `make demo` runs the product's main job on the local filesystem backend,
+# `make test` runs the whole test suite. Both set up what they need first, on a fresh machine too.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench docs
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[all,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	bash .ci/ensure_system_deps.sh
+	bash .ci/install_emulators.sh
+	bash jvm-shim/build.sh
+
+demo: $(STAMP)
+	$(BIN)/kts demo --dir ./kts-demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/kts config-docs --check README.md
+
+test: setup lint
+	$(BIN)/python -m pytest -p no:cacheprovider -q
+
+bench: setup
+	$(BIN)/python benchmarks/bench_copy_fetch.py
+
+docs: $(STAMP)
+	$(BIN)/kts config-docs --write README.md
