@@ -18,7 +18,6 @@ from rsm.metadata import (
 )
 
 
-
 def __getattr__(name: str) -> object:
     # Imported lazily: the manager pulls in every layer (chunking, encryption, backends), and those layers import
     # rsm.errors; an eager import here would make that a cycle.
