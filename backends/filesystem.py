@@ -18,17 +18,33 @@ from typing import Any, BinaryIO
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException
 from rsm.configdef import ConfigDef, ConfigKey, in_range
 
-CONFIG_DEF = ConfigDef().extend([
-    ConfigKey("root", "string", None,
-              "Directory holding the objects of the filesystem backend. Created if missing.",
-              group="filesystem"),
-    ConfigKey("fsync.enabled", "boolean", True,
-              "fsync every object before it is renamed into place (turn off only for throwaway test data).",
-              group="filesystem"),
-    ConfigKey("fsync.interval.bytes", "long", 32 * 1024 * 1024,
-              "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
-              validator=in_range(1024 * 1024, None), valid_values="[1048576,...]", group="filesystem"),
-])
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey(
+            "root",
+            "string",
+            None,
+            "Directory holding the objects of the filesystem backend. Created if missing.",
+            group="filesystem",
+        ),
+        ConfigKey(
+            "fsync.enabled",
+            "boolean",
+            True,
+            "fsync every object before it is renamed into place (turn off only for throwaway test data).",
+            group="filesystem",
+        ),
+        ConfigKey(
+            "fsync.interval.bytes",
+            "long",
+            32 * 1024 * 1024,
+            "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
+            validator=in_range(1024 * 1024, None),
+            valid_values="[1048576,...]",
+            group="filesystem",
+        ),
+    ]
+)
 
 _COPY_BUFFER = 1024 * 1024
 
@@ -85,8 +101,10 @@ class FileSystemBackend:
         if values["root"] is None and self.root is None:
             from rsm.errors import ConfigException
 
-            raise ConfigException("Missing required configuration 'storage.root' for the filesystem backend: "
-                                  "set it to the directory that should hold the tiered objects")
+            raise ConfigException(
+                "Missing required configuration 'storage.root' for the filesystem backend: "
+                "set it to the directory that should hold the tiered objects"
+            )
         if values["root"] is not None:
             self.root = Path(values["root"]).resolve()
         assert self.root is not None

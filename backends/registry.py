@@ -33,8 +33,7 @@ def resolve_backend_class(name: str) -> type[Any]:
     spec = name.strip()
     spec = SHORT_NAMES.get(AIVEN_CLASS_NAMES.get(spec, spec), spec)
     if ":" not in spec:
-        raise ConfigException(
-            f"Invalid value {name!r} for configuration storage.backend.class: expected {ALLOWED_DOC}")
+        raise ConfigException(f"Invalid value {name!r} for configuration storage.backend.class: expected {ALLOWED_DOC}")
     module_name, _, class_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -42,12 +41,14 @@ def resolve_backend_class(name: str) -> type[Any]:
         raise ConfigException(
             f"Invalid value {name!r} for configuration storage.backend.class: cannot import module "
             f"{module_name!r} ({e}); install the extra that provides it, e.g. pip install "
-            f"'kafka-tiered-storage[all]'") from e
+            f"'kafka-tiered-storage[all]'"
+        ) from e
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ConfigException(
             f"Invalid value {name!r} for configuration storage.backend.class: module {module_name!r} "
-            f"has no class {class_name!r}")
+            f"has no class {class_name!r}"
+        )
     return cls
 
 

@@ -37,12 +37,19 @@ def _configs(work: Path, chunk: int, threads: int) -> dict[str, str]:
         k = RSA.generate(2048)
         (keys / "priv.pem").write_bytes(k.export_key(pkcs=8))
         (keys / "pub.pem").write_bytes(k.public_key().export_key())
-    return {"chunk.size": str(chunk), "storage.backend.class": "filesystem", "storage.root": str(work / "store"),
-            "compression.enabled": "true", "compression.level": "3", "encryption.enabled": "true",
-            "encryption.key.pair.id": "b", "encryption.key.pairs": "b",
-            "encryption.key.pairs.b.public.key.file": str(keys / "pub.pem"),
-            "encryption.key.pairs.b.private.key.file": str(keys / "priv.pem"),
-            "transform.thread.pool.size": str(threads)}
+    return {
+        "chunk.size": str(chunk),
+        "storage.backend.class": "filesystem",
+        "storage.root": str(work / "store"),
+        "compression.enabled": "true",
+        "compression.level": "3",
+        "encryption.enabled": "true",
+        "encryption.key.pair.id": "b",
+        "encryption.key.pairs": "b",
+        "encryption.key.pairs.b.public.key.file": str(keys / "pub.pem"),
+        "encryption.key.pairs.b.private.key.file": str(keys / "priv.pem"),
+        "transform.thread.pool.size": str(threads),
+    }
 
 
 def phase_raw(seg: Path, chunk: int, threads: int) -> dict[str, float]:
@@ -151,12 +158,26 @@ def main() -> int:
         work = Path(tmp)
         t0 = time.perf_counter()
         seg = _segment(work, args.size_mb)
-        print(f"segment: {seg.size / 1e6:.0f} MB real Kafka batches, written in {time.perf_counter() - t0:.1f} s; "
-              f"chunk {args.chunk_size} B, {threads} threads, zstd L3 + AES-256-GCM, filesystem backend")
+        print(
+            f"segment: {seg.size / 1e6:.0f} MB real Kafka batches, written in {time.perf_counter() - t0:.1f} s; "
+            f"chunk {args.chunk_size} B, {threads} threads, zstd L3 + AES-256-GCM, filesystem backend"
+        )
 
         def run(phase: str) -> dict[str, float]:
-            cmd = [sys.executable, __file__, "--phase", phase, "--work", str(work), "--size-mb", str(args.size_mb),
-                   "--chunk-size", str(args.chunk_size), "--threads", str(threads)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--phase",
+                phase,
+                "--work",
+                str(work),
+                "--size-mb",
+                str(args.size_mb),
+                "--chunk-size",
+                str(args.chunk_size),
+                "--threads",
+                str(threads),
+            ]
             res = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
             return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -168,10 +189,14 @@ def main() -> int:
                 if phase not in best or r[key] > best[phase][key]:
                     best[phase] = r
         raw, copy, fetch = best["raw"], best["copy"], best["fetch"]
-        print(f"copy : {copy['copy_mbs']:7.0f} MB/s   raw zstd+AES {raw['copy_mbs']:7.0f} MB/s   "
-              f"ratio {copy['copy_mbs'] / raw['copy_mbs']:.2f}x   peak RSS {copy['rss_mb']:.0f} MB")
-        print(f"fetch: {fetch['fetch_mbs']:7.0f} MB/s   raw AES+zstd {raw['fetch_mbs']:7.0f} MB/s   "
-              f"ratio {fetch['fetch_mbs'] / raw['fetch_mbs']:.2f}x   peak RSS {fetch['rss_mb']:.0f} MB")
+        print(
+            f"copy : {copy['copy_mbs']:7.0f} MB/s   raw zstd+AES {raw['copy_mbs']:7.0f} MB/s   "
+            f"ratio {copy['copy_mbs'] / raw['copy_mbs']:.2f}x   peak RSS {copy['rss_mb']:.0f} MB"
+        )
+        print(
+            f"fetch: {fetch['fetch_mbs']:7.0f} MB/s   raw AES+zstd {raw['fetch_mbs']:7.0f} MB/s   "
+            f"ratio {fetch['fetch_mbs'] / raw['fetch_mbs']:.2f}x   peak RSS {fetch['rss_mb']:.0f} MB"
+        )
     return 0
 
 

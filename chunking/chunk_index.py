@@ -55,8 +55,10 @@ class ChunkIndex:
             raise ChunkIndexError(f"originalFileSize must not be negative, got {original_file_size}")
         expected = max(1, -(-original_file_size // original_chunk_size))
         if len(transformed_sizes) != expected:
-            raise ChunkIndexError(f"a file of {original_file_size} bytes in chunks of {original_chunk_size} has "
-                                  f"{expected} chunks, but the index lists {len(transformed_sizes)}")
+            raise ChunkIndexError(
+                f"a file of {original_file_size} bytes in chunks of {original_chunk_size} has "
+                f"{expected} chunks, but the index lists {len(transformed_sizes)}"
+            )
         self.original_chunk_size = original_chunk_size
         self.original_file_size = original_file_size
         self.transformed_sizes = list(transformed_sizes)
@@ -109,13 +111,16 @@ class ChunkIndex:
                 "type": "fixed",
                 "originalChunkSize": self.original_chunk_size,
                 "originalFileSize": self.original_file_size,
-                "transformedChunkSize": self.transformed_sizes[0] if self.chunk_count > 1 else (
-                    nominal_transformed_chunk_size if nominal_transformed_chunk_size is not None
-                    else self._fixed_single_size()),
+                "transformedChunkSize": self.transformed_sizes[0]
+                if self.chunk_count > 1
+                else (
+                    nominal_transformed_chunk_size
+                    if nominal_transformed_chunk_size is not None
+                    else self._fixed_single_size()
+                ),
                 "finalTransformedChunkSize": self.transformed_sizes[-1],
             }
-        encoded = zstandard.ZstdCompressor(write_content_size=True).compress(
-            encode_chunk_sizes(self.transformed_sizes))
+        encoded = zstandard.ZstdCompressor(write_content_size=True).compress(encode_chunk_sizes(self.transformed_sizes))
         return {
             "type": "variable",
             "originalChunkSize": self.original_chunk_size,
@@ -149,8 +154,9 @@ class ChunkIndex:
                 if params.content_size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
                     raise ChunkIndexError("transformedChunks zstd frame has no content size")
                 if params.content_size > MAX_ENCODED_SIZES:
-                    raise ChunkIndexError(f"transformedChunks decompresses to {params.content_size} bytes (max "
-                                          f"{MAX_ENCODED_SIZES})")
+                    raise ChunkIndexError(
+                        f"transformedChunks decompresses to {params.content_size} bytes (max {MAX_ENCODED_SIZES})"
+                    )
                 sizes = decode_chunk_sizes(zstandard.ZstdDecompressor().decompress(raw))
                 return ChunkIndex(c, f, sizes)
         except ChunkIndexError:

@@ -42,7 +42,7 @@ def encode_chunk_sizes(values: Sequence[int]) -> bytes:
     width = max(_width(v - base) for v in body)
     out = bytearray(struct.pack(">iib", n, base, width))
     for v in body:
-        out += (v - base).to_bytes(4, "big")[4 - width:]
+        out += (v - base).to_bytes(4, "big")[4 - width :]
     out += struct.pack(">i", values[-1])
     return bytes(out)
 
@@ -72,12 +72,13 @@ def decode_chunk_sizes(data: bytes) -> list[int]:
         raise ChunkSizeCodecError(f"invalid value width {width}")
     expected = 9 + (n - 1) * width + 4
     if len(mv) != expected:
-        raise ChunkSizeCodecError(f"chunk size list of {n} values with width {width} needs {expected} bytes, "
-                                  f"got {len(mv)}")
+        raise ChunkSizeCodecError(
+            f"chunk size list of {n} values with width {width} needs {expected} bytes, got {len(mv)}"
+        )
     out = []
     pos = 9
     for _ in range(n - 1):
-        v = int.from_bytes(mv[pos:pos + width], "big") + base
+        v = int.from_bytes(mv[pos : pos + width], "big") + base
         if v < 0 or v > INT32_MAX:
             raise ChunkSizeCodecError(f"decoded chunk size {v} out of range")
         out.append(v)

@@ -66,8 +66,9 @@ class ChunkTransformer:
             except zstandard.ZstdError as e:
                 raise CorruptDataException(f"{what} is not a zstd frame: {e}") from None
             if params.content_size != expected_size:
-                raise CorruptDataException(f"{what} zstd frame declares {params.content_size} bytes, the chunk index "
-                                           f"says {expected_size}")
+                raise CorruptDataException(
+                    f"{what} zstd frame declares {params.content_size} bytes, the chunk index says {expected_size}"
+                )
             try:
                 data = self._decompressor().decompress(data, max_output_size=max(expected_size, 1))
             except zstandard.ZstdError as e:

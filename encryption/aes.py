@@ -59,4 +59,5 @@ class ChunkCipher:
         except InvalidTag:
             raise CorruptDataException(
                 f"AES-GCM authentication failed for {what}: the stored bytes are corrupt or were written with a "
-                f"different data key/AAD") from None
+                f"different data key/AAD"
+            ) from None

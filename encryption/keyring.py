@@ -37,15 +37,19 @@ class RsaKeyPair:
     @staticmethod
     def from_pem(key_id: str, public_pem: bytes | str | None, private_pem: bytes | str | None) -> RsaKeyPair:
         if ":" in key_id or not key_id:
-            raise ConfigException(f"Invalid key pair id {key_id!r} in encryption.key.pairs: ids must be non-empty "
-                                  f"and must not contain ':' (the manifest stores '<id>:<wrapped key>')")
+            raise ConfigException(
+                f"Invalid key pair id {key_id!r} in encryption.key.pairs: ids must be non-empty "
+                f"and must not contain ':' (the manifest stores '<id>:<wrapped key>')"
+            )
         try:
             private = RSA.import_key(private_pem) if private_pem else None
             public = RSA.import_key(public_pem) if public_pem else (private.public_key() if private else None)
         except (ValueError, IndexError, TypeError) as e:
-            raise ConfigException(f"Invalid PEM for key pair {key_id!r}: {e}. Public keys must be "
-                                  f"'BEGIN PUBLIC KEY' (SubjectPublicKeyInfo), private keys 'BEGIN PRIVATE KEY' "
-                                  f"(PKCS#8) or 'BEGIN RSA PRIVATE KEY'") from e
+            raise ConfigException(
+                f"Invalid PEM for key pair {key_id!r}: {e}. Public keys must be "
+                f"'BEGIN PUBLIC KEY' (SubjectPublicKeyInfo), private keys 'BEGIN PRIVATE KEY' "
+                f"(PKCS#8) or 'BEGIN RSA PRIVATE KEY'"
+            ) from e
         if public is None:
             raise ConfigException(f"Key pair {key_id!r} has neither a public nor a private key")
         if public.has_private():
@@ -53,8 +57,10 @@ class RsaKeyPair:
         if private is not None and private.n != public.n:
             raise ConfigException(f"Key pair {key_id!r}: the private key does not belong to the public key")
         if public.size_in_bits() < MIN_MODULUS_BITS:
-            raise ConfigException(f"Key pair {key_id!r} is {public.size_in_bits()}-bit RSA; wrapping a 32-byte "
-                                  f"key with OAEP-SHA3-512 needs at least {MIN_MODULUS_BITS} bits (use 2048+)")
+            raise ConfigException(
+                f"Key pair {key_id!r} is {public.size_in_bits()}-bit RSA; wrapping a 32-byte "
+                f"key with OAEP-SHA3-512 needs at least {MIN_MODULUS_BITS} bits (use 2048+)"
+            )
         return RsaKeyPair(key_id, public, private)
 
     def wrap(self, data_key: bytes) -> bytes:
@@ -62,13 +68,17 @@ class RsaKeyPair:
 
     def unwrap(self, wrapped: bytes) -> bytes:
         if self.private_key is None:
-            raise KeyRingException(f"key pair {self.key_id!r} has no private key configured, so data keys it "
-                                   f"wrapped cannot be read; set encryption.key.pairs.{self.key_id}.private.key.file")
+            raise KeyRingException(
+                f"key pair {self.key_id!r} has no private key configured, so data keys it "
+                f"wrapped cannot be read; set encryption.key.pairs.{self.key_id}.private.key.file"
+            )
         try:
             return PKCS1_OAEP.new(self.private_key, hashAlgo=SHA3_512, mgfunc=_mgf).decrypt(wrapped)
         except ValueError:
-            raise KeyRingException(f"cannot unwrap the data key with key pair {self.key_id!r}: the configured "
-                                   f"private key is not the one the segment was written with") from None
+            raise KeyRingException(
+                f"cannot unwrap the data key with key pair {self.key_id!r}: the configured "
+                f"private key is not the one the segment was written with"
+            ) from None
 
 
 class KeyRing(Protocol):
@@ -87,8 +97,10 @@ class RsaKeyRing:
 
     def __init__(self, pairs: Mapping[str, RsaKeyPair], active_key_id: str) -> None:
         if active_key_id not in pairs:
-            raise ConfigException(f"Invalid value {active_key_id!r} for configuration encryption.key.pair.id: "
-                                  f"it must be one of encryption.key.pairs ({', '.join(pairs) or 'empty'})")
+            raise ConfigException(
+                f"Invalid value {active_key_id!r} for configuration encryption.key.pair.id: "
+                f"it must be one of encryption.key.pairs ({', '.join(pairs) or 'empty'})"
+            )
         self._pairs = dict(pairs)
         self._active = active_key_id
 
@@ -118,6 +130,8 @@ class RsaKeyRing:
         key_id, wrapped = self.split(data_key_field)
         pair = self._pairs.get(key_id)
         if pair is None:
-            raise KeyRingException(f"the data key was wrapped with key pair {key_id!r}, which is not on the key ring "
-                                   f"({', '.join(self._pairs)}); add it to encryption.key.pairs with its private key")
+            raise KeyRingException(
+                f"the data key was wrapped with key pair {key_id!r}, which is not on the key ring "
+                f"({', '.join(self._pairs)}); add it to encryption.key.pairs with its private key"
+            )
         return pair.unwrap(wrapped)

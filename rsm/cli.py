@@ -23,8 +23,13 @@ def _progress(done: int, total: int, what: str) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rsm.demo import run_demo
 
-    return run_demo(Path(args.dir), size_mb=args.size_mb, chunk_size=args.chunk_size,
-                    compression=not args.no_compression, encryption=not args.no_encryption)
+    return run_demo(
+        Path(args.dir),
+        size_mb=args.size_mb,
+        chunk_size=args.chunk_size,
+        compression=not args.no_compression,
+        encryption=not args.no_encryption,
+    )
 
 
 def cmd_rewrap(args: argparse.Namespace) -> int:
@@ -40,14 +45,19 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
     finally:
         manager.close()
     verb = "would re-wrap" if args.dry_run else "re-wrapped"
-    print(f"{report.total} manifests in {time.monotonic() - started:.1f} s: {verb} "
-          f"{sum(report.rewrapped.values())} (from key pairs: "
-          f"{', '.join(f'{k}={v}' for k, v in report.rewrapped.items()) or 'none'}), "
-          f"{report.already_current} already on the active key pair, {report.unencrypted} unencrypted, "
-          f"{len(report.failed)} failed")
+    print(
+        f"{report.total} manifests in {time.monotonic() - started:.1f} s: {verb} "
+        f"{sum(report.rewrapped.values())} (from key pairs: "
+        f"{', '.join(f'{k}={v}' for k, v in report.rewrapped.items()) or 'none'}), "
+        f"{report.already_current} already on the active key pair, {report.unencrypted} unencrypted, "
+        f"{len(report.failed)} failed"
+    )
     for key, error in report.failed.items():
-        print(f"FAILED {key}: {error}\n  fix the cause (usually a missing private key of an old key pair in "
-              f"encryption.key.pairs) and run the command again; finished manifests are skipped.", file=sys.stderr)
+        print(
+            f"FAILED {key}: {error}\n  fix the cause (usually a missing private key of an old key pair in "
+            f"encryption.key.pairs) and run the command again; finished manifests are skipped.",
+            file=sys.stderr,
+        )
     return 1 if report.failed else 0
 
 
@@ -74,8 +84,11 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
     if args.check:
         text = Path(args.check).read_text(encoding="utf-8")
         if table.strip() not in text:
-            print(f"{args.check} does not contain the current configuration table; regenerate it with "
-                  f"`kts config-docs --write {args.check}`", file=sys.stderr)
+            print(
+                f"{args.check} does not contain the current configuration table; regenerate it with "
+                f"`kts config-docs --write {args.check}`",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if args.write:
@@ -134,8 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.func(args) or 0)
     except Exception as e:  # an operator gets one clear line, not a traceback (use -v for details)

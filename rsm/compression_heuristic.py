@@ -48,8 +48,12 @@ def should_compress(log_segment: Path, offset_index: Path | None) -> bool:
             try:
                 header = next(iter(iter_batch_headers(f, start_position=pos)), None)
             except (KafkaFormatError, ValueError) as e:
-                log.warning("compression heuristic: cannot read the batch at position %d of %s (%s); "
-                            "sample skipped", pos, log_segment, e)
+                log.warning(
+                    "compression heuristic: cannot read the batch at position %d of %s (%s); sample skipped",
+                    pos,
+                    log_segment,
+                    e,
+                )
                 continue
             if header is None:
                 continue

@@ -156,13 +156,17 @@ class ConfigDef:
 
     def parse(self, raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         """Typed values for every declared key (defaults filled in); ``prefix`` is stripped from raw keys."""
-        source = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)} if prefix else dict(raw)
+        source = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)} if prefix else dict(raw)
         out: dict[str, Any] = {}
         for name, key in self.keys.items():
             if key.dynamic:
                 continue
-            if name in source and source[name] is not None and not (
-                isinstance(source[name], str) and source[name] == "" and key.type in ("int", "long", "boolean")
+            if (
+                name in source
+                and source[name] is not None
+                and not (
+                    isinstance(source[name], str) and source[name] == "" and key.type in ("int", "long", "boolean")
+                )
             ):
                 out[name] = key.parse(source[name])
             elif key.required:

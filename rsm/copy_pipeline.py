@@ -22,8 +22,15 @@ class SegmentChangedError(RemoteStorageException):
 
 
 class TransformedLogReader(io.RawIOBase):
-    def __init__(self, path: os.PathLike[str] | str, file_size: int, chunk_size: int, transformer: ChunkTransformer,
-                 executor: Executor, window: int) -> None:
+    def __init__(
+        self,
+        path: os.PathLike[str] | str,
+        file_size: int,
+        chunk_size: int,
+        transformer: ChunkTransformer,
+        executor: Executor,
+        window: int,
+    ) -> None:
         super().__init__()
         self._fd = os.open(path, os.O_RDONLY)
         self._path = str(path)
@@ -49,8 +56,10 @@ class TransformedLogReader(io.RawIOBase):
         length = max(0, min(self._chunk_size, self._size - offset))
         data = os.pread(self._fd, length, offset) if length else b""
         if len(data) != length:
-            raise SegmentChangedError(f"segment file {self._path} ended at byte {offset + len(data)} while reading "
-                                      f"chunk {chunk_id}; it was {self._size} bytes when the copy started")
+            raise SegmentChangedError(
+                f"segment file {self._path} ended at byte {offset + len(data)} while reading "
+                f"chunk {chunk_id}; it was {self._size} bytes when the copy started"
+            )
         return crc32c(data), self._transformer.transform(data)
 
     def _fill(self) -> None:
@@ -76,14 +85,17 @@ class TransformedLogReader(io.RawIOBase):
             if len(self._current) == 0:
                 continue
         n = min(len(out), len(self._current) - self._pos)
-        out[:n] = self._current[self._pos:self._pos + n]
+        out[:n] = self._current[self._pos : self._pos + n]
         self._pos += n
         return n
 
     @property
     def complete(self) -> bool:
-        return len(self.transformed_sizes) == max(1, self._count) and not self._pending and (
-            self._current is None or self._pos >= len(self._current))
+        return (
+            len(self.transformed_sizes) == max(1, self._count)
+            and not self._pending
+            and (self._current is None or self._pos >= len(self._current))
+        )
 
     def close(self) -> None:
         if not self.closed:

@@ -89,7 +89,7 @@ class CustomMetadata:
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             size, pos = read_uvarint(data, pos)
-            body = data[pos:pos + size]
+            body = data[pos : pos + size]
             if len(body) != size:
                 raise CustomMetadataError(f"field {tag} declares {size} bytes but only {len(body)} remain")
             pos += size
@@ -101,9 +101,12 @@ class CustomMetadata:
                 if length == 0:
                     values[tag] = None
                 else:
-                    values[tag] = body[start:start + length - 1].decode("utf-8")
+                    values[tag] = body[start : start + length - 1].decode("utf-8")
             # unknown tags are skipped, as Kafka's tagged fields allow
         if pos != len(data):
             raise CustomMetadataError(f"{len(data) - pos} trailing bytes after the tagged fields")
-        return CustomMetadata(values.get(TAG_REMOTE_SIZE), values.get(TAG_OBJECT_PREFIX),  # type: ignore[arg-type]
-                              values.get(TAG_OBJECT_KEY))  # type: ignore[arg-type]
+        return CustomMetadata(
+            values.get(TAG_REMOTE_SIZE),
+            values.get(TAG_OBJECT_PREFIX),  # type: ignore[arg-type]
+            values.get(TAG_OBJECT_KEY),
+        )  # type: ignore[arg-type]

@@ -21,8 +21,13 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def run_demo(workdir: Path, size_mb: int = 64, chunk_size: int = 4 * 1024 * 1024, compression: bool = True,
-             encryption: bool = True) -> int:
+def run_demo(
+    workdir: Path,
+    size_mb: int = 64,
+    chunk_size: int = 4 * 1024 * 1024,
+    compression: bool = True,
+    encryption: bool = True,
+) -> int:
     from Crypto.PublicKey import RSA
 
     from rsm.kafka.indexes import decode_offset_index
@@ -57,13 +62,15 @@ def run_demo(workdir: Path, size_mb: int = 64, chunk_size: int = 4 * 1024 * 1024
             key = RSA.generate(2048)
             priv.write_bytes(key.export_key(pkcs=8))
             pub.write_bytes(key.public_key().export_key())
-        configs.update({
-            "encryption.enabled": "true",
-            "encryption.key.pair.id": "demo",
-            "encryption.key.pairs": "demo",
-            "encryption.key.pairs.demo.public.key.file": str(pub),
-            "encryption.key.pairs.demo.private.key.file": str(priv),
-        })
+        configs.update(
+            {
+                "encryption.enabled": "true",
+                "encryption.key.pair.id": "demo",
+                "encryption.key.pairs": "demo",
+                "encryption.key.pairs.demo.public.key.file": str(pub),
+                "encryption.key.pairs.demo.private.key.file": str(priv),
+            }
+        )
 
     tip = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)
     meta = seg.to_metadata(tip)
@@ -77,8 +84,10 @@ def run_demo(workdir: Path, size_mb: int = 64, chunk_size: int = 4 * 1024 * 1024
         custom = rsm.copy_log_segment_data(meta, data)
         dt = time.monotonic() - t0
         stored = sum((store / k).stat().st_size for k in rsm.backend.list(""))
-        _say(f"      {seg.size / dt / 1e6:.0f} MB/s; stored {stored:,} bytes ({seg.size / max(stored, 1):.2f}x); "
-             f"custom metadata {custom.hex() if custom else None}")
+        _say(
+            f"      {seg.size / dt / 1e6:.0f} MB/s; stored {stored:,} bytes ({seg.size / max(stored, 1):.2f}x); "
+            f"custom metadata {custom.hex() if custom else None}"
+        )
         for k in rsm.backend.list(""):
             _say(f"      {store / k}")
 
@@ -91,7 +100,7 @@ def run_demo(workdir: Path, size_mb: int = 64, chunk_size: int = 4 * 1024 * 1024
             position = entry.position
             with rsm.fetch_log_segment(meta, position) as stream:
                 head = stream.read(256 * 1024)
-            if head != original[position:position + len(head)]:
+            if head != original[position : position + len(head)]:
                 _say(f"      MISMATCH at position {position}")
                 return 1
             checked += 1
@@ -110,12 +119,14 @@ def run_demo(workdir: Path, size_mb: int = 64, chunk_size: int = 4 * 1024 * 1024
         batches = 0
         buf = io.BytesIO(back)
         for header in iter_batch_headers(buf):
-            if not verify_crc(back[header.position:header.position + header.size]):
+            if not verify_crc(back[header.position : header.position + header.size]):
                 _say(f"      batch at {header.position} has a bad CRC")
                 return 1
             batches += 1
-        _say(f"      {len(back):,} bytes in {dt:.2f} s ({len(back) / dt / 1e6:.0f} MB/s), {batches} batches, "
-             f"sha256 {hashlib.sha256(back).hexdigest()[:16]}… matches")
+        _say(
+            f"      {len(back):,} bytes in {dt:.2f} s ({len(back) / dt / 1e6:.0f} MB/s), {batches} batches, "
+            f"sha256 {hashlib.sha256(back).hexdigest()[:16]}… matches"
+        )
 
         _say("[5/5] fetchIndex for all five index types")
         for t in IndexType:

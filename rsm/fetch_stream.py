@@ -24,8 +24,16 @@ ChunkLoader = Callable[[Chunk], "bytes | memoryview"]
 class SegmentStream(io.RawIOBase):
     """Bytes ``[start, end]`` of a segment, decoded chunk by chunk, read ahead in parallel."""
 
-    def __init__(self, chunks: list[Chunk], start: int, end: int, loader: ChunkLoader, executor: Executor,
-                 readahead: int, describe: str) -> None:
+    def __init__(
+        self,
+        chunks: list[Chunk],
+        start: int,
+        end: int,
+        loader: ChunkLoader,
+        executor: Executor,
+        readahead: int,
+        describe: str,
+    ) -> None:
         super().__init__()
         self._chunks = chunks
         self._next_to_schedule = 0
@@ -63,8 +71,9 @@ class SegmentStream(io.RawIOBase):
             raise
         except Exception as e:  # a backend or decode error: name the segment and the chunk
             self._cancel_pending()
-            raise RemoteStorageException(f"failed to read chunk {chunk.id} of {self._describe}: "
-                                         f"{type(e).__name__}: {e}") from e
+            raise RemoteStorageException(
+                f"failed to read chunk {chunk.id} of {self._describe}: {type(e).__name__}: {e}"
+            ) from e
         self._consumed_chunks += 1
         self._schedule(self._readahead)
         view = memoryview(data)
@@ -86,7 +95,7 @@ class SegmentStream(io.RawIOBase):
                     break
                 continue
             n = min(len(out) - filled, len(self._current) - self._current_pos)
-            out[filled:filled + n] = self._current[self._current_pos:self._current_pos + n]
+            out[filled : filled + n] = self._current[self._current_pos : self._current_pos + n]
             self._current_pos += n
             self._remaining -= n
             filled += n
@@ -107,7 +116,7 @@ class SegmentStream(io.RawIOBase):
                 if self._remaining <= 0 or not self._advance():
                     return b"".join(parts)
             assert self._current is not None
-            piece = self._current[self._current_pos:]
+            piece = self._current[self._current_pos :]
             self._current_pos = len(self._current)
             self._remaining -= len(piece)
             parts.append(bytes(piece))

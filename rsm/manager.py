@@ -131,8 +131,13 @@ class RemoteStorageManager:
         self._backend = backend
         self._executor = ThreadPoolExecutor(max_workers=config.thread_pool_size, thread_name_prefix="rsm-transform")
         self._manifests = _ManifestCache(config["fetch.manifest.cache.size"])
-        log.info("RemoteStorageManager configured: backend=%s chunk.size=%d compression=%s encryption=%s",
-                 backend, config["chunk.size"], config["compression.enabled"], config["encryption.enabled"])
+        log.info(
+            "RemoteStorageManager configured: backend=%s chunk.size=%d compression=%s encryption=%s",
+            backend,
+            config["chunk.size"],
+            config["compression.enabled"],
+            config["encryption.enabled"],
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -218,8 +223,15 @@ class RemoteStorageManager:
             log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
             index_entries, index_crcs, indexes_size = self._upload_indexes(keys.indexes, data, cipher, uploaded)
             nominal = config["chunk.size"] + (OVERHEAD if cipher is not None else 0)
-            manifest = SegmentManifest(chunk_index, index_entries, compression, encryption, metadata_to_json(meta),
-                                       IntegrityRecord(chunk_crcs, index_crcs), nominal)
+            manifest = SegmentManifest(
+                chunk_index,
+                index_entries,
+                compression,
+                encryption,
+                metadata_to_json(meta),
+                IntegrityRecord(chunk_crcs, index_crcs),
+                nominal,
+            )
             manifest_bytes = manifest.to_json_bytes()
             uploaded.append(keys.manifest)
             self.backend.upload(keys.manifest, io.BytesIO(manifest_bytes))
@@ -231,23 +243,35 @@ class RemoteStorageManager:
             if isinstance(e, (StorageBackendException, OSError, ValueError)):
                 raise RemoteStorageException(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}") from e
             raise
-        log.info("copied %s: %d bytes in %d chunks -> %d stored bytes (compression=%s, encryption=%s)",
-                 meta.describe(), chunk_index.original_file_size, chunk_index.chunk_count, log_size,
-                 compression, encryption is not None)
+        log.info(
+            "copied %s: %d bytes in %d chunks -> %d stored bytes (compression=%s, encryption=%s)",
+            meta.describe(),
+            chunk_index.original_file_size,
+            chunk_index.chunk_count,
+            log_size,
+            compression,
+            encryption is not None,
+        )
         return self._custom_metadata(keys, log_size + indexes_size + len(manifest_bytes))
 
     def _check_inputs(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
-        required = [("log segment", data.log_segment), ("offset index", data.offset_index),
-                    ("time index", data.time_index), ("producer snapshot", data.producer_snapshot_index)]
+        required = [
+            ("log segment", data.log_segment),
+            ("offset index", data.offset_index),
+            ("time index", data.time_index),
+            ("producer snapshot", data.producer_snapshot_index),
+        ]
         if data.transaction_index is not None:
             required.append(("transaction index", data.transaction_index))
         for what, path in required:
             if not path.is_file():
-                raise RemoteStorageException(f"cannot copy {meta.describe()}: its {what} {path} does not exist or "
-                                             f"is not a regular file")
+                raise RemoteStorageException(
+                    f"cannot copy {meta.describe()}: its {what} {path} does not exist or is not a regular file"
+                )
 
-    def _upload_log(self, key: str, path: Path, transformer: ChunkTransformer,
-                    uploaded: list[str]) -> tuple[int, ChunkIndex, list[int]]:
+    def _upload_log(
+        self, key: str, path: Path, transformer: ChunkTransformer, uploaded: list[str]
+    ) -> tuple[int, ChunkIndex, list[int]]:
         chunk_size = self.config["chunk.size"]
         file_size = path.stat().st_size
         window = 2 * self.config.thread_pool_size + 1
@@ -257,19 +281,23 @@ class RemoteStorageManager:
             uploaded.append(key)
             written = self.backend.upload(key, io.BufferedReader(counting, buffer_size=1024 * 1024))  # type: ignore[arg-type]
             if not reader.complete:
-                raise RemoteStorageException(f"backend stopped reading {self._show(key)} after {counting.count} "
-                                             f"bytes, before the end of the segment")
+                raise RemoteStorageException(
+                    f"backend stopped reading {self._show(key)} after {counting.count} "
+                    f"bytes, before the end of the segment"
+                )
         finally:
             reader.close()
         total = sum(reader.transformed_sizes)
         if written != total:
-            raise RemoteStorageException(f"backend reported {written} bytes written for {self._show(key)}, the "
-                                         f"transformed segment has {total}")
+            raise RemoteStorageException(
+                f"backend reported {written} bytes written for {self._show(key)}, the transformed segment has {total}"
+            )
         index = ChunkIndex(chunk_size, file_size, reader.transformed_sizes)
         return total, index, reader.chunk_crcs
 
-    def _upload_indexes(self, key: str, data: LogSegmentData, cipher: ChunkCipher | None, uploaded: list[str]
-                        ) -> tuple[dict[IndexType, SegmentIndexEntry | None], dict[IndexType, int], int]:
+    def _upload_indexes(
+        self, key: str, data: LogSegmentData, cipher: ChunkCipher | None, uploaded: list[str]
+    ) -> tuple[dict[IndexType, SegmentIndexEntry | None], dict[IndexType, int], int]:
         sources: dict[IndexType, bytes | None] = {
             IndexType.OFFSET: data.offset_index.read_bytes(),
             IndexType.TIMESTAMP: data.time_index.read_bytes(),
@@ -310,8 +338,12 @@ class RemoteStorageManager:
         try:
             self.backend.delete_many(keys.all())
         except Exception as e:  # the original error matters more; the broker's delete will retry this
-            log.error("could not delete the partial upload of %s (%s): %s", meta.describe(),
-                      ", ".join(self._show(k) for k in keys.all()), e)
+            log.error(
+                "could not delete the partial upload of %s (%s): %s",
+                meta.describe(),
+                ", ".join(self._show(k) for k in keys.all()),
+                e,
+            )
 
     # --- fetch -----------------------------------------------------------------------------------------------------
 
@@ -329,10 +361,12 @@ class RemoteStorageManager:
                 raw = f.read()
         except KeyNotFound:
             raise RemoteResourceNotFoundException(
-                f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found") from None
+                f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found"
+            ) from None
         except StorageBackendException as e:
-            raise RemoteStorageException(f"cannot read the manifest {self._show(keys.manifest)} of "
-                                         f"{meta.describe()}: {e}") from e
+            raise RemoteStorageException(
+                f"cannot read the manifest {self._show(keys.manifest)} of {meta.describe()}: {e}"
+            ) from e
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(keys.manifest)}")
         loaded = LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta))
         self._manifests.put(loaded)
@@ -342,9 +376,11 @@ class RemoteStorageManager:
         cipher = None
         if manifest.encryption is not None:
             if self._key_ring is None:
-                raise KeyRingException(f"{meta.describe()} is encrypted with key pair "
-                                       f"{manifest.encryption.key_pair_id!r}, but encryption is not configured: set "
-                                       f"encryption.enabled, encryption.key.pairs and that pair's private key")
+                raise KeyRingException(
+                    f"{meta.describe()} is encrypted with key pair "
+                    f"{manifest.encryption.key_pair_id!r}, but encryption is not configured: set "
+                    f"encryption.enabled, encryption.key.pairs and that pair's private key"
+                )
             try:
                 data_key = self._key_ring.unwrap(manifest.encryption.data_key)
             except KeyRingException as e:
@@ -352,8 +388,9 @@ class RemoteStorageManager:
             cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
         return ChunkTransformer(manifest.compression, 3, cipher)
 
-    def fetch_log_segment(self, meta: RemoteLogSegmentMetadata, start_position: int,
-                          end_position: int | None = None) -> BinaryIO:
+    def fetch_log_segment(
+        self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
         """A lazy stream over bytes ``[start_position, end_position]`` (inclusive; ``None`` = to the end)."""
         loaded = self._load(meta)
         index = loaded.manifest.chunk_index
@@ -361,18 +398,26 @@ class RemoteStorageManager:
         if start_position < 0:
             raise RemoteStorageException(f"invalid start position {start_position} for {meta.describe()}")
         if end_position is not None and end_position < start_position:
-            raise RemoteStorageException(f"invalid range [{start_position}, {end_position}] for {meta.describe()}: "
-                                         f"end before start")
+            raise RemoteStorageException(
+                f"invalid range [{start_position}, {end_position}] for {meta.describe()}: end before start"
+            )
         if start_position >= size:
             if start_position == size:  # nothing left to read, e.g. position = size of an empty segment
-                return SegmentStream([], 0, -1, self._chunk_loader(loaded, meta), self._pool(), 0,
-                                     meta.describe())  # type: ignore[return-value]
-            raise RemoteStorageException(f"start position {start_position} is past the end of {meta.describe()}, "
-                                         f"which has {size} bytes")
+                return SegmentStream([], 0, -1, self._chunk_loader(loaded, meta), self._pool(), 0, meta.describe())  # type: ignore[return-value]
+            raise RemoteStorageException(
+                f"start position {start_position} is past the end of {meta.describe()}, which has {size} bytes"
+            )
         end = size - 1 if end_position is None else min(end_position, size - 1)
         chunks = index.chunks_for_range(start_position, end)
-        return SegmentStream(chunks, start_position, end, self._chunk_loader(loaded, meta), self._pool(),
-                             self.config["fetch.readahead.chunks"], meta.describe())  # type: ignore[return-value]
+        return SegmentStream(
+            chunks,
+            start_position,
+            end,
+            self._chunk_loader(loaded, meta),
+            self._pool(),
+            self.config["fetch.readahead.chunks"],
+            meta.describe(),
+        )  # type: ignore[return-value]
 
     def _chunk_loader(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata):  # type: ignore[no-untyped-def]
         keys = self.segment_keys(meta)
@@ -388,15 +433,19 @@ class RemoteStorageManager:
                 try:
                     stored = read_range(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1)
                 except KeyNotFound:
-                    raise RemoteStorageException(f"{what}: the .log object is missing although the manifest exists "
-                                                 f"(deleted or partially removed segment)") from None
+                    raise RemoteStorageException(
+                        f"{what}: the .log object is missing although the manifest exists "
+                        f"(deleted or partially removed segment)"
+                    ) from None
                 except InvalidRange as e:
-                    raise CorruptDataException(f"{what}: the .log object is shorter than its manifest says "
-                                               f"(truncated object): {e}") from None
+                    raise CorruptDataException(
+                        f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
+                    ) from None
             data = loaded.transformer.detransform(stored, chunk.original_size, what)
             if crcs is not None and crc32c(data) != crcs[chunk.id]:
-                raise CorruptDataException(f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored "
-                                           f"chunk is corrupt")
+                raise CorruptDataException(
+                    f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored chunk is corrupt"
+                )
             return data
 
         return load
@@ -414,10 +463,10 @@ class RemoteStorageManager:
             stored = read_range(self.backend, keys.indexes, entry.position, entry.position + entry.size - 1)
         except KeyNotFound:
             raise RemoteStorageException(
-                f"{what}: the .indexes object is missing although the manifest exists") from None
+                f"{what}: the .indexes object is missing although the manifest exists"
+            ) from None
         except InvalidRange as e:
-            raise CorruptDataException(
-                f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
+            raise CorruptDataException(f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
         except StorageBackendException as e:
             raise RemoteStorageException(f"cannot read the {what}: {e}") from e
         cipher = loaded.transformer.cipher
@@ -471,4 +520,3 @@ class RemoteStorageManager:
         self.backend.upload(manifest_key, io.BytesIO(manifest.to_json_bytes()))
         self._manifests.invalidate(manifest_key)
         return old_id, self._key_ring.active_key_id
-

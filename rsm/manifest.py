@@ -27,8 +27,13 @@ INDEX_JSON_NAMES: dict[IndexType, str] = {
     IndexType.TRANSACTION: "transaction",
 }
 # The order in which the indexes are concatenated into the .indexes object (Aiven's order).
-INDEX_UPLOAD_ORDER = [IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH,
-                      IndexType.TRANSACTION]
+INDEX_UPLOAD_ORDER = [
+    IndexType.OFFSET,
+    IndexType.TIMESTAMP,
+    IndexType.PRODUCER_SNAPSHOT,
+    IndexType.LEADER_EPOCH,
+    IndexType.TRANSACTION,
+]
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,10 @@ def metadata_to_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
     tip = seg.topic_id_partition
     return {
         "remoteLogSegmentId": {
-            "topicIdPartition": {"topicId": tip.topic_id,
-                                 "topicPartition": {"topic": tip.topic, "partition": tip.partition}},
+            "topicIdPartition": {
+                "topicId": tip.topic_id,
+                "topicPartition": {"topic": tip.topic, "partition": tip.partition},
+            },
             "id": seg.id,
         },
         "startOffset": meta.start_offset,
@@ -109,14 +116,17 @@ class SegmentManifest:
             indexes[INDEX_JSON_NAMES[t]] = None if e is None else {"position": e.position, "size": e.size}
         doc: dict[str, Any] = {
             "version": "1",
-            "chunkIndex": self.chunk_index.to_json(variable=self.compression,
-                                                   nominal_transformed_chunk_size=self.nominal_transformed_chunk_size),
+            "chunkIndex": self.chunk_index.to_json(
+                variable=self.compression, nominal_transformed_chunk_size=self.nominal_transformed_chunk_size
+            ),
             "segmentIndexes": indexes,
             "compression": self.compression,
         }
         if self.encryption is not None:
-            doc["encryption"] = {"dataKey": self.encryption.data_key,
-                                 "aad": base64.b64encode(self.encryption.aad).decode("ascii")}
+            doc["encryption"] = {
+                "dataKey": self.encryption.data_key,
+                "aad": base64.b64encode(self.encryption.aad).decode("ascii"),
+            }
         rlsm = dict(self.remote_log_segment_metadata or {})
         if self.integrity is not None:
             rlsm["integrity"] = self.integrity.to_json()
@@ -133,7 +143,7 @@ class SegmentManifest:
         if not isinstance(doc, dict):
             raise CorruptDataException(f"{what} is not a JSON object")
         if doc.get("version") != "1":
-            raise CorruptDataException(f"{what} has unsupported version {doc.get('version')!r} (expected \"1\")")
+            raise CorruptDataException(f'{what} has unsupported version {doc.get("version")!r} (expected "1")')
         try:
             chunk_index = ChunkIndex.from_json(doc["chunkIndex"])
             raw_indexes = doc["segmentIndexes"]
@@ -156,8 +166,10 @@ class SegmentManifest:
                 rlsm = dict(rlsm)
                 integrity = IntegrityRecord.from_json(rlsm.pop("integrity", None))
                 if integrity is not None and len(integrity.chunk_crcs) != chunk_index.chunk_count:
-                    raise ValueError(f"integrity lists {len(integrity.chunk_crcs)} chunk checksums for "
-                                     f"{chunk_index.chunk_count} chunks")
+                    raise ValueError(
+                        f"integrity lists {len(integrity.chunk_crcs)} chunk checksums for "
+                        f"{chunk_index.chunk_count} chunks"
+                    )
         except CorruptDataException:
             raise
         except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError) as e:

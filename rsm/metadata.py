@@ -93,8 +93,10 @@ class RemoteLogSegmentMetadata:
     def describe(self) -> str:
         """A short human name for error messages: topic-partition, offsets and segment id."""
         tip = self.topic_id_partition
-        return (f"segment {self.remote_log_segment_id.id} of {tip.topic}-{tip.partition} "
-                f"(offsets {self.start_offset}..{self.end_offset})")
+        return (
+            f"segment {self.remote_log_segment_id.id} of {tip.topic}-{tip.partition} "
+            f"(offsets {self.start_offset}..{self.end_offset})"
+        )
 
 
 @dataclass(frozen=True)

@@ -58,5 +58,5 @@ def segment_keys(prefix: str, meta: RemoteLogSegmentMetadata) -> SegmentKeys:
 def mask(key: str, prefix: str, masked: bool) -> str:
     """A key for logs: with ``key.prefix.mask`` the prefix (which may hold an account name) is hidden."""
     if masked and prefix and key.startswith(prefix):
-        return "<prefix>" + key[len(prefix):]
+        return "<prefix>" + key[len(prefix) :]
     return key

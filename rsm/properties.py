@@ -23,7 +23,7 @@ def read_properties(path: str | Path) -> dict[str, str]:
         if sep < 0:
             props[line] = ""
         else:
-            props[line[:sep].strip()] = line[sep + 1:].strip()
+            props[line[:sep].strip()] = line[sep + 1 :].strip()
     return props
 
 
@@ -31,5 +31,5 @@ def rsm_configs(props: dict[str, str]) -> dict[str, str]:
     """The plugin's keys: from a broker file, the ``rsm.config.``-prefixed ones stripped, as Kafka does;
     from a plain plugin file (no prefixed key at all), every key."""
     if any(k.startswith(BROKER_PREFIX) for k in props):
-        return {k[len(BROKER_PREFIX):]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
+        return {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
     return dict(props)

@@ -32,8 +32,12 @@ class RotationReport:
         return sum(self.rewrapped.values()) + self.already_current + self.unencrypted + len(self.failed)
 
 
-def rewrap_all(manager: RemoteStorageManager, prefix: str | None = None, dry_run: bool = False,
-               progress: Callable[[int, int, str], None] | None = None) -> RotationReport:
+def rewrap_all(
+    manager: RemoteStorageManager,
+    prefix: str | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> RotationReport:
     """Re-wrap every encrypted segment under ``prefix`` (default: the configured ``key.prefix``)."""
     ring = manager.key_ring
     if ring is None:

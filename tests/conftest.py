@@ -43,8 +43,9 @@ def key_pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
     return pairs
 
 
-def encryption_configs(key_pairs: dict[str, tuple[Path, Path]], active: str = "kek1",
-                       ring: tuple[str, ...] = ("kek1",)) -> dict[str, str]:
+def encryption_configs(
+    key_pairs: dict[str, tuple[Path, Path]], active: str = "kek1", ring: tuple[str, ...] = ("kek1",)
+) -> dict[str, str]:
     configs = {"encryption.enabled": "true", "encryption.key.pair.id": active, "encryption.key.pairs": ",".join(ring)}
     for key_id in ring:
         pub, priv = key_pairs[key_id]
@@ -61,10 +62,15 @@ def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     managers: list[Any] = []
 
     def make(extra: dict[str, str] | None = None, **configs: Any) -> Any:
-        base = {"chunk.size": "65536", "storage.backend.class": "filesystem", "storage.root": str(tmp_path / "store"),
-                "storage.fsync.enabled": "false"}
-        base.update({k.replace("_", "."): str(v).lower() if isinstance(v, bool) else str(v)
-                     for k, v in configs.items()})
+        base = {
+            "chunk.size": "65536",
+            "storage.backend.class": "filesystem",
+            "storage.root": str(tmp_path / "store"),
+            "storage.fsync.enabled": "false",
+        }
+        base.update(
+            {k.replace("_", "."): str(v).lower() if isinstance(v, bool) else str(v) for k, v in configs.items()}
+        )
         base.update(extra or {})
         m = RemoteStorageManager()
         m.configure(base)

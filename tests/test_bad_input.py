@@ -70,10 +70,12 @@ def test_missing_key_id(seg: Any, key_pairs: Any, make_manager: Any) -> None:
 
 
 @pytest.mark.parametrize("compression,encryption", [(False, False), (True, False), (False, True), (True, True)])
-def test_flipped_bit_in_stored_chunk(compression: bool, encryption: bool, seg: Any, key_pairs: Any,
-                                     make_manager: Any, tmp_path: Path) -> None:
-    m = make_manager(encryption_configs(key_pairs) if encryption else {}, compression_enabled=compression,
-                     chunk_size=16384)
+def test_flipped_bit_in_stored_chunk(
+    compression: bool, encryption: bool, seg: Any, key_pairs: Any, make_manager: Any, tmp_path: Path
+) -> None:
+    m = make_manager(
+        encryption_configs(key_pairs) if encryption else {}, compression_enabled=compression, chunk_size=16384
+    )
     meta = _copy(m, seg)
     path = _store_file(tmp_path, segment_keys("", meta).log)
     raw = bytearray(path.read_bytes())
@@ -143,26 +145,50 @@ def test_range_errors(seg: Any, make_manager: Any) -> None:
         assert f.read() == seg.log.read_bytes()[-3:]
 
 
-@pytest.mark.parametrize(("configs", "message"), [
-    ({}, "chunk.size"),
-    ({"chunk.size": "0"}, "chunk.size"),
-    ({"chunk.size": "abc"}, "chunk.size"),
-    ({"chunk.size": "1024", "storage.backend.class": "ftp"}, "storage.backend.class.*filesystem, s3, gcs, azure"),
-    ({"chunk.size": "1024", "storage.backend.class": "nosuchmodule:X"}, "cannot import module"),
-    ({"chunk.size": "1024", "compression.heuristic.enabled": "true"}, "requires compression.enabled"),
-    ({"chunk.size": "1024", "compression.enabled": "maybe"}, "compression.enabled.*true or false"),
-    ({"chunk.size": "1024", "compression.level": "99"}, "compression.level"),
-    ({"chunk.size": "1024", "encryption.enabled": "true"}, "encryption.key.pair.id"),
-    ({"chunk.size": "1024", "encryption.enabled": "true", "encryption.key.pair.id": "a",
-      "encryption.key.pairs": "b"}, "must be one of encryption.key.pairs"),
-    ({"chunk.size": "1024", "encryption.enabled": "true", "encryption.key.pair.id": "a",
-      "encryption.key.pairs": "a"}, "key pair 'a'"),
-    ({"chunk.size": "1024", "encryption.enabled": "true", "encryption.key.pair.id": "a",
-      "encryption.key.pairs": "a", "encryption.key.pairs.a.public.key.file": "/nonexistent.pem"},
-     "encryption.key.pairs.a.public.key.file.*cannot read"),
-    ({"chunk.size": "1024", "custom.metadata.fields.include": "REMOTE_SIZE,SIZE"}, "'SIZE' is not one of"),
-    ({"chunk.size": "1024", "storage.backend.class": "filesystem"}, "storage.root"),
-])
+@pytest.mark.parametrize(
+    ("configs", "message"),
+    [
+        ({}, "chunk.size"),
+        ({"chunk.size": "0"}, "chunk.size"),
+        ({"chunk.size": "abc"}, "chunk.size"),
+        ({"chunk.size": "1024", "storage.backend.class": "ftp"}, "storage.backend.class.*filesystem, s3, gcs, azure"),
+        ({"chunk.size": "1024", "storage.backend.class": "nosuchmodule:X"}, "cannot import module"),
+        ({"chunk.size": "1024", "compression.heuristic.enabled": "true"}, "requires compression.enabled"),
+        ({"chunk.size": "1024", "compression.enabled": "maybe"}, "compression.enabled.*true or false"),
+        ({"chunk.size": "1024", "compression.level": "99"}, "compression.level"),
+        ({"chunk.size": "1024", "encryption.enabled": "true"}, "encryption.key.pair.id"),
+        (
+            {
+                "chunk.size": "1024",
+                "encryption.enabled": "true",
+                "encryption.key.pair.id": "a",
+                "encryption.key.pairs": "b",
+            },
+            "must be one of encryption.key.pairs",
+        ),
+        (
+            {
+                "chunk.size": "1024",
+                "encryption.enabled": "true",
+                "encryption.key.pair.id": "a",
+                "encryption.key.pairs": "a",
+            },
+            "key pair 'a'",
+        ),
+        (
+            {
+                "chunk.size": "1024",
+                "encryption.enabled": "true",
+                "encryption.key.pair.id": "a",
+                "encryption.key.pairs": "a",
+                "encryption.key.pairs.a.public.key.file": "/nonexistent.pem",
+            },
+            "encryption.key.pairs.a.public.key.file.*cannot read",
+        ),
+        ({"chunk.size": "1024", "custom.metadata.fields.include": "REMOTE_SIZE,SIZE"}, "'SIZE' is not one of"),
+        ({"chunk.size": "1024", "storage.backend.class": "filesystem"}, "storage.root"),
+    ],
+)
 def test_invalid_config(configs: dict[str, str], message: str, tmp_path: Path) -> None:
     full = dict(configs)
     if "storage.root" not in str(message) and "storage.backend.class" not in full:
@@ -174,9 +200,15 @@ def test_invalid_config(configs: dict[str, str], message: str, tmp_path: Path) -
 
 def test_inline_pem_keys(seg: Any, key_pairs: Any, make_manager: Any) -> None:
     pub, priv = key_pairs["kek1"]
-    m = make_manager({"encryption.enabled": "true", "encryption.key.pair.id": "k", "encryption.key.pairs": "k",
-                      "encryption.key.pairs.k.public.key": pub.read_text(),
-                      "encryption.key.pairs.k.private.key": priv.read_text()})
+    m = make_manager(
+        {
+            "encryption.enabled": "true",
+            "encryption.key.pair.id": "k",
+            "encryption.key.pairs": "k",
+            "encryption.key.pairs.k.public.key": pub.read_text(),
+            "encryption.key.pairs.k.private.key": priv.read_text(),
+        }
+    )
     meta = _copy(m, seg)
     with m.fetch_log_segment(meta, 0) as f:
         assert f.read() == seg.log.read_bytes()
@@ -186,8 +218,14 @@ def test_inline_pem_keys(seg: Any, key_pairs: Any, make_manager: Any) -> None:
 def test_failed_copy_leaves_nothing(fail_suffix: str, seg: Any, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(FailingBackend, "fail_suffix", fail_suffix)
     m = RemoteStorageManager()
-    m.configure({"chunk.size": "16384", "storage.backend.class": "test_bad_input:FailingBackend",
-                 "storage.root": str(tmp_path / "store"), "compression.enabled": "true"})
+    m.configure(
+        {
+            "chunk.size": "16384",
+            "storage.backend.class": "test_bad_input:FailingBackend",
+            "storage.root": str(tmp_path / "store"),
+            "compression.enabled": "true",
+        }
+    )
     meta = seg.to_metadata(TIP)
     with pytest.raises(RemoteStorageException, match=f"copy of segment {meta.remote_log_segment_id.id}"):
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
@@ -198,8 +236,14 @@ def test_failed_copy_leaves_nothing(fail_suffix: str, seg: Any, tmp_path: Path, 
 def test_truncated_or_missing_segment_file(seg: Any, tmp_path: Path, make_manager: Any) -> None:
     m = make_manager()
     data = seg.to_log_segment_data()
-    broken = type(data)(tmp_path / "missing.log", data.offset_index, data.time_index, None,
-                        data.producer_snapshot_index, data.leader_epoch_index)
+    broken = type(data)(
+        tmp_path / "missing.log",
+        data.offset_index,
+        data.time_index,
+        None,
+        data.producer_snapshot_index,
+        data.leader_epoch_index,
+    )
     with pytest.raises(RemoteStorageException, match="log segment .*missing.log does not exist"):
         m.copy_log_segment_data(seg.to_metadata(TIP), broken)
 
@@ -239,8 +283,9 @@ def test_heuristic_looks_past_the_first_batch(tmp_path: Path) -> None:
     from rsm.kafka.indexes import decode_offset_index, encode_offset_index
 
     shift = head.size
-    entries = [(e.offset, e.position + shift) for e in decode_offset_index(tail.offset_index.read_bytes(),
-                                                                          tail.base_offset)]
+    entries = [
+        (e.offset, e.position + shift) for e in decode_offset_index(tail.offset_index.read_bytes(), tail.base_offset)
+    ]
     index = tmp_path / "mixed.index"
     index.write_bytes(encode_offset_index(entries, head.base_offset))
     assert should_compress(log, index) is False
@@ -260,9 +305,15 @@ def test_key_rotation_rewraps_manifest_only(seg: Any, key_pairs: Any, make_manag
     assert json.loads(_store_file(tmp_path, keys.manifest).read_bytes())["encryption"]["dataKey"].startswith("kek1:")
 
     props = tmp_path / "server.properties"
-    lines = [f"rsm.config.{k}={v}" for k, v in {
-        "chunk.size": "65536", "storage.backend.class": "filesystem", "storage.root": str(tmp_path / "store"),
-        **encryption_configs(key_pairs, active="kek2", ring=("kek1", "kek2"))}.items()]
+    lines = [
+        f"rsm.config.{k}={v}"
+        for k, v in {
+            "chunk.size": "65536",
+            "storage.backend.class": "filesystem",
+            "storage.root": str(tmp_path / "store"),
+            **encryption_configs(key_pairs, active="kek2", ring=("kek1", "kek2")),
+        }.items()
+    ]
     props.write_text("# broker config\n" + "\n".join(lines) + "\n")
     assert main(["rewrap", "--config", str(props)]) == 0
 

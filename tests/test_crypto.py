@@ -89,8 +89,9 @@ def test_jdk_encrypted_chunk_decrypts_in_python(java_peer: list[str], rsa_key: R
     (tmp_path / "pub.der").write_bytes(rsa_key.public_key().export_key(format="DER"))
     plain = os.urandom(70_000)
     (tmp_path / "plain.bin").write_bytes(plain)
-    subprocess.run([*java_peer, "encrypt", str(tmp_path / "pub.der"), str(tmp_path / "plain.bin"), str(tmp_path)],
-                   check=True)
+    subprocess.run(
+        [*java_peer, "encrypt", str(tmp_path / "pub.der"), str(tmp_path / "plain.bin"), str(tmp_path)], check=True
+    )
     pair = RsaKeyPair.from_pem("k", None, rsa_key.export_key(pkcs=8))
     dek = pair.unwrap((tmp_path / "wrapped.bin").read_bytes())
     cipher = ChunkCipher(DataKeyAndAad(dek, (tmp_path / "aad.bin").read_bytes()))
@@ -105,6 +106,16 @@ def test_python_encrypted_chunk_decrypts_in_jdk(java_peer: list[str], rsa_key: R
     (tmp_path / "aad.bin").write_bytes(key.aad)
     (tmp_path / "chunk.bin").write_bytes(ChunkCipher(key).encrypt(plain))
     (tmp_path / "priv.der").write_bytes(rsa_key.export_key(format="DER", pkcs=8))
-    result = subprocess.run([*java_peer, "decrypt", str(tmp_path / "priv.der"), str(tmp_path / "wrapped.bin"),
-                             str(tmp_path / "aad.bin"), str(tmp_path / "chunk.bin")], check=True, capture_output=True)
+    result = subprocess.run(
+        [
+            *java_peer,
+            "decrypt",
+            str(tmp_path / "priv.der"),
+            str(tmp_path / "wrapped.bin"),
+            str(tmp_path / "aad.bin"),
+            str(tmp_path / "chunk.bin"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert result.stdout == plain

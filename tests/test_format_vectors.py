@@ -34,11 +34,11 @@ from rsm.object_keys import segment_keys
         ([], "00000000"),
         ([7], "0000000100000007"),
         # count=4, base=min(10,20,30)=10, width=1, deltas 0,10,20, last=5 in full
-        ([10, 20, 30, 5], "00000004" "0000000a" "01" "000a14" "00000005"),
+        ([10, 20, 30, 5], "000000040000000a01000a1400000005"),
         # all deltas 0 still take width 1
-        ([5, 5, 5], "00000003" "00000005" "01" "0000" "00000005"),
+        ([5, 5, 5], "000000030000000501000000000005"),
         # delta 0x10000 needs 3 bytes
-        ([100, 100 + 0x10000, 9], "00000003" "00000064" "03" "000000" "010000" "00000009"),
+        ([100, 100 + 0x10000, 9], "00000003000000640300000001000000000009"),
     ],
 )
 def test_chunk_size_codec_vectors(values: list[int], hex_bytes: str) -> None:
@@ -80,7 +80,7 @@ def test_custom_metadata_remote_size_vector() -> None:
 def test_custom_metadata_all_fields_vector() -> None:
     encoded = CustomMetadata(remote_size=1, object_prefix="p/", object_key="t-x/0/1").encode()
     # 3 fields; tag0 size1 zigzag(1)=2; tag1 size3 len+1=3 'p/'; tag2 size8 len+1=8 't-x/0/1'
-    assert encoded == bytes.fromhex("03" "000102" "010303702f" "020808") + b"t-x/0/1"
+    assert encoded == bytes.fromhex("03000102010303702f020808") + b"t-x/0/1"
     assert CustomMetadata.decode(encoded) == CustomMetadata(1, "p/", "t-x/0/1")
 
 
@@ -104,8 +104,9 @@ def test_custom_metadata_truncated() -> None:
 
 def _meta(start: int = 1234) -> RemoteLogSegmentMetadata:
     tip = TopicIdPartition("MWJ6FHTfRYy67jzwZdeqSQ", "topic", 7)
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, "tqimKeZwStOEOwRzT3L5oQ"), start, start + 10, 1000, 2,
-                                    2000, 100, {0: 100, 1: 200})
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, "tqimKeZwStOEOwRzT3L5oQ"), start, start + 10, 1000, 2, 2000, 100, {0: 100, 1: 200}
+    )
 
 
 def test_object_keys_match_aiven_example() -> None:
@@ -125,23 +126,45 @@ def test_kafka_uuid_strings() -> None:
 # --- manifest (aiven-plugin.md §1.5) --------------------------------------------------------------------------------
 
 # The manifest example of Aiven's format, as their plugin writes it (fixed index, encryption on).
-AIVEN_FIXED_MANIFEST = json.dumps({
-    "version": "1",
-    "chunkIndex": {"type": "fixed", "originalChunkSize": 100, "originalFileSize": 1000,
-                   "transformedChunkSize": 128, "finalTransformedChunkSize": 128},
-    "segmentIndexes": {"offset": {"position": 0, "size": 28}, "timestamp": {"position": 28, "size": 28},
-                       "producerSnapshot": {"position": 56, "size": 28}, "leaderEpoch": {"position": 84, "size": 28},
-                       "transaction": None},
-    "compression": False,
-    "encryption": {"dataKey": "kek1:" + base64.b64encode(b"\x01" * 256).decode(),
-                   "aad": base64.b64encode(b"\x02" * 32).decode()},
-    "remoteLogSegmentMetadata": {
-        "remoteLogSegmentId": {"topicIdPartition": {"topicId": "lZ6vvmajTWKDBUTV6SQAtQ",
-                                                    "topicPartition": {"topic": "topic1", "partition": 42}},
-                               "id": "adh9f8BMS4anaUnD8KWfWg"},
-        "startOffset": 0, "endOffset": 1000, "maxTimestampMs": 1000000000, "brokerId": 2,
-        "eventTimestampMs": 2000000000, "segmentLeaderEpochs": {"0": 100, "1": 200, "2": 300}},
-}).encode()
+AIVEN_FIXED_MANIFEST = json.dumps(
+    {
+        "version": "1",
+        "chunkIndex": {
+            "type": "fixed",
+            "originalChunkSize": 100,
+            "originalFileSize": 1000,
+            "transformedChunkSize": 128,
+            "finalTransformedChunkSize": 128,
+        },
+        "segmentIndexes": {
+            "offset": {"position": 0, "size": 28},
+            "timestamp": {"position": 28, "size": 28},
+            "producerSnapshot": {"position": 56, "size": 28},
+            "leaderEpoch": {"position": 84, "size": 28},
+            "transaction": None,
+        },
+        "compression": False,
+        "encryption": {
+            "dataKey": "kek1:" + base64.b64encode(b"\x01" * 256).decode(),
+            "aad": base64.b64encode(b"\x02" * 32).decode(),
+        },
+        "remoteLogSegmentMetadata": {
+            "remoteLogSegmentId": {
+                "topicIdPartition": {
+                    "topicId": "lZ6vvmajTWKDBUTV6SQAtQ",
+                    "topicPartition": {"topic": "topic1", "partition": 42},
+                },
+                "id": "adh9f8BMS4anaUnD8KWfWg",
+            },
+            "startOffset": 0,
+            "endOffset": 1000,
+            "maxTimestampMs": 1000000000,
+            "brokerId": 2,
+            "eventTimestampMs": 2000000000,
+            "segmentLeaderEpochs": {"0": 100, "1": 200, "2": 300},
+        },
+    }
+).encode()
 
 
 def test_read_aiven_fixed_manifest() -> None:
@@ -173,8 +196,13 @@ def test_variable_chunk_index_encoding() -> None:
 def test_empty_file_chunk_index() -> None:
     index = ChunkIndex(100, 0, [0])
     chunk = index.chunk(0)
-    assert (chunk.id, chunk.original_position, chunk.original_size, chunk.transformed_position,
-            chunk.transformed_size) == (0, 0, 0, 0, 0)
+    assert (
+        chunk.id,
+        chunk.original_position,
+        chunk.original_size,
+        chunk.transformed_position,
+        chunk.transformed_size,
+    ) == (0, 0, 0, 0, 0)
 
 
 def test_chunk_index_rejects_inconsistent_counts() -> None:
@@ -182,13 +210,16 @@ def test_chunk_index_rejects_inconsistent_counts() -> None:
         ChunkIndex(100, 250, [1, 2])
 
 
-@pytest.mark.parametrize("mutation", [
-    lambda d: d.pop("chunkIndex"),
-    lambda d: d.__setitem__("version", "2"),
-    lambda d: d["segmentIndexes"].pop("offset"),
-    lambda d: d.__setitem__("compression", "yes"),
-    lambda d: d["chunkIndex"].__setitem__("type", "sparse"),
-])
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        lambda d: d.pop("chunkIndex"),
+        lambda d: d.__setitem__("version", "2"),
+        lambda d: d["segmentIndexes"].pop("offset"),
+        lambda d: d.__setitem__("compression", "yes"),
+        lambda d: d["chunkIndex"].__setitem__("type", "sparse"),
+    ],
+)
 def test_malformed_manifest_errors(mutation) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(AIVEN_FIXED_MANIFEST)
     mutation(doc)

@@ -92,8 +92,15 @@ def _records(n: int, base_ts: int = 1_700_000_000_000) -> list[tuple[int, bytes 
 @pytest.mark.parametrize("codec", CODECS)
 def test_kafka_python_batch_parses_with_every_codec(codec: str) -> None:
     codec_id = CompressionType.from_name(codec)
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=int(codec_id), is_transactional=False,
-                                        producer_id=4242, producer_epoch=3, base_sequence=100, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(codec_id),
+        is_transactional=False,
+        producer_id=4242,
+        producer_epoch=3,
+        base_sequence=100,
+        batch_size=1 << 20,
+    )
     specs = _records(40)
     for i, (ts, key, value, headers) in enumerate(specs):
         assert builder.append(i, ts, key, value, headers) is not None
@@ -119,7 +126,8 @@ def test_kafka_python_batch_parses_with_every_codec(codec: str) -> None:
     # kafka-python's own reader agrees record by record
     theirs = list(DefaultRecordBatch(bytes(buf)))
     assert [(t.offset, t.timestamp, t.key, t.value) for t in theirs] == [
-        (r.offset, r.timestamp, r.key, r.value) for r in records]
+        (r.offset, r.timestamp, r.key, r.value) for r in records
+    ]
 
 
 def test_snappy_batches_use_xerial_framing() -> None:
@@ -129,8 +137,15 @@ def test_snappy_batches_use_xerial_framing() -> None:
 
 
 def test_control_batch_marker() -> None:
-    batch = build_control_batch(ControlRecordType.ABORT, base_offset=77, timestamp_ms=9, producer_id=55,
-                                producer_epoch=2, coordinator_epoch=12, leader_epoch=4)
+    batch = build_control_batch(
+        ControlRecordType.ABORT,
+        base_offset=77,
+        timestamp_ms=9,
+        producer_id=55,
+        producer_epoch=2,
+        coordinator_epoch=12,
+        leader_epoch=4,
+    )
     h = parse_batch_header(batch)
     assert h.is_control and h.is_transactional and h.base_sequence == -1 and h.records_count == 1
     assert verify_crc(batch) and DefaultRecordBatch(batch).validate_crc()
@@ -156,18 +171,18 @@ def test_flipped_bit_fails_crc(tmp_path: Path) -> None:
     headers = list(iter_batch_headers(seg.log))
     victim = headers[2]
     data[victim.position + victim.size - 5] ^= 0x10
-    assert not verify_crc(memoryview(data)[victim.position:])
-    assert verify_crc(memoryview(data)[headers[1].position:])
+    assert not verify_crc(memoryview(data)[victim.position :])
+    assert verify_crc(memoryview(data)[headers[1].position :])
     with pytest.raises(CorruptRecordBatch) as exc:
         list(iter_batches(bytes(data), verify=True))
     assert exc.value.position == victim.position
     with pytest.raises(CorruptRecordBatch):
-        decode_records(memoryview(data)[victim.position:victim.end_position], verify=True)
+        decode_records(memoryview(data)[victim.position : victim.end_position], verify=True)
     # the base offset and leader epoch are outside the CRC by design: changing them keeps it valid
     data = bytearray(seg.log.read_bytes())
     data[victim.position + 7] ^= 0x01
     data[victim.position + 15] ^= 0x01
-    assert verify_crc(memoryview(data)[victim.position:])
+    assert verify_crc(memoryview(data)[victim.position :])
 
 
 def test_truncated_log_raises_with_position(tmp_path: Path) -> None:
@@ -324,8 +339,14 @@ def test_time_index_round_trip_and_lookup(case: tuple[int, list[tuple[int, int]]
         assert idx.lookup(entries[-1][0] + 5) == entries[-1]
 
 
-@given(st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.integers(0, 1 << 40), st.integers(0, 1 << 20),
-                          st.integers(0, 1 << 40)), max_size=20))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, (1 << 63) - 1), st.integers(0, 1 << 40), st.integers(0, 1 << 20), st.integers(0, 1 << 40)
+        ),
+        max_size=20,
+    )
+)
 def test_txn_index_round_trip(raw: list[tuple[int, int, int, int]]) -> None:
     entries = [AbortedTxn(pid, first, first + span, lso) for pid, first, span, lso in raw]
     data = encode_txn_index(entries)
@@ -355,8 +376,10 @@ def test_collect_aborted_txns() -> None:
 
 
 def test_producer_snapshot_round_trip_and_crc() -> None:
-    entries = [ProducerSnapshotEntry(1000, 0, 99, 5000, 19, 1_700_000_000_000, -1, -1),
-               ProducerSnapshotEntry(1001, 3, 7, 5100, 0, 1_700_000_000_500, 12, 5050)]
+    entries = [
+        ProducerSnapshotEntry(1000, 0, 99, 5000, 19, 1_700_000_000_000, -1, -1),
+        ProducerSnapshotEntry(1001, 3, 7, 5100, 0, 1_700_000_000_500, 12, 5050),
+    ]
     data = encode_producer_snapshot(entries)
     assert len(data) == 10 + 46 * 2
     version, crc, count = struct.unpack_from(">hIi", data)
@@ -421,8 +444,9 @@ def _check_segment_consistency(seg: object) -> list:
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_written_segment_is_consistent(tmp_path: Path, codec: str) -> None:
-    seg = write_segment(tmp_path, base_offset=10_000, num_batches=25, codec=codec, seed=11,
-                        leader_epochs={0: 0, 4: 11_000})
+    seg = write_segment(
+        tmp_path, base_offset=10_000, num_batches=25, codec=codec, seed=11, leader_epochs={0: 0, 4: 11_000}
+    )
     batches = _check_segment_consistency(seg)
     assert seg.log.name == "00000000000000010000.log" and seg.txn_index is None
     assert {h.compression_name for h, _ in batches} == {codec}
@@ -434,7 +458,8 @@ def test_written_segment_is_consistent(tmp_path: Path, codec: str) -> None:
     snap = decode_producer_snapshot(seg.producer_snapshot.read_bytes())
     last_batch_of = {h.producer_id: h for h, _ in batches}
     assert {(s.producer_id, s.last_offset, s.last_sequence) for s in snap} == {
-        (pid, h.last_offset, h.last_sequence) for pid, h in last_batch_of.items()}
+        (pid, h.last_offset, h.last_sequence) for pid, h in last_batch_of.items()
+    }
 
 
 def test_transactional_segment_has_markers_and_txnindex(tmp_path: Path) -> None:

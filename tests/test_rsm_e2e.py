@@ -19,8 +19,14 @@ from rsm.object_keys import segment_keys
 
 def _ranges(size: int, chunk: int, rng: random.Random) -> list[tuple[int, int | None]]:
     """Single bytes, chunk borders from both sides, the last byte, whole-file and random ranges."""
-    out: list[tuple[int, int | None]] = [(0, None), (0, 0), (size - 1, None), (size - 1, size - 1), (0, size - 1),
-                                         (0, size + 1000)]
+    out: list[tuple[int, int | None]] = [
+        (0, None),
+        (0, 0),
+        (size - 1, None),
+        (size - 1, size - 1),
+        (0, size - 1),
+        (0, size + 1000),
+    ]
     for border in range(chunk, size, chunk)[:6]:
         out += [(border - 1, border), (border, border), (border - 1, border - 1), (border - 1, None)]
     for _ in range(8):
@@ -34,13 +40,25 @@ def _ranges(size: int, chunk: int, rng: random.Random) -> list[tuple[int, int | 
 @pytest.mark.parametrize("compression", [False, True])
 @pytest.mark.parametrize("encryption", [False, True])
 @pytest.mark.parametrize("transactional", [False, True])
-def test_end_to_end_matrix(chunk_size: int, compression: bool, encryption: bool, transactional: bool,
-                           segment_factory: Any, key_pairs: Any, make_manager: Any) -> None:
+def test_end_to_end_matrix(
+    chunk_size: int,
+    compression: bool,
+    encryption: bool,
+    transactional: bool,
+    segment_factory: Any,
+    key_pairs: Any,
+    make_manager: Any,
+) -> None:
     seg = segment_factory(target_bytes=300_000, transactional=transactional, seed=3)
     assert seg.size % chunk_size != 0
     extra = encryption_configs(key_pairs) if encryption else {}
-    m = make_manager(extra, chunk_size=chunk_size, compression_enabled=compression,
-                     custom_metadata_fields_include="REMOTE_SIZE,OBJECT_PREFIX,OBJECT_KEY", key_prefix="pre/")
+    m = make_manager(
+        extra,
+        chunk_size=chunk_size,
+        compression_enabled=compression,
+        custom_metadata_fields_include="REMOTE_SIZE,OBJECT_PREFIX,OBJECT_KEY",
+        key_prefix="pre/",
+    )
     meta = seg.to_metadata(TIP)
     custom = m.copy_log_segment_data(meta, seg.to_log_segment_data())
     original = seg.log.read_bytes()
@@ -74,8 +92,11 @@ def test_end_to_end_matrix(chunk_size: int, compression: bool, encryption: bool,
         stop = len(original) if end is None else min(end + 1, len(original))
         assert got == original[start:stop], (start, end)
 
-    for t, path in [(IndexType.OFFSET, seg.offset_index), (IndexType.TIMESTAMP, seg.time_index),
-                    (IndexType.PRODUCER_SNAPSHOT, seg.producer_snapshot)]:
+    for t, path in [
+        (IndexType.OFFSET, seg.offset_index),
+        (IndexType.TIMESTAMP, seg.time_index),
+        (IndexType.PRODUCER_SNAPSHOT, seg.producer_snapshot),
+    ]:
         with m.fetch_index(meta, t) as f:
             assert f.read() == path.read_bytes()
     with m.fetch_index(meta, IndexType.LEADER_EPOCH) as f:
@@ -96,8 +117,9 @@ def test_end_to_end_matrix(chunk_size: int, compression: bool, encryption: bool,
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_broker_style_reads_from_index_positions(codec: str, segment_factory: Any, key_pairs: Any,
-                                                 make_manager: Any) -> None:
+def test_broker_style_reads_from_index_positions(
+    codec: str, segment_factory: Any, key_pairs: Any, make_manager: Any
+) -> None:
     """As the broker does: start at an offset-index position, read whole batches, stop early, close."""
     seg = segment_factory(target_bytes=400_000, codec=codec, seed=11)
     m = make_manager(encryption_configs(key_pairs), compression_enabled=True, chunk_size=16384)
@@ -110,13 +132,13 @@ def test_broker_style_reads_from_index_positions(codec: str, segment_factory: An
     for entry in entries[:: max(1, len(entries) // 10)]:
         with m.fetch_log_segment(meta, entry.position) as stream:
             head = stream.read(200_000)
-        assert head == original[entry.position:entry.position + 200_000]
+        assert head == original[entry.position : entry.position + 200_000]
         complete = []
         for header in iter_batch_headers(original, start_position=entry.position):
             if header.end_position - entry.position > len(head):
                 break
             complete.append(header)
-            assert verify_crc(head[header.position - entry.position:header.end_position - entry.position])
+            assert verify_crc(head[header.position - entry.position : header.end_position - entry.position])
         assert complete, "200 KB from a batch start holds at least one whole batch"
         assert complete[0].base_offset <= entry.offset <= complete[0].last_offset
 

@@ -91,7 +91,7 @@ def _entry_count(data: bytes | bytearray | memoryview, entry_size: int, what: st
     if strip_preallocated:
         zero = bytes(entry_size)
         view = memoryview(data)
-        while n and view[(n - 1) * entry_size:n * entry_size] == zero:
+        while n and view[(n - 1) * entry_size : n * entry_size] == zero:
             n -= 1
     return n
 
@@ -118,8 +118,9 @@ def encode_offset_index(entries: Iterable[tuple[int, int]], base_offset: int) ->
     last_pos = -1
     for offset, position in entries:
         if offset <= last_offset or position < last_pos:
-            raise ValueError(f"offset index entries must increase: ({offset}, {position}) after "
-                             f"({last_offset}, {last_pos})")
+            raise ValueError(
+                f"offset index entries must increase: ({offset}, {position}) after ({last_offset}, {last_pos})"
+            )
         if not 0 <= position <= _INT32_MAX:
             raise ValueError(f"position {position} out of int32 range")
         out += _OFFSET_ENTRY.pack(_relative(offset, base_offset), position)
@@ -127,12 +128,15 @@ def encode_offset_index(entries: Iterable[tuple[int, int]], base_offset: int) ->
     return bytes(out)
 
 
-def decode_offset_index(data: bytes | bytearray | memoryview, base_offset: int, *,
-                        strip_preallocated: bool = True, validate: bool = True) -> list[OffsetPosition]:
+def decode_offset_index(
+    data: bytes | bytearray | memoryview, base_offset: int, *, strip_preallocated: bool = True, validate: bool = True
+) -> list[OffsetPosition]:
     """Entries of a ``.index`` file with absolute offsets; ``validate`` checks they increase."""
     n = _entry_count(data, OFFSET_INDEX_ENTRY_SIZE, "offset index", strip_preallocated)
-    out = [OffsetPosition(base_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(
-        memoryview(data)[:n * OFFSET_INDEX_ENTRY_SIZE])]
+    out = [
+        OffsetPosition(base_offset + rel, pos)
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(memoryview(data)[: n * OFFSET_INDEX_ENTRY_SIZE])
+    ]
     if validate:
         for i in range(1, len(out)):
             if out[i].offset <= out[i - 1].offset or out[i].position < out[i - 1].position:
@@ -184,19 +188,23 @@ def encode_time_index(entries: Iterable[tuple[int, int]], base_offset: int) -> b
     last_offset = -1
     for timestamp, offset in entries:
         if (last_ts is not None and timestamp < last_ts) or offset < last_offset:
-            raise ValueError(f"time index entries must be monotonic: ({timestamp}, {offset}) after "
-                             f"({last_ts}, {last_offset})")
+            raise ValueError(
+                f"time index entries must be monotonic: ({timestamp}, {offset}) after ({last_ts}, {last_offset})"
+            )
         out += _TIME_ENTRY.pack(timestamp, _relative(offset, base_offset))
         last_ts, last_offset = timestamp, offset
     return bytes(out)
 
 
-def decode_time_index(data: bytes | bytearray | memoryview, base_offset: int, *,
-                      strip_preallocated: bool = True, validate: bool = True) -> list[TimestampOffset]:
+def decode_time_index(
+    data: bytes | bytearray | memoryview, base_offset: int, *, strip_preallocated: bool = True, validate: bool = True
+) -> list[TimestampOffset]:
     """Entries of a ``.timeindex`` file with absolute offsets; ``validate`` checks monotonicity."""
     n = _entry_count(data, TIME_INDEX_ENTRY_SIZE, "time index", strip_preallocated)
-    out = [TimestampOffset(ts, base_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(
-        memoryview(data)[:n * TIME_INDEX_ENTRY_SIZE])]
+    out = [
+        TimestampOffset(ts, base_offset + rel)
+        for ts, rel in _TIME_ENTRY.iter_unpack(memoryview(data)[: n * TIME_INDEX_ENTRY_SIZE])
+    ]
     if validate:
         for i in range(1, len(out)):
             if out[i].timestamp < out[i - 1].timestamp or out[i].offset < out[i - 1].offset:
@@ -270,8 +278,11 @@ def decode_txn_index(data: bytes | bytearray | memoryview) -> list[AbortedTxn]:
     return out
 
 
-def collect_aborted_txns(entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound_offset: int,
-                         ) -> list[AbortedTxn]:
+def collect_aborted_txns(
+    entries: Iterable[AbortedTxn],
+    fetch_offset: int,
+    upper_bound_offset: int,
+) -> list[AbortedTxn]:
     """Kafka's ``TransactionIndex.collectAbortedTxns``: aborted txns overlapping [fetch_offset, upper_bound)."""
     return [e for e in entries if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset]
 
@@ -299,8 +310,16 @@ def encode_producer_snapshot(entries: Sequence[ProducerSnapshotEntry]) -> bytes:
     """``version int16 = 1, crc uint32 = CRC-32C over [6, end), count int32``, then 46-byte entries."""
     body = bytearray(struct.pack(">i", len(entries)))
     for e in entries:
-        body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_sequence, e.last_offset, e.offset_delta,
-                               e.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+        body += _PRODUCER.pack(
+            e.producer_id,
+            e.epoch,
+            e.last_sequence,
+            e.last_offset,
+            e.offset_delta,
+            e.timestamp,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+        )
     return struct.pack(">hI", _SNAPSHOT_VERSION, _crc32c.crc32c(bytes(body))) + bytes(body)
 
 
@@ -316,8 +335,9 @@ def decode_producer_snapshot(data: bytes | bytearray | memoryview) -> list[Produ
         raise IndexCorrupt(f"producer snapshot CRC mismatch: stored {crc:#010x}, computed {actual:#010x}")
     if count < 0 or len(data) != _SNAPSHOT_HEADER_SIZE + count * PRODUCER_ENTRY_SIZE:
         raise IndexCorrupt(f"producer snapshot says {count} entries but holds {len(data)} bytes")
-    return [ProducerSnapshotEntry(*fields)
-            for fields in _PRODUCER.iter_unpack(memoryview(data)[_SNAPSHOT_HEADER_SIZE:])]
+    return [
+        ProducerSnapshotEntry(*fields) for fields in _PRODUCER.iter_unpack(memoryview(data)[_SNAPSHOT_HEADER_SIZE:])
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -377,8 +397,9 @@ def decode_leader_epoch_checkpoint(data: bytes | bytearray | memoryview | str) -
     return out
 
 
-def segment_leader_epochs(entries: Mapping[int, int] | Iterable[tuple[int, int]], base_offset: int,
-                          end_offset: int) -> dict[int, int]:
+def segment_leader_epochs(
+    entries: Mapping[int, int] | Iterable[tuple[int, int]], base_offset: int, end_offset: int
+) -> dict[int, int]:
     """Epoch -> start offset within [base_offset, end_offset], the way the broker fills ``segmentLeaderEpochs``.
 
     Mirrors ``LeaderEpochFileCache.epochEntriesInRange``: the epoch in force at ``base_offset`` is kept with its

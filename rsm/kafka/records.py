@@ -305,8 +305,7 @@ def _check_prefix(base_offset: int, batch_length: int, magic: int, position: int
     if magic != 2:
         raise CorruptRecordBatch(f"invalid magic byte {magic}", position)
     if batch_length < MIN_V2_BATCH_LENGTH:
-        raise CorruptRecordBatch(f"batch length {batch_length} is below the v2 minimum {MIN_V2_BATCH_LENGTH}",
-                                 position)
+        raise CorruptRecordBatch(f"batch length {batch_length} is below the v2 minimum {MIN_V2_BATCH_LENGTH}", position)
     if base_offset < 0:
         raise CorruptRecordBatch(f"negative base offset {base_offset}", position)
 
@@ -335,8 +334,9 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, position: int = 0) -
     return header
 
 
-def _as_reader(path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-               ) -> tuple[BinaryIO, bool]:
+def _as_reader(
+    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
+) -> tuple[BinaryIO, bool]:
     """Open a path (we close it) or use a caller's binary file/bytes (left open)."""
     if isinstance(path_or_file, (bytes, bytearray, memoryview)):
         return io.BytesIO(path_or_file), True
@@ -374,9 +374,12 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _iter_raw(path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-              start_position: int, want_body: bool, stop_on_truncated_tail: bool,
-              ) -> Iterator[tuple[BatchHeader, bytes | None]]:
+def _iter_raw(
+    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
+    start_position: int,
+    want_body: bool,
+    stop_on_truncated_tail: bool,
+) -> Iterator[tuple[BatchHeader, bytes | None]]:
     """Shared walker: seekable inputs skip bodies with ``seek``; streams read them and drop them."""
     f, owned = _as_reader(path_or_file)
     try:
@@ -428,9 +431,12 @@ def _iter_raw(path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearra
             f.close()
 
 
-def iter_batch_headers(path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-                       start_position: int = 0, *, stop_on_truncated_tail: bool = False,
-                       ) -> Iterator[BatchHeader]:
+def iter_batch_headers(
+    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
+    start_position: int = 0,
+    *,
+    stop_on_truncated_tail: bool = False,
+) -> Iterator[BatchHeader]:
     """Yield the header of every batch from ``start_position`` (a batch start) to the end of the log.
 
     Accepts a path, a binary file object (seekable or a plain stream) or bytes. An impossible header raises
@@ -443,9 +449,13 @@ def iter_batch_headers(path_or_file: str | os.PathLike[str] | BinaryIO | bytes |
         yield header
 
 
-def iter_batches(path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-                 start_position: int = 0, *, stop_on_truncated_tail: bool = False, verify: bool = False,
-                 ) -> Iterator[tuple[BatchHeader, bytes]]:
+def iter_batches(
+    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
+    start_position: int = 0,
+    *,
+    stop_on_truncated_tail: bool = False,
+    verify: bool = False,
+) -> Iterator[tuple[BatchHeader, bytes]]:
     """Like :func:`iter_batch_headers` but also yields each whole batch's bytes.
 
     With ``verify=True`` a CRC mismatch raises :class:`CorruptRecordBatch` at that batch's position.
@@ -487,7 +497,7 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC-32C a v2 batch should carry (over [21, end)); used by writers that patch CRC-covered fields."""
     view = memoryview(batch)
     (batch_length,) = struct.unpack_from(">i", view, 8)
-    return _crc32c.crc32c(view[_CRC_START:batch_length + LOG_OVERHEAD])
+    return _crc32c.crc32c(view[_CRC_START : batch_length + LOG_OVERHEAD])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -514,7 +524,7 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if n < 0 or pos + n > end:
             raise ValueError("truncated or invalid xerial snappy block")
-        out.append(snappy.decompress(data[pos:pos + n]))
+        out.append(snappy.decompress(data[pos : pos + n]))
         pos += n
     return b"".join(out)
 
@@ -609,20 +619,28 @@ def _parse_records(header: BatchHeader, payload: bytes) -> list[Record]:
         if pos != rec_end:
             raise ValueError(f"record body is {pos - (rec_end - length)} bytes, length says {length}")
         sequence = -1 if base_seq < 0 else (base_seq + off_delta) % (1 << 31)
-        records.append(Record(
-            offset=base_off + off_delta,
-            timestamp=header.max_timestamp if log_append else base_ts + ts_delta,
-            key=key, value=value, headers=tuple(headers),
-            offset_delta=off_delta, timestamp_delta=ts_delta, sequence=sequence,
-            attributes=attributes, is_control=control,
-        ))
+        records.append(
+            Record(
+                offset=base_off + off_delta,
+                timestamp=header.max_timestamp if log_append else base_ts + ts_delta,
+                key=key,
+                value=value,
+                headers=tuple(headers),
+                offset_delta=off_delta,
+                timestamp_delta=ts_delta,
+                sequence=sequence,
+                attributes=attributes,
+                is_control=control,
+            )
+        )
     if pos != end:
         raise ValueError(f"{end - pos} trailing bytes after {header.records_count} records")
     return records
 
 
-def decode_records(batch_bytes: bytes | bytearray | memoryview, *, verify: bool = False,
-                   position: int = 0) -> list[Record]:
+def decode_records(
+    batch_bytes: bytes | bytearray | memoryview, *, verify: bool = False, position: int = 0
+) -> list[Record]:
     """Decode every record of one whole v2 batch (decompressing if needed).
 
     ``verify=True`` checks the CRC first. Any inconsistency (bad varint, lengths that do not add up, wrong
@@ -635,7 +653,7 @@ def decode_records(batch_bytes: bytes | bytearray | memoryview, *, verify: bool 
         raise TruncatedBatch(position, len(view), header.size)
     if verify and not verify_crc(view):
         raise CorruptRecordBatch("CRC-32C mismatch", position)
-    body = view[BATCH_HEADER_SIZE:header.size]
+    body = view[BATCH_HEADER_SIZE : header.size]
     try:
         payload = decompress(header.compression, body)
     except Exception as exc:  # codec libraries raise assorted types

@@ -114,8 +114,14 @@ class SegmentFiles:
             leader_epoch_index=self.leader_epoch_bytes,
         )
 
-    def to_metadata(self, topic_id_partition: TopicIdPartition, segment_id: str | RemoteLogSegmentId | None = None,
-                    *, broker_id: int = 0, event_timestamp_ms: int | None = None) -> RemoteLogSegmentMetadata:
+    def to_metadata(
+        self,
+        topic_id_partition: TopicIdPartition,
+        segment_id: str | RemoteLogSegmentId | None = None,
+        *,
+        broker_id: int = 0,
+        event_timestamp_ms: int | None = None,
+    ) -> RemoteLogSegmentMetadata:
         """The ``RemoteLogSegmentMetadata`` the broker would build for this segment (state COPY_SEGMENT_STARTED)."""
         if isinstance(segment_id, RemoteLogSegmentId):
             rlsid = segment_id
@@ -139,15 +145,41 @@ class SegmentFiles:
 # Values
 # --------------------------------------------------------------------------------------------------------
 
-_SERVICES = ("checkout-service", "payment-gateway", "inventory-api", "search-frontend", "auth-service",
-             "shipping-worker", "recommendation-engine", "cart-service")
+_SERVICES = (
+    "checkout-service",
+    "payment-gateway",
+    "inventory-api",
+    "search-frontend",
+    "auth-service",
+    "shipping-worker",
+    "recommendation-engine",
+    "cart-service",
+)
 _LEVELS = ("INFO", "INFO", "INFO", "INFO", "INFO", "INFO", "WARN", "WARN", "ERROR", "DEBUG")
-_PATHS = ("/api/v1/orders", "/api/v1/cart/items", "/api/v2/search", "/api/v1/users/me", "/api/v1/payments/authorize",
-          "/api/v1/inventory/reserve", "/healthz")
-_AGENTS = ("Mozilla/5.0 (X11; Linux x86_64) Chrome/124.0", "Mozilla/5.0 (iPhone; iOS 17_4) Mobile",
-           "okhttp/4.12.0", "python-requests/2.31.0", "Go-http-client/1.1")
-_MESSAGES = ("request completed", "cache miss, fetched from origin", "upstream timeout, retrying",
-             "user session refreshed", "payment authorized", "inventory reserved for order")
+_PATHS = (
+    "/api/v1/orders",
+    "/api/v1/cart/items",
+    "/api/v2/search",
+    "/api/v1/users/me",
+    "/api/v1/payments/authorize",
+    "/api/v1/inventory/reserve",
+    "/healthz",
+)
+_AGENTS = (
+    "Mozilla/5.0 (X11; Linux x86_64) Chrome/124.0",
+    "Mozilla/5.0 (iPhone; iOS 17_4) Mobile",
+    "okhttp/4.12.0",
+    "python-requests/2.31.0",
+    "Go-http-client/1.1",
+)
+_MESSAGES = (
+    "request completed",
+    "cache miss, fetched from origin",
+    "upstream timeout, retrying",
+    "user session refreshed",
+    "payment authorized",
+    "inventory reserved for order",
+)
 _STATUSES = (200, 200, 200, 200, 201, 204, 304, 400, 404, 500, 503)
 
 
@@ -180,8 +212,7 @@ def _make_headers(style: str, rng: random.Random) -> list[tuple[str, bytes | Non
     """Roughly one record in eight carries headers, one of them null-valued, to exercise header decoding."""
     if style != "json-log" or rng.random() >= 0.125:
         return []
-    return [("traceparent", f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01".encode()),
-            ("retry", None)]
+    return [("traceparent", f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01".encode()), ("retry", None)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -189,13 +220,20 @@ def _make_headers(style: str, rng: random.Random) -> list[tuple[str, bytes | Non
 # --------------------------------------------------------------------------------------------------------
 
 
-def _builder(codec: CompressionType, transactional: bool, producer_id: int, producer_epoch: int,
-             base_sequence: int) -> Any:
+def _builder(
+    codec: CompressionType, transactional: bool, producer_id: int, producer_epoch: int, base_sequence: int
+) -> Any:
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    return DefaultRecordBatchBuilder(magic=2, compression_type=int(codec), is_transactional=transactional,
-                                     producer_id=producer_id, producer_epoch=producer_epoch,
-                                     base_sequence=base_sequence, batch_size=_BATCH_SIZE_LIMIT)
+    return DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=_BATCH_SIZE_LIMIT,
+    )
 
 
 def _assign(buf: bytearray, base_offset: int, leader_epoch: int) -> bytes:
@@ -211,9 +249,17 @@ def _codec(codec: str | int | CompressionType) -> CompressionType:
     return CompressionType(codec)
 
 
-def build_batch(records: Sequence[RecordSpec], *, base_offset: int = 0, codec: str | int = "none",
-                leader_epoch: int = 0, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                transactional: bool = False) -> bytes:
+def build_batch(
+    records: Sequence[RecordSpec],
+    *,
+    base_offset: int = 0,
+    codec: str | int = "none",
+    leader_epoch: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+) -> bytes:
     """One v2 batch built by kafka-python, with the broker-assigned base offset and leader epoch filled in.
 
     Note kafka-python (unlike the Java producer) falls back to an uncompressed batch when compression does
@@ -228,8 +274,16 @@ def build_batch(records: Sequence[RecordSpec], *, base_offset: int = 0, codec: s
     return _assign(b.build(), base_offset, leader_epoch)
 
 
-def build_control_batch(kind: ControlRecordType, *, base_offset: int, timestamp_ms: int, producer_id: int,
-                        producer_epoch: int, coordinator_epoch: int = 0, leader_epoch: int = 0) -> bytes:
+def build_control_batch(
+    kind: ControlRecordType,
+    *,
+    base_offset: int,
+    timestamp_ms: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    leader_epoch: int = 0,
+) -> bytes:
     """A COMMIT/ABORT marker batch as the broker writes it (one record, uncompressed, no sequence).
 
     kafka-python cannot set the control bit, so we build the record with it, set bit 5 and recompute the CRC.
@@ -301,9 +355,21 @@ def _sorted_epochs(leader_epochs: Mapping[int, int] | None) -> list[tuple[int, i
     return [(int(e), int(o)) for e, o in items]
 
 
-def _finish(directory: Path, base_offset: int, end_offset: int, log_path: Path, size: int, idx: _IndexBuilder,
-            aborted: list[AbortedTxn], snapshot: list[ProducerSnapshotEntry], epochs: list[tuple[int, int]],
-            transactional: bool, num_batches: int, num_records: int, codec: str) -> SegmentFiles:
+def _finish(
+    directory: Path,
+    base_offset: int,
+    end_offset: int,
+    log_path: Path,
+    size: int,
+    idx: _IndexBuilder,
+    aborted: list[AbortedTxn],
+    snapshot: list[ProducerSnapshotEntry],
+    epochs: list[tuple[int, int]],
+    transactional: bool,
+    num_batches: int,
+    num_records: int,
+    codec: str,
+) -> SegmentFiles:
     idx.roll()
     offset_index = directory / segment_file_name(base_offset, ".index")
     time_index = directory / segment_file_name(base_offset, ".timeindex")
@@ -318,10 +384,21 @@ def _finish(directory: Path, base_offset: int, end_offset: int, log_path: Path, 
     cutoff = max(end_offset, base_offset)
     checkpoint = [(e, o) for e, o in epochs if o <= cutoff]
     return SegmentFiles(
-        directory=directory, log=log_path, offset_index=offset_index, time_index=time_index, txn_index=txn_index,
-        producer_snapshot=snapshot_path, leader_epoch_bytes=encode_leader_epoch_checkpoint(checkpoint),
-        base_offset=base_offset, end_offset=end_offset, size=size, max_timestamp_ms=idx.max_ts,
-        num_batches=num_batches, num_records=num_records, codec=codec, leader_epochs=dict(checkpoint),
+        directory=directory,
+        log=log_path,
+        offset_index=offset_index,
+        time_index=time_index,
+        txn_index=txn_index,
+        producer_snapshot=snapshot_path,
+        leader_epoch_bytes=encode_leader_epoch_checkpoint(checkpoint),
+        base_offset=base_offset,
+        end_offset=end_offset,
+        size=size,
+        max_timestamp_ms=idx.max_ts,
+        num_batches=num_batches,
+        num_records=num_records,
+        codec=codec,
+        leader_epochs=dict(checkpoint),
         aborted_txns=tuple(aborted),
     )
 
@@ -339,9 +416,16 @@ class _Producer:
     txn_first_offset: int | None = None
 
     def snapshot(self) -> ProducerSnapshotEntry:
-        return ProducerSnapshotEntry(self.producer_id, self.epoch, self.last_seq, self.last_offset,
-                                     self.offset_delta, self.timestamp, self.coordinator_epoch,
-                                     -1 if self.txn_first_offset is None else self.txn_first_offset)
+        return ProducerSnapshotEntry(
+            self.producer_id,
+            self.epoch,
+            self.last_seq,
+            self.last_offset,
+            self.offset_delta,
+            self.timestamp,
+            self.coordinator_epoch,
+            -1 if self.txn_first_offset is None else self.txn_first_offset,
+        )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -349,12 +433,22 @@ class _Producer:
 # --------------------------------------------------------------------------------------------------------
 
 
-def write_segment(directory: str | os.PathLike[str], *, base_offset: int = 0, num_batches: int | None = None,
-                  target_bytes: int | None = None, codec: Codec | str = "none",
-                  records_per_batch: tuple[int, int] = (20, 200), transactional: bool = False,
-                  value_style: ValueStyle | str = "json-log", seed: int = 0, index_interval_bytes: int = 4096,
-                  leader_epochs: Mapping[int, int] | None = None, num_producers: int = 3,
-                  base_timestamp_ms: int = DEFAULT_BASE_TIMESTAMP_MS) -> SegmentFiles:
+def write_segment(
+    directory: str | os.PathLike[str],
+    *,
+    base_offset: int = 0,
+    num_batches: int | None = None,
+    target_bytes: int | None = None,
+    codec: Codec | str = "none",
+    records_per_batch: tuple[int, int] = (20, 200),
+    transactional: bool = False,
+    value_style: ValueStyle | str = "json-log",
+    seed: int = 0,
+    index_interval_bytes: int = 4096,
+    leader_epochs: Mapping[int, int] | None = None,
+    num_producers: int = 3,
+    base_timestamp_ms: int = DEFAULT_BASE_TIMESTAMP_MS,
+) -> SegmentFiles:
     """Write a rolled segment of real Kafka batches and its side files into ``directory``.
 
     Stops after ``num_batches`` batches (control batches count) or once the log reaches ``target_bytes``;
@@ -404,10 +498,15 @@ def write_segment(directory: str | os.PathLike[str], *, base_offset: int = 0, nu
             assert p.txn_first_offset is not None
             ts += 1
             marker_offset = next_offset
-            batch = build_control_batch(ControlRecordType.ABORT if abort else ControlRecordType.COMMIT,
-                                        base_offset=marker_offset, timestamp_ms=ts, producer_id=p.producer_id,
-                                        producer_epoch=p.epoch, coordinator_epoch=coordinator_epoch,
-                                        leader_epoch=_epoch_at(epochs, marker_offset))
+            batch = build_control_batch(
+                ControlRecordType.ABORT if abort else ControlRecordType.COMMIT,
+                base_offset=marker_offset,
+                timestamp_ms=ts,
+                producer_id=p.producer_id,
+                producer_epoch=p.epoch,
+                coordinator_epoch=coordinator_epoch,
+                leader_epoch=_epoch_at(epochs, marker_offset),
+            )
             emit(batch, marker_offset, ts)
             if abort:
                 others = [q.txn_first_offset for q in producers if q is not p and q.txn_first_offset is not None]
@@ -432,11 +531,24 @@ def write_segment(directory: str | os.PathLike[str], *, base_offset: int = 0, nu
             specs: list[RecordSpec] = []
             for _ in range(n):
                 ts += rng.randint(1, 3)
-                specs.append((ts, f"user-{rng.randrange(100_000)}".encode(), _make_value(value_style, rng, ts),
-                              _make_headers(value_style, rng)))
-            batch = build_batch(specs, base_offset=next_offset, codec=comp,
-                                leader_epoch=_epoch_at(epochs, next_offset), producer_id=p.producer_id,
-                                producer_epoch=p.epoch, base_sequence=p.next_seq, transactional=transactional)
+                specs.append(
+                    (
+                        ts,
+                        f"user-{rng.randrange(100_000)}".encode(),
+                        _make_value(value_style, rng, ts),
+                        _make_headers(value_style, rng),
+                    )
+                )
+            batch = build_batch(
+                specs,
+                base_offset=next_offset,
+                codec=comp,
+                leader_epoch=_epoch_at(epochs, next_offset),
+                producer_id=p.producer_id,
+                producer_epoch=p.epoch,
+                base_sequence=p.next_seq,
+                transactional=transactional,
+            )
             last = next_offset + n - 1
             if transactional and p.txn_first_offset is None:
                 p.txn_first_offset = next_offset
@@ -451,33 +563,81 @@ def write_segment(directory: str | os.PathLike[str], *, base_offset: int = 0, nu
                 end_txn(p, abort=not aborted or rng.random() < 0.35)
 
     snapshot = [p.snapshot() for p in producers if p.last_offset >= 0]
-    return _finish(directory, base_offset, next_offset - 1, log_path, position, idx, aborted, snapshot, epochs,
-                   transactional, batches, records_total, comp.codec_name)
+    return _finish(
+        directory,
+        base_offset,
+        next_offset - 1,
+        log_path,
+        position,
+        idx,
+        aborted,
+        snapshot,
+        epochs,
+        transactional,
+        batches,
+        records_total,
+        comp.codec_name,
+    )
 
 
-def write_single_batch_segment(directory: str | os.PathLike[str], *, base_offset: int = 0, records: int = 1,
-                               codec: Codec | str = "none", seed: int = 0) -> SegmentFiles:
+def write_single_batch_segment(
+    directory: str | os.PathLike[str],
+    *,
+    base_offset: int = 0,
+    records: int = 1,
+    codec: Codec | str = "none",
+    seed: int = 0,
+) -> SegmentFiles:
     """The smallest real segment: one batch of ``records`` records (empty offset index, one time-index entry)."""
-    return write_segment(directory, base_offset=base_offset, num_batches=1, codec=codec,
-                         records_per_batch=(records, records), seed=seed, num_producers=1)
+    return write_segment(
+        directory,
+        base_offset=base_offset,
+        num_batches=1,
+        codec=codec,
+        records_per_batch=(records, records),
+        seed=seed,
+        num_producers=1,
+    )
 
 
-def write_empty_segment(directory: str | os.PathLike[str], *, base_offset: int = 0,
-                        leader_epochs: Mapping[int, int] | None = None) -> SegmentFiles:
+def write_empty_segment(
+    directory: str | os.PathLike[str], *, base_offset: int = 0, leader_epochs: Mapping[int, int] | None = None
+) -> SegmentFiles:
     """A 0-byte log with empty indexes and an empty producer snapshot; ``end_offset`` is ``base_offset - 1``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / segment_file_name(base_offset, ".log")
     log_path.write_bytes(b"")
-    return _finish(directory, base_offset, base_offset - 1, log_path, 0, _IndexBuilder(4096), [], [],
-                   _sorted_epochs(leader_epochs), False, 0, 0, "none")
+    return _finish(
+        directory,
+        base_offset,
+        base_offset - 1,
+        log_path,
+        0,
+        _IndexBuilder(4096),
+        [],
+        [],
+        _sorted_epochs(leader_epochs),
+        False,
+        0,
+        0,
+        "none",
+    )
 
 
-def write_large_segment(path_dir: str | os.PathLike[str], size_bytes: int, seed: int = 0, *,
-                        base_offset: int = 0, codec: Codec | str = "none", num_templates: int = 256,
-                        records_per_batch: tuple[int, int] = (20, 200), leader_epoch: int = 0,
-                        index_interval_bytes: int = 4096,
-                        base_timestamp_ms: int = DEFAULT_BASE_TIMESTAMP_MS) -> SegmentFiles:
+def write_large_segment(
+    path_dir: str | os.PathLike[str],
+    size_bytes: int,
+    seed: int = 0,
+    *,
+    base_offset: int = 0,
+    codec: Codec | str = "none",
+    num_templates: int = 256,
+    records_per_batch: tuple[int, int] = (20, 200),
+    leader_epoch: int = 0,
+    index_interval_bytes: int = 4096,
+    base_timestamp_ms: int = DEFAULT_BASE_TIMESTAMP_MS,
+) -> SegmentFiles:
     """A real-format segment of up to ``size_bytes`` (at least one batch), fast enough for 1 GiB benchmarks.
 
     Building a GiB of batches record by record in Python takes about a minute, so we build ``num_templates``
@@ -499,8 +659,9 @@ def write_large_segment(path_dir: str | os.PathLike[str], size_bytes: int, seed:
         specs: list[RecordSpec] = []
         for _ in range(n):
             ts += rng.randint(1, 3)
-            specs.append((ts, f"user-{rng.randrange(100_000)}".encode(), json_log_value(rng, ts),
-                          _make_headers("json-log", rng)))
+            specs.append(
+                (ts, f"user-{rng.randrange(100_000)}".encode(), json_log_value(rng, ts), _make_headers("json-log", rng))
+            )
         templates.append(build_batch(specs, codec=comp, producer_id=1000, producer_epoch=0, base_sequence=0))
         counts.append(n)
     cycle = b"".join(templates)
@@ -546,7 +707,7 @@ def write_large_segment(path_dir: str | os.PathLike[str], size_bytes: int, seed:
                 pack_q(buf, s + 27, first_ts)
                 pack_q(buf, s + 35, max_ts)
                 pack_i(buf, s + 53, seq)
-                pack_crc(buf, s + 17, crc(view[s + 21:s + size]))
+                pack_crc(buf, s + 17, crc(view[s + 21 : s + size]))
                 last = next_offset + n - 1
                 idx.add(position, size, last, max_ts)
                 position += size
@@ -561,5 +722,18 @@ def write_large_segment(path_dir: str | os.PathLike[str], size_bytes: int, seed:
                 out.write(view[:used])
             view.release()
     snapshot = [ProducerSnapshotEntry(1000, 0, (seq - 1) % _INT31, next_offset - 1, last_n - 1, ts, -1, -1)]
-    return _finish(directory, base_offset, next_offset - 1, log_path, position, idx, [], snapshot,
-                   [(leader_epoch, base_offset)], False, batches, records_total, comp.codec_name)
+    return _finish(
+        directory,
+        base_offset,
+        next_offset - 1,
+        log_path,
+        position,
+        idx,
+        [],
+        snapshot,
+        [(leader_epoch, base_offset)],
+        False,
+        batches,
+        records_total,
+        comp.codec_name,
+    )
