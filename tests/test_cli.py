@@ -1,0 +1,59 @@
+"""The operator CLI: the demo (the README's main job), key generation, the generated config docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rsm.cli import main
+from rsm.config import CORE, config_docs_markdown
+from rsm.properties import read_properties, rsm_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--size-mb", "6", "--chunk-size", "262144"]) == 0
+    out = capsys.readouterr().out
+    assert "demo OK" in out and "bytes identical" in out
+    assert len(list((tmp_path / "demo" / "store").rglob("*.rsm-manifest"))) == 1
+
+
+def test_keygen_writes_usable_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from encryption.keyring import RsaKeyPair
+
+    assert main(["keygen", "--id", "k9", "--out", str(tmp_path), "--bits", "2048"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("rsm.config.encryption.key.pairs.k9.public.key.file=")
+    pair = RsaKeyPair.from_pem(
+        "k9", (tmp_path / "k9-public.pem").read_bytes(), (tmp_path / "k9-private.pem").read_bytes()
+    )
+    assert pair.unwrap(pair.wrap(b"z" * 32)) == b"z" * 32
+
+
+def test_readme_config_table_is_generated_and_current() -> None:
+    table = config_docs_markdown()
+    for key in CORE.keys:
+        assert f"`{key}`" in table
+    assert "`storage.root`" in table  # backends' keys are documented with their storage. prefix
+    assert table.strip() in (ROOT / "README.md").read_text()
+    assert main(["config-docs", "--check", str(ROOT / "README.md")]) == 0
+
+
+def test_cli_reports_errors_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = tmp_path / "bad.properties"
+    props.write_text("rsm.config.chunk.size=zero\n")
+    assert main(["rewrap", "--config", str(props)]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigException" in err and "chunk.size" in err
+
+
+def test_properties_parsing(tmp_path: Path) -> None:
+    p = tmp_path / "server.properties"
+    p.write_text(
+        "# comment\nbroker.id=0\nrsm.config.chunk.size = 1024\nrsm.config.key.prefix: a/\n"
+        "rsm.config.storage.root=/x/\\\n  y\n"
+    )
+    props = read_properties(p)
+    assert rsm_configs(props) == {"chunk.size": "1024", "key.prefix": "a/", "storage.root": "/x/y"}
