@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the broker plugin jar with the JDK alone (no Maven, no Kafka jars):
+#   rsm/_jars/kafka-tiered-storage-shim.jar   our classes only (the broker provides Kafka's API classes)
+#   jvm-shim/build/kafka-api-stubs.jar        signature-exact KIP-405 stubs, compile/test classpath only
+#   jvm-shim/build/kts-shim-test.jar          the Java test harness (16-thread lifecycle driver)
+#   jvm-shim/build/fake-kafka.jar             a stand-in kafka.Kafka main for testing `kts kafka-server-start`
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(dirname "$here")"
+build="$here/build"
+out_jar="$repo/rsm/_jars/kafka-tiered-storage-shim.jar"
+JAVAC="${JAVAC:-javac}"
+JAR="${JAR:-jar}"
+
+rm -rf "$build"
+mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafka" "$(dirname "$out_jar")"
+
+"$JAVAC" --release 17 -d "$build/stubs" $(find "$here/stubs" -name '*.java' | sort)
+"$JAVAC" --release 17 -Xlint:all,-serial -cp "$build/stubs" -d "$build/classes" \
+    $(find "$here/src" -name '*.java' | sort)
+"$JAVAC" --release 17 -cp "$build/stubs:$build/classes" -d "$build/test-classes" \
+    $(find "$here/test-src/io" -name '*.java' | sort)
+"$JAVAC" --release 17 -cp "$build/stubs" -d "$build/fake-kafka" $(find "$here/test-src/kafka" -name '*.java' | sort)
+
+"$JAR" --create --file "$build/kafka-api-stubs.jar" -C "$build/stubs" .
+"$JAR" --create --file "$build/kts-shim-test.jar" -C "$build/test-classes" .
+"$JAR" --create --file "$build/fake-kafka.jar" -C "$build/fake-kafka" .
+tmp_jar="$out_jar.tmp.$$"
+"$JAR" --create --file "$tmp_jar" -C "$build/classes" .
+mv -f "$tmp_jar" "$out_jar"
+echo "built $out_jar"

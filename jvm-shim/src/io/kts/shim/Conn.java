@@ -1,0 +1,119 @@
+package io.kts.shim;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+
+/**
+ * One Unix-socket connection to the sidecar with its own read buffer. Blocking channels have no read timeout,
+ * so a watchdog closes the channel when {@link #deadlineNanos} passes; the blocked read then fails.
+ */
+final class Conn {
+    private static final int BUFFER_SIZE = 256 * 1024;
+
+    final SocketChannel channel;
+    final int generation;
+    private final ByteBuffer in = ByteBuffer.allocateDirect(BUFFER_SIZE);
+    volatile long deadlineNanos;
+    volatile boolean timedOut;
+
+    private Conn(SocketChannel channel, int generation) {
+        this.channel = channel;
+        this.generation = generation;
+        in.limit(0);
+    }
+
+    static Conn open(Path socket, int generation) throws IOException {
+        SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        try {
+            ch.connect(UnixDomainSocketAddress.of(socket));
+        } catch (IOException e) {
+            ch.close();
+            throw e;
+        }
+        return new Conn(ch, generation);
+    }
+
+    void arm(long timeoutMs) {
+        deadlineNanos = timeoutMs <= 0 ? 0 : System.nanoTime() + timeoutMs * 1_000_000L;
+        if (deadlineNanos == 0 && timeoutMs > 0) deadlineNanos = 1;
+    }
+
+    void disarm() {
+        deadlineNanos = 0;
+    }
+
+    boolean isOpen() {
+        return channel.isOpen();
+    }
+
+    void close() {
+        try {
+            channel.close();
+        } catch (IOException e) {
+            // nothing to do
+        }
+    }
+
+    void send(ByteBuffer request) throws IOException {
+        while (request.hasRemaining()) channel.write(request);
+    }
+
+    /** Bytes already received and not yet consumed. */
+    int buffered() {
+        return in.remaining();
+    }
+
+    private void need(int n) throws IOException {
+        if (in.remaining() >= n) return;
+        in.compact();
+        try {
+            while (in.position() < n) {
+                if (channel.read(in) < 0) throw new EOFException("the Python sidecar closed the connection");
+            }
+        } finally {
+            in.flip();
+        }
+    }
+
+    byte readByte() throws IOException {
+        need(1);
+        return in.get();
+    }
+
+    int readInt() throws IOException {
+        need(4);
+        return in.getInt();
+    }
+
+    byte[] readBytes(int n) throws IOException {
+        byte[] out = new byte[n];
+        int off = 0;
+        while (off < n) off += readSome(out, off, n - off);
+        return out;
+    }
+
+    String readStr16() throws IOException {
+        need(2);
+        int n = in.getShort() & 0xFFFF;
+        return new String(readBytes(n), StandardCharsets.UTF_8);
+    }
+
+    String readStr32() throws IOException {
+        int n = readInt();
+        return n < 0 ? null : new String(readBytes(n), StandardCharsets.UTF_8);
+    }
+
+    /** Reads 1..len bytes, filling the buffer from the socket only when it is empty. */
+    int readSome(byte[] dst, int off, int len) throws IOException {
+        if (!in.hasRemaining()) need(1);
+        int k = Math.min(len, in.remaining());
+        in.get(dst, off, k);
+        return k;
+    }
+}

@@ -1,0 +1,160 @@
+package io.kts.shim;
+
+import java.io.InputStream;
+import java.lang.System.Logger.Level;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
+
+/**
+ * The class a Kafka broker loads ({@code remote.log.storage.manager.class.name}). It forwards every KIP-405 call
+ * to kafka-tiered-storage's Python RemoteStorageManager, either in a supervised sidecar process (default) or
+ * in this very process when the broker was started by {@code kts kafka-server-start}.
+ *
+ * <p>Transport choice ({@code rsm.config.jvm.transport}): {@code sidecar}, {@code inprocess}, or {@code auto}
+ * (the default: in-process when a Python bridge is registered, otherwise sidecar). All configuration keys,
+ * including the shim's own, are passed to Python untouched.
+ */
+public class PythonRemoteStorageManager implements RemoteStorageManager {
+    private static final System.Logger LOG = System.getLogger("io.kts.shim.PythonRemoteStorageManager");
+
+    private volatile Transport transport;
+
+    /** Kafka instantiates plugins through the no-arg constructor. */
+    public PythonRemoteStorageManager() {
+    }
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        Map<String, String> config = Wire.stringify(configs);
+        Settings settings = new Settings(config);
+        Object bridge = settings.transport.equals("sidecar") ? null : ShimRegistry.lookup();
+        if (settings.transport.equals("inprocess") && bridge == null) {
+            throw new IllegalStateException("kafka-tiered-storage: rsm.config.jvm.transport=inprocess but no Python"
+                    + " bridge is registered in this JVM; start the broker with `kts kafka-server-start"
+                    + " config/server.properties`, or use jvm.transport=sidecar");
+        }
+        Transport old = transport;
+        Transport t;
+        if (bridge != null) {
+            t = InProcessTransport.open(bridge, config);
+        } else {
+            SidecarTransport s = new SidecarTransport(settings, config);
+            s.start();
+            t = s;
+        }
+        transport = t;
+        if (old != null) old.close();
+        LOG.log(Level.INFO, "kafka-tiered-storage RemoteStorageManager configured ({0} transport)", t.name());
+    }
+
+    private Transport transport(String op) throws RemoteStorageException {
+        Transport t = transport;
+        if (t == null) throw new RemoteStorageException(op + ": the RemoteStorageManager is not configured");
+        return t;
+    }
+
+    private static String path(Path p) {
+        return p.toAbsolutePath().toString();
+    }
+
+    /** Any RuntimeException (a bug, a bridge failure) still reaches Kafka as a declared, described exception. */
+    private static RemoteStorageException unexpected(String op, RuntimeException e) {
+        return new RemoteStorageException(op + " failed: " + Wire.describe(e), e);
+    }
+
+    @Override
+    public Optional<RemoteLogSegmentMetadata.CustomMetadata> copyLogSegmentData(
+            RemoteLogSegmentMetadata remoteLogSegmentMetadata, LogSegmentData logSegmentData)
+            throws RemoteStorageException {
+        String op = "copyLogSegmentData";
+        try {
+            byte[] meta = Wire.encodeMetadata(remoteLogSegmentMetadata);
+            String txn = logSegmentData.transactionIndex().map(PythonRemoteStorageManager::path).orElse(null);
+            byte[] custom = transport(op).copy(meta, path(logSegmentData.logSegment()),
+                    path(logSegmentData.offsetIndex()), path(logSegmentData.timeIndex()), txn,
+                    path(logSegmentData.producerSnapshotIndex()), Wire.bytesOf(logSegmentData.leaderEpochIndex()));
+            return custom == null ? Optional.empty() : Optional.of(new RemoteLogSegmentMetadata.CustomMetadata(custom));
+        } catch (RuntimeException e) {
+            throw unexpected(op, e);
+        }
+    }
+
+    @Override
+    public InputStream fetchLogSegment(RemoteLogSegmentMetadata remoteLogSegmentMetadata, int startPosition)
+            throws RemoteStorageException {
+        return fetch(remoteLogSegmentMetadata, startPosition, -1);
+    }
+
+    @Override
+    public InputStream fetchLogSegment(RemoteLogSegmentMetadata remoteLogSegmentMetadata, int startPosition,
+                                       int endPosition) throws RemoteStorageException {
+        if (endPosition < 0) {
+            throw new RemoteStorageException("fetchLogSegment: endPosition " + endPosition + " is negative");
+        }
+        return fetch(remoteLogSegmentMetadata, startPosition, endPosition);
+    }
+
+    private InputStream fetch(RemoteLogSegmentMetadata meta, int start, int end) throws RemoteStorageException {
+        String op = "fetchLogSegment";
+        if (start < 0) throw new RemoteStorageException(op + ": startPosition " + start + " is negative");
+        if (end >= 0 && end < start) {
+            throw new RemoteStorageException(op + ": endPosition " + end + " is before startPosition " + start);
+        }
+        try {
+            return transport(op).fetch(Wire.encodeMetadata(meta), start, end);
+        } catch (RuntimeException e) {
+            throw unexpected(op, e);
+        }
+    }
+
+    @Override
+    public InputStream fetchIndex(RemoteLogSegmentMetadata remoteLogSegmentMetadata, IndexType indexType)
+            throws RemoteStorageException {
+        String op = "fetchIndex";
+        try {
+            return transport(op).fetchIndex(Wire.encodeMetadata(remoteLogSegmentMetadata), indexType.name());
+        } catch (RuntimeException e) {
+            throw unexpected(op, e);
+        }
+    }
+
+    @Override
+    public void deleteLogSegmentData(RemoteLogSegmentMetadata remoteLogSegmentMetadata) throws RemoteStorageException {
+        String op = "deleteLogSegmentData";
+        try {
+            transport(op).delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
+        } catch (RuntimeException e) {
+            throw unexpected(op, e);
+        }
+    }
+
+    @Override
+    public void close() {
+        Transport t = transport;
+        transport = null;
+        if (t != null) t.close();
+    }
+
+    /** The transport in use ("sidecar", "in-process"), or null before configure(): for tests and diagnostics. */
+    public String transportName() {
+        Transport t = transport;
+        return t == null ? null : t.name();
+    }
+
+    /** pid of the sidecar process, or -1 (in-process or not configured): for tests and diagnostics. */
+    public long sidecarPid() {
+        Transport t = transport;
+        return t instanceof SidecarTransport ? ((SidecarTransport) t).sidecarPid() : -1;
+    }
+
+    /** One protocol round trip with no storage work (sidecar only): for the benchmark. */
+    public void ping() throws RemoteStorageException {
+        Transport t = transport("ping");
+        if (t instanceof SidecarTransport) ((SidecarTransport) t).ping();
+    }
+}

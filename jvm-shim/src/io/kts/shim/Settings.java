@@ -1,0 +1,53 @@
+package io.kts.shim;
+
+import java.util.Map;
+
+/**
+ * The shim's own keys (declared for docs in rsm/sidecar_config.py). They are read here but still passed to
+ * Python untouched, together with every other key.
+ */
+final class Settings {
+    final String transport;
+    final String pythonExecutable;
+    final String pythonPath;
+    final String socketDir;
+    final long startupTimeoutMs;
+    final long requestTimeoutMs;
+    final long copyTimeoutMs;
+    final long shutdownTimeoutMs;
+    final int poolSize;
+    final long restartBackoffMs;
+
+    Settings(Map<String, String> c) {
+        transport = c.getOrDefault("jvm.transport", "auto").trim().toLowerCase(java.util.Locale.ROOT);
+        pythonExecutable = c.getOrDefault("python.executable", "python3").trim();
+        pythonPath = c.getOrDefault("python.path", "").trim();
+        socketDir = c.getOrDefault("jvm.sidecar.socket.dir", "").trim();
+        startupTimeoutMs = longOf(c, "jvm.sidecar.startup.timeout.ms", 60_000L);
+        requestTimeoutMs = longOf(c, "jvm.sidecar.request.timeout.ms", 120_000L);
+        copyTimeoutMs = longOf(c, "jvm.sidecar.copy.timeout.ms", 1_800_000L);
+        shutdownTimeoutMs = longOf(c, "jvm.sidecar.shutdown.timeout.ms", 10_000L);
+        poolSize = (int) longOf(c, "jvm.sidecar.pool.size", 16L);
+        restartBackoffMs = longOf(c, "jvm.sidecar.restart.backoff.ms", 1_000L);
+        if (!transport.equals("auto") && !transport.equals("sidecar") && !transport.equals("inprocess")) {
+            throw new IllegalArgumentException("Invalid value " + transport
+                    + " for configuration jvm.transport: expected auto, sidecar or inprocess");
+        }
+        if (pythonExecutable.isEmpty()) {
+            throw new IllegalArgumentException("Invalid empty value for configuration python.executable");
+        }
+    }
+
+    private static long longOf(Map<String, String> c, String key, long dflt) {
+        String v = c.get(key);
+        if (v == null || v.trim().isEmpty()) return dflt;
+        try {
+            long x = Long.parseLong(v.trim());
+            if (x < 0) throw new NumberFormatException("negative");
+            return x;
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("Invalid value " + v + " for configuration " + key
+                    + ": expected a non-negative integer");
+        }
+    }
+}

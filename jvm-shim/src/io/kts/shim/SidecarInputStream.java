@@ -1,0 +1,88 @@
+package io.kts.shim;
+
+import java.io.IOException;
+import java.io.InputStream;
+
+/**
+ * The lazy stream the broker reads a remote segment from: bytes come straight off the socket as the broker
+ * asks for them. Closing before the end discards the connection (it is mid-frame); reading to the end hands
+ * it back to the pool.
+ */
+final class SidecarInputStream extends InputStream {
+    private final SidecarTransport transport;
+    private final String op;
+    private final long timeoutMs;
+    private Conn conn;
+    private int chunkLeft;
+    private boolean eof;
+    private boolean closed;
+
+    SidecarInputStream(SidecarTransport transport, Conn conn, String op, long timeoutMs) {
+        this.transport = transport;
+        this.conn = conn;
+        this.op = op;
+        this.timeoutMs = timeoutMs;
+    }
+
+    @Override
+    public int read() throws IOException {
+        byte[] one = new byte[1];
+        int n = read(one, 0, 1);
+        return n < 0 ? -1 : one[0] & 0xFF;
+    }
+
+    @Override
+    public int read(byte[] b, int off, int len) throws IOException {
+        if (closed) throw new IOException(op + ": stream is closed");
+        java.util.Objects.checkFromIndexSize(off, len, b.length);
+        if (eof) return -1;
+        if (len == 0) return 0;
+        Conn c = conn;
+        try {
+            c.arm(timeoutMs);
+            while (chunkLeft == 0) {
+                int n = c.readInt();
+                if (n > 0) {
+                    chunkLeft = n;
+                } else if (n == 0) {
+                    eof = true;
+                    conn = null;
+                    transport.release(c);
+                    return -1;
+                } else {
+                    byte st = c.readByte();
+                    Exception remote = SidecarTransport.remoteError(op, st, c);
+                    eof = true;
+                    conn = null;
+                    transport.release(c);
+                    throw new IOException(Wire.describe(remote), remote);
+                }
+            }
+            int k = c.readSome(b, off, Math.min(len, chunkLeft));
+            chunkLeft -= k;
+            c.disarm();
+            return k;
+        } catch (IOException e) {
+            if (conn == null) throw e;  // a remote error, already framed
+            conn = null;
+            eof = true;
+            transport.discard(c);
+            throw transport.streamFailure(op, c, e);
+        }
+    }
+
+    @Override
+    public int available() {
+        Conn c = conn;
+        return c == null || closed ? 0 : Math.min(chunkLeft, c.buffered());
+    }
+
+    @Override
+    public void close() {
+        if (closed) return;
+        closed = true;
+        Conn c = conn;
+        conn = null;
+        if (c != null) transport.discard(c);
+    }
+}

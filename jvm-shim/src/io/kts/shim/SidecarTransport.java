@@ -1,0 +1,387 @@
+package io.kts.shim;
+
+import java.io.ByteArrayOutputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.lang.System.Logger.Level;
+import java.nio.ByteBuffer;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+
+/**
+ * Talks to a supervised {@code python -m rsm.sidecar} over a Unix domain socket.
+ *
+ * <p>Frames: request {@code u32 len | u8 op | payload}; response {@code u8 status | ...}. Status 1/2 carry
+ * {@code u16 type | u32 message}. Fetch responses after status OK are chunks {@code i32 n | n bytes}, 0 ending
+ * the stream, -1 introducing an error. A dead sidecar is restarted in the background; calls that were using
+ * it fail at once with RemoteStorageException (the kernel closes their sockets), and a watchdog bounds every
+ * wait so nothing can hang the broker's threads.
+ */
+final class SidecarTransport implements Transport {
+    private static final System.Logger LOG = System.getLogger("io.kts.shim.sidecar");
+
+    private final Settings settings;
+    private final Map<String, String> config;
+    private final Object lock = new Object();
+    private final ConcurrentLinkedDeque<Conn> idle = new ConcurrentLinkedDeque<>();
+    private final Set<Conn> inUse = ConcurrentHashMap.newKeySet();
+    private final AtomicInteger generations = new AtomicInteger();
+    private final ScheduledExecutorService watchdog;
+    private volatile SidecarProcess current;
+    private volatile boolean closed;
+    private volatile boolean restarting;
+    private volatile String lastStartError = "";
+    private long lastStartNanos;
+
+    SidecarTransport(Settings settings, Map<String, String> config) {
+        this.settings = settings;
+        this.config = config;
+        this.watchdog = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "kts-sidecar-watchdog");
+            t.setDaemon(true);
+            return t;
+        });
+    }
+
+    @Override
+    public String name() {
+        return "sidecar";
+    }
+
+    /** Called from configure(): a failure here fails the broker's startup with a message saying what to fix. */
+    void start() {
+        try {
+            launch();
+        } catch (SidecarProcess.SidecarStartException e) {
+            watchdog.shutdownNow();
+            throw new IllegalStateException("kafka-tiered-storage: " + e.getMessage());
+        }
+        watchdog.scheduleWithFixedDelay(this::expireDeadlines, 100, 100, TimeUnit.MILLISECONDS);
+    }
+
+    private void launch() throws SidecarProcess.SidecarStartException {
+        synchronized (lock) {
+            lastStartNanos = System.nanoTime();
+            SidecarProcess p = SidecarProcess.launch(settings, config, generations.incrementAndGet());
+            current = p;
+            p.process.onExit().thenRun(() -> onExit(p));
+            lock.notifyAll();
+        }
+    }
+
+    private void onExit(SidecarProcess p) {
+        if (closed || p != current) return;
+        LOG.log(Level.WARNING, "Python sidecar pid {0} died ({1}); restarting it", String.valueOf(p.pid), p.exitDescription());
+        scheduleRestart(p);
+    }
+
+    private void scheduleRestart(SidecarProcess dead) {
+        synchronized (lock) {
+            if (closed || restarting || dead != current) return;
+            restarting = true;
+        }
+        Thread t = new Thread(() -> restartLoop(dead), "kts-sidecar-restart");
+        t.setDaemon(true);
+        t.start();
+    }
+
+    private void restartLoop(SidecarProcess dead) {
+        long backoff = Math.max(1, settings.restartBackoffMs);
+        try {
+            while (!closed) {
+                long sinceLast;
+                synchronized (lock) {
+                    sinceLast = (System.nanoTime() - lastStartNanos) / 1_000_000L;
+                }
+                if (sinceLast < backoff) Thread.sleep(backoff - sinceLast);
+                if (closed) return;
+                try {
+                    launch();
+                    LOG.log(Level.INFO, "Python sidecar restarted (pid {0} replaces pid {1})", String.valueOf(current.pid), String.valueOf(dead.pid));
+                    lastStartError = "";
+                    return;
+                } catch (SidecarProcess.SidecarStartException e) {
+                    lastStartError = e.getMessage();
+                    LOG.log(Level.ERROR, "Python sidecar restart failed: {0}", e.getMessage());
+                    backoff = Math.min(backoff * 2, 30_000L);
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } finally {
+            synchronized (lock) {
+                restarting = false;
+                lock.notifyAll();
+            }
+        }
+    }
+
+    private void expireDeadlines() {
+        long now = System.nanoTime();
+        for (Conn c : inUse) {
+            long d = c.deadlineNanos;
+            if (d != 0 && now - d > 0) {
+                c.timedOut = true;
+                c.close();
+            }
+        }
+    }
+
+    /** A live sidecar, waiting for a restart in progress (bounded by the startup timeout). */
+    private SidecarProcess live(String op) throws RemoteStorageException {
+        SidecarProcess p = current;
+        if (p != null && p.isAlive()) return p;
+        if (closed) throw new RemoteStorageException(op + ": the RemoteStorageManager is closed");
+        if (p != null) scheduleRestart(p);
+        long deadline = System.nanoTime() + settings.startupTimeoutMs * 1_000_000L;
+        synchronized (lock) {
+            while (!closed) {
+                p = current;
+                if (p != null && p.isAlive()) return p;
+                long left = (deadline - System.nanoTime()) / 1_000_000L;
+                if (left <= 0) break;
+                try {
+                    lock.wait(Math.min(left, 200));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new RemoteStorageException(op + ": interrupted while waiting for the Python sidecar");
+                }
+            }
+        }
+        throw new RemoteStorageException(op + ": the Python sidecar is not running"
+                + (lastStartError.isEmpty() ? "" : " (last restart failed: " + lastStartError + ")"));
+    }
+
+    private Conn acquire(String op) throws RemoteStorageException {
+        SidecarProcess p = live(op);
+        Conn c;
+        while ((c = idle.pollFirst()) != null) {
+            if (c.generation == p.generation && c.isOpen()) break;
+            c.close();
+        }
+        if (c == null) {
+            try {
+                c = Conn.open(p.socket, p.generation);
+            } catch (IOException e) {
+                throw failure(op, null, p, e);
+            }
+        }
+        c.timedOut = false;
+        inUse.add(c);
+        return c;
+    }
+
+    /** Returns a connection whose frames are complete, so the next call can reuse it. */
+    void release(Conn c) {
+        c.disarm();
+        inUse.remove(c);
+        SidecarProcess p = current;
+        if (closed || p == null || c.generation != p.generation || !c.isOpen() || idle.size() >= settings.poolSize) {
+            c.close();
+        } else {
+            idle.offerFirst(c);
+        }
+    }
+
+    /** Drops a connection that may be mid-frame: closing it is the only safe way to resynchronise. */
+    void discard(Conn c) {
+        c.disarm();
+        inUse.remove(c);
+        c.close();
+    }
+
+    /** Turns a broken connection into a RemoteStorageException that says what happened to the sidecar. */
+    RemoteStorageException failure(String op, Conn c, SidecarProcess p, IOException e) {
+        if (c != null && c.timedOut) {
+            return new RemoteStorageException(op + ": timed out waiting for the Python sidecar (pid " + p.pid
+                    + "); the connection was closed", e);
+        }
+        if (closed) return new RemoteStorageException(op + ": the RemoteStorageManager was closed", e);
+        try {
+            p.process.onExit().get(300, TimeUnit.MILLISECONDS);  // a dying child closes sockets before it is reaped
+        } catch (Exception ignored) {
+            // still alive, or we were interrupted: report what we know
+        }
+        if (!p.isAlive()) {
+            scheduleRestart(p);
+            return new RemoteStorageException(op + ": the Python sidecar (pid " + p.pid + ") died ("
+                    + p.exitDescription() + "); it is being restarted", e);
+        }
+        return new RemoteStorageException(op + ": connection to the Python sidecar (pid " + p.pid + ") failed: "
+                + Wire.describe(e), e);
+    }
+
+    /** The sidecar a connection belonged to; a restart only replaces current once the new one is ready. */
+    private SidecarProcess processOf(Conn c) {
+        return current;
+    }
+
+    static RemoteStorageException remoteError(String op, byte status, Conn c) throws IOException {
+        String type = c.readStr16();
+        String message = c.readStr32();
+        String text = Wire.pythonError(type, message);
+        if (status == Wire.STATUS_NOT_FOUND) return new RemoteResourceNotFoundException(text);
+        return new RemoteStorageException(text);
+    }
+
+    private static ByteBuffer frame(byte op, Writer body) {
+        try {
+            ByteArrayOutputStream bos = new ByteArrayOutputStream(256);
+            DataOutputStream out = new DataOutputStream(bos);
+            out.writeInt(0);
+            out.writeByte(op);
+            body.write(out);
+            out.flush();
+            ByteBuffer buf = ByteBuffer.wrap(bos.toByteArray());
+            buf.putInt(0, buf.capacity() - 4);
+            return buf;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    @FunctionalInterface
+    private interface Writer {
+        void write(DataOutputStream out) throws IOException;
+    }
+
+    @Override
+    public byte[] copy(byte[] metadata, String logSegment, String offsetIndex, String timeIndex,
+                       String transactionIndex, String producerSnapshot, byte[] leaderEpochs)
+            throws RemoteStorageException {
+        String op = "copyLogSegmentData";
+        ByteBuffer req = frame(Wire.OP_COPY, out -> {
+            Wire.writeBlob(out, metadata);
+            Wire.writeStr(out, logSegment);
+            Wire.writeStr(out, offsetIndex);
+            Wire.writeStr(out, timeIndex);
+            Wire.writeStr(out, transactionIndex == null ? "" : transactionIndex);
+            Wire.writeStr(out, producerSnapshot);
+            Wire.writeBlob(out, leaderEpochs);
+        });
+        Conn c = acquire(op);
+        try {
+            c.arm(settings.copyTimeoutMs);
+            c.send(req);
+            byte st = c.readByte();
+            if (st != Wire.STATUS_OK) {
+                RemoteStorageException ex = remoteError(op, st, c);
+                release(c);
+                throw ex;
+            }
+            int n = c.readInt();
+            byte[] custom = n < 0 ? null : c.readBytes(n);
+            release(c);
+            return custom;
+        } catch (IOException e) {
+            discard(c);
+            throw failure(op, c, processOf(c), e);
+        }
+    }
+
+    @Override
+    public InputStream fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException {
+        ByteBuffer req = frame(Wire.OP_FETCH, out -> {
+            Wire.writeBlob(out, metadata);
+            out.writeInt(startPosition);
+            out.writeInt(endPosition);
+        });
+        return openStream("fetchLogSegment", req);
+    }
+
+    @Override
+    public InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException {
+        ByteBuffer req = frame(Wire.OP_FETCH_INDEX, out -> {
+            Wire.writeBlob(out, metadata);
+            Wire.writeStr(out, indexType);
+        });
+        return openStream("fetchIndex(" + indexType + ")", req);
+    }
+
+    private InputStream openStream(String op, ByteBuffer req) throws RemoteStorageException {
+        Conn c = acquire(op);
+        try {
+            c.arm(settings.requestTimeoutMs);
+            c.send(req);
+            byte st = c.readByte();
+            if (st != Wire.STATUS_OK) {
+                RemoteStorageException ex = remoteError(op, st, c);
+                release(c);
+                throw ex;
+            }
+            c.disarm();
+            return new SidecarInputStream(this, c, op, settings.requestTimeoutMs);
+        } catch (IOException e) {
+            discard(c);
+            throw failure(op, c, processOf(c), e);
+        }
+    }
+
+    IOException streamFailure(String op, Conn c, IOException e) {
+        RemoteStorageException r = failure(op, c, processOf(c), e);
+        return new IOException(Wire.describe(r), r);
+    }
+
+    @Override
+    public void delete(byte[] metadata) throws RemoteStorageException {
+        simple("deleteLogSegmentData", frame(Wire.OP_DELETE, out -> Wire.writeBlob(out, metadata)));
+    }
+
+    /** A round trip that does no storage work: used by the benchmark and for health checks. */
+    void ping() throws RemoteStorageException {
+        simple("ping", frame(Wire.OP_PING, out -> { }));
+    }
+
+    private void simple(String op, ByteBuffer req) throws RemoteStorageException {
+        Conn c = acquire(op);
+        try {
+            c.arm(settings.requestTimeoutMs);
+            c.send(req);
+            byte st = c.readByte();
+            if (st != Wire.STATUS_OK) {
+                RemoteStorageException ex = remoteError(op, st, c);
+                release(c);
+                throw ex;
+            }
+            release(c);
+        } catch (IOException e) {
+            discard(c);
+            throw failure(op, c, processOf(c), e);
+        }
+    }
+
+    /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */
+    long sidecarPid() {
+        SidecarProcess p = current;
+        return p == null ? -1 : p.pid;
+    }
+
+    @Override
+    public void close() {
+        SidecarProcess p;
+        synchronized (lock) {
+            if (closed) return;
+            closed = true;
+            p = current;
+            lock.notifyAll();
+        }
+        Conn c;
+        while ((c = idle.pollFirst()) != null) c.close();
+        watchdog.shutdownNow();
+        if (p != null) {
+            p.stop(settings.shutdownTimeoutMs);
+            LOG.log(Level.INFO, "Python sidecar pid {0} stopped ({1})", String.valueOf(p.pid), p.exitDescription());
+        }
+        for (Conn x : inUse) x.close();
+    }
+}

@@ -1,0 +1,28 @@
+package io.kts.shim;
+
+import java.io.InputStream;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+
+/**
+ * One way of reaching the Python RemoteStorageManager. The shim encodes Kafka's metadata once
+ * ({@link Wire#encodeMetadata}) so both transports send the same bytes and the Python side has a single decoder.
+ */
+interface Transport extends AutoCloseable {
+
+    /** Returns the custom metadata bytes, or null for Optional.empty(). */
+    byte[] copy(byte[] metadata, String logSegment, String offsetIndex, String timeIndex, String transactionIndex,
+                String producerSnapshot, byte[] leaderEpochs) throws RemoteStorageException;
+
+    /** endPosition is -1 for "to the end of the segment". */
+    InputStream fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException;
+
+    InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException;
+
+    void delete(byte[] metadata) throws RemoteStorageException;
+
+    /** A short name for log lines and errors ("sidecar", "in-process"). */
+    String name();
+
+    @Override
+    void close();
+}

@@ -1,0 +1,181 @@
+package io.kts.shim;
+
+import java.io.ByteArrayOutputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.reflect.Method;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+
+/**
+ * Byte layouts shared with rsm/jvm_codec.py. Kept in one place so the sidecar protocol and the in-process
+ * bridge cannot drift apart: metadata is always this big-endian record, whichever transport carries it.
+ */
+final class Wire {
+    static final int METADATA_VERSION = 1;
+
+    static final byte OP_COPY = 1;
+    static final byte OP_FETCH = 2;
+    static final byte OP_FETCH_INDEX = 3;
+    static final byte OP_DELETE = 4;
+    static final byte OP_PING = 5;
+    static final byte OP_SHUTDOWN = 6;
+
+    static final byte STATUS_OK = 0;
+    static final byte STATUS_NOT_FOUND = 1;
+    static final byte STATUS_ERROR = 2;
+
+    /** Kafka 4.0 added isTxnIdxEmpty(); looked up reflectively so one jar works on 3.6+ brokers. */
+    private static final Method TXN_IDX_EMPTY = findTxnIdxEmpty();
+
+    private Wire() {
+    }
+
+    private static Method findTxnIdxEmpty() {
+        try {
+            return RemoteLogSegmentMetadata.class.getMethod("isTxnIdxEmpty");
+        } catch (NoSuchMethodException | SecurityException e) {
+            return null;
+        }
+    }
+
+    static byte[] encodeMetadata(RemoteLogSegmentMetadata m) {
+        try {
+            ByteArrayOutputStream bos = new ByteArrayOutputStream(160);
+            DataOutputStream out = new DataOutputStream(bos);
+            TopicIdPartition tip = m.remoteLogSegmentId().topicIdPartition();
+            out.writeByte(METADATA_VERSION);
+            writeStr(out, tip.topicId().toString());
+            writeStr(out, tip.topic());
+            out.writeInt(tip.partition());
+            writeStr(out, m.remoteLogSegmentId().id().toString());
+            out.writeLong(m.startOffset());
+            out.writeLong(m.endOffset());
+            out.writeLong(m.maxTimestampMs());
+            out.writeInt(m.brokerId());
+            out.writeLong(m.eventTimestampMs());
+            out.writeInt(m.segmentSizeInBytes());
+            out.writeByte(m.state() == null ? 0 : m.state().id());
+            out.writeByte(txnIdxEmpty(m) ? 1 : 0);
+            byte[] custom = m.customMetadata() != null && m.customMetadata().isPresent()
+                    ? m.customMetadata().get().value() : null;
+            writeBlob(out, custom);
+            Map<Integer, Long> epochs = m.segmentLeaderEpochs();
+            out.writeInt(epochs == null ? 0 : epochs.size());
+            if (epochs != null) {
+                for (Map.Entry<Integer, Long> e : epochs.entrySet()) {
+                    out.writeInt(e.getKey());
+                    out.writeLong(e.getValue());
+                }
+            }
+            out.flush();
+            return bos.toByteArray();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);  // ByteArrayOutputStream does not throw
+        }
+    }
+
+    private static boolean txnIdxEmpty(RemoteLogSegmentMetadata m) {
+        if (TXN_IDX_EMPTY == null) return false;
+        try {
+            return (Boolean) TXN_IDX_EMPTY.invoke(m);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return false;
+        }
+    }
+
+    static void writeStr(DataOutputStream out, String s) throws IOException {
+        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        if (b.length > 0xFFFF) throw new IOException("string too long for the wire: " + b.length + " bytes");
+        out.writeShort(b.length);
+        out.write(b);
+    }
+
+    static void writeBlob(DataOutputStream out, byte[] b) throws IOException {
+        if (b == null) {
+            out.writeInt(-1);
+        } else {
+            out.writeInt(b.length);
+            out.write(b);
+        }
+    }
+
+    /** Copies the remaining bytes without moving the caller's buffer position. */
+    static byte[] bytesOf(ByteBuffer buf) {
+        if (buf == null) return new byte[0];
+        ByteBuffer dup = buf.duplicate();
+        byte[] out = new byte[dup.remaining()];
+        dup.get(out);
+        return out;
+    }
+
+    /**
+     * The broker hands configure() a Map of Objects (mostly Strings from server.properties). Python gets strings
+     * only, untouched; Kafka's Password type prints "[hidden]" from toString(), so its value() is used instead.
+     */
+    static Map<String, String> stringify(Map<String, ?> configs) {
+        Map<String, String> out = new LinkedHashMap<>();
+        if (configs == null) return out;
+        for (Map.Entry<String, ?> e : configs.entrySet()) {
+            Object v = e.getValue();
+            if (e.getKey() == null || v == null) continue;
+            out.put(e.getKey(), stringValue(v));
+        }
+        return out;
+    }
+
+    private static String stringValue(Object v) {
+        if (v instanceof String) return (String) v;
+        if (v instanceof Class) return ((Class<?>) v).getName();
+        if (v instanceof Iterable) {
+            StringBuilder sb = new StringBuilder();
+            for (Object o : (Iterable<?>) v) {
+                if (sb.length() > 0) sb.append(',');
+                sb.append(stringValue(o));
+            }
+            return sb.toString();
+        }
+        if (v.getClass().getName().equals("org.apache.kafka.common.config.types.Password")) {
+            try {
+                return String.valueOf(v.getClass().getMethod("value").invoke(v));
+            } catch (ReflectiveOperationException e) {
+                return v.toString();
+            }
+        }
+        return v.toString();
+    }
+
+    static byte[] encodeConfig(Map<String, String> config) {
+        try {
+            ByteArrayOutputStream bos = new ByteArrayOutputStream();
+            DataOutputStream out = new DataOutputStream(bos);
+            out.writeInt(config.size());
+            for (Map.Entry<String, String> e : config.entrySet()) {
+                writeBlob(out, e.getKey().getBytes(StandardCharsets.UTF_8));
+                writeBlob(out, e.getValue().getBytes(StandardCharsets.UTF_8));
+            }
+            out.flush();
+            return bos.toByteArray();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** Never null, always names the failure's type: Kafka logs these messages and operators grep them. */
+    static String describe(Throwable t) {
+        if (t == null) return "unknown error";
+        String msg = t.getMessage();
+        String type = t.getClass().getSimpleName();
+        return msg == null || msg.isEmpty() ? type : type + ": " + msg;
+    }
+
+    static String pythonError(String type, String message) {
+        if (message == null || message.isEmpty()) return type == null || type.isEmpty() ? "Python error" : type;
+        return type == null || type.isEmpty() ? message : type + ": " + message;
+    }
+}

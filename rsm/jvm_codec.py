@@ -1,0 +1,165 @@
+"""Decoding of the byte layouts the Java shim sends (mirror of ``jvm-shim/src/io/kts/shim/Wire.java``).
+
+Both transports carry Kafka's metadata as the same small big-endian record, so there is one decoder. Decoded
+metadata is cached by its bytes: the broker asks about the same few segments over and over (every fetch of a
+hot segment carries identical metadata), and building the dataclasses costs more than the lookup.
+"""
+
+from __future__ import annotations
+
+import struct
+from functools import lru_cache
+
+from rsm.metadata import (
+    IndexType,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+METADATA_VERSION = 1
+
+OP_COPY = 1
+OP_FETCH = 2
+OP_FETCH_INDEX = 3
+OP_DELETE = 4
+OP_PING = 5
+OP_SHUTDOWN = 6
+
+STATUS_OK = 0
+STATUS_NOT_FOUND = 1
+STATUS_ERROR = 2
+
+_I32 = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+_FIXED = struct.Struct(">qqqiqiBB")  # start, end, max ts, broker id, event ts, size, state, txn-idx-empty
+_EPOCH = struct.Struct(">iq")
+
+
+class WireError(ValueError):
+    """The bytes from the shim do not follow the layout (version skew between jar and package, or a bug)."""
+
+
+class Reader:
+    """A cursor over one frame; every read checks bounds so a bad frame fails with WireError, not garbage."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | bytearray | memoryview) -> None:
+        self.buf = memoryview(buf)
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise WireError(f"frame too short: wanted {n} bytes at {self.pos} of {len(self.buf)}")
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def i32(self) -> int:
+        return _I32.unpack(self.take(4))[0]
+
+    def str16(self) -> str:
+        n = _U16.unpack(self.take(2))[0]
+        return bytes(self.take(n)).decode("utf-8")
+
+    def blob(self) -> bytes | None:
+        n = self.i32()
+        return None if n < 0 else bytes(self.take(n))
+
+
+def decode_metadata(raw: bytes) -> RemoteLogSegmentMetadata:
+    """``RemoteLogSegmentMetadata`` from ``Wire.encodeMetadata`` bytes (cached; the result is immutable)."""
+    return _decode_metadata(bytes(raw))
+
+
+@lru_cache(maxsize=4096)
+def _decode_metadata(raw: bytes) -> RemoteLogSegmentMetadata:
+    r = Reader(raw)
+    version = r.u8()
+    if version != METADATA_VERSION:
+        raise WireError(f"metadata layout version {version} is not supported (expected {METADATA_VERSION}); "
+                        f"the shim jar and the Python package are from different releases")
+    topic_id = r.str16()
+    topic = r.str16()
+    partition = r.i32()
+    segment_id = r.str16()
+    start, end, max_ts, broker, event_ts, size, state, txn_empty = _FIXED.unpack(r.take(_FIXED.size))
+    custom = r.blob()
+    epochs = {}
+    for _ in range(r.i32()):
+        epoch, offset = _EPOCH.unpack(r.take(_EPOCH.size))
+        epochs[epoch] = offset
+    tip = TopicIdPartition(topic_id=topic_id, topic=topic, partition=partition)
+    return RemoteLogSegmentMetadata(
+        remote_log_segment_id=RemoteLogSegmentId(topic_id_partition=tip, id=segment_id),
+        start_offset=start, end_offset=end, max_timestamp_ms=max_ts, broker_id=broker,
+        event_timestamp_ms=event_ts, segment_size_in_bytes=size, segment_leader_epochs=epochs,
+        custom_metadata=custom, state=RemoteLogSegmentState(state), txn_idx_empty=bool(txn_empty))
+
+
+def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
+    """The Java layout, built in Python: used by tests and the benchmark to call the transports directly."""
+    tip = meta.topic_id_partition
+
+    def s16(s: str) -> bytes:
+        b = s.encode("utf-8")
+        return _U16.pack(len(b)) + b
+
+    custom = meta.custom_metadata
+    parts = [bytes([METADATA_VERSION]), s16(tip.topic_id), s16(tip.topic), _I32.pack(tip.partition),
+             s16(meta.remote_log_segment_id.id),
+             _FIXED.pack(meta.start_offset, meta.end_offset, meta.max_timestamp_ms, meta.broker_id,
+                         meta.event_timestamp_ms, meta.segment_size_in_bytes, int(meta.state),
+                         1 if meta.txn_idx_empty else 0),
+             _I32.pack(-1) if custom is None else _I32.pack(len(custom)) + custom,
+             _I32.pack(len(meta.segment_leader_epochs))]
+    parts += [_EPOCH.pack(e, o) for e, o in sorted(meta.segment_leader_epochs.items())]
+    return b"".join(parts)
+
+
+def decode_config(raw: bytes) -> dict[str, str]:
+    """The configuration map the shim writes to the sidecar's stdin (``Wire.encodeConfig``)."""
+    r = Reader(raw)
+    out = {}
+    for _ in range(r.i32()):
+        k = r.blob()
+        v = r.blob()
+        if k is None or v is None:
+            raise WireError("null key or value in the configuration map")
+        out[k.decode("utf-8")] = v.decode("utf-8")
+    return out
+
+
+def index_type(name: str) -> IndexType:
+    try:
+        return IndexType[name]
+    except KeyError:
+        raise WireError(f"unknown index type {name!r}") from None
+
+
+def error_parts(exc: BaseException) -> tuple[int, str, str]:
+    """(status, Python type name, message) for an exception raised by the manager."""
+    from rsm.errors import RemoteResourceNotFoundException
+
+    status = STATUS_NOT_FOUND if isinstance(exc, RemoteResourceNotFoundException) else STATUS_ERROR
+    return status, type(exc).__name__, str(exc)
+
+
+def load_manager_class(spec: str) -> type:
+    """``module:Class`` -> the class; the default names the package's own manager."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"python.manager.class must be module:Class, got {spec!r}")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise TypeError(f"python.manager.class {spec!r} is not a class")
+    return obj

@@ -1,0 +1,107 @@
+"""Helpers shared by the shim tests and ``benchmarks/bench_shim.py``: jar locations and segment spec files.
+
+The Java test harness (``jvm-shim/test-src``) drives the shim exactly as a broker would; it learns which
+segments to use from a tab-separated spec file written here (format in ``Harness.java``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsm.metadata import RemoteLogSegmentMetadata
+
+REPO = Path(__file__).resolve().parent.parent
+SHIM_DIR = REPO / "jvm-shim"
+BUILD_DIR = SHIM_DIR / "build"
+PLUGIN_JAR = Path(__file__).resolve().parent / "_jars" / "kafka-tiered-storage-shim.jar"
+STUBS_JAR = BUILD_DIR / "kafka-api-stubs.jar"
+TEST_JAR = BUILD_DIR / "kts-shim-test.jar"
+FAKE_KAFKA_JAR = BUILD_DIR / "fake-kafka.jar"
+SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
+HARNESS_CLASS = "io.kts.shim.harness.Harness"
+
+
+def _newest_source() -> float:
+    return max(p.stat().st_mtime for p in SHIM_DIR.rglob("*") if p.suffix in (".java", ".sh"))
+
+
+def ensure_built() -> None:
+    """Runs jvm-shim/build.sh when a jar is missing or older than a source (the source tree only)."""
+    if not SHIM_DIR.is_dir():
+        return
+    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR]
+    if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
+        return
+    subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
+
+
+def test_classpath() -> str:
+    return os.pathsep.join(str(p) for p in (PLUGIN_JAR, STUBS_JAR, TEST_JAR))
+
+
+@dataclass(frozen=True)
+class SpecSegment:
+    """One line of the harness spec: the metadata plus the files the broker would hand to copy."""
+
+    meta: RemoteLogSegmentMetadata
+    log: Path
+    offset_index: Path
+    time_index: Path
+    txn_index: Path | None
+    producer_snapshot: Path
+    leader_epoch_bytes: bytes
+
+
+def write_spec(path: Path, segments: Iterable[SpecSegment]) -> Path:
+    lines = []
+    for i, s in enumerate(segments):
+        m = s.meta
+        tip = m.topic_id_partition
+        epoch_file = path.with_name(f"{path.name}.epochs.{i}")
+        epoch_file.write_bytes(s.leader_epoch_bytes)
+        fields = [tip.topic_id, tip.topic, str(tip.partition), m.remote_log_segment_id.id, str(m.start_offset),
+                  str(m.end_offset), str(m.max_timestamp_ms), str(m.segment_size_in_bytes), str(s.log),
+                  str(s.offset_index), str(s.time_index), str(s.txn_index) if s.txn_index else "-",
+                  str(s.producer_snapshot), str(epoch_file)]
+        lines.append("\t".join(fields))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def spec_segment(files: object, meta: RemoteLogSegmentMetadata) -> SpecSegment:
+    """From ``rsm.kafka.segment_writer.SegmentFiles`` (duck-typed to keep this module import-light)."""
+    return SpecSegment(meta=meta, log=files.log, offset_index=files.offset_index,  # type: ignore[attr-defined]
+                       time_index=files.time_index, txn_index=files.txn_index,  # type: ignore[attr-defined]
+                       producer_snapshot=files.producer_snapshot,  # type: ignore[attr-defined]
+                       leader_epoch_bytes=files.leader_epoch_bytes)  # type: ignore[attr-defined]
+
+
+TEST_TIP = ("MWJ6FHTfRYy67jzwZdeqSQ", "orders", 7)
+
+
+def make_test_segments(directory: Path, batches: int = 120) -> list[SpecSegment]:
+    """Real Kafka segments of different shapes: plain, zstd batches with transactions, gzip, plain+transactions."""
+    from rsm.kafka.segment_writer import write_segment
+    from rsm.metadata import TopicIdPartition
+
+    tip = TopicIdPartition(*TEST_TIP)
+    out = []
+    for i, (codec, txn) in enumerate([("none", False), ("zstd", True), ("gzip", False), ("none", True)]):
+        f = write_segment(directory / f"seg{i}", base_offset=i * 1_000_000, num_batches=batches, codec=codec,
+                          transactional=txn, seed=i)
+        out.append(spec_segment(f, f.to_metadata(tip)))
+    return out
+
+
+def base_config(store: Path, **extra: str) -> dict[str, str]:
+    """A filesystem-backed manager config; ``python.path`` points the sidecar at this source tree."""
+    import sys
+
+    cfg = {"chunk.size": "1048576", "storage.backend.class": "filesystem", "storage.root": str(store),
+           "compression.enabled": "true", "python.executable": sys.executable, "python.path": str(REPO)}
+    cfg.update(extra)
+    return cfg

@@ -1,0 +1,317 @@
+"""The Python side of the JVM shim's sidecar transport: ``python -m rsm.sidecar --socket PATH``.
+
+The broker's shim (``io.kts.shim.PythonRemoteStorageManager``) starts this process in ``configure()``, writes
+the configuration map to its stdin and keeps stdin open. The sidecar:
+
+* configures one ``RemoteStorageManager`` and prints ``READY`` (or ``IMPORT-ERROR``/``CONFIG-ERROR`` with the
+  reason, which the shim turns into a configure-time error naming the interpreter);
+* serves the framed protocol of ``SidecarTransport.java`` on a Unix socket, one thread per connection (the
+  manager's I/O, zstd and AES release the GIL, so broker reader threads overlap);
+* exits when stdin reaches EOF (the broker closed the shim or died, even by kill -9) or on a shutdown frame;
+* ignores SIGTERM and SIGINT: systemd and Ctrl-C signal the broker's whole process group, and the broker's
+  shutdown hook still needs the sidecar until it has called ``close()``.
+
+Copy requests carry file paths (the sidecar reads the segment files itself) and the leader-epoch bytes
+inline; fetches stream back as length-prefixed chunks so the broker can stop reading at any point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import socketserver
+import struct
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from rsm import jvm_codec as wire
+from rsm.metadata import LogSegmentData
+
+log = logging.getLogger("rsm.sidecar")
+
+FIRST_CHUNK = 64 * 1024  # the broker usually reads ~1 MiB and closes: answer fast, then stream in big chunks
+CHUNK = 1024 * 1024
+_HDR = struct.Struct(">IB")
+_I32 = struct.Struct(">i")
+_END = _I32.pack(0)
+_MID_STREAM_ERROR = _I32.pack(-1)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """n bytes, or None on a clean EOF before the first byte (the shim closed an idle connection)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            if got == 0:
+                return None
+            raise ConnectionResetError(f"connection closed mid-frame ({got} of {n} bytes)")
+        got += k
+    return bytes(buf)
+
+
+def _send_parts(sock: socket.socket, parts: Sequence[bytes | memoryview]) -> None:
+    """sendmsg without a concatenation copy, finishing partial sends."""
+    pending = [memoryview(p).cast("B") for p in parts if len(p)]
+    while pending:
+        sent = sock.sendmsg(pending)
+        while sent and pending:
+            if sent >= len(pending[0]):
+                sent -= len(pending[0])
+                pending.pop(0)
+            else:
+                pending[0] = pending[0][sent:]
+                sent = 0
+
+
+def _error_frame(exc: BaseException) -> bytes:
+    status, type_name, message = wire.error_parts(exc)
+    t = type_name.encode("utf-8", "replace")[:0xFFFF]
+    m = message.encode("utf-8", "replace")
+    return bytes([status]) + struct.pack(">H", len(t)) + t + _I32.pack(len(m)) + m
+
+
+def _readinto(stream: BinaryIO | Any, view: memoryview) -> int:
+    readinto = getattr(stream, "readinto", None)
+    if readinto is not None:
+        n = readinto(view)
+        return 0 if n is None else n
+    data = stream.read(len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
+class Sidecar:
+    """Owns the manager and answers requests; one instance per process."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.stop = threading.Event()
+
+    # -- requests ---------------------------------------------------------------------------------------------
+
+    def handle_connection(self, sock: socket.socket) -> None:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        try:
+            while not self.stop.is_set():
+                hdr = _recv_exact(sock, _HDR.size)
+                if hdr is None:
+                    return
+                length, op = _HDR.unpack(hdr)
+                body = _recv_exact(sock, length - 1) if length > 1 else b""
+                if body is None:
+                    return
+                self.dispatch(sock, op, body, view)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            return  # the shim closed a stream early or the broker went away: nothing to answer
+        except wire.WireError as e:
+            log.error("protocol error from the shim, dropping the connection: %s", e)
+
+    def dispatch(self, sock: socket.socket, op: int, body: bytes, view: memoryview) -> None:
+        r = wire.Reader(body)
+        if op == wire.OP_FETCH:
+            meta = wire.decode_metadata(r.blob() or b"")
+            start, end = r.i32(), r.i32()
+            self._stream(sock, view, lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end),
+                         "fetch")
+        elif op == wire.OP_FETCH_INDEX:
+            meta = wire.decode_metadata(r.blob() or b"")
+            kind = wire.index_type(r.str16())
+            self._stream(sock, view, lambda: self.manager.fetch_index(meta, kind), "fetch_index")
+        elif op == wire.OP_COPY:
+            meta = wire.decode_metadata(r.blob() or b"")
+            seg, off, tim, txn, snap = r.str16(), r.str16(), r.str16(), r.str16(), r.str16()
+            epochs = r.blob() or b""
+            data = LogSegmentData(log_segment=Path(seg), offset_index=Path(off), time_index=Path(tim),
+                                  transaction_index=Path(txn) if txn else None,
+                                  producer_snapshot_index=Path(snap), leader_epoch_index=epochs)
+            try:
+                custom = self.manager.copy_log_segment_data(meta, data)
+            except Exception as e:
+                self._log_failure("copy", e)
+                sock.sendall(_error_frame(e))
+                return
+            blob = _I32.pack(-1) if custom is None else _I32.pack(len(custom)) + bytes(custom)
+            sock.sendall(b"\x00" + blob)
+        elif op == wire.OP_DELETE:
+            meta = wire.decode_metadata(r.blob() or b"")
+            try:
+                self.manager.delete_log_segment_data(meta)
+            except Exception as e:
+                self._log_failure("delete", e)
+                sock.sendall(_error_frame(e))
+                return
+            sock.sendall(b"\x00")
+        elif op == wire.OP_PING:
+            sock.sendall(b"\x00")
+        elif op == wire.OP_SHUTDOWN:
+            sock.sendall(b"\x00")
+            self.stop.set()
+        else:
+            raise wire.WireError(f"unknown op {op}")
+
+    @staticmethod
+    def _log_failure(what: str, e: Exception) -> None:
+        from rsm.errors import RemoteStorageException
+
+        if isinstance(e, RemoteStorageException):
+            log.debug("%s failed: %s: %s", what, type(e).__name__, e)
+        else:  # not one of the manager's own errors: likely a bug, keep the traceback
+            log.error("%s failed unexpectedly", what, exc_info=e)
+
+    def _stream(self, sock: socket.socket, view: memoryview, open_stream: Any, what: str) -> None:
+        """Status, then chunks. The first chunk is read before answering, so a missing segment is an error status."""
+        try:
+            stream = open_stream()
+        except Exception as e:
+            self._log_failure(what, e)
+            sock.sendall(_error_frame(e))
+            return
+        try:
+            try:
+                n = _readinto(stream, view[:FIRST_CHUNK])
+            except Exception as e:
+                self._log_failure(what, e)
+                sock.sendall(_error_frame(e))
+                return
+            head: bytes = b"\x00"
+            while n > 0:
+                _send_parts(sock, (head + _I32.pack(n), view[:n]))
+                head = b""
+                try:
+                    n = _readinto(stream, view)
+                except Exception as e:
+                    self._log_failure(what, e)
+                    sock.sendall(_MID_STREAM_ERROR + _error_frame(e))
+                    return
+            sock.sendall(head + _END)
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+    sidecar: Sidecar
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        self.sidecar.handle_connection(request)
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            raise EOFError("stdin closed before the configuration was complete")
+        data += chunk
+    return data
+
+
+def read_config(stream: BinaryIO) -> dict[str, str]:
+    """The map ``Wire.encodeConfig`` wrote: i32 count, then (i32 len, key, i32 len, value) pairs."""
+    (count,) = _I32.unpack(_read_exact(stream, 4))
+    parts = [_I32.pack(count)]
+    for _ in range(count * 2):
+        (n,) = _I32.unpack(_read_exact(stream, 4))
+        parts.append(_I32.pack(n) + _read_exact(stream, max(n, 0)))
+    return wire.decode_config(b"".join(parts))
+
+
+def _watch_stdin(stream: BinaryIO, stop: threading.Event) -> None:
+    """The shim keeps our stdin open for its lifetime: EOF means close() was called or the broker died."""
+    try:
+        while stream.read(65536):
+            pass
+    except OSError:
+        pass
+    log.info("stdin closed by the broker: shutting down")
+    stop.set()
+
+
+def _say(line: str) -> None:
+    """Handshake lines for the shim on stdout (everything else goes to stderr)."""
+    sys.stdout.write(line.replace("\n", " | ") + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rsm.sidecar", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
+    args = parser.parse_args(argv)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    stdin = sys.stdin.buffer
+    try:
+        config = read_config(stdin)
+    except (EOFError, wire.WireError) as e:
+        _say(f"CONFIG-ERROR cannot read the configuration from stdin: {e}")
+        return 4
+
+    from rsm.sidecar_config import CONFIG_DEF
+
+    level = str(config.get("python.log.level", "INFO")).upper()
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
+    try:
+        cls = wire.load_manager_class(spec)
+    except BaseException as e:
+        _say(f"IMPORT-ERROR {sys.executable} (Python {sys.version.split()[0]}) could not import the manager "
+             f"{spec}: {type(e).__name__}: {e}")
+        return 3
+    manager = cls()
+    try:
+        manager.configure(config)
+    except Exception as e:
+        _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
+        return 4
+
+    sidecar = Sidecar(manager)
+    path = args.socket
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    old_umask = os.umask(0o077)  # only the broker's user may talk to the sidecar
+    try:
+        server = _Server(path, socketserver.BaseRequestHandler, bind_and_activate=True)
+    finally:
+        os.umask(old_umask)
+    server.sidecar = sidecar
+    threading.Thread(target=_watch_stdin, args=(stdin, sidecar.stop), name="stdin-watch", daemon=True).start()
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="accept",
+                               daemon=True)
+    serving.start()
+    log.info("sidecar ready: pid %d (broker pid %d), Python %s, manager %s, socket %s", os.getpid(),
+             args.parent_pid, sys.version.split()[0], spec, path)
+    _say(f"READY {os.getpid()}")
+    sidecar.stop.wait()
+
+    server.shutdown()
+    server.server_close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    closer = threading.Thread(target=manager.close, name="manager-close", daemon=True)
+    closer.start()
+    closer.join(30)
+    log.info("sidecar stopped")
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)  # connection threads may still be blocked in the manager; they must not delay the exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The sidecar transport, driven from a real, separately started JVM (``java -cp shim:stubs:harness``), as a
+broker would: lifecycle on real segments from 16 threads, kill -9 mid-fetch, close(), broken environments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rsm import jvm_testing as jt
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    jt.ensure_built()
+    d = tmp_path_factory.mktemp("shim-segs")
+    return jt.write_spec(d / "spec.tsv", jt.make_test_segments(d))
+
+
+def harness(mode: str, *positional: str, config: dict[str, str], timeout: float = 180,
+            **popen: object) -> subprocess.CompletedProcess[str]:
+    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, mode, jt.SHIM_CLASS, *positional, "--",
+           *(f"{k}={v}" for k, v in config.items())]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **popen)  # type: ignore[call-overload]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
+    r = harness("lifecycle", str(spec), "16", "24", config=jt.base_config(tmp_path / "store"))
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert r.stdout.startswith("OK lifecycle segments=4 threads=16"), r.stdout
+    assert "(sidecar transport)" in r.stderr  # auto picked the sidecar in a plain JVM
+    assert "Python sidecar pid" in r.stderr and "stopped (exit code 0)" in r.stderr
+    assert not list((tmp_path / "store").rglob("*.log")), "delete left segment objects behind"
+
+
+def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
+    cfg = jt.base_config(tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200"})
+    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, "supervise", jt.SHIM_CLASS, str(spec), "--",
+           *(f"{k}={v}" for k, v in cfg.items())]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        line = p.stdout.readline()
+        assert line.startswith("FETCHING "), line + p.stderr.read() if p.stderr else ""
+        pid1 = int(line.split()[1])
+        os.kill(pid1, signal.SIGKILL)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out + err[-4000:]
+    lines = out.splitlines()
+    failed = next(x for x in lines if x.startswith("STREAM-FAILED"))
+    # the broker's read fails with an IOException caused by a RemoteStorageException that says what happened
+    assert "org.apache.kafka.server.log.remote.storage.RemoteStorageException" in failed
+    assert f"pid {pid1}" in failed and "died" in failed and "signal 9" in failed, failed
+    recovered = next(x for x in lines if x.startswith("RECOVERED"))
+    pid2 = int(recovered.split()[1])
+    assert pid2 != pid1 and float(recovered.split()[2]) < 30
+    assert any("restarting it" in x for x in err.splitlines()), "no log line about the restart"
+    assert lines[-1] == "CLOSED"
+    assert not alive(pid2), "close() left the restarted sidecar running"
+
+
+def test_close_stops_the_sidecar_and_removes_its_socket(tmp_path: Path) -> None:
+    sockets = tmp_path / "sock"
+    sockets.mkdir()
+    r = harness("configure", config=jt.base_config(tmp_path / "store", **{"jvm.sidecar.socket.dir": str(sockets)}),
+                timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid = int(r.stdout.split()[1])
+    assert r.stdout.splitlines()[-1] == "CLOSED"
+    assert not alive(pid)
+    assert list(sockets.iterdir()) == []
+
+
+def _python_without_package() -> str | None:
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(cand) and os.path.realpath(cand) != os.path.realpath(sys.executable):
+            probe = subprocess.run([cand, "-c", "import rsm.sidecar"], capture_output=True, cwd="/",
+                                   env={"PATH": os.environ.get("PATH", "")})
+            if probe.returncode != 0:
+                return cand
+    return None
+
+
+def test_broken_python_environment_fails_configure_naming_interpreter_and_import(tmp_path: Path) -> None:
+    py = _python_without_package()
+    if py is None:
+        pytest.skip("no interpreter without kafka-tiered-storage on this machine")
+    cfg = jt.base_config(tmp_path / "store", **{"python.executable": py})
+    del cfg["python.path"]
+    r = harness("configure", config=cfg, timeout=60, cwd="/")
+    assert r.returncode == 1
+    err = r.stdout.splitlines()[0]
+    assert err.startswith("ERROR java.lang.IllegalStateException"), err
+    assert py in err and "could not import rsm.sidecar" in err and "No module named 'rsm'" in err, err
+    assert "pip install kafka-tiered-storage" in err
+
+
+def test_missing_interpreter_fails_configure(tmp_path: Path) -> None:
+    cfg = jt.base_config(tmp_path / "store", **{"python.executable": "/nonexistent/bin/python3.11"})
+    r = harness("configure", config=cfg, timeout=60)
+    assert r.returncode == 1
+    assert "cannot run the Python interpreter '/nonexistent/bin/python3.11'" in r.stdout, r.stdout
+
+
+def test_manager_config_error_fails_configure(tmp_path: Path) -> None:
+    cfg = jt.base_config(tmp_path / "store", **{"chunk.size": "not-a-number"})
+    r = harness("configure", config=cfg, timeout=60)
+    assert r.returncode == 1
+    first = r.stdout.splitlines()[0]
+    assert "rejected its configuration: ConfigException" in first and "chunk.size" in first, first
+
+
+def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
+    """Direct check of the child's contract: group-wide SIGTERM/SIGINT must not kill it before the broker's
+    shutdown hook has closed the plugin; stdin EOF (broker gone) must."""
+    from rsm.sidecar import _I32
+
+    sock = tmp_path / "s.sock"
+    cfg = jt.base_config(tmp_path / "store")
+    payload = _I32.pack(len(cfg)) + b"".join(
+        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items())
+    env = dict(os.environ, PYTHONPATH=str(jt.REPO))
+    p = subprocess.Popen([sys.executable, "-m", "rsm.sidecar", "--socket", str(sock)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(payload)
+        p.stdin.flush()
+        assert p.stdout.readline().startswith(b"READY")
+        p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert p.poll() is None, "the sidecar died on SIGTERM/SIGINT"
+        assert sock.exists()
+        p.stdin.close()
+        assert p.wait(timeout=15) == 0
+        assert not sock.exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
