@@ -1,0 +1,356 @@
+"""Azure Blob Storage via azure-storage-blob.
+
+Uploads stream: a source that fits in one ``azure.upload.block.size`` block goes up in a single Put Blob;
+anything larger is staged block by block (in parallel on a bounded thread pool, at most
+``azure.upload.concurrency`` blocks in flight) and made visible at once by Put Block List. Staged blocks
+are invisible until that commit, so a failed upload never shows a partial blob (and never disturbs an
+existing blob under the key); uncommitted blocks are discarded by the service after a week.
+
+Block ids carry a random per-upload tag, so two uploads racing on one key never commit each other's
+blocks. SDK retries are off (``retry_total=0``): ``backends.retry`` applies the same policy as for S3/GCS.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
+from typing import Any, BinaryIO
+
+from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from backends.cloud import (
+    STORAGE_PREFIX,
+    CloudBackend,
+    common_keys,
+    config_error,
+    describe_error,
+    exclusive,
+    parse_storage_config,
+    retry_policy,
+    upload_parts,
+)
+from backends.retry import Deadline, DeadlineExceeded, ErrorKind
+from backends.streaming import ResponseStream, iter_blocks
+from rsm.configdef import ConfigDef, ConfigKey, in_range
+from rsm.errors import ConfigException
+
+MIN_BLOCK_SIZE = 100 * 1024
+MAX_BLOCK_SIZE = 4000 * 1024 * 1024
+DELETE_BATCH = 256  # blob batch limit
+
+CONFIG_DEF = ConfigDef().extend([
+    ConfigKey("azure.container.name", "string", None,
+              "Blob container holding the tiered objects (required).", group="azure"),
+    ConfigKey("azure.account.name", "string", None,
+              "Storage account name. Required unless azure.connection.string is set or azure.endpoint.url "
+              "already names the account.", group="azure"),
+    ConfigKey("azure.account.key", "password", None,
+              "Shared key of the storage account. Without a key or SAS token, DefaultAzureCredential "
+              "(managed identity, workload identity, environment) is used, which needs the azure-identity "
+              "package.", group="azure"),
+    ConfigKey("azure.sas.token", "password", None,
+              "Shared access signature granting read, write, delete and list on the container. Mutually "
+              "exclusive with azure.account.key.", group="azure"),
+    ConfigKey("azure.connection.string", "password", None,
+              "Full connection string (AccountName/AccountKey or SharedAccessSignature plus endpoints). "
+              "Cannot be combined with azure.account.name, azure.account.key, azure.sas.token or "
+              "azure.endpoint.url.", group="azure"),
+    ConfigKey("azure.endpoint.url", "string", None,
+              "Blob service URL, e.g. http://127.0.0.1:10000/devstoreaccount1 for Azurite. null: "
+              "https://<account>.blob.core.windows.net.", group="azure"),
+    ConfigKey("azure.upload.block.size", "int", 25 * 1024 * 1024,
+              "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
+              "upload is about (concurrency + 1) x block size.",
+              validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
+              valid_values=f"[{MIN_BLOCK_SIZE},...,{MAX_BLOCK_SIZE}]", group="azure"),
+    ConfigKey("azure.upload.concurrency", "int", 4,
+              "Blocks of one upload staged in parallel (size of the upload thread pool).",
+              validator=in_range(1, 64), valid_values="[1,...,64]", group="azure"),
+    ConfigKey("azure.download.chunk.size", "int", 4 * 1024 * 1024,
+              "Bytes fetched per GET while a download stream is read (also the most held in memory).",
+              validator=in_range(64 * 1024, None), valid_values="[65536,...]", group="azure"),
+    ConfigKey("azure.api.version", "string", None,
+              "Pin the storage REST API version the SDK sends (for emulators or stacks that lag behind the "
+              "SDK, e.g. 2025-11-05 for Azurite 3.35 without --skipApiVersionCheck). null: SDK default.",
+              group="azure"),
+    *common_keys("azure", "azure"),
+])
+
+
+class AzureBlobBackend(CloudBackend):
+    """Objects in one Azure blob container."""
+
+    STORE = "Azure"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.container = ""
+        self.account = ""
+        self.block_size = CONFIG_DEF.keys["azure.upload.block.size"].default
+        self.concurrency = 4
+        self._service: Any = None
+        self._container: Any = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # --- configuration ----------------------------------------------------------------------------
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        values = parse_storage_config(CONFIG_DEF, configs)
+        self.close()  # a re-configure must not leak the previous client and pool
+        if not values["azure.container.name"]:
+            raise ConfigException("Missing required configuration 'storage.azure.container.name' for the Azure "
+                                  "backend: set it to the container that should hold the tiered objects")
+        conn = values["azure.connection.string"]
+        if conn:
+            clashing = [STORAGE_PREFIX + k for k in ("azure.account.name", "azure.account.key", "azure.sas.token",
+                                                     "azure.endpoint.url") if values[k]]
+            if clashing:
+                raise config_error("azure.connection.string",
+                                   f"cannot be combined with {', '.join(clashing)} (the connection string "
+                                   f"already carries the account, credentials and endpoint)")
+        else:
+            exclusive(values, ["azure.account.key", "azure.sas.token"], "use an account key or a SAS token")
+            if not values["azure.account.name"] and not values["azure.endpoint.url"]:
+                raise ConfigException(
+                    "Missing required configuration 'storage.azure.account.name' for the Azure backend: set it "
+                    "(with storage.azure.account.key or storage.azure.sas.token), or set "
+                    "storage.azure.connection.string")
+            if values["azure.account.key"] and not values["azure.account.name"]:
+                raise config_error("azure.account.key", "needs storage.azure.account.name")
+        self.container = values["azure.container.name"]
+        self.block_size = values["azure.upload.block.size"]
+        self.concurrency = values["azure.upload.concurrency"]
+        self._policy = retry_policy(values, "azure")
+        self._upload_timeout_s = values["azure.upload.timeout.ms"] / 1000
+        self._service = self._make_service(values)
+        self.account = str(getattr(self._service, "account_name", "") or values["azure.account.name"] or "")
+        self._container = self._service.get_container_client(self.container)
+
+    def _make_service(self, values: Mapping[str, Any]) -> Any:
+        import requests
+        import requests.adapters
+        from azure.core.pipeline.transport import RequestsTransport
+        from azure.storage.blob import BlobServiceClient
+
+        attempt_s = values["azure.api.call.attempt.timeout"] / 1000
+        # Our own pool so that `concurrency` parallel block uploads never exceed (and thrash) the default 10.
+        session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency + 4), max_retries=0)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        kwargs: dict[str, Any] = {
+            # The SDK sets its 256 KiB read block only on transports it builds itself; without it a body is
+            # read in 4 KiB pieces (about 3x slower downloads).
+            "transport": RequestsTransport(session=session, session_owner=True, connection_timeout=attempt_s,
+                                           read_timeout=attempt_s, connection_data_block_size=256 * 1024),
+            "retry_total": 0,
+            "max_single_put_size": self.block_size,
+            "max_block_size": self.block_size,
+            "max_single_get_size": values["azure.download.chunk.size"],
+            "max_chunk_get_size": values["azure.download.chunk.size"],
+            "connection_timeout": attempt_s,
+            "read_timeout": attempt_s,
+        }
+        if values["azure.api.version"]:
+            kwargs["api_version"] = values["azure.api.version"]
+        try:
+            if values["azure.connection.string"]:
+                return BlobServiceClient.from_connection_string(values["azure.connection.string"], **kwargs)
+            account = values["azure.account.name"]
+            url = values["azure.endpoint.url"] or f"https://{account}.blob.core.windows.net"
+            return BlobServiceClient(account_url=url.rstrip("/"), credential=self._credential(values), **kwargs)
+        except ValueError as e:  # malformed connection string or URL
+            key = "azure.connection.string" if values["azure.connection.string"] else "azure.endpoint.url"
+            raise config_error(key, str(e)) from None
+
+    @staticmethod
+    def _credential(values: Mapping[str, Any]) -> Any:
+        from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+
+        if values["azure.account.key"]:
+            return AzureNamedKeyCredential(values["azure.account.name"], values["azure.account.key"])
+        if values["azure.sas.token"]:
+            return AzureSasCredential(values["azure.sas.token"].lstrip("?"))
+        try:
+            from azure.identity import DefaultAzureCredential  # type: ignore[import-not-found]
+        except ImportError:
+            raise ConfigException(
+                "Invalid configuration: no credentials for the Azure backend. Set storage.azure.account.key, "
+                "storage.azure.sas.token or storage.azure.connection.string, or install azure-identity to use "
+                "DefaultAzureCredential (managed identity)") from None
+        return DefaultAzureCredential()
+
+    def _where(self) -> str:
+        return f"Azure container {self.container!r}" + (f" of account {self.account!r}" if self.account else "")
+
+    @property
+    def container_client(self) -> Any:
+        if self._container is None:
+            raise StorageBackendException("Azure backend used before configure()")
+        return self._container
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency,
+                                                                   thread_name_prefix="kts-azure-block")
+            return self._pool
+
+    # --- error classification ---------------------------------------------------------------------
+    def _describe(self, e: BaseException) -> str:
+        """``HTTP 404 ContainerNotFound: The specified container does not exist.`` without the XML dump."""
+        from azure.core import exceptions as az
+
+        if isinstance(e, az.HttpResponseError) and e.status_code is not None:
+            message = str(getattr(e, "reason", "") or "")
+            text = str(e.message or "").strip().splitlines()
+            if text:
+                message = text[0]
+            notes = getattr(e, "__notes__", None) or []
+            return f"HTTP {e.status_code} {e.error_code or ''}: {message}".strip() + (
+                f" [{'; '.join(notes)}]" if notes else "")
+        return describe_error(e)
+
+    def _classify(self, e: BaseException) -> ErrorKind:
+        from azure.core import exceptions as az
+
+        if isinstance(e, az.HttpResponseError) and e.status_code is not None:
+            status = int(e.status_code)
+            code = str(e.error_code or "")
+            if status == 404:
+                return ErrorKind.OTHER if code == "ContainerNotFound" else ErrorKind.NOT_FOUND
+            if status == 416 or code == "InvalidRange":
+                return ErrorKind.INVALID_RANGE
+            if status == 429 or code == "ServerBusy":
+                return ErrorKind.THROTTLING
+            if status == 408 or code == "OperationTimedOut":
+                return ErrorKind.TIMEOUT
+            if status >= 500:
+                return ErrorKind.SERVER
+            return ErrorKind.OTHER
+        if isinstance(e, (az.ServiceRequestTimeoutError, az.ServiceResponseTimeoutError, TimeoutError)):
+            return ErrorKind.TIMEOUT
+        if isinstance(e, (az.ServiceRequestError, az.ServiceResponseError, az.IncompleteReadError, OSError)):
+            return ErrorKind.IO
+        return ErrorKind.OTHER
+
+    # --- upload -----------------------------------------------------------------------------------
+    def upload(self, key: str, data: BinaryIO) -> int:
+        deadline = self._upload_deadline()
+        blocks = iter_blocks(data, self.block_size)
+        first, last = next(blocks)
+        blob = self.container_client.get_blob_client(key)
+        if last:
+            self._call("blob-upload", key,
+                       lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1),
+                       deadline=deadline, key_read=False)
+            self.instrumentation.bytes_uploaded(len(first))
+            return len(first)
+        return self._staged_upload(key, blob, chain([first], (b for b, _ in blocks)), deadline)
+
+    def _staged_upload(self, key: str, blob: Any, blocks: Iterator[bytes], deadline: Deadline) -> int:
+        tag = uuid.uuid4().hex[:16]
+        total = 0
+
+        def count(n: int) -> None:
+            nonlocal total
+            total += n
+
+        def stage(number: int, block: bytes) -> str:
+            block_id = base64.b64encode(f"{tag}-{number:06d}".encode()).decode()
+            self._call("block-upload", key, lambda: blob.stage_block(block_id, block, length=len(block)),
+                       deadline=deadline, key_read=False)
+            self.instrumentation.bytes_uploaded(len(block))
+            return block_id
+
+        from azure.storage.blob import BlobBlock
+
+        try:
+            ids = upload_parts(self._executor(), blocks, stage, concurrency=self.concurrency, deadline=deadline,
+                               what=f"Azure staged upload of key {key!r} to {self._where()}", on_bytes=count)
+            self._call("block-list-upload", key,
+                       lambda: blob.commit_block_list([BlobBlock(block_id=i) for i in ids]),
+                       deadline=deadline, key_read=False)
+        except DeadlineExceeded as e:
+            raise self._map_error("staged upload", key, e) from e
+        return total
+
+    # --- read -------------------------------------------------------------------------------------
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        self._check_range(key, start, end)
+        blob = self.container_client.get_blob_client(key)
+        kwargs: dict[str, Any] = {"max_concurrency": 1}
+        if start != 0 or end is not None:
+            kwargs["offset"] = start
+            kwargs["length"] = None if end is None else end - start + 1
+        downloader = self._call("blob-get", key, lambda: blob.download_blob(**kwargs), start=start, end=end)
+        if "offset" in kwargs and downloader.size == 0:
+            # Azure answers 416 here; Azurite answers 206 "bytes 5-4/5" for a start exactly at the size.
+            raise InvalidRange(key, start, end)
+
+        def read(n: int) -> bytes:
+            return bytes(downloader.read(n))
+
+        return ResponseStream(read, lambda: None, self._stream_error("blob-get", key),  # type: ignore[return-value]
+                              self.instrumentation, length=downloader.size)
+
+    # --- delete / list ----------------------------------------------------------------------------
+    def delete(self, key: str) -> None:
+        blob = self.container_client.get_blob_client(key)
+        try:
+            self._call("blob-delete", key, lambda: blob.delete_blob())
+        except KeyNotFound:
+            pass
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch: list[str] = []
+        for key in dict.fromkeys(keys):
+            batch.append(key)
+            if len(batch) == DELETE_BATCH:
+                self._delete_batch(batch)
+                batch = []
+        if batch:
+            self._delete_batch(batch)
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        if len(keys) == 1:
+            self.delete(keys[0])
+            return
+        label = f"{keys[0]!r} and {len(keys) - 1} more"
+        responses = self._call("blob-batch-delete", label,
+                               lambda: list(self.container_client.delete_blobs(*keys, raise_on_any_failure=False)),
+                               key_read=False)
+        failed = [(k, r.status_code) for k, r in zip(keys, responses, strict=False) if r.status_code not in (202, 404)]
+        if failed:
+            shown = ", ".join(f"{k!r}: HTTP {s}" for k, s in failed[:5])
+            raise StorageBackendException(
+                f"Azure blob-batch-delete in {self._where()} failed for {len(failed)} of {len(keys)} keys: {shown}")
+
+    def list(self, prefix: str) -> Iterator[str]:
+        token: str | None = None
+        while True:
+            def page(tok: str | None = token) -> tuple[list[str], str | None]:
+                pages = self.container_client.list_blob_names(name_starts_with=prefix or None).by_page(
+                    continuation_token=tok)
+                names = list(next(pages))
+                return names, pages.continuation_token
+
+            names, token = self._call("blob-list", prefix, page, key_read=False)
+            yield from names
+            if not token:
+                return
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._service is not None:
+            self._service.close()
+            self._service = None
+            self._container = None
+
+    def __repr__(self) -> str:
+        return f"AzureBlobBackend(container={self.container!r}, account={self.account!r})"

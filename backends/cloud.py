@@ -1,0 +1,238 @@
+"""What the S3, GCS and Azure backends share: config parsing, the retry/error-mapping wrapper, metrics.
+
+Each cloud backend differs only in how it talks to its SDK and how it classifies that SDK's exceptions.
+Everything the manager relies on being *identical* across stores lives here so it cannot drift: range
+validation, how a failure is reported (operation, store, bucket and key in the message), what is retried,
+and the ``metrics()`` snapshot.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from backends.instrumentation import BackendMetrics
+from backends.retry import Deadline, DeadlineExceeded, ErrorKind, RetryPolicy, call_with_retry
+from rsm.configdef import ConfigDef, ConfigKey, in_range
+from rsm.errors import ConfigException
+
+T = TypeVar("T")
+
+STORAGE_PREFIX = "storage."
+
+
+def parse_storage_config(config_def: ConfigDef, configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse the ``storage.``-stripped map, reporting problems under the broker-visible ``storage.`` names.
+
+    The manager strips ``storage.`` before calling ``configure``, but the operator wrote
+    ``rsm.config.storage.s3.bucket.name``; an error that says ``s3.bucket.name`` would send them looking for
+    the wrong line. So the keys are re-declared with the prefix for parsing only.
+    """
+    prefixed = ConfigDef()
+    for key in config_def.keys.values():
+        prefixed.define(dataclasses.replace(key, name=STORAGE_PREFIX + key.name))
+    raw = {STORAGE_PREFIX + k: v for k, v in configs.items()}
+    parsed = prefixed.parse(raw)
+    return {k[len(STORAGE_PREFIX):]: v for k, v in parsed.items()}
+
+
+def config_error(key: str, message: str) -> ConfigException:
+    """A ``ConfigException`` naming the ``storage.``-prefixed key."""
+    return ConfigException(f"Invalid configuration {STORAGE_PREFIX}{key}: {message}")
+
+
+def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60_000) -> list[ConfigKey]:
+    """Timeout and retry keys every cloud backend declares under its own prefix (``s3.``, ``gcs.``...)."""
+    return [
+        ConfigKey(f"{prefix}.api.call.timeout", "long", None,
+                  "Upper bound in milliseconds for one API call including all its retries. null: bounded only by "
+                  f"{prefix}.retry.max.attempts times the attempt timeout.",
+                  validator=in_range(1, None), valid_values="null or [1,...]", group=group),
+        ConfigKey(f"{prefix}.api.call.attempt.timeout", "long", default_attempt_timeout_ms,
+                  "Timeout in milliseconds for one attempt of an API call: connecting, and waiting for each "
+                  "response read (a stalled socket fails the attempt, which is then retried).",
+                  validator=in_range(1, None), valid_values="[1,...]", group=group),
+        ConfigKey(f"{prefix}.retry.max.attempts", "int", 3,
+                  "Attempts per API call, the first one included. Only throttling, server (5xx), timeout and "
+                  "connection errors are retried.",
+                  validator=in_range(1, 20), valid_values="[1,...,20]", group=group),
+        ConfigKey(f"{prefix}.retry.backoff.ms", "long", 100,
+                  "Base of the jittered exponential backoff between attempts (doubled for throttling).",
+                  validator=in_range(0, None), valid_values="[0,...]", group=group),
+        ConfigKey(f"{prefix}.retry.backoff.max.ms", "long", 10_000,
+                  "Upper bound of one backoff pause.",
+                  validator=in_range(0, None), valid_values="[0,...]", group=group),
+        ConfigKey(f"{prefix}.upload.timeout.ms", "long", 1_800_000,
+                  "Overall deadline for uploading one object (all parts, retries and the commit). When it "
+                  "passes, the upload is aborted and fails, so a stuck upload can never hang the broker's "
+                  "copy thread forever.",
+                  validator=in_range(1000, None), valid_values="[1000,...]", group=group),
+    ]
+
+
+def retry_policy(values: Mapping[str, Any], prefix: str) -> RetryPolicy:
+    call_timeout = values[f"{prefix}.api.call.timeout"]
+    return RetryPolicy(
+        max_attempts=values[f"{prefix}.retry.max.attempts"],
+        backoff_s=values[f"{prefix}.retry.backoff.ms"] / 1000,
+        backoff_max_s=values[f"{prefix}.retry.backoff.max.ms"] / 1000,
+        call_timeout_s=None if call_timeout is None else call_timeout / 1000,
+    )
+
+
+def exclusive(values: Mapping[str, Any], keys: list[str], what: str) -> None:
+    """Fail when more than one of ``keys`` is set (credentials options that cannot be combined)."""
+    present = [k for k in keys if values.get(k) not in (None, "", False)]
+    if len(present) > 1:
+        names = ", ".join(STORAGE_PREFIX + k for k in present)
+        raise ConfigException(f"Invalid configuration: {names} cannot be set together; {what}")
+
+
+def describe_error(e: BaseException) -> str:
+    notes = getattr(e, "__notes__", None) or []
+    text = str(e) or type(e).__name__
+    return text + (f" [{'; '.join(notes)}]" if notes else "")
+
+
+class CloudBackend:
+    """Common behaviour of the cloud backends; subclasses set ``STORE`` and implement ``_classify``."""
+
+    STORE = "cloud"
+
+    def __init__(self) -> None:
+        self.instrumentation = BackendMetrics(self.STORE.lower())
+        self._policy = RetryPolicy()
+        self._upload_timeout_s: float = 1800.0
+
+    # --- to be provided by subclasses -------------------------------------------------------------
+    def _classify(self, e: BaseException) -> ErrorKind:
+        raise NotImplementedError
+
+    def _where(self) -> str:
+        """``S3 bucket 'x'``: how error messages name the container of the key."""
+        raise NotImplementedError
+
+    def _describe(self, e: BaseException) -> str:
+        """The SDK error in one line for our messages (subclasses trim SDK-specific noise)."""
+        return describe_error(e)
+
+    # --- shared ---------------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, int]:
+        """Snapshot of request, error and byte counters (see ``BackendMetrics``)."""
+        return self.instrumentation.snapshot()
+
+    def _call(self, operation: str, key: str, fn: Callable[[], T], *, deadline: Deadline | None = None,
+              start: int = 0, end: int | None = None, key_read: bool = True) -> T:
+        """One API call of ``operation`` on ``key`` with retries; SDK failures leave as our exceptions.
+
+        ``key_read=False`` marks calls (uploads, listings) where "not found" can only mean the bucket or
+        container is missing, which must not surface as ``KeyNotFound``.
+        """
+        try:
+            return call_with_retry(fn, operation=operation, policy=self._policy, classify=self._classify,
+                                   metrics=self.instrumentation, deadline=deadline)
+        except StorageBackendException:
+            raise
+        except Exception as e:
+            raise self._map_error(operation, key, e, start=start, end=end, key_read=key_read) from e
+
+    def _map_error(self, operation: str, key: str, e: BaseException, *, start: int = 0,
+                   end: int | None = None, key_read: bool = True) -> StorageBackendException:
+        if isinstance(e, StorageBackendException):
+            return e
+        if isinstance(e, DeadlineExceeded):
+            return StorageBackendException(f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: "
+                                           f"{e}")
+        kind = self._classify(e)
+        if kind is ErrorKind.NOT_FOUND and not key_read:
+            return StorageBackendException(
+                f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: not found (does the "
+                f"{self._where()} exist?): {self._describe(e)}")
+        if kind is ErrorKind.NOT_FOUND:
+            return KeyNotFound(key, self._where())
+        if kind is ErrorKind.INVALID_RANGE:
+            return InvalidRange(key, start, end)
+        return StorageBackendException(
+            f"{self.STORE} {operation} of key {key!r} in {self._where()} failed ({kind.value}): {self._describe(e)}")
+
+    def _stream_error(self, operation: str, key: str) -> Callable[[BaseException], StorageBackendException]:
+        """Mapper for errors raised while the caller reads a download body."""
+        def mapper(e: BaseException) -> StorageBackendException:
+            return StorageBackendException(
+                f"{self.STORE} {operation} of key {key!r} in {self._where()} failed while reading the body "
+                f"({self._classify(e).value}): {self._describe(e)}")
+        return mapper
+
+    @staticmethod
+    def _check_range(key: str, start: int, end: int | None) -> None:
+        if start < 0 or (end is not None and end < start):
+            raise InvalidRange(key, start, end)
+
+    def _upload_deadline(self) -> Deadline:
+        return Deadline(self._upload_timeout_s)
+
+
+def upload_parts(
+    pool: concurrent.futures.Executor,
+    blocks: Iterator[bytes],
+    upload_part: Callable[[int, bytes], T],
+    *,
+    concurrency: int,
+    deadline: Deadline,
+    what: str,
+    on_bytes: Callable[[int], None] | None = None,
+) -> list[T]:
+    """Upload ``blocks`` as parts 1..n on ``pool``, at most ``concurrency`` in flight; results in part order.
+
+    The source is read on the calling thread, one block ahead of the uploads, so memory stays bounded at
+    ``concurrency + 1`` blocks whatever the object size. The first failed part stops reading the source,
+    cancels parts not yet started and is re-raised once the running ones have settled (so an abort issued
+    by the caller afterwards is not raced by a late part). The overall ``deadline`` raises
+    ``DeadlineExceeded``.
+    """
+    slots = threading.Semaphore(concurrency)
+    failed = threading.Event()
+    futures: list[concurrent.futures.Future[T]] = []
+
+    def settle(f: concurrent.futures.Future[T]) -> None:
+        slots.release()
+        if not f.cancelled() and f.exception() is not None:
+            failed.set()
+
+    def wait_for_slot() -> bool:
+        while True:
+            if failed.is_set():
+                return False
+            deadline.check(what)
+            rem = deadline.remaining()
+            if slots.acquire(timeout=0.1 if rem is None else max(0.0, min(0.1, rem))):
+                return True
+
+    try:
+        for number, block in enumerate(blocks, start=1):
+            if not wait_for_slot():
+                break
+            future = pool.submit(upload_part, number, block)
+            future.add_done_callback(settle)
+            futures.append(future)
+            if on_bytes is not None:
+                on_bytes(len(block))
+        results: list[T] = []
+        for future in futures:
+            rem = deadline.remaining()
+            try:
+                results.append(future.result(timeout=None if rem is None else max(rem, 0.0)))
+            except concurrent.futures.TimeoutError:
+                raise DeadlineExceeded(f"{what}: deadline of {deadline.seconds:.1f} s exceeded") from None
+        return results
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        running = [f for f in futures if not f.done()]
+        if running:
+            concurrent.futures.wait(running, timeout=30)
+        raise

@@ -1,0 +1,411 @@
+"""Google Cloud Storage via google-cloud-storage and its authorized HTTP session.
+
+Uploads stream: a source that fits in one ``gcs.resumable.upload.chunk.size`` chunk goes up in a single
+media upload; anything larger uses a resumable upload session, sending one chunk at a time (only one chunk
+is held in memory) and, when a chunk fails, asking the session how much it persisted and resending the
+rest. GCS creates the object only when the final chunk arrives, so a failed upload never leaves a partial
+object under the key; the session is cancelled on failure.
+
+The data paths (media/resumable upload, download) speak the JSON API directly over the SDK's authorized
+session rather than through ``Blob`` methods: ``Blob.upload_from_file`` needs a seekable source to recover a
+resumable session, and ``Blob.download_*`` buffers the whole range or issues one request per chunk, while
+the manager needs a lazily read stream over one ranged GET. Listing and deletion use the SDK. SDK retries
+are disabled everywhere; ``backends.retry`` applies the same policy as for the other stores.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
+from typing import Any, BinaryIO
+
+from backends.base import KeyNotFound, StorageBackendException
+from backends.cloud import CloudBackend, common_keys, config_error, exclusive, parse_storage_config, retry_policy
+from backends.retry import Deadline, DeadlineExceeded, ErrorKind
+from backends.streaming import ResponseStream, iter_blocks
+from rsm.configdef import ConfigDef, ConfigKey
+from rsm.errors import ConfigException
+
+GCS_CHUNK_ALIGNMENT = 256 * 1024
+DEFAULT_ENDPOINT = "https://storage.googleapis.com"
+SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+
+
+def _chunk_size_check(_key: str, value: Any) -> str | None:
+    if value < GCS_CHUNK_ALIGNMENT or value % GCS_CHUNK_ALIGNMENT:
+        return f"must be a positive multiple of {GCS_CHUNK_ALIGNMENT} (256 KiB), as resumable uploads require"
+    return None
+
+
+CONFIG_DEF = ConfigDef().extend([
+    ConfigKey("gcs.bucket.name", "string", None, "GCS bucket holding the tiered objects (required).", group="gcs"),
+    ConfigKey("gcs.endpoint.url", "string", None,
+              f"Custom endpoint (emulators, private service connect). null: {DEFAULT_ENDPOINT}.", group="gcs"),
+    ConfigKey("gcs.credentials.default", "boolean", None,
+              "true: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server). "
+              "false with no JSON/path: anonymous access (emulators, public buckets). null with no JSON/path: "
+              "the same as true. Cannot be true together with gcs.credentials.json or gcs.credentials.path.",
+              group="gcs"),
+    ConfigKey("gcs.credentials.json", "password", None,
+              "Credentials as a JSON string (service account key or authorized user). Mutually exclusive with "
+              "gcs.credentials.path and gcs.credentials.default=true.", group="gcs"),
+    ConfigKey("gcs.credentials.path", "string", None,
+              "Path of a credentials JSON file. Mutually exclusive with gcs.credentials.json and "
+              "gcs.credentials.default=true.", group="gcs"),
+    ConfigKey("gcs.resumable.upload.chunk.size", "int", 25 * 1024 * 1024,
+              "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
+              "in one request. One chunk per upload is held in memory.",
+              validator=_chunk_size_check, valid_values="[262144,...] multiple of 262144", group="gcs"),
+    ConfigKey("gcs.delete.concurrency", "int", 8,
+              "Parallel DELETE requests issued by delete_many (GCS has no multi-object delete call).",
+              valid_values="[1,...]", group="gcs"),
+    *common_keys("gcs", "gcs"),
+])
+
+
+class GcsHttpError(Exception):
+    """A non-success answer of the JSON API on the paths we call directly."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status}: {message[:500]}")
+
+
+class _IncompleteChunk(Exception):
+    """The session persisted less of a chunk than was sent; the next attempt resends the rest."""
+
+
+def _error_from(response: Any) -> GcsHttpError:
+    try:
+        text = response.text
+        message = json.loads(text).get("error", {}).get("message", text)
+    except (ValueError, AttributeError):
+        message = getattr(response, "text", "")
+    return GcsHttpError(response.status_code, str(message))
+
+
+def _persisted_end(response: Any) -> int:
+    """The number of bytes a 308 answer says the session holds (``Range: bytes=0-N`` or none)."""
+    header = response.headers.get("Range")
+    if not header:
+        return 0
+    return int(header.rsplit("-", 1)[1]) + 1
+
+
+def _object_size(response: Any) -> int | None:
+    """``size`` of the object resource in a finalizing answer, if it parses."""
+    try:
+        return int(json.loads(response.text)["size"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class GcsBackend(CloudBackend):
+    """Objects in one GCS bucket."""
+
+    STORE = "GCS"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bucket = ""
+        self.endpoint = DEFAULT_ENDPOINT
+        self.chunk_size = CONFIG_DEF.keys["gcs.resumable.upload.chunk.size"].default
+        self.delete_concurrency = 8
+        self._timeout: tuple[float, float] = (60.0, 60.0)
+        self._session: Any = None
+        self._client: Any = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # --- configuration ----------------------------------------------------------------------------
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        values = parse_storage_config(CONFIG_DEF, configs)
+        self.close()  # a re-configure must not leak the previous client and pool
+        if not values["gcs.bucket.name"]:
+            raise ConfigException("Missing required configuration 'storage.gcs.bucket.name' for the GCS backend: "
+                                  "set it to the bucket that should hold the tiered objects")
+        exclusive(values, ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
+                  "choose one way to obtain GCS credentials")
+        if values["gcs.delete.concurrency"] < 1:
+            raise config_error("gcs.delete.concurrency", "must be at least 1")
+        credentials, project = self._credentials(values)
+        self.bucket = values["gcs.bucket.name"]
+        self.endpoint = (values["gcs.endpoint.url"] or DEFAULT_ENDPOINT).rstrip("/")
+        self.chunk_size = values["gcs.resumable.upload.chunk.size"]
+        self.delete_concurrency = values["gcs.delete.concurrency"]
+        self._policy = retry_policy(values, "gcs")
+        self._upload_timeout_s = values["gcs.upload.timeout.ms"] / 1000
+        attempt_s = values["gcs.api.call.attempt.timeout"] / 1000
+        self._timeout = (attempt_s, attempt_s)
+
+        import requests.adapters
+        from google.auth.transport.requests import AuthorizedSession
+        from google.cloud import storage
+
+        session = AuthorizedSession(credentials)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=2, pool_maxsize=max(16, self.delete_concurrency),
+                                                max_retries=0)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        self._session = session
+        self._client = storage.Client(project=project or "kts-no-project", credentials=credentials, _http=session,
+                                      client_options={"api_endpoint": self.endpoint})
+
+    @staticmethod
+    def _credentials(values: Mapping[str, Any]) -> tuple[Any, str | None]:
+        import google.auth
+        from google.auth.credentials import AnonymousCredentials
+        from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+        if values["gcs.credentials.json"]:
+            try:
+                info = json.loads(values["gcs.credentials.json"])
+                return google.auth.load_credentials_from_dict(info, scopes=SCOPES)
+            except (ValueError, GoogleAuthError) as e:
+                raise config_error("gcs.credentials.json", f"not usable credentials JSON: {e}") from None
+        if values["gcs.credentials.path"]:
+            try:
+                return google.auth.load_credentials_from_file(values["gcs.credentials.path"], scopes=SCOPES)
+            except (OSError, ValueError, GoogleAuthError) as e:
+                raise config_error("gcs.credentials.path", f"cannot load credentials: {e}") from None
+        if values["gcs.credentials.default"] is False:
+            return AnonymousCredentials(), None
+        try:
+            return google.auth.default(scopes=SCOPES)
+        except DefaultCredentialsError as e:
+            raise config_error("gcs.credentials.default",
+                               f"no Application Default Credentials found ({e}); set gcs.credentials.json or "
+                               f"gcs.credentials.path, or gcs.credentials.default=false for anonymous access") from None
+
+    def _where(self) -> str:
+        return f"GCS bucket {self.bucket!r}"
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            raise StorageBackendException("GCS backend used before configure()")
+        return self._session
+
+    def _object_url(self, key: str, kind: str = "") -> str:
+        return f"{self.endpoint}{kind}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o/" \
+               f"{urllib.parse.quote(key, safe='')}"
+
+    def _upload_url(self, upload_type: str, key: str) -> str:
+        query = urllib.parse.urlencode({"uploadType": upload_type, "name": key})
+        return f"{self.endpoint}/upload/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o?{query}"
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.delete_concurrency,
+                                                                   thread_name_prefix="kts-gcs-delete")
+            return self._pool
+
+    # --- error classification ---------------------------------------------------------------------
+    def _classify(self, e: BaseException) -> ErrorKind:
+        import requests.exceptions
+        import urllib3.exceptions
+        from google.api_core import exceptions as api_exceptions
+        from google.auth import exceptions as auth_exceptions
+
+        status: int | None = None
+        if isinstance(e, GcsHttpError):
+            status = e.status
+            if status == 404 and "bucket" in str(e).lower() and "object" not in str(e).lower():
+                return ErrorKind.OTHER  # a missing bucket is a configuration problem, not a missing key
+        elif isinstance(e, api_exceptions.GoogleAPICallError):
+            status = int(e.code or 0)
+        if status is not None:
+            if status == 404:
+                return ErrorKind.NOT_FOUND
+            if status == 416:
+                return ErrorKind.INVALID_RANGE
+            if status == 429:
+                return ErrorKind.THROTTLING
+            if status == 408:
+                return ErrorKind.TIMEOUT
+            if status >= 500:
+                return ErrorKind.SERVER
+            return ErrorKind.OTHER
+        if isinstance(e, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
+            return ErrorKind.TIMEOUT
+        if isinstance(e, (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
+                          urllib3.exceptions.HTTPError, auth_exceptions.TransportError, _IncompleteChunk, OSError)):
+            return ErrorKind.IO
+        return ErrorKind.OTHER
+
+    # --- upload -----------------------------------------------------------------------------------
+    def upload(self, key: str, data: BinaryIO) -> int:
+        deadline = self._upload_deadline()
+        blocks = iter_blocks(data, self.chunk_size)
+        first, last = next(blocks)
+        if last:
+            self._media_upload(key, first, deadline)
+            return len(first)
+        return self._resumable_upload(key, chain([(first, False)], blocks), deadline)
+
+    def _media_upload(self, key: str, block: bytes, deadline: Deadline) -> None:
+        def attempt() -> None:
+            response = self.session.post(self._upload_url("media", key), data=block, timeout=self._timeout,
+                                         headers={"Content-Type": "application/octet-stream"})
+            if response.status_code not in (200, 201):
+                raise _error_from(response)
+
+        self._call("object-upload", key, attempt, deadline=deadline, key_read=False)
+        self.instrumentation.bytes_uploaded(len(block))
+
+    def _resumable_upload(self, key: str, blocks: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+        def initiate() -> str:
+            response = self.session.post(self._upload_url("resumable", key), json={"name": key},
+                                         timeout=self._timeout,
+                                         headers={"X-Upload-Content-Type": "application/octet-stream"})
+            if response.status_code not in (200, 201) or "Location" not in response.headers:
+                raise _error_from(response)
+            return str(response.headers["Location"])
+
+        session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
+        offset = 0
+        try:
+            for block, last in blocks:
+                deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
+                self._send_chunk(key, session_uri, offset, block, last, deadline)
+                offset += len(block)
+        except BaseException as e:
+            self._cancel(session_uri)
+            if isinstance(e, DeadlineExceeded):
+                raise self._map_error("resumable upload", key, e) from e
+            raise  # our mapped errors, and the source's own exceptions, unchanged
+        return offset
+
+    def _send_chunk(self, key: str, uri: str, offset: int, block: bytes, last: bool, deadline: Deadline) -> None:
+        """PUT one chunk; after a failed attempt, ask the session what it holds and send only the rest."""
+        total = offset + len(block) if last else None
+        size_s = "*" if total is None else str(total)
+        state = {"held": 0, "ask_first": False, "done": False}
+
+        def attempt() -> None:
+            if state["ask_first"]:
+                response = self.session.put(uri, data=b"", timeout=self._timeout, allow_redirects=False,
+                                            headers={"Content-Range": f"bytes */{size_s}"})
+                if response.status_code in (200, 201):
+                    if not last or _object_size(response) != total:
+                        self._discard_truncated(key, response)
+                        raise StorageBackendException(
+                            f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the server "
+                            f"finalized the session on a status query at {_object_size(response)} bytes "
+                            f"(fake-gcs-server does this; real GCS does not); the truncated object was removed")
+                    state["done"] = True
+                    return
+                if response.status_code != 308:
+                    raise _error_from(response)
+                state["held"] = min(max(_persisted_end(response) - offset, 0), len(block))
+            state["ask_first"] = True
+            held = int(state["held"])
+            body = block if held == 0 else block[held:]
+            if not body and not last:
+                return
+            start = offset + held
+            content_range = f"bytes {start}-{start + len(body) - 1}/{size_s}" if body else f"bytes */{size_s}"
+            response = self.session.put(uri, data=body, timeout=self._timeout, allow_redirects=False,
+                                        headers={"Content-Range": content_range})
+            if response.status_code in (200, 201):
+                if not last:
+                    raise StorageBackendException(f"GCS finalized the upload of {key!r} before its last chunk")
+                state["done"] = True
+                return
+            if response.status_code != 308:
+                raise _error_from(response)
+            if last or _persisted_end(response) < offset + len(block):
+                raise _IncompleteChunk(f"session holds {_persisted_end(response)} of {offset + len(block)} bytes")
+            state["ask_first"] = False
+
+        self._call("resumable-chunk-upload", key, attempt, deadline=deadline, key_read=False)
+        self.instrumentation.bytes_uploaded(len(block))
+
+    def _discard_truncated(self, key: str, response: Any) -> None:
+        """Delete an object a broken server committed early, but only that generation of it."""
+        try:
+            generation = json.loads(response.text).get("generation")
+            url = self._object_url(key) + (f"?ifGenerationMatch={generation}" if generation else "")
+            self.session.delete(url, timeout=self._timeout)
+        except Exception:  # noqa: BLE001 - best effort; the upload fails either way
+            pass
+
+    def _cancel(self, uri: str) -> None:
+        """Best effort: an unfinished session never becomes an object and expires after a week anyway."""
+        try:
+            self.session.delete(uri, timeout=self._timeout)
+        except Exception:  # noqa: BLE001
+            pass
+
+    # --- read -------------------------------------------------------------------------------------
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        self._check_range(key, start, end)
+        headers = {"Accept-Encoding": "identity"}
+        if start != 0 or end is not None:
+            headers["Range"] = f"bytes={start}-{'' if end is None else end}"
+        url = self._object_url(key, "/download") + "?alt=media"
+
+        def attempt() -> Any:
+            response = self.session.get(url, headers=headers, stream=True, timeout=self._timeout)
+            if response.status_code not in (200, 206):
+                try:
+                    raise _error_from(response)
+                finally:
+                    response.close()
+            return response
+
+        response = self._call("object-get", key, attempt, start=start, end=end)
+        raw = response.raw
+
+        def read(n: int) -> bytes:
+            return raw.read(None if n < 0 else n) or b""
+
+        length = response.headers.get("Content-Length")
+        return ResponseStream(read, response.close, self._stream_error("object-get", key),  # type: ignore[return-value]
+                              self.instrumentation, length=int(length) if length and length.isdigit() else None)
+
+    # --- delete / list ----------------------------------------------------------------------------
+    def delete(self, key: str) -> None:
+        blob = self._client.bucket(self.bucket).blob(key)
+        try:
+            self._call("object-delete", key, lambda: blob.delete(timeout=self._timeout, retry=None))
+        except KeyNotFound:
+            pass
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        unique = list(dict.fromkeys(keys))
+        if not unique:
+            return
+        for future in [self._executor().submit(self.delete, key) for key in unique]:
+            future.result()
+
+    def list(self, prefix: str) -> Iterator[str]:
+        token: str | None = None
+        while True:
+            def page(tok: str | None = token) -> tuple[list[str], str | None]:
+                iterator = self._client.list_blobs(self.bucket, prefix=prefix, page_token=tok, retry=None,
+                                                   timeout=self._timeout, fields="items(name),nextPageToken")
+                names = [blob.name for blob in next(iterator.pages)]
+                return names, iterator.next_page_token
+
+            names, token = self._call("object-list", prefix, page, key_read=False)
+            yield from names
+            if not token:
+                return
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        self._client = None
+
+    def __repr__(self) -> str:
+        return f"GcsBackend(bucket={self.bucket!r}, endpoint={self.endpoint!r})"

@@ -1,0 +1,433 @@
+"""Amazon S3 (and S3-compatible stores: MinIO, SeaweedFS, Ceph RGW, S3 Express One Zone) via boto3.
+
+Uploads stream: the source is cut into ``s3.multipart.upload.part.size`` parts. A source that fits in one
+part goes up in a single ``PutObject``; anything larger becomes a multipart upload whose parts are sent in
+parallel on a bounded thread pool (``s3.multipart.upload.concurrency``), holding at most concurrency + 1
+parts in memory. S3 makes an object visible only at ``PutObject`` / ``CompleteMultipartUpload``, so a
+failed upload never leaves a partial object under the key; on failure the multipart upload is aborted so
+its parts stop costing storage.
+
+botocore's own retries are switched off (``total_max_attempts=1``): ``backends.retry`` retries every call
+the same way on every store and counts each failed attempt, and the overall upload deadline bounds them.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import configparser
+import datetime
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from backends.base import KeyNotFound, StorageBackendException
+from backends.cloud import (
+    CloudBackend,
+    common_keys,
+    config_error,
+    exclusive,
+    parse_storage_config,
+    retry_policy,
+    upload_parts,
+)
+from backends.retry import Deadline, DeadlineExceeded, ErrorKind
+from backends.streaming import ResponseStream, iter_blocks
+from rsm.configdef import ConfigDef, ConfigKey, in_range, one_of
+from rsm.errors import ConfigException
+
+MIN_PART_SIZE = 5 * 1024 * 1024
+MAX_PART_SIZE = 2_147_483_639
+DELETE_BATCH = 1000  # the DeleteObjects limit
+STORAGE_CLASSES = ("STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+                   "GLACIER", "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE")
+
+CONFIG_DEF = ConfigDef().extend([
+    ConfigKey("s3.bucket.name", "string", None,
+              "S3 bucket holding the tiered objects (required). Directory buckets of S3 Express One Zone "
+              "(names ending in --x-s3) work as well.", group="s3"),
+    ConfigKey("s3.region", "string", None,
+              "AWS region of the bucket. null: the SDK's default region chain (AWS_REGION, ~/.aws/config), "
+              "falling back to us-east-1.", group="s3"),
+    ConfigKey("s3.endpoint.url", "string", None,
+              "Custom endpoint for S3-compatible stores, VPC endpoints and emulators, e.g. http://127.0.0.1:9000. "
+              "null: the AWS endpoint of the region.", group="s3"),
+    ConfigKey("s3.path.style.access.enabled", "boolean", None,
+              "Address buckets as endpoint/bucket (true) instead of bucket.endpoint (false). null: SDK choice "
+              "(virtual-hosted on AWS). Most S3-compatible stores need true.", group="s3"),
+    ConfigKey("s3.storage.class", "string", "STANDARD",
+              "Storage class of uploaded objects.", validator=one_of(*STORAGE_CLASSES),
+              valid_values=", ".join(STORAGE_CLASSES), group="s3"),
+    ConfigKey("s3.multipart.upload.part.size", "int", 25 * 1024 * 1024,
+              "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
+              "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
+              validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE), valid_values=f"[{MIN_PART_SIZE},...,{MAX_PART_SIZE}]",
+              group="s3"),
+    ConfigKey("s3.multipart.upload.concurrency", "int", 4,
+              "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
+              validator=in_range(1, 64), valid_values="[1,...,64]", group="s3"),
+    ConfigKey("s3.legacy.md5.plugin.enabled", "boolean", False,
+              "Send Content-MD5 with every upload request, for S3-compatible stores that still require it.",
+              group="s3"),
+    *common_keys("s3", "s3"),
+    ConfigKey("aws.access.key.id", "password", None,
+              "Static AWS access key id; set together with aws.secret.access.key. null: the default credential "
+              "chain (environment, shared config/SSO, web identity, ECS/EC2 instance roles).", group="s3"),
+    ConfigKey("aws.secret.access.key", "password", None,
+              "Static AWS secret access key, set together with aws.access.key.id.", group="s3"),
+    ConfigKey("aws.session.token", "password", None,
+              "Session token for temporary static credentials (needs aws.access.key.id).", group="s3"),
+    ConfigKey("aws.credentials.file", "string", None,
+              "File with credentials, re-read when it changes (for rotated secrets): either AWS's INI format "
+              "([default] aws_access_key_id=..., aws_secret_access_key=..., aws_session_token=...) or plain "
+              "key=value lines with those names. Cannot be combined with aws.access.key.id.", group="s3"),
+    ConfigKey("aws.checksum.check.enabled", "boolean", False,
+              "Send CRC32 checksums with uploads and validate the checksums S3 returns on downloads (costs "
+              "client CPU; TLS already protects data in transit).", group="s3"),
+    ConfigKey("aws.certificate.check.enabled", "boolean", True,
+              "Verify the TLS certificate of the endpoint. Only turn off for test setups with self-signed "
+              "certificates.", group="s3"),
+])
+
+_THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+                     "RequestLimitExceeded", "TooManyRequests", "TooManyRequestsException",
+                     "ProvisionedThroughputExceededException", "BandwidthLimitExceeded", "EC2ThrottledException"}
+_TIMEOUT_CODES = {"RequestTimeout", "RequestTimeoutException", "RequestTimeTooSkewed"}
+
+
+def read_credentials_file(path: str) -> dict[str, str]:
+    """``access_key``/``secret_key``/``token`` from an AWS INI file or key=value lines."""
+    text = Path(path).read_text()
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text if text.lstrip().startswith("[") else "[default]\n" + text)
+    except configparser.Error as e:
+        raise StorageBackendException(f"cannot parse AWS credentials file {path}: {e}") from e
+    section = parser["default"] if parser.has_section("default") else (
+        parser[parser.sections()[0]] if parser.sections() else None)
+    if section is None:
+        raise StorageBackendException(f"AWS credentials file {path} has no credentials")
+
+    def pick(*names: str) -> str | None:
+        for n in names:
+            if section.get(n):
+                return section.get(n)
+        return None
+
+    access = pick("aws_access_key_id", "accessKey", "access_key_id")
+    secret = pick("aws_secret_access_key", "secretKey", "secret_access_key")
+    if not access or not secret:
+        raise StorageBackendException(f"AWS credentials file {path} lacks aws_access_key_id/aws_secret_access_key")
+    out = {"access_key": access, "secret_key": secret}
+    token = pick("aws_session_token", "sessionToken", "session_token")
+    if token:
+        out["token"] = token
+    return out
+
+
+def _file_credential_provider(path: str) -> Any:
+    """A botocore provider whose credentials re-read ``path`` about once a minute (rotation without restart)."""
+    from botocore.credentials import CredentialProvider, RefreshableCredentials
+
+    def fetch() -> dict[str, Any]:
+        creds = read_credentials_file(path)
+        # botocore refreshes 15 min before expiry; a 16 min expiry makes it re-read every minute or so.
+        expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=16)
+        return {"access_key": creds["access_key"], "secret_key": creds["secret_key"],
+                "token": creds.get("token"), "expiry_time": expiry.isoformat()}
+
+    class FileProvider(CredentialProvider):  # type: ignore[misc]
+        METHOD = "kts-credentials-file"
+        CANONICAL_NAME = "kts-credentials-file"
+
+        def load(self) -> Any:
+            return RefreshableCredentials.create_from_metadata(fetch(), refresh_using=fetch, method=self.METHOD)
+
+    return FileProvider()
+
+
+class S3Backend(CloudBackend):
+    """Objects in one S3 bucket; keys are used as given (the manager adds ``key.prefix``)."""
+
+    STORE = "S3"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bucket = ""
+        self.part_size = CONFIG_DEF.keys["s3.multipart.upload.part.size"].default
+        self.concurrency = 4
+        self.storage_class: str | None = None
+        self.md5 = False
+        self.checksums = False
+        self._client: Any = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # --- configuration ----------------------------------------------------------------------------
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        values = parse_storage_config(CONFIG_DEF, configs)
+        self.close()  # a re-configure must not leak the previous client and pool
+        if not values["s3.bucket.name"]:
+            raise ConfigException("Missing required configuration 'storage.s3.bucket.name' for the S3 backend: "
+                                  "set it to the bucket that should hold the tiered objects")
+        access, secret = values["aws.access.key.id"], values["aws.secret.access.key"]
+        if bool(access) != bool(secret):
+            missing = "aws.secret.access.key" if access else "aws.access.key.id"
+            raise config_error(missing, "aws.access.key.id and aws.secret.access.key must be set together")
+        if values["aws.session.token"] and not access:
+            raise config_error("aws.session.token", "needs aws.access.key.id and aws.secret.access.key")
+        exclusive(values, ["aws.access.key.id", "aws.credentials.file"],
+                  "use static keys or a credentials file, not both")
+        cred_file = values["aws.credentials.file"]
+        if cred_file:
+            try:
+                read_credentials_file(cred_file)
+            except (OSError, StorageBackendException) as e:
+                raise config_error("aws.credentials.file", f"cannot read credentials from {cred_file!r}: {e}") from e
+
+        self.bucket = values["s3.bucket.name"]
+        self.part_size = values["s3.multipart.upload.part.size"]
+        self.concurrency = values["s3.multipart.upload.concurrency"]
+        storage_class = values["s3.storage.class"].upper()
+        self.storage_class = None if storage_class == "STANDARD" else storage_class
+        self.md5 = values["s3.legacy.md5.plugin.enabled"]
+        self.checksums = values["aws.checksum.check.enabled"]
+        self._policy = retry_policy(values, "s3")
+        self._upload_timeout_s = values["s3.upload.timeout.ms"] / 1000
+        self._client = self._make_client(values)
+
+    def _make_client(self, values: Mapping[str, Any]) -> Any:
+        import boto3
+        import botocore.session
+        from botocore.config import Config
+        from botocore.credentials import CredentialResolver
+
+        core = botocore.session.Session()
+        if values["aws.credentials.file"]:
+            core.register_component("credential_provider",
+                                    CredentialResolver([_file_credential_provider(values["aws.credentials.file"])]))
+        session = boto3.session.Session(botocore_session=core)
+        region = values["s3.region"] or session.region_name or "us-east-1"
+        path_style = values["s3.path.style.access.enabled"]
+        addressing = "auto" if path_style is None else ("path" if path_style else "virtual")
+        attempt_s = values["s3.api.call.attempt.timeout"] / 1000
+        checksum_mode = "when_supported" if self.checksums else "when_required"
+        config = Config(
+            region_name=region,
+            connect_timeout=attempt_s,
+            read_timeout=attempt_s,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=max(10, 2 * self.concurrency + 2),
+            s3={"addressing_style": addressing},
+            request_checksum_calculation=checksum_mode,
+            response_checksum_validation=checksum_mode,
+            user_agent_extra="kafka-tiered-storage",
+            tcp_keepalive=True,
+        )
+        kwargs: dict[str, Any] = {}
+        if values["aws.access.key.id"]:
+            kwargs = {"aws_access_key_id": values["aws.access.key.id"],
+                      "aws_secret_access_key": values["aws.secret.access.key"],
+                      "aws_session_token": values["aws.session.token"]}
+        return session.client("s3", endpoint_url=values["s3.endpoint.url"], config=config,
+                              verify=values["aws.certificate.check.enabled"], **kwargs)
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client (for tests and tools that need a call the protocol does not have)."""
+        if self._client is None:
+            raise StorageBackendException("S3 backend used before configure()")
+        return self._client
+
+    def _where(self) -> str:
+        return f"S3 bucket {self.bucket!r}"
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="kts-s3-part")
+            return self._pool
+
+    # --- error classification ---------------------------------------------------------------------
+    def _classify(self, e: BaseException) -> ErrorKind:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionError,
+            ConnectTimeoutError,
+            HTTPClientError,
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
+
+        if isinstance(e, ClientError):
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if code in ("NoSuchKey", "NotFound") or (code == "404" and status == 404):
+                return ErrorKind.NOT_FOUND
+            if code == "InvalidRange" or status == 416:
+                return ErrorKind.INVALID_RANGE
+            if code in _THROTTLING_CODES or status == 429:
+                return ErrorKind.THROTTLING
+            if code in _TIMEOUT_CODES:
+                return ErrorKind.TIMEOUT
+            if status >= 500 or code in ("InternalError", "ServiceUnavailable"):
+                return ErrorKind.SERVER
+            return ErrorKind.OTHER
+        if isinstance(e, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
+            return ErrorKind.TIMEOUT
+        if isinstance(e, (ConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, OSError)):
+            return ErrorKind.IO
+        return ErrorKind.OTHER
+
+    # --- upload -----------------------------------------------------------------------------------
+    def _extra(self) -> dict[str, Any]:
+        return {"StorageClass": self.storage_class} if self.storage_class else {}
+
+    @staticmethod
+    def _md5(block: bytes) -> str:
+        return base64.b64encode(hashlib.md5(block, usedforsecurity=False).digest()).decode()
+
+    def upload(self, key: str, data: BinaryIO) -> int:
+        deadline = self._upload_deadline()
+        blocks = iter_blocks(data, self.part_size)
+        first, last = next(blocks)
+        if last:
+            self._put_object(key, first, deadline)
+            return len(first)
+        return self._multipart(key, first, blocks, deadline)
+
+    def _put_object(self, key: str, block: bytes, deadline: Deadline) -> None:
+        extra = self._extra()
+        if self.md5:
+            extra["ContentMD5"] = self._md5(block)
+        self._call("put-object", key,
+                   lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=block, **extra),
+                   deadline=deadline, key_read=False)
+        self.instrumentation.bytes_uploaded(len(block))
+
+    def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+        extra = self._extra()
+        if self.checksums:
+            extra["ChecksumAlgorithm"] = "CRC32"
+        created = self._call("create-multipart-upload", key,
+                             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, **extra),
+                             deadline=deadline, key_read=False)
+        upload_id = created["UploadId"]
+        total = 0
+
+        def count(n: int) -> None:
+            nonlocal total
+            total += n
+
+        def send(number: int, block: bytes) -> dict[str, Any]:
+            part_extra: dict[str, Any] = {"ContentMD5": self._md5(block)} if self.md5 else {}
+            if self.checksums:
+                part_extra["ChecksumAlgorithm"] = "CRC32"
+            answer = self._call(
+                "upload-part", key,
+                lambda: self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                                Body=block, **part_extra),
+                deadline=deadline, key_read=False)
+            self.instrumentation.bytes_uploaded(len(block))
+            part = {"PartNumber": number, "ETag": answer["ETag"]}
+            if answer.get("ChecksumCRC32"):
+                part["ChecksumCRC32"] = answer["ChecksumCRC32"]
+            return part
+
+        try:
+            parts = upload_parts(self._executor(), chain([first], (b for b, _ in rest)), send,
+                                 concurrency=self.concurrency, deadline=deadline,
+                                 what=f"S3 multipart upload of key {key!r} to bucket {self.bucket!r}", on_bytes=count)
+            self._call("complete-multipart-upload", key,
+                       lambda: self.client.complete_multipart_upload(
+                           Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}),
+                       deadline=deadline, key_read=False)
+        except BaseException as e:
+            self._abort(key, upload_id)
+            if isinstance(e, DeadlineExceeded):
+                raise self._map_error("multipart upload", key, e) from e
+            raise  # our mapped errors, and the source's own exceptions, unchanged
+        return total
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        """Best effort: a failed abort leaves parts for the bucket's lifecycle rule, never a visible object."""
+        try:
+            self._call("abort-multipart-upload", key,
+                       lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id))
+        except StorageBackendException:
+            pass
+
+    # --- read -------------------------------------------------------------------------------------
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        self._check_range(key, start, end)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if start != 0 or end is not None:
+            kwargs["Range"] = f"bytes={start}-{'' if end is None else end}"
+        answer = self._call("get-object", key, lambda: self.client.get_object(**kwargs), start=start, end=end)
+        body = answer["Body"]
+
+        def read(n: int) -> bytes:
+            return body.read(None if n < 0 else n)
+
+        length = answer.get("ContentLength")
+        return ResponseStream(read, body.close, self._stream_error("get-object", key),  # type: ignore[return-value]
+                              self.instrumentation, length=int(length) if length is not None else None)
+
+    # --- delete / list ----------------------------------------------------------------------------
+    def delete(self, key: str) -> None:
+        try:
+            self._call("delete-object", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+        except KeyNotFound:
+            pass
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch: list[str] = []
+        for key in keys:
+            batch.append(key)
+            if len(batch) == DELETE_BATCH:
+                self._delete_batch(batch)
+                batch = []
+        if batch:
+            self._delete_batch(batch)
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        request = {"Objects": [{"Key": k} for k in keys], "Quiet": True}
+        label = f"{keys[0]!r} and {len(keys) - 1} more" if len(keys) > 1 else repr(keys[0])
+        answer = self._call("delete-objects", label,
+                            lambda: self.client.delete_objects(Bucket=self.bucket, Delete=request), key_read=False)
+        errors = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        if errors:
+            shown = ", ".join(f"{e.get('Key')!r}: {e.get('Code')} {e.get('Message', '')}".strip() for e in errors[:5])
+            raise StorageBackendException(
+                f"S3 delete-objects in {self._where()} failed for {len(errors)} of {len(keys)} keys: {shown}")
+
+    def list(self, prefix: str) -> Iterator[str]:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("list-objects", prefix, lambda kw=kwargs: self.client.list_objects_v2(**kw),
+                              key_read=False)
+            for item in page.get("Contents", []):
+                yield item["Key"]
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if not token:
+                return
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __repr__(self) -> str:
+        return f"S3Backend(bucket={self.bucket!r})"
