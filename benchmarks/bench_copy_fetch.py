@@ -93,31 +93,49 @@ def _segment(work: Path, size_mb: int):  # type: ignore[no-untyped-def]
     return write_large_segment(work / "segment", size_mb * 1024 * 1024, seed=7)
 
 
-def phase_copy(work: Path, size_mb: int, chunk: int, threads: int) -> dict[str, float]:
-    from rsm import RemoteStorageManager, TopicIdPartition
+def _segment_data(work: Path):  # type: ignore[no-untyped-def]
+    """The LogSegmentData of the segment the parent wrote (not rewritten here: a fresh 1 GiB of dirty pages
+    being flushed during the timed copy would measure the disk, not the plugin)."""
+    from rsm.metadata import LogSegmentData
 
-    seg = _segment(work, size_mb)  # files already exist: the writer is deterministic, rewrite is cheap
+    d = work / "segment"
+    snapshot = next(d.glob("*.snapshot"))
+    return LogSegmentData(
+        d / "00000000000000000000.log",
+        d / "00000000000000000000.index",
+        d / "00000000000000000000.timeindex",
+        None,
+        snapshot,
+        b"0\n1\n0 0\n",
+    )
+
+
+def _meta(size: int):  # type: ignore[no-untyped-def]
+    from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
     tip = TopicIdPartition("MWJ6FHTfRYy67jzwZdeqSQ", "bench", 0)
-    meta = seg.to_metadata(tip, "tqimKeZwStOEOwRzT3L5oQ")
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, "tqimKeZwStOEOwRzT3L5oQ"), 0, 0, 0, 0, 0, size, {0: 0})
+
+
+def phase_copy(work: Path, chunk: int, threads: int) -> dict[str, float]:
+    from rsm import RemoteStorageManager
+
+    data = _segment_data(work)
+    size = data.log_segment.stat().st_size
     base_rss = _rss_mb()
     with RemoteStorageManager() as m:
         m.configure(_configs(work, chunk, threads))
         t0 = time.perf_counter()
-        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        m.copy_log_segment_data(_meta(size), data)
         dt = time.perf_counter() - t0
-    return {"copy_mbs": seg.size / dt / 1e6, "rss_mb": _rss_mb(), "rss_before_mb": base_rss}
+    return {"copy_mbs": size / dt / 1e6, "rss_mb": _rss_mb(), "rss_before_mb": base_rss}
 
 
-def phase_fetch(work: Path, size_mb: int, chunk: int, threads: int) -> dict[str, float]:
-    from rsm import RemoteStorageManager, TopicIdPartition
-    from rsm.kafka.segment_writer import SegmentFiles  # noqa: F401  (same metadata as the copy phase)
+def phase_fetch(work: Path, chunk: int, threads: int) -> dict[str, float]:
+    from rsm import RemoteStorageManager
 
-    seg_log = work / "segment" / "00000000000000000000.log"
-    size = seg_log.stat().st_size
-    from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
-
-    tip = TopicIdPartition("MWJ6FHTfRYy67jzwZdeqSQ", "bench", 0)
-    meta = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, "tqimKeZwStOEOwRzT3L5oQ"), 0, 0, 0, 0, 0, size, {0: 0})
+    size = (work / "segment" / "00000000000000000000.log").stat().st_size
+    meta = _meta(size)
     base_rss = _rss_mb()
     buf = bytearray(1024 * 1024)
     with RemoteStorageManager() as m:
@@ -139,6 +157,7 @@ def main() -> int:
     p.add_argument("--chunk-size", type=int, default=4 * 1024 * 1024)
     p.add_argument("--threads", type=int, default=0, help="0 = number of cores")
     p.add_argument("--rounds", type=int, default=2, help="repeat and keep the best of each phase")
+    p.add_argument("--work-dir", default=None, help="where the segment and the store go (default: system temp)")
     p.add_argument("--phase", choices=["raw", "copy", "fetch"], help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -148,13 +167,13 @@ def main() -> int:
         if args.phase == "raw":
             out = phase_raw(work / "segment" / "00000000000000000000.log", args.chunk_size, threads)
         elif args.phase == "copy":
-            out = phase_copy(work, args.size_mb, args.chunk_size, threads)
+            out = phase_copy(work, args.chunk_size, threads)
         else:
-            out = phase_fetch(work, args.size_mb, args.chunk_size, threads)
+            out = phase_fetch(work, args.chunk_size, threads)
         print(json.dumps(out))
         return 0
 
-    with tempfile.TemporaryDirectory(prefix="kts-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kts-bench-", dir=args.work_dir) as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
         seg = _segment(work, args.size_mb)
