@@ -41,43 +41,96 @@ MIN_BLOCK_SIZE = 100 * 1024
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 DELETE_BATCH = 256  # blob batch limit
 
-CONFIG_DEF = ConfigDef().extend([
-    ConfigKey("azure.container.name", "string", None,
-              "Blob container holding the tiered objects (required).", group="azure"),
-    ConfigKey("azure.account.name", "string", None,
-              "Storage account name. Required unless azure.connection.string is set or azure.endpoint.url "
-              "already names the account.", group="azure"),
-    ConfigKey("azure.account.key", "password", None,
-              "Shared key of the storage account. Without a key or SAS token, DefaultAzureCredential "
-              "(managed identity, workload identity, environment) is used, which needs the azure-identity "
-              "package.", group="azure"),
-    ConfigKey("azure.sas.token", "password", None,
-              "Shared access signature granting read, write, delete and list on the container. Mutually "
-              "exclusive with azure.account.key.", group="azure"),
-    ConfigKey("azure.connection.string", "password", None,
-              "Full connection string (AccountName/AccountKey or SharedAccessSignature plus endpoints). "
-              "Cannot be combined with azure.account.name, azure.account.key, azure.sas.token or "
-              "azure.endpoint.url.", group="azure"),
-    ConfigKey("azure.endpoint.url", "string", None,
-              "Blob service URL, e.g. http://127.0.0.1:10000/devstoreaccount1 for Azurite. null: "
-              "https://<account>.blob.core.windows.net.", group="azure"),
-    ConfigKey("azure.upload.block.size", "int", 25 * 1024 * 1024,
-              "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
-              "upload is about (concurrency + 1) x block size.",
-              validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
-              valid_values=f"[{MIN_BLOCK_SIZE},...,{MAX_BLOCK_SIZE}]", group="azure"),
-    ConfigKey("azure.upload.concurrency", "int", 4,
-              "Blocks of one upload staged in parallel (size of the upload thread pool).",
-              validator=in_range(1, 64), valid_values="[1,...,64]", group="azure"),
-    ConfigKey("azure.download.chunk.size", "int", 4 * 1024 * 1024,
-              "Bytes fetched per GET while a download stream is read (also the most held in memory).",
-              validator=in_range(64 * 1024, None), valid_values="[65536,...]", group="azure"),
-    ConfigKey("azure.api.version", "string", None,
-              "Pin the storage REST API version the SDK sends (for emulators or stacks that lag behind the "
-              "SDK, e.g. 2025-11-05 for Azurite 3.35 without --skipApiVersionCheck). null: SDK default.",
-              group="azure"),
-    *common_keys("azure", "azure"),
-])
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey(
+            "azure.container.name",
+            "string",
+            None,
+            "Blob container holding the tiered objects (required).",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.account.name",
+            "string",
+            None,
+            "Storage account name. Required unless azure.connection.string is set or azure.endpoint.url "
+            "already names the account.",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.account.key",
+            "password",
+            None,
+            "Shared key of the storage account. Without a key or SAS token, DefaultAzureCredential "
+            "(managed identity, workload identity, environment) is used, which needs the azure-identity "
+            "package.",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.sas.token",
+            "password",
+            None,
+            "Shared access signature granting read, write, delete and list on the container. Mutually "
+            "exclusive with azure.account.key.",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.connection.string",
+            "password",
+            None,
+            "Full connection string (AccountName/AccountKey or SharedAccessSignature plus endpoints). "
+            "Cannot be combined with azure.account.name, azure.account.key, azure.sas.token or "
+            "azure.endpoint.url.",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.endpoint.url",
+            "string",
+            None,
+            "Blob service URL, e.g. http://127.0.0.1:10000/devstoreaccount1 for Azurite. null: "
+            "https://<account>.blob.core.windows.net.",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.upload.block.size",
+            "int",
+            25 * 1024 * 1024,
+            "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
+            "upload is about (concurrency + 1) x block size.",
+            validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
+            valid_values=f"[{MIN_BLOCK_SIZE},...,{MAX_BLOCK_SIZE}]",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.upload.concurrency",
+            "int",
+            4,
+            "Blocks of one upload staged in parallel (size of the upload thread pool).",
+            validator=in_range(1, 64),
+            valid_values="[1,...,64]",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.download.chunk.size",
+            "int",
+            4 * 1024 * 1024,
+            "Bytes fetched per GET while a download stream is read (also the most held in memory).",
+            validator=in_range(64 * 1024, None),
+            valid_values="[65536,...]",
+            group="azure",
+        ),
+        ConfigKey(
+            "azure.api.version",
+            "string",
+            None,
+            "Pin the storage REST API version the SDK sends (for emulators or stacks that lag behind the "
+            "SDK, e.g. 2025-11-05 for Azurite 3.35 without --skipApiVersionCheck). null: SDK default.",
+            group="azure",
+        ),
+        *common_keys("azure", "azure"),
+    ]
+)
 
 
 class AzureBlobBackend(CloudBackend):
@@ -101,23 +154,31 @@ class AzureBlobBackend(CloudBackend):
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
         if not values["azure.container.name"]:
-            raise ConfigException("Missing required configuration 'storage.azure.container.name' for the Azure "
-                                  "backend: set it to the container that should hold the tiered objects")
+            raise ConfigException(
+                "Missing required configuration 'storage.azure.container.name' for the Azure "
+                "backend: set it to the container that should hold the tiered objects"
+            )
         conn = values["azure.connection.string"]
         if conn:
-            clashing = [STORAGE_PREFIX + k for k in ("azure.account.name", "azure.account.key", "azure.sas.token",
-                                                     "azure.endpoint.url") if values[k]]
+            clashing = [
+                STORAGE_PREFIX + k
+                for k in ("azure.account.name", "azure.account.key", "azure.sas.token", "azure.endpoint.url")
+                if values[k]
+            ]
             if clashing:
-                raise config_error("azure.connection.string",
-                                   f"cannot be combined with {', '.join(clashing)} (the connection string "
-                                   f"already carries the account, credentials and endpoint)")
+                raise config_error(
+                    "azure.connection.string",
+                    f"cannot be combined with {', '.join(clashing)} (the connection string "
+                    f"already carries the account, credentials and endpoint)",
+                )
         else:
             exclusive(values, ["azure.account.key", "azure.sas.token"], "use an account key or a SAS token")
             if not values["azure.account.name"] and not values["azure.endpoint.url"]:
                 raise ConfigException(
                     "Missing required configuration 'storage.azure.account.name' for the Azure backend: set it "
                     "(with storage.azure.account.key or storage.azure.sas.token), or set "
-                    "storage.azure.connection.string")
+                    "storage.azure.connection.string"
+                )
             if values["azure.account.key"] and not values["azure.account.name"]:
                 raise config_error("azure.account.key", "needs storage.azure.account.name")
         self.container = values["azure.container.name"]
@@ -144,8 +205,13 @@ class AzureBlobBackend(CloudBackend):
         kwargs: dict[str, Any] = {
             # The SDK sets its 256 KiB read block only on transports it builds itself; without it a body is
             # read in 4 KiB pieces (about 3x slower downloads).
-            "transport": RequestsTransport(session=session, session_owner=True, connection_timeout=attempt_s,
-                                           read_timeout=attempt_s, connection_data_block_size=256 * 1024),
+            "transport": RequestsTransport(
+                session=session,
+                session_owner=True,
+                connection_timeout=attempt_s,
+                read_timeout=attempt_s,
+                connection_data_block_size=256 * 1024,
+            ),
             "retry_total": 0,
             "max_single_put_size": self.block_size,
             "max_block_size": self.block_size,
@@ -180,7 +246,8 @@ class AzureBlobBackend(CloudBackend):
             raise ConfigException(
                 "Invalid configuration: no credentials for the Azure backend. Set storage.azure.account.key, "
                 "storage.azure.sas.token or storage.azure.connection.string, or install azure-identity to use "
-                "DefaultAzureCredential (managed identity)") from None
+                "DefaultAzureCredential (managed identity)"
+            ) from None
         return DefaultAzureCredential()
 
     def _where(self) -> str:
@@ -195,8 +262,9 @@ class AzureBlobBackend(CloudBackend):
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency,
-                                                                   thread_name_prefix="kts-azure-block")
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.concurrency, thread_name_prefix="kts-azure-block"
+                )
             return self._pool
 
     # --- error classification ---------------------------------------------------------------------
@@ -211,7 +279,8 @@ class AzureBlobBackend(CloudBackend):
                 message = text[0]
             notes = getattr(e, "__notes__", None) or []
             return f"HTTP {e.status_code} {e.error_code or ''}: {message}".strip() + (
-                f" [{'; '.join(notes)}]" if notes else "")
+                f" [{'; '.join(notes)}]" if notes else ""
+            )
         return describe_error(e)
 
     def _classify(self, e: BaseException) -> ErrorKind:
@@ -244,9 +313,13 @@ class AzureBlobBackend(CloudBackend):
         first, last = next(blocks)
         blob = self.container_client.get_blob_client(key)
         if last:
-            self._call("blob-upload", key,
-                       lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1),
-                       deadline=deadline, key_read=False)
+            self._call(
+                "blob-upload",
+                key,
+                lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1),
+                deadline=deadline,
+                key_read=False,
+            )
             self.instrumentation.bytes_uploaded(len(first))
             return len(first)
         return self._staged_upload(key, blob, chain([first], (b for b, _ in blocks)), deadline)
@@ -261,19 +334,35 @@ class AzureBlobBackend(CloudBackend):
 
         def stage(number: int, block: bytes) -> str:
             block_id = base64.b64encode(f"{tag}-{number:06d}".encode()).decode()
-            self._call("block-upload", key, lambda: blob.stage_block(block_id, block, length=len(block)),
-                       deadline=deadline, key_read=False)
+            self._call(
+                "block-upload",
+                key,
+                lambda: blob.stage_block(block_id, block, length=len(block)),
+                deadline=deadline,
+                key_read=False,
+            )
             self.instrumentation.bytes_uploaded(len(block))
             return block_id
 
         from azure.storage.blob import BlobBlock
 
         try:
-            ids = upload_parts(self._executor(), blocks, stage, concurrency=self.concurrency, deadline=deadline,
-                               what=f"Azure staged upload of key {key!r} to {self._where()}", on_bytes=count)
-            self._call("block-list-upload", key,
-                       lambda: blob.commit_block_list([BlobBlock(block_id=i) for i in ids]),
-                       deadline=deadline, key_read=False)
+            ids = upload_parts(
+                self._executor(),
+                blocks,
+                stage,
+                concurrency=self.concurrency,
+                deadline=deadline,
+                what=f"Azure staged upload of key {key!r} to {self._where()}",
+                on_bytes=count,
+            )
+            self._call(
+                "block-list-upload",
+                key,
+                lambda: blob.commit_block_list([BlobBlock(block_id=i) for i in ids]),
+                deadline=deadline,
+                key_read=False,
+            )
         except DeadlineExceeded as e:
             raise self._map_error("staged upload", key, e) from e
         return total
@@ -294,8 +383,13 @@ class AzureBlobBackend(CloudBackend):
         def read(n: int) -> bytes:
             return bytes(downloader.read(n))
 
-        return ResponseStream(read, lambda: None, self._stream_error("blob-get", key),  # type: ignore[return-value]
-                              self.instrumentation, length=downloader.size)
+        return ResponseStream(
+            read,
+            lambda: None,
+            self._stream_error("blob-get", key),  # type: ignore[return-value]
+            self.instrumentation,
+            length=downloader.size,
+        )
 
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:
@@ -320,21 +414,27 @@ class AzureBlobBackend(CloudBackend):
             self.delete(keys[0])
             return
         label = f"{keys[0]!r} and {len(keys) - 1} more"
-        responses = self._call("blob-batch-delete", label,
-                               lambda: list(self.container_client.delete_blobs(*keys, raise_on_any_failure=False)),
-                               key_read=False)
+        responses = self._call(
+            "blob-batch-delete",
+            label,
+            lambda: list(self.container_client.delete_blobs(*keys, raise_on_any_failure=False)),
+            key_read=False,
+        )
         failed = [(k, r.status_code) for k, r in zip(keys, responses, strict=False) if r.status_code not in (202, 404)]
         if failed:
             shown = ", ".join(f"{k!r}: HTTP {s}" for k, s in failed[:5])
             raise StorageBackendException(
-                f"Azure blob-batch-delete in {self._where()} failed for {len(failed)} of {len(keys)} keys: {shown}")
+                f"Azure blob-batch-delete in {self._where()} failed for {len(failed)} of {len(keys)} keys: {shown}"
+            )
 
     def list(self, prefix: str) -> Iterator[str]:
         token: str | None = None
         while True:
+
             def page(tok: str | None = token) -> tuple[list[str], str | None]:
                 pages = self.container_client.list_blob_names(name_starts_with=prefix or None).by_page(
-                    continuation_token=tok)
+                    continuation_token=tok
+                )
                 names = list(next(pages))
                 return names, pages.continuation_token
 

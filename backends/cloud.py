@@ -37,7 +37,7 @@ def parse_storage_config(config_def: ConfigDef, configs: Mapping[str, Any]) -> d
         prefixed.define(dataclasses.replace(key, name=STORAGE_PREFIX + key.name))
     raw = {STORAGE_PREFIX + k: v for k, v in configs.items()}
     parsed = prefixed.parse(raw)
-    return {k[len(STORAGE_PREFIX):]: v for k, v in parsed.items()}
+    return {k[len(STORAGE_PREFIX) :]: v for k, v in parsed.items()}
 
 
 def config_error(key: str, message: str) -> ConfigException:
@@ -48,29 +48,65 @@ def config_error(key: str, message: str) -> ConfigException:
 def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60_000) -> list[ConfigKey]:
     """Timeout and retry keys every cloud backend declares under its own prefix (``s3.``, ``gcs.``...)."""
     return [
-        ConfigKey(f"{prefix}.api.call.timeout", "long", None,
-                  "Upper bound in milliseconds for one API call including all its retries. null: bounded only by "
-                  f"{prefix}.retry.max.attempts times the attempt timeout.",
-                  validator=in_range(1, None), valid_values="null or [1,...]", group=group),
-        ConfigKey(f"{prefix}.api.call.attempt.timeout", "long", default_attempt_timeout_ms,
-                  "Timeout in milliseconds for one attempt of an API call: connecting, and waiting for each "
-                  "response read (a stalled socket fails the attempt, which is then retried).",
-                  validator=in_range(1, None), valid_values="[1,...]", group=group),
-        ConfigKey(f"{prefix}.retry.max.attempts", "int", 3,
-                  "Attempts per API call, the first one included. Only throttling, server (5xx), timeout and "
-                  "connection errors are retried.",
-                  validator=in_range(1, 20), valid_values="[1,...,20]", group=group),
-        ConfigKey(f"{prefix}.retry.backoff.ms", "long", 100,
-                  "Base of the jittered exponential backoff between attempts (doubled for throttling).",
-                  validator=in_range(0, None), valid_values="[0,...]", group=group),
-        ConfigKey(f"{prefix}.retry.backoff.max.ms", "long", 10_000,
-                  "Upper bound of one backoff pause.",
-                  validator=in_range(0, None), valid_values="[0,...]", group=group),
-        ConfigKey(f"{prefix}.upload.timeout.ms", "long", 1_800_000,
-                  "Overall deadline for uploading one object (all parts, retries and the commit). When it "
-                  "passes, the upload is aborted and fails, so a stuck upload can never hang the broker's "
-                  "copy thread forever.",
-                  validator=in_range(1000, None), valid_values="[1000,...]", group=group),
+        ConfigKey(
+            f"{prefix}.api.call.timeout",
+            "long",
+            None,
+            "Upper bound in milliseconds for one API call including all its retries. null: bounded only by "
+            f"{prefix}.retry.max.attempts times the attempt timeout.",
+            validator=in_range(1, None),
+            valid_values="null or [1,...]",
+            group=group,
+        ),
+        ConfigKey(
+            f"{prefix}.api.call.attempt.timeout",
+            "long",
+            default_attempt_timeout_ms,
+            "Timeout in milliseconds for one attempt of an API call: connecting, and waiting for each "
+            "response read (a stalled socket fails the attempt, which is then retried).",
+            validator=in_range(1, None),
+            valid_values="[1,...]",
+            group=group,
+        ),
+        ConfigKey(
+            f"{prefix}.retry.max.attempts",
+            "int",
+            3,
+            "Attempts per API call, the first one included. Only throttling, server (5xx), timeout and "
+            "connection errors are retried.",
+            validator=in_range(1, 20),
+            valid_values="[1,...,20]",
+            group=group,
+        ),
+        ConfigKey(
+            f"{prefix}.retry.backoff.ms",
+            "long",
+            100,
+            "Base of the jittered exponential backoff between attempts (doubled for throttling).",
+            validator=in_range(0, None),
+            valid_values="[0,...]",
+            group=group,
+        ),
+        ConfigKey(
+            f"{prefix}.retry.backoff.max.ms",
+            "long",
+            10_000,
+            "Upper bound of one backoff pause.",
+            validator=in_range(0, None),
+            valid_values="[0,...]",
+            group=group,
+        ),
+        ConfigKey(
+            f"{prefix}.upload.timeout.ms",
+            "long",
+            1_800_000,
+            "Overall deadline for uploading one object (all parts, retries and the commit). When it "
+            "passes, the upload is aborted and fails, so a stuck upload can never hang the broker's "
+            "copy thread forever.",
+            validator=in_range(1000, None),
+            valid_values="[1000,...]",
+            group=group,
+        ),
     ]
 
 
@@ -125,46 +161,73 @@ class CloudBackend:
         """Snapshot of request, error and byte counters (see ``BackendMetrics``)."""
         return self.instrumentation.snapshot()
 
-    def _call(self, operation: str, key: str, fn: Callable[[], T], *, deadline: Deadline | None = None,
-              start: int = 0, end: int | None = None, key_read: bool = True) -> T:
+    def _call(
+        self,
+        operation: str,
+        key: str,
+        fn: Callable[[], T],
+        *,
+        deadline: Deadline | None = None,
+        start: int = 0,
+        end: int | None = None,
+        key_read: bool = True,
+    ) -> T:
         """One API call of ``operation`` on ``key`` with retries; SDK failures leave as our exceptions.
 
         ``key_read=False`` marks calls (uploads, listings) where "not found" can only mean the bucket or
         container is missing, which must not surface as ``KeyNotFound``.
         """
         try:
-            return call_with_retry(fn, operation=operation, policy=self._policy, classify=self._classify,
-                                   metrics=self.instrumentation, deadline=deadline)
+            return call_with_retry(
+                fn,
+                operation=operation,
+                policy=self._policy,
+                classify=self._classify,
+                metrics=self.instrumentation,
+                deadline=deadline,
+            )
         except StorageBackendException:
             raise
         except Exception as e:
             raise self._map_error(operation, key, e, start=start, end=end, key_read=key_read) from e
 
-    def _map_error(self, operation: str, key: str, e: BaseException, *, start: int = 0,
-                   end: int | None = None, key_read: bool = True) -> StorageBackendException:
+    def _map_error(
+        self,
+        operation: str,
+        key: str,
+        e: BaseException,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        key_read: bool = True,
+    ) -> StorageBackendException:
         if isinstance(e, StorageBackendException):
             return e
         if isinstance(e, DeadlineExceeded):
-            return StorageBackendException(f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: "
-                                           f"{e}")
+            return StorageBackendException(f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: {e}")
         kind = self._classify(e)
         if kind is ErrorKind.NOT_FOUND and not key_read:
             return StorageBackendException(
                 f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: not found (does the "
-                f"{self._where()} exist?): {self._describe(e)}")
+                f"{self._where()} exist?): {self._describe(e)}"
+            )
         if kind is ErrorKind.NOT_FOUND:
             return KeyNotFound(key, self._where())
         if kind is ErrorKind.INVALID_RANGE:
             return InvalidRange(key, start, end)
         return StorageBackendException(
-            f"{self.STORE} {operation} of key {key!r} in {self._where()} failed ({kind.value}): {self._describe(e)}")
+            f"{self.STORE} {operation} of key {key!r} in {self._where()} failed ({kind.value}): {self._describe(e)}"
+        )
 
     def _stream_error(self, operation: str, key: str) -> Callable[[BaseException], StorageBackendException]:
         """Mapper for errors raised while the caller reads a download body."""
+
         def mapper(e: BaseException) -> StorageBackendException:
             return StorageBackendException(
                 f"{self.STORE} {operation} of key {key!r} in {self._where()} failed while reading the body "
-                f"({self._classify(e).value}): {self._describe(e)}")
+                f"({self._classify(e).value}): {self._describe(e)}"
+            )
+
         return mapper
 
     @staticmethod

@@ -41,30 +41,62 @@ def _chunk_size_check(_key: str, value: Any) -> str | None:
     return None
 
 
-CONFIG_DEF = ConfigDef().extend([
-    ConfigKey("gcs.bucket.name", "string", None, "GCS bucket holding the tiered objects (required).", group="gcs"),
-    ConfigKey("gcs.endpoint.url", "string", None,
-              f"Custom endpoint (emulators, private service connect). null: {DEFAULT_ENDPOINT}.", group="gcs"),
-    ConfigKey("gcs.credentials.default", "boolean", None,
-              "true: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server). "
-              "false with no JSON/path: anonymous access (emulators, public buckets). null with no JSON/path: "
-              "the same as true. Cannot be true together with gcs.credentials.json or gcs.credentials.path.",
-              group="gcs"),
-    ConfigKey("gcs.credentials.json", "password", None,
-              "Credentials as a JSON string (service account key or authorized user). Mutually exclusive with "
-              "gcs.credentials.path and gcs.credentials.default=true.", group="gcs"),
-    ConfigKey("gcs.credentials.path", "string", None,
-              "Path of a credentials JSON file. Mutually exclusive with gcs.credentials.json and "
-              "gcs.credentials.default=true.", group="gcs"),
-    ConfigKey("gcs.resumable.upload.chunk.size", "int", 25 * 1024 * 1024,
-              "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
-              "in one request. One chunk per upload is held in memory.",
-              validator=_chunk_size_check, valid_values="[262144,...] multiple of 262144", group="gcs"),
-    ConfigKey("gcs.delete.concurrency", "int", 8,
-              "Parallel DELETE requests issued by delete_many (GCS has no multi-object delete call).",
-              valid_values="[1,...]", group="gcs"),
-    *common_keys("gcs", "gcs"),
-])
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey("gcs.bucket.name", "string", None, "GCS bucket holding the tiered objects (required).", group="gcs"),
+        ConfigKey(
+            "gcs.endpoint.url",
+            "string",
+            None,
+            f"Custom endpoint (emulators, private service connect). null: {DEFAULT_ENDPOINT}.",
+            group="gcs",
+        ),
+        ConfigKey(
+            "gcs.credentials.default",
+            "boolean",
+            None,
+            "true: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server). "
+            "false with no JSON/path: anonymous access (emulators, public buckets). null with no JSON/path: "
+            "the same as true. Cannot be true together with gcs.credentials.json or gcs.credentials.path.",
+            group="gcs",
+        ),
+        ConfigKey(
+            "gcs.credentials.json",
+            "password",
+            None,
+            "Credentials as a JSON string (service account key or authorized user). Mutually exclusive with "
+            "gcs.credentials.path and gcs.credentials.default=true.",
+            group="gcs",
+        ),
+        ConfigKey(
+            "gcs.credentials.path",
+            "string",
+            None,
+            "Path of a credentials JSON file. Mutually exclusive with gcs.credentials.json and "
+            "gcs.credentials.default=true.",
+            group="gcs",
+        ),
+        ConfigKey(
+            "gcs.resumable.upload.chunk.size",
+            "int",
+            25 * 1024 * 1024,
+            "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
+            "in one request. One chunk per upload is held in memory.",
+            validator=_chunk_size_check,
+            valid_values="[262144,...] multiple of 262144",
+            group="gcs",
+        ),
+        ConfigKey(
+            "gcs.delete.concurrency",
+            "int",
+            8,
+            "Parallel DELETE requests issued by delete_many (GCS has no multi-object delete call).",
+            valid_values="[1,...]",
+            group="gcs",
+        ),
+        *common_keys("gcs", "gcs"),
+    ]
+)
 
 
 class GcsHttpError(Exception):
@@ -126,10 +158,15 @@ class GcsBackend(CloudBackend):
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
         if not values["gcs.bucket.name"]:
-            raise ConfigException("Missing required configuration 'storage.gcs.bucket.name' for the GCS backend: "
-                                  "set it to the bucket that should hold the tiered objects")
-        exclusive(values, ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
-                  "choose one way to obtain GCS credentials")
+            raise ConfigException(
+                "Missing required configuration 'storage.gcs.bucket.name' for the GCS backend: "
+                "set it to the bucket that should hold the tiered objects"
+            )
+        exclusive(
+            values,
+            ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
+            "choose one way to obtain GCS credentials",
+        )
         if values["gcs.delete.concurrency"] < 1:
             raise config_error("gcs.delete.concurrency", "must be at least 1")
         credentials, project = self._credentials(values)
@@ -147,13 +184,18 @@ class GcsBackend(CloudBackend):
         from google.cloud import storage
 
         session = AuthorizedSession(credentials)
-        adapter = requests.adapters.HTTPAdapter(pool_connections=2, pool_maxsize=max(16, self.delete_concurrency),
-                                                max_retries=0)
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=2, pool_maxsize=max(16, self.delete_concurrency), max_retries=0
+        )
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         self._session = session
-        self._client = storage.Client(project=project or "kts-no-project", credentials=credentials, _http=session,
-                                      client_options={"api_endpoint": self.endpoint})
+        self._client = storage.Client(
+            project=project or "kts-no-project",
+            credentials=credentials,
+            _http=session,
+            client_options={"api_endpoint": self.endpoint},
+        )
 
     @staticmethod
     def _credentials(values: Mapping[str, Any]) -> tuple[Any, str | None]:
@@ -177,9 +219,11 @@ class GcsBackend(CloudBackend):
         try:
             return google.auth.default(scopes=SCOPES)
         except DefaultCredentialsError as e:
-            raise config_error("gcs.credentials.default",
-                               f"no Application Default Credentials found ({e}); set gcs.credentials.json or "
-                               f"gcs.credentials.path, or gcs.credentials.default=false for anonymous access") from None
+            raise config_error(
+                "gcs.credentials.default",
+                f"no Application Default Credentials found ({e}); set gcs.credentials.json or "
+                f"gcs.credentials.path, or gcs.credentials.default=false for anonymous access",
+            ) from None
 
     def _where(self) -> str:
         return f"GCS bucket {self.bucket!r}"
@@ -191,8 +235,10 @@ class GcsBackend(CloudBackend):
         return self._session
 
     def _object_url(self, key: str, kind: str = "") -> str:
-        return f"{self.endpoint}{kind}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o/" \
-               f"{urllib.parse.quote(key, safe='')}"
+        return (
+            f"{self.endpoint}{kind}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o/"
+            f"{urllib.parse.quote(key, safe='')}"
+        )
 
     def _upload_url(self, upload_type: str, key: str) -> str:
         query = urllib.parse.urlencode({"uploadType": upload_type, "name": key})
@@ -201,8 +247,9 @@ class GcsBackend(CloudBackend):
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(self.delete_concurrency,
-                                                                   thread_name_prefix="kts-gcs-delete")
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.delete_concurrency, thread_name_prefix="kts-gcs-delete"
+                )
             return self._pool
 
     # --- error classification ---------------------------------------------------------------------
@@ -233,8 +280,17 @@ class GcsBackend(CloudBackend):
             return ErrorKind.OTHER
         if isinstance(e, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
             return ErrorKind.TIMEOUT
-        if isinstance(e, (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
-                          urllib3.exceptions.HTTPError, auth_exceptions.TransportError, _IncompleteChunk, OSError)):
+        if isinstance(
+            e,
+            (
+                requests.exceptions.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+                urllib3.exceptions.HTTPError,
+                auth_exceptions.TransportError,
+                _IncompleteChunk,
+                OSError,
+            ),
+        ):
             return ErrorKind.IO
         return ErrorKind.OTHER
 
@@ -250,8 +306,12 @@ class GcsBackend(CloudBackend):
 
     def _media_upload(self, key: str, block: bytes, deadline: Deadline) -> None:
         def attempt() -> None:
-            response = self.session.post(self._upload_url("media", key), data=block, timeout=self._timeout,
-                                         headers={"Content-Type": "application/octet-stream"})
+            response = self.session.post(
+                self._upload_url("media", key),
+                data=block,
+                timeout=self._timeout,
+                headers={"Content-Type": "application/octet-stream"},
+            )
             if response.status_code not in (200, 201):
                 raise _error_from(response)
 
@@ -260,9 +320,12 @@ class GcsBackend(CloudBackend):
 
     def _resumable_upload(self, key: str, blocks: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
         def initiate() -> str:
-            response = self.session.post(self._upload_url("resumable", key), json={"name": key},
-                                         timeout=self._timeout,
-                                         headers={"X-Upload-Content-Type": "application/octet-stream"})
+            response = self.session.post(
+                self._upload_url("resumable", key),
+                json={"name": key},
+                timeout=self._timeout,
+                headers={"X-Upload-Content-Type": "application/octet-stream"},
+            )
             if response.status_code not in (200, 201) or "Location" not in response.headers:
                 raise _error_from(response)
             return str(response.headers["Location"])
@@ -289,15 +352,21 @@ class GcsBackend(CloudBackend):
 
         def attempt() -> None:
             if state["ask_first"]:
-                response = self.session.put(uri, data=b"", timeout=self._timeout, allow_redirects=False,
-                                            headers={"Content-Range": f"bytes */{size_s}"})
+                response = self.session.put(
+                    uri,
+                    data=b"",
+                    timeout=self._timeout,
+                    allow_redirects=False,
+                    headers={"Content-Range": f"bytes */{size_s}"},
+                )
                 if response.status_code in (200, 201):
                     if not last or _object_size(response) != total:
                         self._discard_truncated(key, response)
                         raise StorageBackendException(
                             f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the server "
                             f"finalized the session on a status query at {_object_size(response)} bytes "
-                            f"(fake-gcs-server does this; real GCS does not); the truncated object was removed")
+                            f"(fake-gcs-server does this; real GCS does not); the truncated object was removed"
+                        )
                     state["done"] = True
                     return
                 if response.status_code != 308:
@@ -310,8 +379,9 @@ class GcsBackend(CloudBackend):
                 return
             start = offset + held
             content_range = f"bytes {start}-{start + len(body) - 1}/{size_s}" if body else f"bytes */{size_s}"
-            response = self.session.put(uri, data=body, timeout=self._timeout, allow_redirects=False,
-                                        headers={"Content-Range": content_range})
+            response = self.session.put(
+                uri, data=body, timeout=self._timeout, allow_redirects=False, headers={"Content-Range": content_range}
+            )
             if response.status_code in (200, 201):
                 if not last:
                     raise StorageBackendException(f"GCS finalized the upload of {key!r} before its last chunk")
@@ -366,8 +436,13 @@ class GcsBackend(CloudBackend):
             return raw.read(None if n < 0 else n) or b""
 
         length = response.headers.get("Content-Length")
-        return ResponseStream(read, response.close, self._stream_error("object-get", key),  # type: ignore[return-value]
-                              self.instrumentation, length=int(length) if length and length.isdigit() else None)
+        return ResponseStream(
+            read,
+            response.close,
+            self._stream_error("object-get", key),  # type: ignore[return-value]
+            self.instrumentation,
+            length=int(length) if length and length.isdigit() else None,
+        )
 
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:
@@ -387,9 +462,16 @@ class GcsBackend(CloudBackend):
     def list(self, prefix: str) -> Iterator[str]:
         token: str | None = None
         while True:
+
             def page(tok: str | None = token) -> tuple[list[str], str | None]:
-                iterator = self._client.list_blobs(self.bucket, prefix=prefix, page_token=tok, retry=None,
-                                                   timeout=self._timeout, fields="items(name),nextPageToken")
+                iterator = self._client.list_blobs(
+                    self.bucket,
+                    prefix=prefix,
+                    page_token=tok,
+                    retry=None,
+                    timeout=self._timeout,
+                    fields="items(name),nextPageToken",
+                )
                 names = [blob.name for blob in next(iterator.pages)]
                 return names, iterator.next_page_token
 

@@ -42,59 +42,152 @@ from rsm.errors import ConfigException
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
 DELETE_BATCH = 1000  # the DeleteObjects limit
-STORAGE_CLASSES = ("STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
-                   "GLACIER", "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE")
+STORAGE_CLASSES = (
+    "STANDARD",
+    "REDUCED_REDUNDANCY",
+    "STANDARD_IA",
+    "ONEZONE_IA",
+    "INTELLIGENT_TIERING",
+    "GLACIER",
+    "DEEP_ARCHIVE",
+    "OUTPOSTS",
+    "GLACIER_IR",
+    "SNOW",
+    "EXPRESS_ONEZONE",
+)
 
-CONFIG_DEF = ConfigDef().extend([
-    ConfigKey("s3.bucket.name", "string", None,
-              "S3 bucket holding the tiered objects (required). Directory buckets of S3 Express One Zone "
-              "(names ending in --x-s3) work as well.", group="s3"),
-    ConfigKey("s3.region", "string", None,
-              "AWS region of the bucket. null: the SDK's default region chain (AWS_REGION, ~/.aws/config), "
-              "falling back to us-east-1.", group="s3"),
-    ConfigKey("s3.endpoint.url", "string", None,
-              "Custom endpoint for S3-compatible stores, VPC endpoints and emulators, e.g. http://127.0.0.1:9000. "
-              "null: the AWS endpoint of the region.", group="s3"),
-    ConfigKey("s3.path.style.access.enabled", "boolean", None,
-              "Address buckets as endpoint/bucket (true) instead of bucket.endpoint (false). null: SDK choice "
-              "(virtual-hosted on AWS). Most S3-compatible stores need true.", group="s3"),
-    ConfigKey("s3.storage.class", "string", "STANDARD",
-              "Storage class of uploaded objects.", validator=one_of(*STORAGE_CLASSES),
-              valid_values=", ".join(STORAGE_CLASSES), group="s3"),
-    ConfigKey("s3.multipart.upload.part.size", "int", 25 * 1024 * 1024,
-              "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
-              "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
-              validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE), valid_values=f"[{MIN_PART_SIZE},...,{MAX_PART_SIZE}]",
-              group="s3"),
-    ConfigKey("s3.multipart.upload.concurrency", "int", 4,
-              "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
-              validator=in_range(1, 64), valid_values="[1,...,64]", group="s3"),
-    ConfigKey("s3.legacy.md5.plugin.enabled", "boolean", False,
-              "Send Content-MD5 with every upload request, for S3-compatible stores that still require it.",
-              group="s3"),
-    *common_keys("s3", "s3"),
-    ConfigKey("aws.access.key.id", "password", None,
-              "Static AWS access key id; set together with aws.secret.access.key. null: the default credential "
-              "chain (environment, shared config/SSO, web identity, ECS/EC2 instance roles).", group="s3"),
-    ConfigKey("aws.secret.access.key", "password", None,
-              "Static AWS secret access key, set together with aws.access.key.id.", group="s3"),
-    ConfigKey("aws.session.token", "password", None,
-              "Session token for temporary static credentials (needs aws.access.key.id).", group="s3"),
-    ConfigKey("aws.credentials.file", "string", None,
-              "File with credentials, re-read when it changes (for rotated secrets): either AWS's INI format "
-              "([default] aws_access_key_id=..., aws_secret_access_key=..., aws_session_token=...) or plain "
-              "key=value lines with those names. Cannot be combined with aws.access.key.id.", group="s3"),
-    ConfigKey("aws.checksum.check.enabled", "boolean", False,
-              "Send CRC32 checksums with uploads and validate the checksums S3 returns on downloads (costs "
-              "client CPU; TLS already protects data in transit).", group="s3"),
-    ConfigKey("aws.certificate.check.enabled", "boolean", True,
-              "Verify the TLS certificate of the endpoint. Only turn off for test setups with self-signed "
-              "certificates.", group="s3"),
-])
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey(
+            "s3.bucket.name",
+            "string",
+            None,
+            "S3 bucket holding the tiered objects (required). Directory buckets of S3 Express One Zone "
+            "(names ending in --x-s3) work as well.",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.region",
+            "string",
+            None,
+            "AWS region of the bucket. null: the SDK's default region chain (AWS_REGION, ~/.aws/config), "
+            "falling back to us-east-1.",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.endpoint.url",
+            "string",
+            None,
+            "Custom endpoint for S3-compatible stores, VPC endpoints and emulators, e.g. http://127.0.0.1:9000. "
+            "null: the AWS endpoint of the region.",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.path.style.access.enabled",
+            "boolean",
+            None,
+            "Address buckets as endpoint/bucket (true) instead of bucket.endpoint (false). null: SDK choice "
+            "(virtual-hosted on AWS). Most S3-compatible stores need true.",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.storage.class",
+            "string",
+            "STANDARD",
+            "Storage class of uploaded objects.",
+            validator=one_of(*STORAGE_CLASSES),
+            valid_values=", ".join(STORAGE_CLASSES),
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.multipart.upload.part.size",
+            "int",
+            25 * 1024 * 1024,
+            "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
+            "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
+            validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE),
+            valid_values=f"[{MIN_PART_SIZE},...,{MAX_PART_SIZE}]",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.multipart.upload.concurrency",
+            "int",
+            4,
+            "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
+            validator=in_range(1, 64),
+            valid_values="[1,...,64]",
+            group="s3",
+        ),
+        ConfigKey(
+            "s3.legacy.md5.plugin.enabled",
+            "boolean",
+            False,
+            "Send Content-MD5 with every upload request, for S3-compatible stores that still require it.",
+            group="s3",
+        ),
+        *common_keys("s3", "s3"),
+        ConfigKey(
+            "aws.access.key.id",
+            "password",
+            None,
+            "Static AWS access key id; set together with aws.secret.access.key. null: the default credential "
+            "chain (environment, shared config/SSO, web identity, ECS/EC2 instance roles).",
+            group="s3",
+        ),
+        ConfigKey(
+            "aws.secret.access.key",
+            "password",
+            None,
+            "Static AWS secret access key, set together with aws.access.key.id.",
+            group="s3",
+        ),
+        ConfigKey(
+            "aws.session.token",
+            "password",
+            None,
+            "Session token for temporary static credentials (needs aws.access.key.id).",
+            group="s3",
+        ),
+        ConfigKey(
+            "aws.credentials.file",
+            "string",
+            None,
+            "File with credentials, re-read when it changes (for rotated secrets): either AWS's INI format "
+            "([default] aws_access_key_id=..., aws_secret_access_key=..., aws_session_token=...) or plain "
+            "key=value lines with those names. Cannot be combined with aws.access.key.id.",
+            group="s3",
+        ),
+        ConfigKey(
+            "aws.checksum.check.enabled",
+            "boolean",
+            False,
+            "Send CRC32 checksums with uploads and validate the checksums S3 returns on downloads (costs "
+            "client CPU; TLS already protects data in transit).",
+            group="s3",
+        ),
+        ConfigKey(
+            "aws.certificate.check.enabled",
+            "boolean",
+            True,
+            "Verify the TLS certificate of the endpoint. Only turn off for test setups with self-signed certificates.",
+            group="s3",
+        ),
+    ]
+)
 
-_THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
-                     "RequestLimitExceeded", "TooManyRequests", "TooManyRequestsException",
-                     "ProvisionedThroughputExceededException", "BandwidthLimitExceeded", "EC2ThrottledException"}
+_THROTTLING_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "BandwidthLimitExceeded",
+    "EC2ThrottledException",
+}
 _TIMEOUT_CODES = {"RequestTimeout", "RequestTimeoutException", "RequestTimeTooSkewed"}
 
 
@@ -106,8 +199,11 @@ def read_credentials_file(path: str) -> dict[str, str]:
         parser.read_string(text if text.lstrip().startswith("[") else "[default]\n" + text)
     except configparser.Error as e:
         raise StorageBackendException(f"cannot parse AWS credentials file {path}: {e}") from e
-    section = parser["default"] if parser.has_section("default") else (
-        parser[parser.sections()[0]] if parser.sections() else None)
+    section = (
+        parser["default"]
+        if parser.has_section("default")
+        else (parser[parser.sections()[0]] if parser.sections() else None)
+    )
     if section is None:
         raise StorageBackendException(f"AWS credentials file {path} has no credentials")
 
@@ -136,8 +232,12 @@ def _file_credential_provider(path: str) -> Any:
         creds = read_credentials_file(path)
         # botocore refreshes 15 min before expiry; a 16 min expiry makes it re-read every minute or so.
         expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=16)
-        return {"access_key": creds["access_key"], "secret_key": creds["secret_key"],
-                "token": creds.get("token"), "expiry_time": expiry.isoformat()}
+        return {
+            "access_key": creds["access_key"],
+            "secret_key": creds["secret_key"],
+            "token": creds.get("token"),
+            "expiry_time": expiry.isoformat(),
+        }
 
     class FileProvider(CredentialProvider):  # type: ignore[misc]
         METHOD = "kts-credentials-file"
@@ -171,16 +271,19 @@ class S3Backend(CloudBackend):
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
         if not values["s3.bucket.name"]:
-            raise ConfigException("Missing required configuration 'storage.s3.bucket.name' for the S3 backend: "
-                                  "set it to the bucket that should hold the tiered objects")
+            raise ConfigException(
+                "Missing required configuration 'storage.s3.bucket.name' for the S3 backend: "
+                "set it to the bucket that should hold the tiered objects"
+            )
         access, secret = values["aws.access.key.id"], values["aws.secret.access.key"]
         if bool(access) != bool(secret):
             missing = "aws.secret.access.key" if access else "aws.access.key.id"
             raise config_error(missing, "aws.access.key.id and aws.secret.access.key must be set together")
         if values["aws.session.token"] and not access:
             raise config_error("aws.session.token", "needs aws.access.key.id and aws.secret.access.key")
-        exclusive(values, ["aws.access.key.id", "aws.credentials.file"],
-                  "use static keys or a credentials file, not both")
+        exclusive(
+            values, ["aws.access.key.id", "aws.credentials.file"], "use static keys or a credentials file, not both"
+        )
         cred_file = values["aws.credentials.file"]
         if cred_file:
             try:
@@ -207,8 +310,9 @@ class S3Backend(CloudBackend):
 
         core = botocore.session.Session()
         if values["aws.credentials.file"]:
-            core.register_component("credential_provider",
-                                    CredentialResolver([_file_credential_provider(values["aws.credentials.file"])]))
+            core.register_component(
+                "credential_provider", CredentialResolver([_file_credential_provider(values["aws.credentials.file"])])
+            )
         session = boto3.session.Session(botocore_session=core)
         region = values["s3.region"] or session.region_name or "us-east-1"
         path_style = values["s3.path.style.access.enabled"]
@@ -229,11 +333,18 @@ class S3Backend(CloudBackend):
         )
         kwargs: dict[str, Any] = {}
         if values["aws.access.key.id"]:
-            kwargs = {"aws_access_key_id": values["aws.access.key.id"],
-                      "aws_secret_access_key": values["aws.secret.access.key"],
-                      "aws_session_token": values["aws.session.token"]}
-        return session.client("s3", endpoint_url=values["s3.endpoint.url"], config=config,
-                              verify=values["aws.certificate.check.enabled"], **kwargs)
+            kwargs = {
+                "aws_access_key_id": values["aws.access.key.id"],
+                "aws_secret_access_key": values["aws.secret.access.key"],
+                "aws_session_token": values["aws.session.token"],
+            }
+        return session.client(
+            "s3",
+            endpoint_url=values["s3.endpoint.url"],
+            config=config,
+            verify=values["aws.certificate.check.enabled"],
+            **kwargs,
+        )
 
     @property
     def client(self) -> Any:
@@ -304,18 +415,26 @@ class S3Backend(CloudBackend):
         extra = self._extra()
         if self.md5:
             extra["ContentMD5"] = self._md5(block)
-        self._call("put-object", key,
-                   lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=block, **extra),
-                   deadline=deadline, key_read=False)
+        self._call(
+            "put-object",
+            key,
+            lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=block, **extra),
+            deadline=deadline,
+            key_read=False,
+        )
         self.instrumentation.bytes_uploaded(len(block))
 
     def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
         extra = self._extra()
         if self.checksums:
             extra["ChecksumAlgorithm"] = "CRC32"
-        created = self._call("create-multipart-upload", key,
-                             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, **extra),
-                             deadline=deadline, key_read=False)
+        created = self._call(
+            "create-multipart-upload",
+            key,
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, **extra),
+            deadline=deadline,
+            key_read=False,
+        )
         upload_id = created["UploadId"]
         total = 0
 
@@ -328,10 +447,14 @@ class S3Backend(CloudBackend):
             if self.checksums:
                 part_extra["ChecksumAlgorithm"] = "CRC32"
             answer = self._call(
-                "upload-part", key,
-                lambda: self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
-                                                Body=block, **part_extra),
-                deadline=deadline, key_read=False)
+                "upload-part",
+                key,
+                lambda: self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=block, **part_extra
+                ),
+                deadline=deadline,
+                key_read=False,
+            )
             self.instrumentation.bytes_uploaded(len(block))
             part = {"PartNumber": number, "ETag": answer["ETag"]}
             if answer.get("ChecksumCRC32"):
@@ -339,13 +462,24 @@ class S3Backend(CloudBackend):
             return part
 
         try:
-            parts = upload_parts(self._executor(), chain([first], (b for b, _ in rest)), send,
-                                 concurrency=self.concurrency, deadline=deadline,
-                                 what=f"S3 multipart upload of key {key!r} to bucket {self.bucket!r}", on_bytes=count)
-            self._call("complete-multipart-upload", key,
-                       lambda: self.client.complete_multipart_upload(
-                           Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}),
-                       deadline=deadline, key_read=False)
+            parts = upload_parts(
+                self._executor(),
+                chain([first], (b for b, _ in rest)),
+                send,
+                concurrency=self.concurrency,
+                deadline=deadline,
+                what=f"S3 multipart upload of key {key!r} to bucket {self.bucket!r}",
+                on_bytes=count,
+            )
+            self._call(
+                "complete-multipart-upload",
+                key,
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                ),
+                deadline=deadline,
+                key_read=False,
+            )
         except BaseException as e:
             self._abort(key, upload_id)
             if isinstance(e, DeadlineExceeded):
@@ -356,8 +490,11 @@ class S3Backend(CloudBackend):
     def _abort(self, key: str, upload_id: str) -> None:
         """Best effort: a failed abort leaves parts for the bucket's lifecycle rule, never a visible object."""
         try:
-            self._call("abort-multipart-upload", key,
-                       lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id))
+            self._call(
+                "abort-multipart-upload",
+                key,
+                lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+            )
         except StorageBackendException:
             pass
 
@@ -374,8 +511,13 @@ class S3Backend(CloudBackend):
             return body.read(None if n < 0 else n)
 
         length = answer.get("ContentLength")
-        return ResponseStream(read, body.close, self._stream_error("get-object", key),  # type: ignore[return-value]
-                              self.instrumentation, length=int(length) if length is not None else None)
+        return ResponseStream(
+            read,
+            body.close,
+            self._stream_error("get-object", key),  # type: ignore[return-value]
+            self.instrumentation,
+            length=int(length) if length is not None else None,
+        )
 
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:
@@ -397,13 +539,18 @@ class S3Backend(CloudBackend):
     def _delete_batch(self, keys: list[str]) -> None:
         request = {"Objects": [{"Key": k} for k in keys], "Quiet": True}
         label = f"{keys[0]!r} and {len(keys) - 1} more" if len(keys) > 1 else repr(keys[0])
-        answer = self._call("delete-objects", label,
-                            lambda: self.client.delete_objects(Bucket=self.bucket, Delete=request), key_read=False)
+        answer = self._call(
+            "delete-objects",
+            label,
+            lambda: self.client.delete_objects(Bucket=self.bucket, Delete=request),
+            key_read=False,
+        )
         errors = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
         if errors:
             shown = ", ".join(f"{e.get('Key')!r}: {e.get('Code')} {e.get('Message', '')}".strip() for e in errors[:5])
             raise StorageBackendException(
-                f"S3 delete-objects in {self._where()} failed for {len(errors)} of {len(keys)} keys: {shown}")
+                f"S3 delete-objects in {self._where()} failed for {len(errors)} of {len(keys)} keys: {shown}"
+            )
 
     def list(self, prefix: str) -> Iterator[str]:
         token: str | None = None
@@ -411,8 +558,9 @@ class S3Backend(CloudBackend):
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._call("list-objects", prefix, lambda kw=kwargs: self.client.list_objects_v2(**kw),
-                              key_read=False)
+            page = self._call(
+                "list-objects", prefix, lambda kw=kwargs: self.client.list_objects_v2(**kw), key_read=False
+            )
             for item in page.get("Contents", []):
                 yield item["Key"]
             if not page.get("IsTruncated"):

@@ -70,9 +70,14 @@ class ResponseStream(io.RawIOBase):
     path, which skips urllib3's per-amount buffering (a measurable copy on multi-MiB bodies).
     """
 
-    def __init__(self, read_fn: Callable[[int], bytes], close_fn: Callable[[], None],
-                 map_error: Callable[[BaseException], StorageBackendException],
-                 metrics: BackendMetrics | None = None, length: int | None = None) -> None:
+    def __init__(
+        self,
+        read_fn: Callable[[int], bytes],
+        close_fn: Callable[[], None],
+        map_error: Callable[[BaseException], StorageBackendException],
+        metrics: BackendMetrics | None = None,
+        length: int | None = None,
+    ) -> None:
         super().__init__()
         self._read_fn = read_fn
         self._close_fn = close_fn

@@ -66,6 +66,7 @@ class Side:
 
 # --- S3 -------------------------------------------------------------------------------------------
 
+
 def s3_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[], None]]:
     import boto3
     from botocore.config import Config
@@ -74,13 +75,23 @@ def s3_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[
     ours = S3Backend()
     ours.configure(conf)
     parts_backend = S3Backend()
-    parts_backend.configure(server.config(**{"s3.multipart.upload.part.size": str(5 * MiB),
-                                             "s3.multipart.upload.concurrency": "4"}))
+    parts_backend.configure(
+        server.config(**{"s3.multipart.upload.part.size": str(5 * MiB), "s3.multipart.upload.concurrency": "4"})
+    )
     client = boto3.session.Session().client(
-        "s3", endpoint_url=server.endpoint, region_name="us-east-1",
-        aws_access_key_id=conf["aws.access.key.id"], aws_secret_access_key=conf["aws.secret.access.key"],
-        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, max_pool_connections=10,
-                      request_checksum_calculation="when_required", response_checksum_validation="when_required"))
+        "s3",
+        endpoint_url=server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=conf["aws.access.key.id"],
+        aws_secret_access_key=conf["aws.secret.access.key"],
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": 1},
+            max_pool_connections=10,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
     bucket = server.bucket
     pool = concurrent.futures.ThreadPoolExecutor(4)
 
@@ -97,8 +108,10 @@ def s3_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[
     def sdk_put_parts(key: str, data: bytes) -> None:
         uid = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
         pieces = [data[i : i + 5 * MiB] for i in range(0, len(data), 5 * MiB)]
-        futures = [pool.submit(client.upload_part, Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=p)
-                   for n, p in enumerate(pieces, 1)]
+        futures = [
+            pool.submit(client.upload_part, Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=p)
+            for n, p in enumerate(pieces, 1)
+        ]
         parts = [{"PartNumber": n, "ETag": f.result()["ETag"]} for n, f in enumerate(futures, 1)]
         client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": parts})
 
@@ -107,12 +120,18 @@ def s3_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[
         parts_backend.close()
         pool.shutdown()
 
-    return (Side(lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k),
-                 lambda k, d: ours_put(parts_backend, k, d)),
-            Side(sdk_put, sdk_get, sdk_put_parts), 20 * MiB, close)
+    return (
+        Side(
+            lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k), lambda k, d: ours_put(parts_backend, k, d)
+        ),
+        Side(sdk_put, sdk_get, sdk_put_parts),
+        20 * MiB,
+        close,
+    )
 
 
 # --- GCS ------------------------------------------------------------------------------------------
+
 
 def gcs_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[], None]]:
     from google.auth.credentials import AnonymousCredentials
@@ -122,8 +141,9 @@ def gcs_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[
     ours.configure(server.config(**{"gcs.resumable.upload.chunk.size": str(64 * MiB)}))
     parts_backend = GcsBackend()
     parts_backend.configure(server.config(**{"gcs.resumable.upload.chunk.size": str(MiB)}))
-    client = storage.Client(project="bench", credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": server.endpoint})
+    client = storage.Client(
+        project="bench", credentials=AnonymousCredentials(), client_options={"api_endpoint": server.endpoint}
+    )
     bucket = client.bucket(server.bucket)
 
     def sdk_put(key: str, data: bytes) -> None:
@@ -139,12 +159,18 @@ def gcs_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[
         ours.close()
         parts_backend.close()
 
-    return (Side(lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k),
-                 lambda k, d: ours_put(parts_backend, k, d)),
-            Side(sdk_put, sdk_get, sdk_put_parts), OBJ, close)
+    return (
+        Side(
+            lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k), lambda k, d: ours_put(parts_backend, k, d)
+        ),
+        Side(sdk_put, sdk_get, sdk_put_parts),
+        OBJ,
+        close,
+    )
 
 
 # --- Azure ----------------------------------------------------------------------------------------
+
 
 def azure_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callable[[], None]]:
     import base64
@@ -156,8 +182,12 @@ def azure_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callabl
     parts_backend = AzureBlobBackend()
     parts_backend.configure(server.config(**{"azure.upload.block.size": str(MiB), "azure.upload.concurrency": "4"}))
     service = BlobServiceClient.from_connection_string(
-        emulators.azurite_connection_string(server.endpoint), retry_total=0, max_single_put_size=64 * MiB,
-        max_single_get_size=4 * MiB, max_chunk_get_size=4 * MiB)
+        emulators.azurite_connection_string(server.endpoint),
+        retry_total=0,
+        max_single_put_size=64 * MiB,
+        max_single_get_size=4 * MiB,
+        max_chunk_get_size=4 * MiB,
+    )
     container = service.get_container_client(server.bucket)
     pool = concurrent.futures.ThreadPoolExecutor(4)
 
@@ -171,8 +201,10 @@ def azure_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callabl
         blob = container.get_blob_client(key)
         tag = uuid.uuid4().hex[:8]
         ids = [base64.b64encode(f"{tag}-{n:05d}".encode()).decode() for n in range(len(data) // MiB)]
-        futures = [pool.submit(blob.stage_block, block_id, data[n * MiB : (n + 1) * MiB], length=MiB)
-                   for n, block_id in enumerate(ids)]
+        futures = [
+            pool.submit(blob.stage_block, block_id, data[n * MiB : (n + 1) * MiB], length=MiB)
+            for n, block_id in enumerate(ids)
+        ]
         for f in futures:
             f.result()
         blob.commit_block_list([BlobBlock(block_id=i) for i in ids])
@@ -183,9 +215,14 @@ def azure_sides(server: emulators.StoreServer) -> tuple[Side, Side, int, Callabl
         service.close()
         pool.shutdown()
 
-    return (Side(lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k),
-                 lambda k, d: ours_put(parts_backend, k, d)),
-            Side(sdk_put, sdk_get, sdk_put_parts), OBJ, close)
+    return (
+        Side(
+            lambda k, d: ours_put(ours, k, d), lambda k: ours_get(ours, k), lambda k, d: ours_put(parts_backend, k, d)
+        ),
+        Side(sdk_put, sdk_get, sdk_put_parts),
+        OBJ,
+        close,
+    )
 
 
 def ours_put(backend: Any, key: str, data: bytes) -> None:
@@ -202,14 +239,21 @@ SIDES = {"s3": s3_sides, "gcs": gcs_sides, "azure": azure_sides}
 
 # --- timing -----------------------------------------------------------------------------------------
 
+
 def timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def run_case(side: Side, case: str, keys: list[str], blobs: list[bytes], parts_blob: bytes,
-             pool: concurrent.futures.ThreadPoolExecutor) -> float:
+def run_case(
+    side: Side,
+    case: str,
+    keys: list[str],
+    blobs: list[bytes],
+    parts_blob: bytes,
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> float:
     """MB/s of one rep of ``case`` on ``side``."""
     if case == "put seq":
         secs = timed(lambda: [side.put(k, b) for k, b in zip(keys, blobs, strict=True)])
@@ -253,8 +297,11 @@ def bench_flavour(name: str, reps: int, objects: int, workdir: Path) -> list[tup
                         for label, side in order:
                             got[label].append(run_case(side, case, keys, blobs, parts_blob, pool))
                     rows.append((name, case, statistics.median(got["ours"]), statistics.median(got["sdk"])))
-                    print(f"  {name:14s} {case:10s} ours {rows[-1][2]:7.1f}  sdk {rows[-1][3]:7.1f}  "
-                          f"ratio {rows[-1][2] / rows[-1][3]:.2f}", flush=True)
+                    print(
+                        f"  {name:14s} {case:10s} ours {rows[-1][2]:7.1f}  sdk {rows[-1][3]:7.1f}  "
+                        f"ratio {rows[-1][2] / rows[-1][3]:.2f}",
+                        flush=True,
+                    )
         finally:
             close()
     return rows
@@ -279,8 +326,10 @@ def main() -> int:
     for name, case, o, s in rows:
         print(f"| {name} | {case} | {o:.1f} | {s:.1f} | {o / s:.2f} |")
     ratios = [o / s for _, _, o, s in rows]
-    print(f"\nmedian ratio {statistics.median(ratios):.2f}, min {min(ratios):.2f} "
-          f"({time.monotonic() - started:.0f} s total)")
+    print(
+        f"\nmedian ratio {statistics.median(ratios):.2f}, min {min(ratios):.2f} "
+        f"({time.monotonic() - started:.0f} s total)"
+    )
     return 0
 
 

@@ -30,9 +30,14 @@ def direct(manager_cfg: dict[str, str], seg: jt.SpecSegment, index_calls: int) -
 
     m = RemoteStorageManager()
     m.configure(manager_cfg)
-    data = LogSegmentData(log_segment=seg.log, offset_index=seg.offset_index, time_index=seg.time_index,
-                          transaction_index=seg.txn_index, producer_snapshot_index=seg.producer_snapshot,
-                          leader_epoch_index=seg.leader_epoch_bytes)
+    data = LogSegmentData(
+        log_segment=seg.log,
+        offset_index=seg.offset_index,
+        time_index=seg.time_index,
+        transaction_index=seg.txn_index,
+        producer_snapshot_index=seg.producer_snapshot,
+        leader_epoch_index=seg.leader_epoch_bytes,
+    )
     t0 = time.perf_counter()
     m.copy_log_segment_data(seg.meta, data)
     t1 = time.perf_counter()
@@ -83,8 +88,12 @@ def main() -> int:
         print(f"segment: {files.size / 2**20:.0f} MiB written in {time.perf_counter() - t:.1f} s; store on {base}")
         cfg = jt.base_config(base / "store", **{"compression.enabled": "false", "chunk.size": str(4 << 20)})
 
-        jpype.startJVM("-Xmx1g", "-XX:+ExplicitGCInvokesConcurrent",
-                       classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)], convertStrings=False)
+        jpype.startJVM(
+            "-Xmx1g",
+            "-XX:+ExplicitGCInvokesConcurrent",
+            classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)],
+            convertStrings=False,
+        )
         jvm_inprocess.install(adopt_hooks=False)
         harness = jpype.JClass(jt.HARNESS_CLASS)
         hashmap = jpype.JClass("java.util.HashMap")
@@ -111,16 +120,20 @@ def main() -> int:
         best = {k: (min(r[0] for r in v), min(r[1] for r in v), min(r[2] for r in v)) for k, v in runs.items()}
         mib = files.size / 2**20
         py = best["python"]
-        print(f"\n{'path':<10} {'copy s':>8} {'copy x':>7} {'fetch s':>8} {'MiB/s':>7} {'fetch x':>8} "
-              f"{'fetchIndex us':>14}")
+        print(
+            f"\n{'path':<10} {'copy s':>8} {'copy x':>7} {'fetch s':>8} {'MiB/s':>7} {'fetch x':>8} "
+            f"{'fetchIndex us':>14}"
+        )
         for name, (c, f, i) in best.items():
             print(f"{name:<10} {c:8.3f} {c / py[0]:7.3f} {f:8.3f} {mib / f:7.0f} {f / py[1]:8.3f} {i:14.1f}")
         print(f"\noverhead vs direct Python (best of {args.rounds}):")
         for name, target, lat in (("sidecar", 0.10, 100.0), ("inprocess", 0.03, 10.0)):
             c, f, i = best[name]
-            print(f"  {name:<9} copy {100 * (c / py[0] - 1):+6.1f}%  fetch {100 * (f / py[1] - 1):+6.1f}%  "
-                  f"(target <= {100 * target:.0f}%);  fetchIndex +{i - py[2]:.1f} us over direct "
-                  f"({i:.1f} us total; target < {lat:.0f} us)")
+            print(
+                f"  {name:<9} copy {100 * (c / py[0] - 1):+6.1f}%  fetch {100 * (f / py[1] - 1):+6.1f}%  "
+                f"(target <= {100 * target:.0f}%);  fetchIndex +{i - py[2]:.1f} us over direct "
+                f"({i:.1f} us total; target < {lat:.0f} us)"
+            )
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

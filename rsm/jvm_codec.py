@@ -53,7 +53,7 @@ class Reader:
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.buf):
             raise WireError(f"frame too short: wanted {n} bytes at {self.pos} of {len(self.buf)}")
-        out = self.buf[self.pos:self.pos + n]
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -82,8 +82,10 @@ def _decode_metadata(raw: bytes) -> RemoteLogSegmentMetadata:
     r = Reader(raw)
     version = r.u8()
     if version != METADATA_VERSION:
-        raise WireError(f"metadata layout version {version} is not supported (expected {METADATA_VERSION}); "
-                        f"the shim jar and the Python package are from different releases")
+        raise WireError(
+            f"metadata layout version {version} is not supported (expected {METADATA_VERSION}); "
+            f"the shim jar and the Python package are from different releases"
+        )
     topic_id = r.str16()
     topic = r.str16()
     partition = r.i32()
@@ -97,9 +99,17 @@ def _decode_metadata(raw: bytes) -> RemoteLogSegmentMetadata:
     tip = TopicIdPartition(topic_id=topic_id, topic=topic, partition=partition)
     return RemoteLogSegmentMetadata(
         remote_log_segment_id=RemoteLogSegmentId(topic_id_partition=tip, id=segment_id),
-        start_offset=start, end_offset=end, max_timestamp_ms=max_ts, broker_id=broker,
-        event_timestamp_ms=event_ts, segment_size_in_bytes=size, segment_leader_epochs=epochs,
-        custom_metadata=custom, state=RemoteLogSegmentState(state), txn_idx_empty=bool(txn_empty))
+        start_offset=start,
+        end_offset=end,
+        max_timestamp_ms=max_ts,
+        broker_id=broker,
+        event_timestamp_ms=event_ts,
+        segment_size_in_bytes=size,
+        segment_leader_epochs=epochs,
+        custom_metadata=custom,
+        state=RemoteLogSegmentState(state),
+        txn_idx_empty=bool(txn_empty),
+    )
 
 
 def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
@@ -111,13 +121,25 @@ def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
         return _U16.pack(len(b)) + b
 
     custom = meta.custom_metadata
-    parts = [bytes([METADATA_VERSION]), s16(tip.topic_id), s16(tip.topic), _I32.pack(tip.partition),
-             s16(meta.remote_log_segment_id.id),
-             _FIXED.pack(meta.start_offset, meta.end_offset, meta.max_timestamp_ms, meta.broker_id,
-                         meta.event_timestamp_ms, meta.segment_size_in_bytes, int(meta.state),
-                         1 if meta.txn_idx_empty else 0),
-             _I32.pack(-1) if custom is None else _I32.pack(len(custom)) + custom,
-             _I32.pack(len(meta.segment_leader_epochs))]
+    parts = [
+        bytes([METADATA_VERSION]),
+        s16(tip.topic_id),
+        s16(tip.topic),
+        _I32.pack(tip.partition),
+        s16(meta.remote_log_segment_id.id),
+        _FIXED.pack(
+            meta.start_offset,
+            meta.end_offset,
+            meta.max_timestamp_ms,
+            meta.broker_id,
+            meta.event_timestamp_ms,
+            meta.segment_size_in_bytes,
+            int(meta.state),
+            1 if meta.txn_idx_empty else 0,
+        ),
+        _I32.pack(-1) if custom is None else _I32.pack(len(custom)) + custom,
+        _I32.pack(len(meta.segment_leader_epochs)),
+    ]
     parts += [_EPOCH.pack(e, o) for e, o in sorted(meta.segment_leader_epochs.items())]
     return b"".join(parts)
 

@@ -174,10 +174,14 @@ def define_bridge() -> dict[str, Any]:
             pin_thread_state()
             try:
                 m = wire.decode_metadata(bytes(meta))
-                data = LogSegmentData(log_segment=Path(str(seg)), offset_index=Path(str(off)),
-                                      time_index=Path(str(tim)),
-                                      transaction_index=None if txn is None else Path(str(txn)),
-                                      producer_snapshot_index=Path(str(snap)), leader_epoch_index=bytes(epochs))
+                data = LogSegmentData(
+                    log_segment=Path(str(seg)),
+                    offset_index=Path(str(off)),
+                    time_index=Path(str(tim)),
+                    transaction_index=None if txn is None else Path(str(txn)),
+                    producer_snapshot_index=Path(str(snap)),
+                    leader_epoch_index=bytes(epochs),
+                )
                 custom = self.manager.copy_log_segment_data(m, data)
             except Exception as e:
                 raise _java_error(e) from None
@@ -234,8 +238,11 @@ def define_bridge() -> dict[str, Any]:
                         moved = adopt_shutdown_hooks()
                         log.info("moved %d JVM shutdown hook(s) under JPype's so they can still call Python", moved)
                     except Exception as e:
-                        log.warning("could not adopt JVM shutdown hooks (is --add-opens java.base/java.lang="
-                                    "ALL-UNNAMED set?): %s", e)
+                        log.warning(
+                            "could not adopt JVM shutdown hooks (is --add-opens java.base/java.lang="
+                            "ALL-UNNAMED set?): %s",
+                            e,
+                        )
                 return Session(self.factory(cfg))
             except Exception as e:
                 raise _java_error(e) from None
@@ -250,7 +257,7 @@ def _readinto(stream: Any, view: memoryview) -> int:
         n = readinto(view)
         return 0 if n is None else n
     data = stream.read(len(view))
-    view[:len(data)] = data
+    view[: len(data)] = data
     return len(data)
 
 

@@ -24,16 +24,28 @@ log = logging.getLogger("rsm.jvm_launcher")
 PLUGIN_JAR = Path(__file__).resolve().parent / "_jars" / "kafka-tiered-storage-shim.jar"
 
 DEFAULT_HEAP_OPTS = "-Xmx1G -Xms1G"  # kafka-server-start.sh
-DEFAULT_PERFORMANCE_OPTS = ("-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
-                            "-XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true")
-DEFAULT_JMX_OPTS = ("-Dcom.sun.management.jmxremote -Dcom.sun.management.jmxremote.authenticate=false "
-                    "-Dcom.sun.management.jmxremote.ssl=false")
+DEFAULT_PERFORMANCE_OPTS = (
+    "-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
+    "-XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true"
+)
+DEFAULT_JMX_OPTS = (
+    "-Dcom.sun.management.jmxremote -Dcom.sun.management.jmxremote.authenticate=false "
+    "-Dcom.sun.management.jmxremote.ssl=false"
+)
 ADD_OPENS = "--add-opens=java.base/java.lang=ALL-UNNAMED"
 # kafka-run-class.sh leaves these out of the class path
 _EXCLUDED_JAR = re.compile(r"(-(test|test-sources|src|scaladoc|javadoc)\.jar|jar\.asc|connect-file.*\.jar)$")
 # JVM options that take their value as the next word on a java command line but need '=' through JNI
-_TWO_WORD = {"--add-opens", "--add-exports", "--add-reads", "--add-modules", "--patch-module",
-             "--limit-modules", "--module-path", "-p"}
+_TWO_WORD = {
+    "--add-opens",
+    "--add-exports",
+    "--add-reads",
+    "--add-modules",
+    "--patch-module",
+    "--limit-modules",
+    "--module-path",
+    "-p",
+}
 
 
 class LaunchError(RuntimeError):
@@ -51,9 +63,16 @@ class BrokerLaunch:
     args: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        return "\n".join([f"kafka home: {self.kafka_home}", "jvm options:",
-                          *(f"  {o}" for o in self.jvm_options), "class path:",
-                          *(f"  {c}" for c in self.classpath), f"main: {self.main_class} {' '.join(self.args)}"])
+        return "\n".join(
+            [
+                f"kafka home: {self.kafka_home}",
+                "jvm options:",
+                *(f"  {o}" for o in self.jvm_options),
+                "class path:",
+                *(f"  {c}" for c in self.classpath),
+                f"main: {self.main_class} {' '.join(self.args)}",
+            ]
+        )
 
 
 def jvm_words(text: str) -> list[str]:
@@ -79,16 +98,24 @@ def jvm_words(text: str) -> list[str]:
 def resolve_kafka_home(explicit: str | None, env: Mapping[str, str]) -> Path:
     home = explicit or env.get("KAFKA_HOME")
     if not home:
-        raise LaunchError("no Kafka installation given: pass --kafka-home DIR or set KAFKA_HOME "
-                          "(the directory with bin/, libs/ and config/)")
+        raise LaunchError(
+            "no Kafka installation given: pass --kafka-home DIR or set KAFKA_HOME "
+            "(the directory with bin/, libs/ and config/)"
+        )
     path = Path(home).expanduser().resolve()
     if not (path / "libs").is_dir():
         raise LaunchError(f"{path} is not a Kafka installation: it has no libs/ directory")
     return path
 
 
-def build_launch(server_properties: str, extra_args: Sequence[str] = (), *, kafka_home: str | None = None,
-                 env: Mapping[str, str] | None = None, main_class: str = "kafka.Kafka") -> BrokerLaunch:
+def build_launch(
+    server_properties: str,
+    extra_args: Sequence[str] = (),
+    *,
+    kafka_home: str | None = None,
+    env: Mapping[str, str] | None = None,
+    main_class: str = "kafka.Kafka",
+) -> BrokerLaunch:
     """The JVM options and class path kafka-server-start.sh would use, plus what the in-process shim needs."""
     env = os.environ if env is None else env
     home = resolve_kafka_home(kafka_home, env)
@@ -131,15 +158,21 @@ def run(launch: BrokerLaunch) -> int:
 
     from rsm import jvm_inprocess
 
-    Path(next((o.split("=", 1)[1] for o in launch.jvm_options if o.startswith("-Dkafka.logs.dir=")),
-              launch.kafka_home / "logs")).mkdir(parents=True, exist_ok=True)
+    Path(
+        next(
+            (o.split("=", 1)[1] for o in launch.jvm_options if o.startswith("-Dkafka.logs.dir=")),
+            launch.kafka_home / "logs",
+        )
+    ).mkdir(parents=True, exist_ok=True)
     # interrupt=True (the default) leaves SIGINT/SIGTERM to the JVM; False crashed the JVM on SIGTERM
-    jpype.startJVM(*launch.jvm_options, jvmpath=jpype.getDefaultJVMPath(), classpath=launch.classpath,
-                   convertStrings=False)
+    jpype.startJVM(
+        *launch.jvm_options, jvmpath=jpype.getDefaultJVMPath(), classpath=launch.classpath, convertStrings=False
+    )
     jvm_inprocess.install()
     main = jpype.JClass(launch.main_class)
-    log.info("starting %s in-process (JPype %s, Python %s)", launch.main_class, jpype.__version__,
-             sys.version.split()[0])
+    log.info(
+        "starting %s in-process (JPype %s, Python %s)", launch.main_class, jpype.__version__, sys.version.split()[0]
+    )
     try:
         main.main(jpype.JArray(jpype.JString)(launch.args))
     except BaseException as e:  # noqa: BLE001 - see below

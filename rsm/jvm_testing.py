@@ -63,10 +63,22 @@ def write_spec(path: Path, segments: Iterable[SpecSegment]) -> Path:
         tip = m.topic_id_partition
         epoch_file = path.with_name(f"{path.name}.epochs.{i}")
         epoch_file.write_bytes(s.leader_epoch_bytes)
-        fields = [tip.topic_id, tip.topic, str(tip.partition), m.remote_log_segment_id.id, str(m.start_offset),
-                  str(m.end_offset), str(m.max_timestamp_ms), str(m.segment_size_in_bytes), str(s.log),
-                  str(s.offset_index), str(s.time_index), str(s.txn_index) if s.txn_index else "-",
-                  str(s.producer_snapshot), str(epoch_file)]
+        fields = [
+            tip.topic_id,
+            tip.topic,
+            str(tip.partition),
+            m.remote_log_segment_id.id,
+            str(m.start_offset),
+            str(m.end_offset),
+            str(m.max_timestamp_ms),
+            str(m.segment_size_in_bytes),
+            str(s.log),
+            str(s.offset_index),
+            str(s.time_index),
+            str(s.txn_index) if s.txn_index else "-",
+            str(s.producer_snapshot),
+            str(epoch_file),
+        ]
         lines.append("\t".join(fields))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -74,10 +86,15 @@ def write_spec(path: Path, segments: Iterable[SpecSegment]) -> Path:
 
 def spec_segment(files: object, meta: RemoteLogSegmentMetadata) -> SpecSegment:
     """From ``rsm.kafka.segment_writer.SegmentFiles`` (duck-typed to keep this module import-light)."""
-    return SpecSegment(meta=meta, log=files.log, offset_index=files.offset_index,  # type: ignore[attr-defined]
-                       time_index=files.time_index, txn_index=files.txn_index,  # type: ignore[attr-defined]
-                       producer_snapshot=files.producer_snapshot,  # type: ignore[attr-defined]
-                       leader_epoch_bytes=files.leader_epoch_bytes)  # type: ignore[attr-defined]
+    return SpecSegment(
+        meta=meta,
+        log=files.log,
+        offset_index=files.offset_index,  # type: ignore[attr-defined]
+        time_index=files.time_index,
+        txn_index=files.txn_index,  # type: ignore[attr-defined]
+        producer_snapshot=files.producer_snapshot,  # type: ignore[attr-defined]
+        leader_epoch_bytes=files.leader_epoch_bytes,
+    )  # type: ignore[attr-defined]
 
 
 TEST_TIP = ("MWJ6FHTfRYy67jzwZdeqSQ", "orders", 7)
@@ -91,8 +108,14 @@ def make_test_segments(directory: Path, batches: int = 120) -> list[SpecSegment]
     tip = TopicIdPartition(*TEST_TIP)
     out = []
     for i, (codec, txn) in enumerate([("none", False), ("zstd", True), ("gzip", False), ("none", True)]):
-        f = write_segment(directory / f"seg{i}", base_offset=i * 1_000_000, num_batches=batches, codec=codec,
-                          transactional=txn, seed=i)
+        f = write_segment(
+            directory / f"seg{i}",
+            base_offset=i * 1_000_000,
+            num_batches=batches,
+            codec=codec,
+            transactional=txn,
+            seed=i,
+        )
         out.append(spec_segment(f, f.to_metadata(tip)))
     return out
 
@@ -101,7 +124,13 @@ def base_config(store: Path, **extra: str) -> dict[str, str]:
     """A filesystem-backed manager config; ``python.path`` points the sidecar at this source tree."""
     import sys
 
-    cfg = {"chunk.size": "1048576", "storage.backend.class": "filesystem", "storage.root": str(store),
-           "compression.enabled": "true", "python.executable": sys.executable, "python.path": str(REPO)}
+    cfg = {
+        "chunk.size": "1048576",
+        "storage.backend.class": "filesystem",
+        "storage.root": str(store),
+        "compression.enabled": "true",
+        "python.executable": sys.executable,
+        "python.path": str(REPO),
+    }
     cfg.update(extra)
     return cfg

@@ -35,8 +35,9 @@ def cmd_kafka_server_start(args: argparse.Namespace) -> int:
     extra = list(args.broker_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    launch = jvm_launcher.build_launch(args.server_properties, extra, kafka_home=args.kafka_home,
-                                       main_class=args.main_class)
+    launch = jvm_launcher.build_launch(
+        args.server_properties, extra, kafka_home=args.kafka_home, main_class=args.main_class
+    )
     if args.dry_run:
         print(launch.describe())
         return 0
@@ -48,19 +49,26 @@ def cmd_kafka_server_start(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pp = subparsers.add_parser("plugin-path", help="print the directory holding the broker plugin jar "
-                                                  "(for remote.log.storage.manager.class.path)")
-    pp.add_argument("--properties", action="store_true",
-                    help="print ready-to-paste server.properties lines for the sidecar transport instead")
+    pp = subparsers.add_parser(
+        "plugin-path",
+        help="print the directory holding the broker plugin jar (for remote.log.storage.manager.class.path)",
+    )
+    pp.add_argument(
+        "--properties",
+        action="store_true",
+        help="print ready-to-paste server.properties lines for the sidecar transport instead",
+    )
     pp.set_defaults(func=cmd_plugin_path)
 
-    ks = subparsers.add_parser("kafka-server-start",
-                               help="run a Kafka broker inside this Python process (in-process transport)",
-                               description="Like bin/kafka-server-start.sh, but the broker JVM runs inside Python "
-                                           "(JPype) and the plugin calls the Python manager directly. Honours "
-                                           "KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_GC_LOG_OPTS, "
-                                           "KAFKA_JMX_OPTS, JMX_PORT, KAFKA_LOG4J_OPTS, LOG_DIR, KAFKA_OPTS and "
-                                           "CLASSPATH.")
+    ks = subparsers.add_parser(
+        "kafka-server-start",
+        help="run a Kafka broker inside this Python process (in-process transport)",
+        description="Like bin/kafka-server-start.sh, but the broker JVM runs inside Python "
+        "(JPype) and the plugin calls the Python manager directly. Honours "
+        "KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_GC_LOG_OPTS, "
+        "KAFKA_JMX_OPTS, JMX_PORT, KAFKA_LOG4J_OPTS, LOG_DIR, KAFKA_OPTS and "
+        "CLASSPATH.",
+    )
     ks.add_argument("server_properties", help="the broker's server.properties")
     ks.add_argument("broker_args", nargs=argparse.REMAINDER, help="passed to kafka.Kafka, e.g. --override k=v")
     ks.add_argument("--kafka-home", default=None, help="Kafka installation (default: $KAFKA_HOME)")

@@ -86,7 +86,7 @@ def _readinto(stream: BinaryIO | Any, view: memoryview) -> int:
         n = readinto(view)
         return 0 if n is None else n
     data = stream.read(len(view))
-    view[:len(data)] = data
+    view[: len(data)] = data
     return len(data)
 
 
@@ -122,8 +122,9 @@ class Sidecar:
         if op == wire.OP_FETCH:
             meta = wire.decode_metadata(r.blob() or b"")
             start, end = r.i32(), r.i32()
-            self._stream(sock, view, lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end),
-                         "fetch")
+            self._stream(
+                sock, view, lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end), "fetch"
+            )
         elif op == wire.OP_FETCH_INDEX:
             meta = wire.decode_metadata(r.blob() or b"")
             kind = wire.index_type(r.str16())
@@ -132,9 +133,14 @@ class Sidecar:
             meta = wire.decode_metadata(r.blob() or b"")
             seg, off, tim, txn, snap = r.str16(), r.str16(), r.str16(), r.str16(), r.str16()
             epochs = r.blob() or b""
-            data = LogSegmentData(log_segment=Path(seg), offset_index=Path(off), time_index=Path(tim),
-                                  transaction_index=Path(txn) if txn else None,
-                                  producer_snapshot_index=Path(snap), leader_epoch_index=epochs)
+            data = LogSegmentData(
+                log_segment=Path(seg),
+                offset_index=Path(off),
+                time_index=Path(tim),
+                transaction_index=Path(txn) if txn else None,
+                producer_snapshot_index=Path(snap),
+                leader_epoch_index=epochs,
+            )
             try:
                 custom = self.manager.copy_log_segment_data(meta, data)
             except Exception as e:
@@ -265,14 +271,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rsm.sidecar_config import CONFIG_DEF
 
     level = str(config.get("python.log.level", "INFO")).upper()
-    logging.basicConfig(level=getattr(logging, level, logging.INFO), stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
     spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
     try:
         cls = wire.load_manager_class(spec)
     except BaseException as e:
-        _say(f"IMPORT-ERROR {sys.executable} (Python {sys.version.split()[0]}) could not import the manager "
-             f"{spec}: {type(e).__name__}: {e}")
+        _say(
+            f"IMPORT-ERROR {sys.executable} (Python {sys.version.split()[0]}) could not import the manager "
+            f"{spec}: {type(e).__name__}: {e}"
+        )
         return 3
     manager = cls()
     try:
@@ -292,11 +301,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.umask(old_umask)
     server.sidecar = sidecar
     threading.Thread(target=_watch_stdin, args=(stdin, sidecar.stop), name="stdin-watch", daemon=True).start()
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="accept",
-                               daemon=True)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="accept", daemon=True)
     serving.start()
-    log.info("sidecar ready: pid %d (broker pid %d), Python %s, manager %s, socket %s", os.getpid(),
-             args.parent_pid, sys.version.split()[0], spec, path)
+    log.info(
+        "sidecar ready: pid %d (broker pid %d), Python %s, manager %s, socket %s",
+        os.getpid(),
+        args.parent_pid,
+        sys.version.split()[0],
+        spec,
+        path,
+    )
     _say(f"READY {os.getpid()}")
     sidecar.stop.wait()
 

@@ -11,48 +11,117 @@ from rsm.configdef import ConfigDef, ConfigKey, in_range, one_of
 
 _GROUP = "jvm"
 
-CONFIG_DEF = ConfigDef().extend([
-    ConfigKey("jvm.transport", "string", "auto",
-              "How the broker-side shim reaches Python: 'sidecar' runs `python -m rsm.sidecar` as a child process "
-              "and talks over a Unix socket; 'inprocess' calls the manager inside the broker JVM (only when the "
-              "broker was started by `kts kafka-server-start`); 'auto' picks inprocess when that launcher "
-              "registered a Python bridge, otherwise sidecar.",
-              validator=one_of("auto", "sidecar", "inprocess"), valid_values="auto, sidecar, inprocess",
-              group=_GROUP),
-    ConfigKey("python.executable", "string", "python3",
-              "Interpreter the sidecar runs with (a path or a name on the broker's PATH). It needs Python 3.11+ "
-              "with kafka-tiered-storage installed; a broken environment fails the broker's startup with the "
-              "interpreter and the failed import named.", group=_GROUP),
-    ConfigKey("python.path", "string", "",
-              "Extra entries (colon-separated) put in front of PYTHONPATH for the sidecar, e.g. a directory with "
-              "a custom storage backend.", group=_GROUP),
-    ConfigKey("python.manager.class", "string", "rsm:RemoteStorageManager",
-              "module:Class of the Python RemoteStorageManager the sidecar or in-process bridge instantiates "
-              "(a subclass of rsm.RemoteStorageManager, or anything with the same methods).", group=_GROUP),
-    ConfigKey("python.log.level", "string", "INFO",
-              "Log level of the sidecar's Python logging. Its log lines are forwarded into the broker's log "
-              "(logger io.kts.shim.sidecar).", validator=one_of("DEBUG", "INFO", "WARNING", "ERROR"),
-              valid_values="DEBUG, INFO, WARNING, ERROR", group=_GROUP),
-    ConfigKey("jvm.sidecar.socket.dir", "string", "",
-              "Directory for the sidecar's Unix socket (default: java.io.tmpdir). The socket is created with "
-              "owner-only permissions and removed on close.", group=_GROUP),
-    ConfigKey("jvm.sidecar.startup.timeout.ms", "long", 60000,
-              "How long configure() (and a restart) waits for the sidecar to import and configure the manager.",
-              validator=in_range(1, None), valid_values="[1,...]", group=_GROUP),
-    ConfigKey("jvm.sidecar.request.timeout.ms", "long", 120000,
-              "Longest wait for a sidecar reply to a fetch, index fetch or delete, and for each chunk of a fetch "
-              "stream the broker is reading; on expiry the call fails with RemoteStorageException.",
-              validator=in_range(1, None), valid_values="[1,...]", group=_GROUP),
-    ConfigKey("jvm.sidecar.copy.timeout.ms", "long", 1800000,
-              "Longest wait for copyLogSegmentData (upload of a whole segment).",
-              validator=in_range(1, None), valid_values="[1,...]", group=_GROUP),
-    ConfigKey("jvm.sidecar.shutdown.timeout.ms", "long", 10000,
-              "How long close() waits for the sidecar to close the manager and exit before killing it.",
-              validator=in_range(0, None), valid_values="[0,...]", group=_GROUP),
-    ConfigKey("jvm.sidecar.pool.size", "int", 16,
-              "Idle Unix-socket connections the shim keeps for reuse (concurrent calls may open more).",
-              validator=in_range(0, 4096), valid_values="[0,...,4096]", group=_GROUP),
-    ConfigKey("jvm.sidecar.restart.backoff.ms", "long", 1000,
-              "Minimum delay between sidecar restarts after it died; doubles while restarts fail (max 30 s).",
-              validator=in_range(0, None), valid_values="[0,...]", group=_GROUP),
-])
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey(
+            "jvm.transport",
+            "string",
+            "auto",
+            "How the broker-side shim reaches Python: 'sidecar' runs `python -m rsm.sidecar` as a child process "
+            "and talks over a Unix socket; 'inprocess' calls the manager inside the broker JVM (only when the "
+            "broker was started by `kts kafka-server-start`); 'auto' picks inprocess when that launcher "
+            "registered a Python bridge, otherwise sidecar.",
+            validator=one_of("auto", "sidecar", "inprocess"),
+            valid_values="auto, sidecar, inprocess",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "python.executable",
+            "string",
+            "python3",
+            "Interpreter the sidecar runs with (a path or a name on the broker's PATH). It needs Python 3.11+ "
+            "with kafka-tiered-storage installed; a broken environment fails the broker's startup with the "
+            "interpreter and the failed import named.",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "python.path",
+            "string",
+            "",
+            "Extra entries (colon-separated) put in front of PYTHONPATH for the sidecar, e.g. a directory with "
+            "a custom storage backend.",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "python.manager.class",
+            "string",
+            "rsm:RemoteStorageManager",
+            "module:Class of the Python RemoteStorageManager the sidecar or in-process bridge instantiates "
+            "(a subclass of rsm.RemoteStorageManager, or anything with the same methods).",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "python.log.level",
+            "string",
+            "INFO",
+            "Log level of the sidecar's Python logging. Its log lines are forwarded into the broker's log "
+            "(logger io.kts.shim.sidecar).",
+            validator=one_of("DEBUG", "INFO", "WARNING", "ERROR"),
+            valid_values="DEBUG, INFO, WARNING, ERROR",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.socket.dir",
+            "string",
+            "",
+            "Directory for the sidecar's Unix socket (default: java.io.tmpdir). The socket is created with "
+            "owner-only permissions and removed on close.",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.startup.timeout.ms",
+            "long",
+            60000,
+            "How long configure() (and a restart) waits for the sidecar to import and configure the manager.",
+            validator=in_range(1, None),
+            valid_values="[1,...]",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.request.timeout.ms",
+            "long",
+            120000,
+            "Longest wait for a sidecar reply to a fetch, index fetch or delete, and for each chunk of a fetch "
+            "stream the broker is reading; on expiry the call fails with RemoteStorageException.",
+            validator=in_range(1, None),
+            valid_values="[1,...]",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.copy.timeout.ms",
+            "long",
+            1800000,
+            "Longest wait for copyLogSegmentData (upload of a whole segment).",
+            validator=in_range(1, None),
+            valid_values="[1,...]",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.shutdown.timeout.ms",
+            "long",
+            10000,
+            "How long close() waits for the sidecar to close the manager and exit before killing it.",
+            validator=in_range(0, None),
+            valid_values="[0,...]",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.pool.size",
+            "int",
+            16,
+            "Idle Unix-socket connections the shim keeps for reuse (concurrent calls may open more).",
+            validator=in_range(0, 4096),
+            valid_values="[0,...,4096]",
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.restart.backoff.ms",
+            "long",
+            1000,
+            "Minimum delay between sidecar restarts after it died; doubles while restarts fail (max 30 s).",
+            validator=in_range(0, None),
+            valid_values="[0,...]",
+            group=_GROUP,
+        ),
+    ]
+)

@@ -130,15 +130,28 @@ def _http_answers(url: str) -> bool:
         return False
 
 
-def _launch(name: str, argv: list[str], workdir: Path, ready: Callable[[], bool], timeout: float,
-            env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+def _launch(
+    name: str,
+    argv: list[str],
+    workdir: Path,
+    ready: Callable[[], bool],
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
     """Start ``argv`` and wait until ``ready()``; on failure stop it and raise with the log tail."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child owns the descriptor
     try:
-        proc = subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
     except OSError as e:
         raise EmulatorError(f"{name}: cannot execute {argv[0]}: {e}") from e
     finally:
@@ -159,8 +172,10 @@ def _launch(name: str, argv: list[str], workdir: Path, ready: Callable[[], bool]
     _terminate(proc, 5.0)
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
     state = f"exited with code {code}" if code is not None else f"not ready after {timeout:.0f} s"
-    raise EmulatorError(f"{name} {state}; command: {' '.join(argv)}\nlast readiness error: {last_error or '-'}\n"
-                        f"log tail ({log_path}):\n{tail}")
+    raise EmulatorError(
+        f"{name} {state}; command: {' '.join(argv)}\nlast readiness error: {last_error or '-'}\n"
+        f"log tail ({log_path}):\n{tail}"
+    )
 
 
 def _find_exe(name: str, env_var: str, hint: str) -> str:
@@ -183,18 +198,34 @@ def _s3_client(endpoint: str) -> Any:
     from botocore.config import Config
 
     return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, aws_access_key_id=S3_ACCESS_KEY, aws_secret_access_key=S3_SECRET_KEY,
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
-                      connect_timeout=2, read_timeout=10))
+        config=Config(
+            s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=10
+        ),
+    )
 
 
 def _s3_server(name: str, endpoint: str, proc: subprocess.Popen[bytes], log: Path) -> StoreServer:
     return StoreServer(
-        name=name, backend="s3", endpoint=endpoint, bucket=BUCKET, process=proc, log_path=log,
-        configs={"s3.bucket.name": BUCKET, "s3.endpoint.url": endpoint, "s3.region": "us-east-1",
-                 "s3.path.style.access.enabled": "true", "aws.access.key.id": S3_ACCESS_KEY,
-                 "aws.secret.access.key": S3_SECRET_KEY})
+        name=name,
+        backend="s3",
+        endpoint=endpoint,
+        bucket=BUCKET,
+        process=proc,
+        log_path=log,
+        configs={
+            "s3.bucket.name": BUCKET,
+            "s3.endpoint.url": endpoint,
+            "s3.region": "us-east-1",
+            "s3.path.style.access.enabled": "true",
+            "aws.access.key.id": S3_ACCESS_KEY,
+            "aws.secret.access.key": S3_SECRET_KEY,
+        },
+    )
 
 
 def start_moto(workdir: Path) -> StoreServer:
@@ -218,10 +249,23 @@ def start_seaweedfs(workdir: Path) -> StoreServer:
     endpoint = f"http://127.0.0.1:{base}"
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    argv = [exe, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={base}",
-            f"-master.port={base + 1}", f"-volume.port={base + 2}", f"-filer.port={base + 3}",
-            f"-admin.port={base + 4}", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0",
-            "-s3.port.lance=0", "-master.telemetry=false"]
+    argv = [
+        exe,
+        "mini",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.port={base}",
+        f"-master.port={base + 1}",
+        f"-volume.port={base + 2}",
+        f"-filer.port={base + 3}",
+        f"-admin.port={base + 4}",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-master.telemetry=false",
+    ]
 
     def ready() -> bool:
         # The S3 port answers before the filer behind it is ready; a bucket creation proves the whole chain.
@@ -259,13 +303,29 @@ def start_fake_gcs(workdir: Path) -> StoreServer:
     exe = fake_gcs_binary()
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    argv = [exe, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
-            "-external-url", endpoint, "-log-level", "error"]
+    argv = [
+        exe,
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),
+        "-backend",
+        "memory",
+        "-external-url",
+        endpoint,
+        "-log-level",
+        "error",
+    ]
 
     def ready() -> bool:
-        request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=test", method="POST",
-                                         data=json.dumps({"name": BUCKET}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{endpoint}/storage/v1/b?project=test",
+            method="POST",
+            data=json.dumps({"name": BUCKET}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             urllib.request.urlopen(request, timeout=5).close()
         except urllib.error.HTTPError as e:
@@ -274,9 +334,15 @@ def start_fake_gcs(workdir: Path) -> StoreServer:
         return True
 
     proc, log = _launch("fake-gcs", argv, workdir, ready, 30)
-    return StoreServer(name="gcs-fake", backend="gcs", endpoint=endpoint, bucket=BUCKET, process=proc, log_path=log,
-                       configs={"gcs.bucket.name": BUCKET, "gcs.endpoint.url": endpoint,
-                                "gcs.credentials.default": "false"})
+    return StoreServer(
+        name="gcs-fake",
+        backend="gcs",
+        endpoint=endpoint,
+        bucket=BUCKET,
+        process=proc,
+        log_path=log,
+        configs={"gcs.bucket.name": BUCKET, "gcs.endpoint.url": endpoint, "gcs.credentials.default": "false"},
+    )
 
 
 def azurite_binary() -> str:
@@ -287,14 +353,17 @@ def azurite_binary() -> str:
         return explicit
     exe = REPO / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
     if not exe.exists():
-        raise EmulatorError(f"Azurite not installed at {exe}: run `bash .ci/install_emulators.sh` "
-                            f"(npm install of azurite into .ci/node) or set KTS_AZURITE_BIN")
+        raise EmulatorError(
+            f"Azurite not installed at {exe}: run `bash .ci/install_emulators.sh` "
+            f"(npm install of azurite into .ci/node) or set KTS_AZURITE_BIN"
+        )
     return str(exe)
 
 
 def azurite_connection_string(endpoint: str) -> str:
-    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={endpoint};")
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+    )
 
 
 def start_azurite(workdir: Path) -> StoreServer:
@@ -302,15 +371,25 @@ def start_azurite(workdir: Path) -> StoreServer:
     exe = azurite_binary()
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
-    argv = [exe, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence", "--silent",
-            "--disableTelemetry", "--skipApiVersionCheck"]
+    argv = [
+        exe,
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        str(port),
+        "--inMemoryPersistence",
+        "--silent",
+        "--disableTelemetry",
+        "--skipApiVersionCheck",
+    ]
 
     def ready() -> bool:
         from azure.core.exceptions import ResourceExistsError
         from azure.storage.blob import BlobServiceClient
 
-        service = BlobServiceClient.from_connection_string(azurite_connection_string(endpoint), retry_total=0,
-                                                           connection_timeout=2, read_timeout=10)
+        service = BlobServiceClient.from_connection_string(
+            azurite_connection_string(endpoint), retry_total=0, connection_timeout=2, read_timeout=10
+        )
         try:
             service.create_container(BUCKET)
         except ResourceExistsError:
@@ -318,10 +397,20 @@ def start_azurite(workdir: Path) -> StoreServer:
         return True
 
     proc, log = _launch("azurite", argv, workdir, ready, 60)
-    return StoreServer(name="azure-azurite", backend="azure", endpoint=endpoint, bucket=BUCKET, process=proc,
-                       log_path=log,
-                       configs={"azure.container.name": BUCKET, "azure.account.name": AZURITE_ACCOUNT,
-                                "azure.account.key": AZURITE_KEY, "azure.endpoint.url": endpoint})
+    return StoreServer(
+        name="azure-azurite",
+        backend="azure",
+        endpoint=endpoint,
+        bucket=BUCKET,
+        process=proc,
+        log_path=log,
+        configs={
+            "azure.container.name": BUCKET,
+            "azure.account.name": AZURITE_ACCOUNT,
+            "azure.account.key": AZURITE_KEY,
+            "azure.endpoint.url": endpoint,
+        },
+    )
 
 
 STARTERS: dict[str, Callable[[Path], StoreServer]] = {
@@ -343,6 +432,7 @@ def running(name: str, workdir: Path) -> Iterator[StoreServer]:
 
 
 # --- pytest fixtures ----------------------------------------------------------------------------------
+
 
 def _fixture(name: str) -> Any:
     @pytest.fixture(scope="session", name=name.replace("-", "_") + "_server")

@@ -45,8 +45,11 @@ BACKENDS = ["filesystem", "s3-seaweedfs", "s3-moto", "gcs-fake", "azure-azurite"
 CLOUD = BACKENDS[1:]
 S3_FLAVOURS = ["s3-seaweedfs", "s3-moto"]
 CLASSES: dict[str, type[Any]] = {"s3": S3Backend, "gcs": GcsBackend, "azure": AzureBlobBackend}
-PART_KEY = {"s3": "s3.multipart.upload.part.size", "gcs": "gcs.resumable.upload.chunk.size",
-            "azure": "azure.upload.block.size"}
+PART_KEY = {
+    "s3": "s3.multipart.upload.part.size",
+    "gcs": "gcs.resumable.upload.chunk.size",
+    "azure": "azure.upload.block.size",
+}
 PART_SIZE = {"s3": 5 * MiB, "gcs": 1 * MiB, "azure": 1 * MiB, "filesystem": 1 * MiB}
 TEST_TUNING = {  # small pools and fast backoff keep the suite quick on 2 cores
     "s3": {"s3.multipart.upload.concurrency": "3", "s3.retry.backoff.ms": "20"},
@@ -180,6 +183,7 @@ def payload(size: int, seed: int = 0) -> bytes:
 
 # --- uploads --------------------------------------------------------------------------------------
 
+
 def test_upload_small_objects(harness: Harness, backend: Any) -> None:
     for size in (1, 17, 4096, 100_000):
         data = payload(size, size)
@@ -250,6 +254,7 @@ def test_key_with_special_characters(harness: Harness, backend: Any) -> None:
 
 # --- reads ----------------------------------------------------------------------------------------
 
+
 def test_ranged_reads(harness: Harness, backend: Any) -> None:
     size = 10_000
     data = payload(size, 5)
@@ -299,6 +304,7 @@ def test_missing_key(harness: Harness, backend: Any) -> None:
 
 # --- overwrite, delete, list --------------------------------------------------------------------
 
+
 def test_overwrite(harness: Harness, backend: Any) -> None:
     key = harness.key("overwrite")
     backend.upload(key, io.BytesIO(payload(harness.part_size + 10, 1)))
@@ -343,6 +349,7 @@ def test_list_by_prefix(harness: Harness, backend: Any) -> None:
 
 # --- concurrency and failures ---------------------------------------------------------------------
 
+
 def test_concurrent_uploads(harness: Harness, backend: Any) -> None:
     sizes = [10, harness.part_size + 100, 50_000, harness.part_size * 2 + 1, 0, 3]
     datas = [payload(s, i) for i, s in enumerate(sizes)]
@@ -386,6 +393,7 @@ def test_failed_upload_leaves_no_object(harness: Harness, backend: Any, where: s
 
 # --- cloud-only behaviour -------------------------------------------------------------------------
 
+
 @pytest.fixture(params=CLOUD)
 def cloud(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     """The harness restricted to the cloud backends (metrics, retries, deadlines, credentials)."""
@@ -422,10 +430,14 @@ def test_connection_errors_are_retried_then_reported(cloud: Harness) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     endpoint_key = {"s3": "s3.endpoint.url", "gcs": "gcs.endpoint.url", "azure": "azure.endpoint.url"}[cloud.kind]
     prefix = cloud.kind
-    backend = cloud.make(conf={
-        endpoint_key: dead + ("/devstoreaccount1" if cloud.kind == "azure" else ""),
-        f"{prefix}.retry.max.attempts": "3", f"{prefix}.retry.backoff.ms": "5",
-        f"{prefix}.api.call.attempt.timeout": "2000"})
+    backend = cloud.make(
+        conf={
+            endpoint_key: dead + ("/devstoreaccount1" if cloud.kind == "azure" else ""),
+            f"{prefix}.retry.max.attempts": "3",
+            f"{prefix}.retry.backoff.ms": "5",
+            f"{prefix}.api.call.attempt.timeout": "2000",
+        }
+    )
     started = time.monotonic()
     with pytest.raises(StorageBackendException) as info:
         backend.fetch("some/key")
@@ -451,27 +463,39 @@ def test_lost_response_mid_upload_is_retried(cloud: Harness, monkeypatch: pytest
                 if calls["n"] == 2:
                     raise error
             return answer
+
         return wrapper
 
     if cloud.kind == "s3":
         from botocore.exceptions import ConnectionClosedError
 
-        monkeypatch.setattr(backend.client, "upload_part", lose_second_answer(
-            backend.client.upload_part, lambda **kw: True, ConnectionClosedError(endpoint_url=cloud.server.endpoint)))
+        monkeypatch.setattr(
+            backend.client,
+            "upload_part",
+            lose_second_answer(
+                backend.client.upload_part, lambda **kw: True, ConnectionClosedError(endpoint_url=cloud.server.endpoint)
+            ),
+        )
     elif cloud.kind == "gcs":
         import requests
 
         def is_chunk(url: str, *args: Any, **kwargs: Any) -> bool:
             return not kwargs.get("headers", {}).get("Content-Range", "").startswith("bytes */")
 
-        monkeypatch.setattr(backend.session, "put", lose_second_answer(
-            backend.session.put, is_chunk, requests.ConnectionError("response lost")))
+        monkeypatch.setattr(
+            backend.session,
+            "put",
+            lose_second_answer(backend.session.put, is_chunk, requests.ConnectionError("response lost")),
+        )
     else:
         from azure.core.exceptions import ServiceResponseError
         from azure.storage.blob import BlobClient
 
-        monkeypatch.setattr(BlobClient, "stage_block", lose_second_answer(
-            BlobClient.stage_block, lambda *a, **kw: True, ServiceResponseError("response lost")))
+        monkeypatch.setattr(
+            BlobClient,
+            "stage_block",
+            lose_second_answer(BlobClient.stage_block, lambda *a, **kw: True, ServiceResponseError("response lost")),
+        )
 
     data = payload(cloud.part_size * 3 + 5, 6)
     key = cloud.key("flaky")
@@ -531,11 +555,19 @@ def test_s3_delete_many_batches_of_1000(flavour: str, request: pytest.FixtureReq
 def test_s3_checksums_and_credentials_file(flavour: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
     creds = tmp_path / "credentials"
-    creds.write_text(f"[default]\naws_access_key_id = {server.configs['aws.access.key.id']}\n"
-                     f"aws_secret_access_key = {server.configs['aws.secret.access.key']}\n")
+    creds.write_text(
+        f"[default]\naws_access_key_id = {server.configs['aws.access.key.id']}\n"
+        f"aws_secret_access_key = {server.configs['aws.secret.access.key']}\n"
+    )
     conf = {k: v for k, v in server.config().items() if not k.startswith("aws.")}
-    conf.update({"aws.credentials.file": str(creds), "aws.checksum.check.enabled": "true",
-                 "s3.legacy.md5.plugin.enabled": "true", "s3.multipart.upload.part.size": str(5 * MiB)})
+    conf.update(
+        {
+            "aws.credentials.file": str(creds),
+            "aws.checksum.check.enabled": "true",
+            "s3.legacy.md5.plugin.enabled": "true",
+            "s3.multipart.upload.part.size": str(5 * MiB),
+        }
+    )
     backend = S3Backend()
     backend.configure(conf)
     data = payload(5 * MiB + 77, 8)
@@ -552,17 +584,23 @@ def test_azure_connection_string_and_sas(request: pytest.FixtureRequest) -> None
 
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR["azure-azurite"])
     by_string = AzureBlobBackend()
-    by_string.configure({"azure.container.name": server.bucket,
-                         "azure.connection.string": azurite_connection_string(server.endpoint)})
+    by_string.configure(
+        {"azure.container.name": server.bucket, "azure.connection.string": azurite_connection_string(server.endpoint)}
+    )
     key = f"sas-{uuid.uuid4().hex[:8]}"
     by_string.upload(key, io.BytesIO(b"via connection string"))
 
-    sas = generate_container_sas(AZURITE_ACCOUNT, server.bucket, account_key=AZURITE_KEY,
-                                 permission=ContainerSasPermissions(read=True, write=True, delete=True, list=True),
-                                 expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
+    sas = generate_container_sas(
+        AZURITE_ACCOUNT,
+        server.bucket,
+        account_key=AZURITE_KEY,
+        permission=ContainerSasPermissions(read=True, write=True, delete=True, list=True),
+        expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1),
+    )
     by_sas = AzureBlobBackend()
-    by_sas.configure({"azure.container.name": server.bucket, "azure.endpoint.url": server.endpoint,
-                      "azure.sas.token": sas})
+    by_sas.configure(
+        {"azure.container.name": server.bucket, "azure.endpoint.url": server.endpoint, "azure.sas.token": sas}
+    )
     assert fetch_all(by_sas, key) == b"via connection string"
     by_sas.delete_many([key, key + "-missing"])
     assert list(by_string.list(key)) == []
@@ -578,46 +616,98 @@ AZ_BASE = {"azure.container.name": "c", "azure.account.name": "acct", "azure.acc
 
 CONFIG_ERRORS: list[tuple[str, type[Any], dict[str, Any], list[str]]] = [
     ("s3-missing-bucket", S3Backend, {"s3.region": "us-east-1"}, ["storage.s3.bucket.name"]),
-    ("s3-part-too-small", S3Backend, {**S3_BASE, "s3.multipart.upload.part.size": "1048576"},
-     ["storage.s3.multipart.upload.part.size", "5242880"]),
-    ("s3-bad-storage-class", S3Backend, {**S3_BASE, "s3.storage.class": "COLD"},
-     ["storage.s3.storage.class", "STANDARD_IA"]),
-    ("s3-bad-boolean", S3Backend, {**S3_BASE, "s3.path.style.access.enabled": "yes"},
-     ["storage.s3.path.style.access.enabled", "true or false"]),
+    (
+        "s3-part-too-small",
+        S3Backend,
+        {**S3_BASE, "s3.multipart.upload.part.size": "1048576"},
+        ["storage.s3.multipart.upload.part.size", "5242880"],
+    ),
+    (
+        "s3-bad-storage-class",
+        S3Backend,
+        {**S3_BASE, "s3.storage.class": "COLD"},
+        ["storage.s3.storage.class", "STANDARD_IA"],
+    ),
+    (
+        "s3-bad-boolean",
+        S3Backend,
+        {**S3_BASE, "s3.path.style.access.enabled": "yes"},
+        ["storage.s3.path.style.access.enabled", "true or false"],
+    ),
     ("s3-key-without-secret", S3Backend, {**S3_BASE, "aws.access.key.id": "AKIA"}, ["storage.aws.secret.access.key"]),
-    ("s3-keys-and-file", S3Backend, {**S3_BASE, "aws.access.key.id": "a", "aws.secret.access.key": "s",
-                                     "aws.credentials.file": "/nonexistent"},
-     ["storage.aws.access.key.id", "storage.aws.credentials.file"]),
-    ("s3-missing-credentials-file", S3Backend, {**S3_BASE, "aws.credentials.file": "/nonexistent/creds"},
-     ["storage.aws.credentials.file"]),
-    ("s3-bad-concurrency", S3Backend, {**S3_BASE, "s3.multipart.upload.concurrency": "0"},
-     ["storage.s3.multipart.upload.concurrency"]),
+    (
+        "s3-keys-and-file",
+        S3Backend,
+        {**S3_BASE, "aws.access.key.id": "a", "aws.secret.access.key": "s", "aws.credentials.file": "/nonexistent"},
+        ["storage.aws.access.key.id", "storage.aws.credentials.file"],
+    ),
+    (
+        "s3-missing-credentials-file",
+        S3Backend,
+        {**S3_BASE, "aws.credentials.file": "/nonexistent/creds"},
+        ["storage.aws.credentials.file"],
+    ),
+    (
+        "s3-bad-concurrency",
+        S3Backend,
+        {**S3_BASE, "s3.multipart.upload.concurrency": "0"},
+        ["storage.s3.multipart.upload.concurrency"],
+    ),
     ("gcs-missing-bucket", GcsBackend, {"gcs.credentials.default": "false"}, ["storage.gcs.bucket.name"]),
-    ("gcs-chunk-not-aligned", GcsBackend, {**GCS_BASE, "gcs.resumable.upload.chunk.size": "1000000"},
-     ["storage.gcs.resumable.upload.chunk.size", "262144"]),
-    ("gcs-credentials-exclusive", GcsBackend, {**GCS_BASE, "gcs.credentials.default": "true",
-                                               "gcs.credentials.json": "{}"},
-     ["storage.gcs.credentials.default", "storage.gcs.credentials.json"]),
-    ("gcs-bad-json", GcsBackend, {"gcs.bucket.name": "b", "gcs.credentials.json": "{not json"},
-     ["storage.gcs.credentials.json"]),
-    ("gcs-bad-timeout", GcsBackend, {**GCS_BASE, "gcs.api.call.attempt.timeout": "soon"},
-     ["storage.gcs.api.call.attempt.timeout", "integer"]),
-    ("azure-missing-container", AzureBlobBackend, {"azure.account.name": "a", "azure.account.key": "a2V5"},
-     ["storage.azure.container.name"]),
-    ("azure-connection-string-exclusive", AzureBlobBackend,
-     {**AZ_BASE, "azure.connection.string": "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=a2V5"},
-     ["storage.azure.connection.string", "storage.azure.account.name"]),
-    ("azure-key-and-sas", AzureBlobBackend, {**AZ_BASE, "azure.sas.token": "sv=1"},
-     ["storage.azure.account.key", "storage.azure.sas.token"]),
+    (
+        "gcs-chunk-not-aligned",
+        GcsBackend,
+        {**GCS_BASE, "gcs.resumable.upload.chunk.size": "1000000"},
+        ["storage.gcs.resumable.upload.chunk.size", "262144"],
+    ),
+    (
+        "gcs-credentials-exclusive",
+        GcsBackend,
+        {**GCS_BASE, "gcs.credentials.default": "true", "gcs.credentials.json": "{}"},
+        ["storage.gcs.credentials.default", "storage.gcs.credentials.json"],
+    ),
+    (
+        "gcs-bad-json",
+        GcsBackend,
+        {"gcs.bucket.name": "b", "gcs.credentials.json": "{not json"},
+        ["storage.gcs.credentials.json"],
+    ),
+    (
+        "gcs-bad-timeout",
+        GcsBackend,
+        {**GCS_BASE, "gcs.api.call.attempt.timeout": "soon"},
+        ["storage.gcs.api.call.attempt.timeout", "integer"],
+    ),
+    (
+        "azure-missing-container",
+        AzureBlobBackend,
+        {"azure.account.name": "a", "azure.account.key": "a2V5"},
+        ["storage.azure.container.name"],
+    ),
+    (
+        "azure-connection-string-exclusive",
+        AzureBlobBackend,
+        {**AZ_BASE, "azure.connection.string": "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=a2V5"},
+        ["storage.azure.connection.string", "storage.azure.account.name"],
+    ),
+    (
+        "azure-key-and-sas",
+        AzureBlobBackend,
+        {**AZ_BASE, "azure.sas.token": "sv=1"},
+        ["storage.azure.account.key", "storage.azure.sas.token"],
+    ),
     ("azure-no-account", AzureBlobBackend, {"azure.container.name": "c"}, ["storage.azure.account.name"]),
-    ("azure-block-too-small", AzureBlobBackend, {**AZ_BASE, "azure.upload.block.size": "1024"},
-     ["storage.azure.upload.block.size", "102400"]),
+    (
+        "azure-block-too-small",
+        AzureBlobBackend,
+        {**AZ_BASE, "azure.upload.block.size": "1024"},
+        ["storage.azure.upload.block.size", "102400"],
+    ),
     ("filesystem-missing-root", FileSystemBackend, {}, ["storage.root"]),
 ]
 
 
-@pytest.mark.parametrize(("cls", "conf", "expected"), [c[1:] for c in CONFIG_ERRORS],
-                         ids=[c[0] for c in CONFIG_ERRORS])
+@pytest.mark.parametrize(("cls", "conf", "expected"), [c[1:] for c in CONFIG_ERRORS], ids=[c[0] for c in CONFIG_ERRORS])
 def test_config_errors(cls: type[Any], conf: dict[str, Any], expected: list[str]) -> None:
     with pytest.raises(ConfigException) as info:
         cls().configure(conf)
@@ -637,6 +727,7 @@ def test_config_defs_document_every_key() -> None:
 
 # --- retry policy (pure) --------------------------------------------------------------------------
 
+
 def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
     from backends.instrumentation import BackendMetrics
 
@@ -650,8 +741,14 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
         return "ok"
 
     sleeps: list[float] = []
-    result = call_with_retry(flaky, operation="get-object", policy=RetryPolicy(max_attempts=3, backoff_s=0.01),
-                             classify=lambda e: ErrorKind.IO, metrics=metrics, sleep=sleeps.append)
+    result = call_with_retry(
+        flaky,
+        operation="get-object",
+        policy=RetryPolicy(max_attempts=3, backoff_s=0.01),
+        classify=lambda e: ErrorKind.IO,
+        metrics=metrics,
+        sleep=sleeps.append,
+    )
     assert result == "ok" and calls["n"] == 3 and len(sleeps) == 2
     snap = metrics.snapshot()
     assert snap["get-object-requests"] == 3 and snap["errors-io"] == 2
@@ -659,9 +756,14 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
     seen: list[tuple[str, int]] = []
     metrics.add_listener(lambda name, n, _latency: seen.append((name, n)))
     with pytest.raises(PermissionError):
-        call_with_retry(lambda: (_ for _ in ()).throw(PermissionError("denied")), operation="put-object",
-                        policy=RetryPolicy(max_attempts=5), classify=lambda e: ErrorKind.OTHER, metrics=metrics,
-                        sleep=sleeps.append)
+        call_with_retry(
+            lambda: (_ for _ in ()).throw(PermissionError("denied")),
+            operation="put-object",
+            policy=RetryPolicy(max_attempts=5),
+            classify=lambda e: ErrorKind.OTHER,
+            metrics=metrics,
+            sleep=sleeps.append,
+        )
     assert ("put-object-requests", 1) in seen and ("errors-other", 1) in seen
     assert len(sleeps) == 2  # not retried
 

@@ -25,14 +25,17 @@ from emulators import (  # noqa: F401 - fixtures are found by name
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
 from rsm.object_keys import segment_keys
 
-PART = {"s3": ("s3.multipart.upload.part.size", 5 * 1024 * 1024),
-        "gcs": ("gcs.resumable.upload.chunk.size", 1024 * 1024),
-        "azure": ("azure.upload.block.size", 1024 * 1024)}
+PART = {
+    "s3": ("s3.multipart.upload.part.size", 5 * 1024 * 1024),
+    "gcs": ("gcs.resumable.upload.chunk.size", 1024 * 1024),
+    "azure": ("azure.upload.block.size", 1024 * 1024),
+}
 
 
 @pytest.mark.parametrize("flavour", ["s3-seaweedfs", "gcs-fake", "azure-azurite"])
-def test_core_end_to_end_over_cloud_backend(flavour: str, request: pytest.FixtureRequest,
-                                            segment_factory: Callable[..., Any], key_pairs: Any) -> None:
+def test_core_end_to_end_over_cloud_backend(
+    flavour: str, request: pytest.FixtureRequest, segment_factory: Callable[..., Any], key_pairs: Any
+) -> None:
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
     part_key, part_size = PART[server.backend]
     seg = segment_factory(target_bytes=6_000_000, seed=21, transactional=True)
@@ -58,8 +61,14 @@ def test_core_end_to_end_over_cloud_backend(flavour: str, request: pytest.Fixtur
         original = seg.log.read_bytes()
         size = len(original)
         rng = random.Random(7)
-        ranges: list[tuple[int, int | None]] = [(0, None), (0, 0), (size - 1, size - 1), (262143, 262144),
-                                                (part_size - 3, part_size + 3), (size - 1000, size + 5000)]
+        ranges: list[tuple[int, int | None]] = [
+            (0, None),
+            (0, 0),
+            (size - 1, size - 1),
+            (262143, 262144),
+            (part_size - 3, part_size + 3),
+            (size - 1000, size + 5000),
+        ]
         ranges += [(a, rng.randrange(a, size)) for a in (rng.randrange(size) for _ in range(4))]
         for start, end in ranges:
             with m.fetch_log_segment(meta, start, end) as f:
@@ -67,9 +76,12 @@ def test_core_end_to_end_over_cloud_backend(flavour: str, request: pytest.Fixtur
             stop = size if end is None else min(end + 1, size)
             assert got == original[start:stop], (flavour, start, end)
 
-        for index_type, path in [(IndexType.OFFSET, seg.offset_index), (IndexType.TIMESTAMP, seg.time_index),
-                                 (IndexType.PRODUCER_SNAPSHOT, seg.producer_snapshot),
-                                 (IndexType.TRANSACTION, seg.txn_index)]:
+        for index_type, path in [
+            (IndexType.OFFSET, seg.offset_index),
+            (IndexType.TIMESTAMP, seg.time_index),
+            (IndexType.PRODUCER_SNAPSHOT, seg.producer_snapshot),
+            (IndexType.TRANSACTION, seg.txn_index),
+        ]:
             with m.fetch_index(meta, index_type) as f:
                 assert f.read() == path.read_bytes(), index_type
         with m.fetch_index(meta, IndexType.LEADER_EPOCH) as f:

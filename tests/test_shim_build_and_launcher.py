@@ -35,14 +35,20 @@ def test_plugin_jar_holds_our_classes_only() -> None:
 
 
 def test_stubs_have_kafka_descriptors() -> None:
-    out = subprocess.run(["javap", "-cp", str(jt.STUBS_JAR), "-s",
-                          "org.apache.kafka.server.log.remote.storage.RemoteStorageManager"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["javap", "-cp", str(jt.STUBS_JAR), "-s", "org.apache.kafka.server.log.remote.storage.RemoteStorageManager"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     meta = "Lorg/apache/kafka/server/log/remote/storage/RemoteLogSegmentMetadata;"
-    for desc in (f"({meta}Lorg/apache/kafka/server/log/remote/storage/LogSegmentData;)Ljava/util/Optional;",
-                 f"({meta}I)Ljava/io/InputStream;", f"({meta}II)Ljava/io/InputStream;",
-                 f"({meta}Lorg/apache/kafka/server/log/remote/storage/RemoteStorageManager$IndexType;)"
-                 "Ljava/io/InputStream;", f"({meta})V"):
+    for desc in (
+        f"({meta}Lorg/apache/kafka/server/log/remote/storage/LogSegmentData;)Ljava/util/Optional;",
+        f"({meta}I)Ljava/io/InputStream;",
+        f"({meta}II)Ljava/io/InputStream;",
+        f"({meta}Lorg/apache/kafka/server/log/remote/storage/RemoteStorageManager$IndexType;)Ljava/io/InputStream;",
+        f"({meta})V",
+    ):
         assert desc in out, desc
     assert "extends org.apache.kafka.common.Configurable,java.io.Closeable" in out
 
@@ -50,8 +56,9 @@ def test_stubs_have_kafka_descriptors() -> None:
 def test_plugin_path_prints_the_jar_directory() -> None:
     from rsm import shim_cli
 
-    r = subprocess.run([sys.executable, "-m", "rsm.shim_cli", "plugin-path"], capture_output=True, text=True,
-                       cwd=jt.REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "rsm.shim_cli", "plugin-path"], capture_output=True, text=True, cwd=jt.REPO
+    )
     assert r.returncode == 0
     assert Path(r.stdout.strip()) == jt.PLUGIN_JAR.parent
     assert shim_cli.SHIM_CLASS == jt.SHIM_CLASS
@@ -83,10 +90,13 @@ def kafka_home(tmp_path: Path) -> Path:
 
 
 def test_launch_options_follow_kafka_run_class(kafka_home: Path) -> None:
-    env = {"KAFKA_HEAP_OPTS": "-Xmx512M -Xms512M", "KAFKA_OPTS": "-Dx=1 --add-exports java.base/sun.nio.ch=ALL-UNNAMED",
-           "CLASSPATH": "/extra.jar", "LOG_DIR": "/var/log/kafka"}
-    launch = jvm_launcher.build_launch("server.properties", ["--override", "a=b"], kafka_home=str(kafka_home),
-                                       env=env)
+    env = {
+        "KAFKA_HEAP_OPTS": "-Xmx512M -Xms512M",
+        "KAFKA_OPTS": "-Dx=1 --add-exports java.base/sun.nio.ch=ALL-UNNAMED",
+        "CLASSPATH": "/extra.jar",
+        "LOG_DIR": "/var/log/kafka",
+    }
+    launch = jvm_launcher.build_launch("server.properties", ["--override", "a=b"], kafka_home=str(kafka_home), env=env)
     o = launch.jvm_options
     assert o[:2] == ["-Xmx512M", "-Xms512M"]
     assert "-server" not in o and "-XX:+ExplicitGCInvokesConcurrent" in o and "-XX:+UseG1GC" in o
@@ -110,18 +120,31 @@ def test_missing_kafka_home_is_a_clear_error(tmp_path: Path) -> None:
 
 def _start(kafka_home: Path, tmp_path: Path, wait_ms: int | None) -> subprocess.Popen[str]:
     props = tmp_path / "server.properties"
-    lines = ["remote.log.storage.system.enable=true",
-             f"remote.log.storage.manager.class.name={jt.SHIM_CLASS}",
-             "rsm.config.chunk.size=4194304", "rsm.config.storage.backend.class=filesystem",
-             f"rsm.config.storage.root={tmp_path / 'store'}"]
+    lines = [
+        "remote.log.storage.system.enable=true",
+        f"remote.log.storage.manager.class.name={jt.SHIM_CLASS}",
+        "rsm.config.chunk.size=4194304",
+        "rsm.config.storage.backend.class=filesystem",
+        f"rsm.config.storage.root={tmp_path / 'store'}",
+    ]
     if wait_ms is not None:
         lines.append(f"fake.kafka.wait.ms={wait_ms}")
     props.write_text("\n".join(lines) + "\n")
-    env = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx200M", KAFKA_OPTS="-Dkts.test.marker=m1",
-               PYTHONPATH=str(jt.REPO), LOG_DIR=str(tmp_path / "logs"))
-    return subprocess.Popen([sys.executable, "-m", "rsm.shim_cli", "kafka-server-start", "--kafka-home",
-                             str(kafka_home), str(props)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=tmp_path)
+    env = dict(
+        os.environ,
+        KAFKA_HEAP_OPTS="-Xmx200M",
+        KAFKA_OPTS="-Dkts.test.marker=m1",
+        PYTHONPATH=str(jt.REPO),
+        LOG_DIR=str(tmp_path / "logs"),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsm.shim_cli", "kafka-server-start", "--kafka-home", str(kafka_home), str(props)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def test_kafka_server_start_runs_the_broker_with_the_inprocess_transport(kafka_home: Path, tmp_path: Path) -> None:

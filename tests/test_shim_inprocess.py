@@ -79,8 +79,7 @@ def java_metadata() -> Any:
     seg_id = jpype.JClass(pkg + "RemoteLogSegmentId")(tip, Uuid.randomUuid())
     epochs = jpype.JClass("java.util.HashMap")()
     epochs.put(jpype.JInt(0), jpype.JLong(0))
-    return jpype.JClass(pkg + "RemoteLogSegmentMetadata")(seg_id, 0, 99, 1700000000000, 1, 1700000000001, 1234,
-                                                         epochs)
+    return jpype.JClass(pkg + "RemoteLogSegmentMetadata")(seg_id, 0, 99, 1700000000000, 1, 1700000000001, 1234, epochs)
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +170,14 @@ def test_error_mapping_inprocess(jvm: Any, tmp_path: Path) -> None:
 
 
 def test_error_mapping_sidecar(jvm: Path, tmp_path: Path) -> None:
-    rsm = shim({"python.manager.class": "kts_test_managers:Faulty", "jvm.transport": "sidecar",
-                "python.executable": sys.executable, "python.path": f"{jvm}:{jt.REPO}"})
+    rsm = shim(
+        {
+            "python.manager.class": "kts_test_managers:Faulty",
+            "jvm.transport": "sidecar",
+            "python.executable": sys.executable,
+            "python.path": f"{jvm}:{jt.REPO}",
+        }
+    )
     try:
         _check_error_mapping(rsm)
     finally:
@@ -180,9 +185,16 @@ def test_error_mapping_sidecar(jvm: Path, tmp_path: Path) -> None:
 
 
 def test_sidecar_request_timeout_fails_the_call_and_recovers(jvm: Path) -> None:
-    rsm = shim({"python.manager.class": "kts_test_managers:Faulty", "jvm.transport": "sidecar",
-                "python.executable": sys.executable, "python.path": f"{jvm}:{jt.REPO}", "test.sleep.s": "3",
-                "jvm.sidecar.request.timeout.ms": "400"})
+    rsm = shim(
+        {
+            "python.manager.class": "kts_test_managers:Faulty",
+            "jvm.transport": "sidecar",
+            "python.executable": sys.executable,
+            "python.path": f"{jvm}:{jt.REPO}",
+            "test.sleep.s": "3",
+            "jvm.sidecar.request.timeout.ms": "400",
+        }
+    )
     IndexType = jpype.JClass("org.apache.kafka.server.log.remote.storage.RemoteStorageManager$IndexType")
     try:
         t0 = time.monotonic()

@@ -25,10 +25,20 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return jt.write_spec(d / "spec.tsv", jt.make_test_segments(d))
 
 
-def harness(mode: str, *positional: str, config: dict[str, str], timeout: float = 180,
-            **popen: object) -> subprocess.CompletedProcess[str]:
-    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, mode, jt.SHIM_CLASS, *positional, "--",
-           *(f"{k}={v}" for k, v in config.items())]
+def harness(
+    mode: str, *positional: str, config: dict[str, str], timeout: float = 180, **popen: object
+) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        "java",
+        "-cp",
+        jt.test_classpath(),
+        jt.HARNESS_CLASS,
+        mode,
+        jt.SHIM_CLASS,
+        *positional,
+        "--",
+        *(f"{k}={v}" for k, v in config.items()),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **popen)  # type: ignore[call-overload]
 
 
@@ -51,8 +61,17 @@ def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
 
 def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
     cfg = jt.base_config(tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200"})
-    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, "supervise", jt.SHIM_CLASS, str(spec), "--",
-           *(f"{k}={v}" for k, v in cfg.items())]
+    cmd = [
+        "java",
+        "-cp",
+        jt.test_classpath(),
+        jt.HARNESS_CLASS,
+        "supervise",
+        jt.SHIM_CLASS,
+        str(spec),
+        "--",
+        *(f"{k}={v}" for k, v in cfg.items()),
+    ]
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdin is not None
@@ -83,8 +102,9 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
 def test_close_stops_the_sidecar_and_removes_its_socket(tmp_path: Path) -> None:
     sockets = tmp_path / "sock"
     sockets.mkdir()
-    r = harness("configure", config=jt.base_config(tmp_path / "store", **{"jvm.sidecar.socket.dir": str(sockets)}),
-                timeout=60)
+    r = harness(
+        "configure", config=jt.base_config(tmp_path / "store", **{"jvm.sidecar.socket.dir": str(sockets)}), timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     pid = int(r.stdout.split()[1])
     assert r.stdout.splitlines()[-1] == "CLOSED"
@@ -95,8 +115,12 @@ def test_close_stops_the_sidecar_and_removes_its_socket(tmp_path: Path) -> None:
 def _python_without_package() -> str | None:
     for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if os.path.exists(cand) and os.path.realpath(cand) != os.path.realpath(sys.executable):
-            probe = subprocess.run([cand, "-c", "import rsm.sidecar"], capture_output=True, cwd="/",
-                                   env={"PATH": os.environ.get("PATH", "")})
+            probe = subprocess.run(
+                [cand, "-c", "import rsm.sidecar"],
+                capture_output=True,
+                cwd="/",
+                env={"PATH": os.environ.get("PATH", "")},
+            )
             if probe.returncode != 0:
                 return cand
     return None
@@ -139,10 +163,16 @@ def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
     sock = tmp_path / "s.sock"
     cfg = jt.base_config(tmp_path / "store")
     payload = _I32.pack(len(cfg)) + b"".join(
-        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items())
+        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
+    )
     env = dict(os.environ, PYTHONPATH=str(jt.REPO))
-    p = subprocess.Popen([sys.executable, "-m", "rsm.sidecar", "--socket", str(sock)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rsm.sidecar", "--socket", str(sock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         assert p.stdin is not None and p.stdout is not None
         p.stdin.write(payload)
