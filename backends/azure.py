@@ -13,8 +13,6 @@ blocks. SDK retries are off (``retry_total=0``): ``backends.retry`` applies the 
 from __future__ import annotations
 
 import base64
-import concurrent.futures
-import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
@@ -29,6 +27,7 @@ from backends.cloud import (
     describe_error,
     exclusive,
     parse_storage_config,
+    require_container,
     retry_policy,
     upload_parts,
 )
@@ -146,18 +145,12 @@ class AzureBlobBackend(CloudBackend):
         self.concurrency = 4
         self._service: Any = None
         self._container: Any = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     # --- configuration ----------------------------------------------------------------------------
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
-        if not values["azure.container.name"]:
-            raise ConfigException(
-                "Missing required configuration 'storage.azure.container.name' for the Azure "
-                "backend: set it to the container that should hold the tiered objects"
-            )
+        require_container(values, "azure.container.name", "Azure", "container")
         conn = values["azure.connection.string"]
         if conn:
             clashing = [
@@ -259,14 +252,6 @@ class AzureBlobBackend(CloudBackend):
             raise StorageBackendException("Azure backend used before configure()")
         return self._container
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.concurrency, thread_name_prefix="kts-azure-block"
-                )
-            return self._pool
-
     # --- error classification ---------------------------------------------------------------------
     def _describe(self, e: BaseException) -> str:
         """``HTTP 404 ContainerNotFound: The specified container does not exist.`` without the XML dump."""
@@ -348,7 +333,7 @@ class AzureBlobBackend(CloudBackend):
 
         try:
             ids = upload_parts(
-                self._executor(),
+                self._worker_pool(self.concurrency, "kts-azure-block"),
                 blocks,
                 stage,
                 concurrency=self.concurrency,
@@ -428,25 +413,17 @@ class AzureBlobBackend(CloudBackend):
             )
 
     def list(self, prefix: str) -> Iterator[str]:
-        token: str | None = None
-        while True:
+        def page(token: str | None) -> tuple[list[str], str | None]:
+            pages = self.container_client.list_blob_names(name_starts_with=prefix or None).by_page(
+                continuation_token=token
+            )
+            names = list(next(pages))
+            return names, pages.continuation_token
 
-            def page(tok: str | None = token) -> tuple[list[str], str | None]:
-                pages = self.container_client.list_blob_names(name_starts_with=prefix or None).by_page(
-                    continuation_token=tok
-                )
-                names = list(next(pages))
-                return names, pages.continuation_token
-
-            names, token = self._call("blob-list", prefix, page, key_read=False)
-            yield from names
-            if not token:
-                return
+        return self._paginate("blob-list", prefix, page)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._close_worker_pool()
         if self._service is not None:
             self._service.close()
             self._service = None

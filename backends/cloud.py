@@ -40,6 +40,15 @@ def parse_storage_config(config_def: ConfigDef, configs: Mapping[str, Any]) -> d
     return {k[len(STORAGE_PREFIX) :]: v for k, v in parsed.items()}
 
 
+def require_container(values: Mapping[str, Any], key: str, store: str, noun: str) -> None:
+    """Fail ``configure`` when the bucket/container key is unset, naming the broker-visible key."""
+    if not values[key]:
+        raise ConfigException(
+            f"Missing required configuration '{STORAGE_PREFIX}{key}' for the {store} backend: "
+            f"set it to the {noun} that should hold the tiered objects"
+        )
+
+
 def config_error(key: str, message: str) -> ConfigException:
     """A ``ConfigException`` naming the ``storage.``-prefixed key."""
     return ConfigException(f"Invalid configuration {STORAGE_PREFIX}{key}: {message}")
@@ -143,6 +152,8 @@ class CloudBackend:
         self.instrumentation = BackendMetrics(self.STORE.lower())
         self._policy = RetryPolicy()
         self._upload_timeout_s: float = 1800.0
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # --- to be provided by subclasses -------------------------------------------------------------
     def _classify(self, e: BaseException) -> ErrorKind:
@@ -157,6 +168,32 @@ class CloudBackend:
         return describe_error(e)
 
     # --- shared ---------------------------------------------------------------------------------------
+    def _worker_pool(self, size: int, thread_name_prefix: str) -> concurrent.futures.ThreadPoolExecutor:
+        """The backend's own pool (parts, blocks, deletes), created on first use: a read-only backend never
+        starts threads."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=thread_name_prefix)
+            return self._pool
+
+    def _close_worker_pool(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _paginate(
+        self, operation: str, prefix: str, page: Callable[[str | None], tuple[list[str], str | None]]
+    ) -> Iterator[str]:
+        """Yield every key of a listing; ``page(token)`` returns one page of keys and the next token (None at
+        the end). Each page is its own retried call, so a listing resumes where a transient error hit it."""
+        token: str | None = None
+        while True:
+            names, token = self._call(operation, prefix, lambda tok=token: page(tok), key_read=False)
+            yield from names
+            if not token:
+                return
+
     def metrics(self) -> dict[str, int]:
         """Snapshot of request, error and byte counters (see ``BackendMetrics``)."""
         return self.instrumentation.snapshot()

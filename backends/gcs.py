@@ -15,20 +15,25 @@ are disabled everywhere; ``backends.retry`` applies the same policy as for the o
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, StorageBackendException
-from backends.cloud import CloudBackend, common_keys, config_error, exclusive, parse_storage_config, retry_policy
+from backends.cloud import (
+    CloudBackend,
+    common_keys,
+    config_error,
+    exclusive,
+    parse_storage_config,
+    require_container,
+    retry_policy,
+)
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import ResponseStream, iter_blocks
 from rsm.configdef import ConfigDef, ConfigKey
-from rsm.errors import ConfigException
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
@@ -150,18 +155,12 @@ class GcsBackend(CloudBackend):
         self._timeout: tuple[float, float] = (60.0, 60.0)
         self._session: Any = None
         self._client: Any = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     # --- configuration ----------------------------------------------------------------------------
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
-        if not values["gcs.bucket.name"]:
-            raise ConfigException(
-                "Missing required configuration 'storage.gcs.bucket.name' for the GCS backend: "
-                "set it to the bucket that should hold the tiered objects"
-            )
+        require_container(values, "gcs.bucket.name", "GCS", "bucket")
         exclusive(
             values,
             ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
@@ -243,14 +242,6 @@ class GcsBackend(CloudBackend):
     def _upload_url(self, upload_type: str, key: str) -> str:
         query = urllib.parse.urlencode({"uploadType": upload_type, "name": key})
         return f"{self.endpoint}/upload/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o?{query}"
-
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.delete_concurrency, thread_name_prefix="kts-gcs-delete"
-                )
-            return self._pool
 
     # --- error classification ---------------------------------------------------------------------
     def _classify(self, e: BaseException) -> ErrorKind:
@@ -456,34 +447,28 @@ class GcsBackend(CloudBackend):
         unique = list(dict.fromkeys(keys))
         if not unique:
             return
-        for future in [self._executor().submit(self.delete, key) for key in unique]:
+        for future in [
+            self._worker_pool(self.delete_concurrency, "kts-gcs-delete").submit(self.delete, key) for key in unique
+        ]:
             future.result()
 
     def list(self, prefix: str) -> Iterator[str]:
-        token: str | None = None
-        while True:
+        def page(token: str | None) -> tuple[list[str], str | None]:
+            iterator = self._client.list_blobs(
+                self.bucket,
+                prefix=prefix,
+                page_token=token,
+                retry=None,
+                timeout=self._timeout,
+                fields="items(name),nextPageToken",
+            )
+            names = [blob.name for blob in next(iterator.pages)]
+            return names, iterator.next_page_token
 
-            def page(tok: str | None = token) -> tuple[list[str], str | None]:
-                iterator = self._client.list_blobs(
-                    self.bucket,
-                    prefix=prefix,
-                    page_token=tok,
-                    retry=None,
-                    timeout=self._timeout,
-                    fields="items(name),nextPageToken",
-                )
-                names = [blob.name for blob in next(iterator.pages)]
-                return names, iterator.next_page_token
-
-            names, token = self._call("object-list", prefix, page, key_read=False)
-            yield from names
-            if not token:
-                return
+        return self._paginate("object-list", prefix, page)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._close_worker_pool()
         if self._session is not None:
             self._session.close()
             self._session = None

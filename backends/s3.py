@@ -14,11 +14,9 @@ the same way on every store and counts each failed attempt, and the overall uplo
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import configparser
 import datetime
 import hashlib
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from pathlib import Path
@@ -31,13 +29,13 @@ from backends.cloud import (
     config_error,
     exclusive,
     parse_storage_config,
+    require_container,
     retry_policy,
     upload_parts,
 )
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import ResponseStream, iter_blocks
 from rsm.configdef import ConfigDef, ConfigKey, in_range, one_of
-from rsm.errors import ConfigException
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
@@ -263,18 +261,12 @@ class S3Backend(CloudBackend):
         self.md5 = False
         self.checksums = False
         self._client: Any = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
 
     # --- configuration ----------------------------------------------------------------------------
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = parse_storage_config(CONFIG_DEF, configs)
         self.close()  # a re-configure must not leak the previous client and pool
-        if not values["s3.bucket.name"]:
-            raise ConfigException(
-                "Missing required configuration 'storage.s3.bucket.name' for the S3 backend: "
-                "set it to the bucket that should hold the tiered objects"
-            )
+        require_container(values, "s3.bucket.name", "S3", "bucket")
         access, secret = values["aws.access.key.id"], values["aws.secret.access.key"]
         if bool(access) != bool(secret):
             missing = "aws.secret.access.key" if access else "aws.access.key.id"
@@ -355,12 +347,6 @@ class S3Backend(CloudBackend):
 
     def _where(self) -> str:
         return f"S3 bucket {self.bucket!r}"
-
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="kts-s3-part")
-            return self._pool
 
     # --- error classification ---------------------------------------------------------------------
     def _classify(self, e: BaseException) -> ErrorKind:
@@ -463,7 +449,7 @@ class S3Backend(CloudBackend):
 
         try:
             parts = upload_parts(
-                self._executor(),
+                self._worker_pool(self.concurrency, "kts-s3-part"),
                 chain([first], (b for b, _ in rest)),
                 send,
                 concurrency=self.concurrency,
@@ -553,26 +539,18 @@ class S3Backend(CloudBackend):
             )
 
     def list(self, prefix: str) -> Iterator[str]:
-        token: str | None = None
-        while True:
+        def page(token: str | None) -> tuple[list[str], str | None]:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._call(
-                "list-objects", prefix, lambda kw=kwargs: self.client.list_objects_v2(**kw), key_read=False
-            )
-            for item in page.get("Contents", []):
-                yield item["Key"]
-            if not page.get("IsTruncated"):
-                return
-            token = page.get("NextContinuationToken")
-            if not token:
-                return
+            result = self.client.list_objects_v2(**kwargs)
+            names = [item["Key"] for item in result.get("Contents", [])]
+            return names, result.get("NextContinuationToken") if result.get("IsTruncated") else None
+
+        return self._paginate("list-objects", prefix, page)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._close_worker_pool()
         if self._client is not None:
             self._client.close()
             self._client = None
