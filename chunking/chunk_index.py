@@ -48,7 +48,15 @@ class Chunk:
 class ChunkIndex:
     """A chunk index over a list of transformed sizes (both encodings share the lookup logic)."""
 
-    def __init__(self, original_chunk_size: int, original_file_size: int, transformed_sizes: list[int]) -> None:
+    def __init__(
+        self,
+        original_chunk_size: int,
+        original_file_size: int,
+        transformed_sizes: list[int],
+        nominal_transformed_chunk_size: int | None = None,
+    ) -> None:
+        """``nominal_transformed_chunk_size`` is the stored size of a *full* chunk; a ``fixed`` index records it
+        even when the segment is a single short chunk (it is never used for lookups)."""
         if original_chunk_size <= 0:
             raise ChunkIndexError(f"originalChunkSize must be positive, got {original_chunk_size}")
         if original_file_size < 0:
@@ -62,6 +70,9 @@ class ChunkIndex:
         self.original_chunk_size = original_chunk_size
         self.original_file_size = original_file_size
         self.transformed_sizes = list(transformed_sizes)
+        self.nominal_transformed_chunk_size = (
+            nominal_transformed_chunk_size if nominal_transformed_chunk_size is not None else self.transformed_sizes[0]
+        )
         self._starts = [0, *itertools.accumulate(self.transformed_sizes)]
 
     @property
@@ -101,9 +112,8 @@ class ChunkIndex:
         sizes = self.transformed_sizes
         return len(sizes) <= 1 or all(s == sizes[0] for s in sizes[:-1])
 
-    def to_json(self, variable: bool, nominal_transformed_chunk_size: int | None = None) -> dict[str, Any]:
-        """Aiven's JSON; a ``fixed`` index records the transformed size of a *full* chunk, even when the
-        segment is a single short chunk, so the writer passes it as ``nominal_transformed_chunk_size``."""
+    def to_json(self, variable: bool) -> dict[str, Any]:
+        """Aiven's JSON: ``fixed`` (all chunks but the last of one stored size) or ``variable`` (every size)."""
         if not variable:
             if not self.is_fixed():
                 raise ChunkIndexError("a fixed chunk index needs equal transformed sizes for all but the last chunk")
@@ -113,11 +123,7 @@ class ChunkIndex:
                 "originalFileSize": self.original_file_size,
                 "transformedChunkSize": self.transformed_sizes[0]
                 if self.chunk_count > 1
-                else (
-                    nominal_transformed_chunk_size
-                    if nominal_transformed_chunk_size is not None
-                    else self._fixed_single_size()
-                ),
+                else self.nominal_transformed_chunk_size,
                 "finalTransformedChunkSize": self.transformed_sizes[-1],
             }
         encoded = zstandard.ZstdCompressor(write_content_size=True).compress(encode_chunk_sizes(self.transformed_sizes))
@@ -127,11 +133,6 @@ class ChunkIndex:
             "originalFileSize": self.original_file_size,
             "transformedChunks": base64.b64encode(encoded).decode("ascii"),
         }
-
-    def _fixed_single_size(self) -> int:
-        # One chunk only: Aiven still records the nominal transformed size of a full chunk; it is never read
-        # for lookup because the final chunk size covers the only chunk.
-        return getattr(self, "nominal_transformed_chunk_size", self.transformed_sizes[0])
 
     @staticmethod
     def from_json(obj: Any) -> ChunkIndex:
@@ -145,9 +146,7 @@ class ChunkIndex:
                 t = int(obj["transformedChunkSize"])
                 final = int(obj["finalTransformedChunkSize"])
                 n = max(1, -(-f // c))
-                index = ChunkIndex(c, f, [t] * (n - 1) + [final])
-                index.nominal_transformed_chunk_size = t  # type: ignore[attr-defined]
-                return index
+                return ChunkIndex(c, f, [t] * (n - 1) + [final], nominal_transformed_chunk_size=t)
             if kind == "variable":
                 raw = base64.b64decode(obj["transformedChunks"], validate=True)
                 params = zstandard.get_frame_parameters(raw)

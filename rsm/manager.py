@@ -59,6 +59,15 @@ class LoadedManifest:
     transformer: ChunkTransformer
 
 
+@dataclass(frozen=True)
+class RewrapResult:
+    """What key rotation found in one manifest: the key pair that wrapped its data key (None: the segment is
+    unencrypted) and whether the manifest was (or, in a dry run, would be) rewritten under the active pair."""
+
+    previous_key_id: str | None
+    rewrapped: bool
+
+
 class _ManifestCache:
     """A small LRU of loaded manifests; unwrapping a data key costs ~1.5-9 ms of RSA, so do it once."""
 
@@ -222,7 +231,6 @@ class RemoteStorageManager:
 
             log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
             index_entries, index_crcs, indexes_size = self._upload_indexes(keys.indexes, data, cipher, uploaded)
-            nominal = config["chunk.size"] + (OVERHEAD if cipher is not None else 0)
             manifest = SegmentManifest(
                 chunk_index,
                 index_entries,
@@ -230,7 +238,6 @@ class RemoteStorageManager:
                 encryption,
                 metadata_to_json(meta),
                 IntegrityRecord(chunk_crcs, index_crcs),
-                nominal,
             )
             manifest_bytes = manifest.to_json_bytes()
             uploaded.append(keys.manifest)
@@ -292,7 +299,8 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"backend reported {written} bytes written for {self._show(key)}, the transformed segment has {total}"
             )
-        index = ChunkIndex(chunk_size, file_size, reader.transformed_sizes)
+        nominal = chunk_size + (OVERHEAD if transformer.cipher is not None else 0)
+        index = ChunkIndex(chunk_size, file_size, reader.transformed_sizes, nominal)
         return total, index, reader.chunk_crcs
 
     def _upload_indexes(
@@ -493,11 +501,11 @@ class RemoteStorageManager:
 
     # --- key rotation ----------------------------------------------------------------------------------------------
 
-    def rewrap_data_key(self, manifest_key: str) -> tuple[str, str] | None:
+    def rewrap_data_key(self, manifest_key: str, dry_run: bool = False) -> RewrapResult:
         """Re-wrap one segment's data key under the active key pair by rewriting only its manifest.
 
-        Returns ``(old key id, new key id)``, or None when the segment is unencrypted or already uses the active
-        pair. The segment's data is untouched: only the wrapped key in the manifest changes.
+        The segment's data is untouched: only the wrapped key in the manifest changes. With ``dry_run`` the
+        manifest is only inspected: ``rewrapped`` then says whether a real run would rewrite it.
         """
         if self._key_ring is None:
             raise ConfigException("key rotation needs encryption.enabled=true and the key ring configured")
@@ -508,10 +516,12 @@ class RemoteStorageManager:
             raise RemoteResourceNotFoundException(f"manifest {self._show(manifest_key)} not found") from None
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(manifest_key)}")
         if manifest.encryption is None:
-            return None
+            return RewrapResult(None, False)
         old_id = manifest.encryption.key_pair_id
         if old_id == self._key_ring.active_key_id:
-            return None
+            return RewrapResult(old_id, False)
+        if dry_run:
+            return RewrapResult(old_id, True)
         try:
             data_key = self._key_ring.unwrap(manifest.encryption.data_key)
         except KeyRingException as e:
@@ -519,4 +529,4 @@ class RemoteStorageManager:
         manifest.encryption = EncryptionMetadata(self._key_ring.wrap(data_key), manifest.encryption.aad)
         self.backend.upload(manifest_key, io.BytesIO(manifest.to_json_bytes()))
         self._manifests.invalidate(manifest_key)
-        return old_id, self._key_ring.active_key_id
+        return RewrapResult(old_id, True)

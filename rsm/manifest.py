@@ -107,7 +107,6 @@ class SegmentManifest:
     encryption: EncryptionMetadata | None
     remote_log_segment_metadata: dict[str, Any] | None = None
     integrity: IntegrityRecord | None = None
-    nominal_transformed_chunk_size: int | None = None
 
     def to_json_bytes(self) -> bytes:
         indexes: dict[str, Any] = {}
@@ -116,9 +115,7 @@ class SegmentManifest:
             indexes[INDEX_JSON_NAMES[t]] = None if e is None else {"position": e.position, "size": e.size}
         doc: dict[str, Any] = {
             "version": "1",
-            "chunkIndex": self.chunk_index.to_json(
-                variable=self.compression, nominal_transformed_chunk_size=self.nominal_transformed_chunk_size
-            ),
+            "chunkIndex": self.chunk_index.to_json(variable=self.compression),
             "segmentIndexes": indexes,
             "compression": self.compression,
         }
@@ -174,5 +171,4 @@ class SegmentManifest:
             raise
         except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError) as e:
             raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {e}") from None
-        nominal = getattr(chunk_index, "nominal_transformed_chunk_size", None)
-        return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity, nominal)
+        return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity)

@@ -47,32 +47,13 @@ def rewrap_all(
     report = RotationReport()
     for i, key in enumerate(manifests, 1):
         try:
-            if dry_run:
-                from rsm.manifest import SegmentManifest
-
-                with manager.backend.fetch(key) as f:
-                    manifest = SegmentManifest.from_json_bytes(f.read(), f"manifest {key}")
-                if manifest.encryption is None:
-                    report.unencrypted += 1
-                elif manifest.encryption.key_pair_id == ring.active_key_id:
-                    report.already_current += 1
-                else:
-                    old = manifest.encryption.key_pair_id
-                    report.rewrapped[old] = report.rewrapped.get(old, 0) + 1
+            result = manager.rewrap_data_key(key, dry_run=dry_run)
+            if result.previous_key_id is None:
+                report.unencrypted += 1
+            elif not result.rewrapped:
+                report.already_current += 1
             else:
-                result = manager.rewrap_data_key(key)
-                if result is None:
-                    # unencrypted or already current: tell them apart for the report
-                    from rsm.manifest import SegmentManifest
-
-                    with manager.backend.fetch(key) as f:
-                        manifest = SegmentManifest.from_json_bytes(f.read(), f"manifest {key}")
-                    if manifest.encryption is None:
-                        report.unencrypted += 1
-                    else:
-                        report.already_current += 1
-                else:
-                    report.rewrapped[result[0]] = report.rewrapped.get(result[0], 0) + 1
+                report.rewrapped[result.previous_key_id] = report.rewrapped.get(result.previous_key_id, 0) + 1
         except Exception as e:  # keep going: one bad manifest must not stop the rotation of the others
             log.error("re-wrap of %s failed: %s", key, e)
             report.failed[key] = f"{type(e).__name__}: {e}"
