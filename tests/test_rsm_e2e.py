@@ -3,6 +3,7 @@ on real Kafka segments, every fetch range checked against the original bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -83,8 +84,7 @@ def test_end_to_end_matrix(
     assert manifest["remoteLogSegmentMetadata"]["startOffset"] == seg.base_offset
     assert len(manifest["remoteLogSegmentMetadata"]["integrity"]["chunks"]) > 0
 
-    meta_with_custom = seg.to_metadata(TIP, meta.remote_log_segment_id)
-    meta_with_custom = type(meta)(**{**meta_with_custom.__dict__, "custom_metadata": custom})
+    meta_with_custom = dataclasses.replace(meta, custom_metadata=custom)
     rng = random.Random(chunk_size)
     for start, end in _ranges(len(original), chunk_size, rng):
         with m.fetch_log_segment(meta_with_custom, start, end) as f:
