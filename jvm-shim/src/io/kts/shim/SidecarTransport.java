@@ -269,16 +269,8 @@ final class SidecarTransport implements Transport {
             Wire.writeStr(out, producerSnapshot);
             Wire.writeBlob(out, leaderEpochs);
         });
-        Conn c = acquire(op);
+        Conn c = exchange(op, req, settings.copyTimeoutMs);
         try {
-            c.arm(settings.copyTimeoutMs);
-            c.send(req);
-            byte st = c.readByte();
-            if (st != Wire.STATUS_OK) {
-                RemoteStorageException ex = remoteError(op, st, c);
-                release(c);
-                throw ex;
-            }
             int n = c.readInt();
             byte[] custom = n < 0 ? null : c.readBytes(n);
             release(c);
@@ -308,10 +300,14 @@ final class SidecarTransport implements Transport {
         return openStream("fetchIndex(" + indexType + ")", req);
     }
 
-    private InputStream openStream(String op, ByteBuffer req) throws RemoteStorageException {
+    /**
+     * Sends a request and reads its status. On OK the connection comes back still armed with the timeout, for
+     * the caller to read the body; a remote error releases it (the frame was read whole), an I/O error discards it.
+     */
+    private Conn exchange(String op, ByteBuffer req, long timeoutMs) throws RemoteStorageException {
         Conn c = acquire(op);
         try {
-            c.arm(settings.requestTimeoutMs);
+            c.arm(timeoutMs);
             c.send(req);
             byte st = c.readByte();
             if (st != Wire.STATUS_OK) {
@@ -319,12 +315,17 @@ final class SidecarTransport implements Transport {
                 release(c);
                 throw ex;
             }
-            c.disarm();
-            return new SidecarInputStream(this, c, op, settings.requestTimeoutMs);
+            return c;
         } catch (IOException e) {
             discard(c);
             throw failure(op, c, processOf(c), e);
         }
+    }
+
+    private InputStream openStream(String op, ByteBuffer req) throws RemoteStorageException {
+        Conn c = exchange(op, req, settings.requestTimeoutMs);
+        c.disarm();
+        return new SidecarInputStream(this, c, op, settings.requestTimeoutMs);
     }
 
     IOException streamFailure(String op, Conn c, IOException e) {
@@ -343,21 +344,7 @@ final class SidecarTransport implements Transport {
     }
 
     private void simple(String op, ByteBuffer req) throws RemoteStorageException {
-        Conn c = acquire(op);
-        try {
-            c.arm(settings.requestTimeoutMs);
-            c.send(req);
-            byte st = c.readByte();
-            if (st != Wire.STATUS_OK) {
-                RemoteStorageException ex = remoteError(op, st, c);
-                release(c);
-                throw ex;
-            }
-            release(c);
-        } catch (IOException e) {
-            discard(c);
-            throw failure(op, c, processOf(c), e);
-        }
+        release(exchange(op, req, settings.requestTimeoutMs));
     }
 
     /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */
