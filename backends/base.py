@@ -79,14 +79,47 @@ class StorageBackend(Protocol):
         ...
 
 
-def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytes:
+def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:
     """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says."""
+    out = bytearray(end - start + 1)
+    read_range_into(backend, key, start, end, memoryview(out))
+    return out
+
+
+def read_range_into(backend: StorageBackend, key: str, start: int, end: int, out: memoryview) -> None:
+    """Fill ``out`` (exactly ``end - start + 1`` bytes) with that range of ``key``.
+
+    A backend may offer ``read_range_into(key, start, end, out) -> int`` itself (the filesystem does it with one
+    ``preadv``); otherwise the range is streamed from ``fetch`` into ``out``. Either way a short object raises
+    ``InvalidRange``.
+    """
     expected = end - start + 1
-    with backend.fetch(key, start, end) as stream:
-        data = read_exactly(stream, expected)
-    if len(data) != expected:
-        raise InvalidRange(key, start, end, start + len(data))
-    return data
+    if len(out) != expected:
+        raise ValueError(f"buffer of {len(out)} bytes for a range of {expected}")
+    direct = getattr(backend, "read_range_into", None)
+    if direct is not None:
+        got = direct(key, start, end, out)
+    else:
+        with backend.fetch(key, start, end) as stream:
+            got = _readinto_fully(stream, out)
+    if got != expected:
+        raise InvalidRange(key, start, end, start + got)
+
+
+def _readinto_fully(stream: BinaryIO, out: memoryview) -> int:
+    readinto = getattr(stream, "readinto", None)
+    got = 0
+    while got < len(out):
+        if readinto is not None:
+            n = readinto(out[got:]) or 0
+        else:
+            data = stream.read(len(out) - got) or b""
+            n = len(data)
+            out[got : got + n] = data
+        if n == 0:
+            break
+        got += n
+    return got
 
 
 def read_exactly(stream: BinaryIO, n: int) -> bytes:

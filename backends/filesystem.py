@@ -8,6 +8,7 @@ out of the root).
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tempfile
@@ -91,6 +92,8 @@ class FileSystemBackend:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root: Path | None = Path(root).resolve() if root is not None else None
+        self._root_str = str(self.root)
+        self._verified_dirs: set[str] = set()
         self.fsync = True
         self.fsync_interval = 32 * 1024 * 1024
         if self.root is not None:
@@ -107,12 +110,15 @@ class FileSystemBackend:
             )
         if values["root"] is not None:
             self.root = Path(values["root"]).resolve()
+            self._root_str = str(self.root)
+            self._verified_dirs.clear()
         assert self.root is not None
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = values["fsync.enabled"]
         self.fsync_interval = values["fsync.interval.bytes"]
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str) -> str:
+        """The file of ``key`` (a string: ``pathlib`` costs ~10 us per call on the fetch path)."""
         if self.root is None:
             raise StorageBackendException("filesystem backend used before configure(): storage.root is unset")
         if not key or key.startswith("/") or "\\" in key or "\x00" in key:
@@ -120,16 +126,45 @@ class FileSystemBackend:
         parts = key.split("/")
         if any(p in ("", ".", "..") for p in parts):
             raise StorageBackendException(f"invalid object key {key!r}: empty, '.' or '..' path segments")
-        path = self.root.joinpath(*parts)
-        real = Path(os.path.realpath(path))
+        path = os.path.join(self._root_str, *parts)
+        self._check_inside_root(key, path)
+        return path
+
+    def _check_inside_root(self, key: str, path: str) -> None:
+        """No symlink may lead a key out of the root. Resolving the whole path costs one lstat per component
+        (~50 us for a segment key), so verified directories are remembered; the file itself is opened with
+        O_NOFOLLOW by the readers, and replaced (never followed) by uploads."""
+        directory = os.path.dirname(path)
+        if directory in self._verified_dirs:
+            return
+        real = Path(os.path.realpath(directory))
+        assert self.root is not None
         if real != self.root and self.root not in real.parents:
             raise StorageBackendException(f"object key {key!r} resolves outside the storage root {self.root}")
-        return path
+        if os.path.isdir(real):
+            if len(self._verified_dirs) >= 65536:
+                self._verified_dirs.clear()
+            self._verified_dirs.add(directory)
+
+    def _open_fd(self, key: str) -> int:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise KeyNotFound(key, f"filesystem root {self.root}") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise StorageBackendException(
+                    f"object key {key!r} is a symlink under the storage root {self.root}; objects must be regular files"
+                ) from None
+            raise
+        return fd
 
     def upload(self, key: str, data: BinaryIO) -> int:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         total = 0
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
@@ -161,7 +196,7 @@ class FileSystemBackend:
                     os.fsync(out.fileno())
             os.replace(tmp, path)
             if self.fsync:
-                self._fsync_dir(path.parent)
+                self._fsync_dir(directory)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -171,7 +206,7 @@ class FileSystemBackend:
         return total
 
     @staticmethod
-    def _fsync_dir(directory: Path) -> None:
+    def _fsync_dir(directory: str) -> None:
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -179,17 +214,13 @@ class FileSystemBackend:
             os.close(fd)
 
     def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
-        path = self._path(key)
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - ownership passes to the returned reader
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise KeyNotFound(key, f"filesystem root {self.root}") from None
+        f = os.fdopen(self._open_fd(key), "rb", buffering=0)
         try:
             size = os.fstat(f.fileno()).st_size
             if start < 0 or (end is not None and end < start):
                 raise InvalidRange(key, start, end, size)
             if start == 0 and end is None:
-                return f
+                return io.BufferedReader(f, buffer_size=_COPY_BUFFER)  # type: ignore[arg-type,return-value]
             if start >= size:
                 raise InvalidRange(key, start, end, size)
             last = size - 1 if end is None else min(end, size - 1)
@@ -199,13 +230,32 @@ class FileSystemBackend:
             f.close()
             raise
 
+    def read_range_into(self, key: str, start: int, end: int, out: memoryview) -> int:
+        """Bytes ``[start, end]`` into ``out`` with ``preadv``: no stream objects, no intermediate copy (the
+        manager's chunk and index reads). Returns how many bytes the object had in that range."""
+        fd = self._open_fd(key)
+        try:
+            size = os.fstat(fd).st_size
+            if start < 0 or end < start or start >= size:
+                raise InvalidRange(key, start, end, size)
+            want = min(end, size - 1) - start + 1
+            got = 0
+            while got < want:
+                n = os.preadv(fd, [out[got:want]], start + got)
+                if n <= 0:  # the file shrank under us
+                    break
+                got += n
+            return got
+        finally:
+            os.close(fd)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            path.unlink()
+            os.unlink(path)
         except FileNotFoundError:
             return
-        self._prune_empty_dirs(path.parent)
+        self._prune_empty_dirs(Path(path).parent)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -218,6 +268,7 @@ class FileSystemBackend:
                 directory.rmdir()
             except OSError:
                 return
+            self._verified_dirs.discard(str(directory))
             directory = directory.parent
 
     def list(self, prefix: str) -> Iterator[str]:

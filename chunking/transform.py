@@ -57,22 +57,46 @@ class ChunkTransformer:
 
     def detransform(self, stored: bytes | memoryview, expected_size: int, what: str) -> bytes | memoryview:
         """Decode one stored chunk; ``expected_size`` (from the chunk index) bounds and checks the output."""
+        out = bytearray(expected_size)
+        self.detransform_into(stored, memoryview(out), what)
+        return out
+
+    def detransform_into(self, stored: bytes | memoryview, out: memoryview, what: str) -> None:
+        """Decode one stored chunk into ``out``, which must be exactly the size the chunk index gives.
+
+        zstd decompresses straight into ``out``; only a chunk that is encrypted but not compressed pays one copy
+        (AES-GCM in ``cryptography`` returns new bytes).
+        """
+        expected_size = len(out)
         data: bytes | memoryview = stored
         if self.cipher is not None:
             data = self.cipher.decrypt(data, what)
-        if self.compression:
-            try:
-                params = zstandard.get_frame_parameters(data)
-            except zstandard.ZstdError as e:
-                raise CorruptDataException(f"{what} is not a zstd frame: {e}") from None
-            if params.content_size != expected_size:
-                raise CorruptDataException(
-                    f"{what} zstd frame declares {params.content_size} bytes, the chunk index says {expected_size}"
-                )
-            try:
-                data = self._decompressor().decompress(data, max_output_size=max(expected_size, 1))
-            except zstandard.ZstdError as e:
-                raise CorruptDataException(f"{what} failed to decompress: {e}") from None
-        if len(data) != expected_size:
-            raise CorruptDataException(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
-        return data
+        if not self.compression:
+            if len(data) != expected_size:
+                raise CorruptDataException(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
+            out[:] = data
+            return
+        try:
+            params = zstandard.get_frame_parameters(data)
+        except zstandard.ZstdError as e:
+            raise CorruptDataException(f"{what} is not a zstd frame: {e}") from None
+        if params.content_size != expected_size:
+            raise CorruptDataException(
+                f"{what} zstd frame declares {params.content_size} bytes, the chunk index says {expected_size}"
+            )
+        try:
+            reader = self._decompressor().stream_reader(data, read_size=max(len(data), 1), read_across_frames=False)
+            got = 0
+            while got < expected_size:
+                n = reader.readinto(out[got:])
+                if not n:
+                    break
+                got += n
+            trailing = reader.read(1)
+        except zstandard.ZstdError as e:
+            raise CorruptDataException(f"{what} failed to decompress: {e}") from None
+        if got != expected_size or trailing:
+            raise CorruptDataException(
+                f"{what} decodes to {'more than ' if trailing else ''}{got} bytes, the chunk index says "
+                f"{expected_size}: the zstd frame is truncated or corrupt"
+            )

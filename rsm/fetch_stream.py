@@ -5,6 +5,9 @@ it, so the stream must cost only what is read. It decodes chunks on the shared t
 ``readahead`` chunks ahead of the reader, hands out the requested byte range only, and cancels what is
 pending when closed. Every chunk is verified (GCM tag, zstd frame size, CRC-32C) before a byte of it is
 returned.
+
+Chunks are decoded into pooled ``ChunkBuffer`` objects; the stream owns each one from
+the moment its load finishes until the reader has moved past it (or the stream is closed), then gives it back.
 """
 
 from __future__ import annotations
@@ -13,12 +16,31 @@ import collections
 import io
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, NamedTuple
 
+from chunking.buffer_pool import ChunkBuffer
 from chunking.chunk_index import Chunk
 from rsm.errors import RemoteStorageException
 
-ChunkLoader = Callable[[Chunk], "bytes | memoryview"]
+ChunkLoader = Callable[[Chunk], ChunkBuffer]
+
+
+class Piece(NamedTuple):
+    """``length`` bytes at ``offset`` in ``buffer.memory``."""
+
+    buffer: ChunkBuffer
+    offset: int
+    length: int
+
+    @property
+    def view(self) -> memoryview:
+        return self.buffer.memory[self.offset : self.offset + self.length]
+
+
+def _release_result(future: Future[ChunkBuffer]) -> None:
+    """Done-callback for loads nobody will read any more (the stream was closed or failed)."""
+    if not future.cancelled() and future.exception() is None:
+        future.result().release()
 
 
 class SegmentStream(io.RawIOBase):
@@ -37,7 +59,7 @@ class SegmentStream(io.RawIOBase):
         super().__init__()
         self._chunks = chunks
         self._next_to_schedule = 0
-        self._pending: collections.deque[Future[bytes | memoryview]] = collections.deque()
+        self._pending: collections.deque[Future[ChunkBuffer]] = collections.deque()
         self._loader = loader
         self._executor = executor
         self._readahead = max(0, readahead)
@@ -45,6 +67,8 @@ class SegmentStream(io.RawIOBase):
         self._start = start
         self._end = end
         self._current: memoryview | None = None
+        self._current_buffer: ChunkBuffer | None = None
+        self._current_base = 0
         self._current_pos = 0
         self._consumed_chunks = 0
         self._remaining = end - start + 1 if chunks else 0
@@ -59,7 +83,8 @@ class SegmentStream(io.RawIOBase):
             self._next_to_schedule += 1
 
     def _advance(self) -> bool:
-        if self._consumed_chunks >= len(self._chunks):
+        if self._remaining <= 0 or self._consumed_chunks >= len(self._chunks):
+            self._drop_current()  # at the end: the last buffer goes back now, not at close()
             return False
         self._schedule(self._readahead + 1)  # the chunk needed now, plus the read-ahead window
         future = self._pending.popleft()
@@ -76,12 +101,20 @@ class SegmentStream(io.RawIOBase):
             ) from e
         self._consumed_chunks += 1
         self._schedule(self._readahead)
-        view = memoryview(data)
+        self._drop_current()
         lo = self._start - chunk.original_position if chunk.original_position <= self._start else 0
         hi = min(chunk.original_size, self._end - chunk.original_position + 1)
-        self._current = view[lo:hi]
+        self._current_buffer = data
+        self._current_base = lo
+        self._current = data.view[lo:hi]
         self._current_pos = 0
         return True
+
+    def _drop_current(self) -> None:
+        self._current = None
+        if self._current_buffer is not None:
+            self._current_buffer.release()
+            self._current_buffer = None
 
     def readinto(self, b: Any) -> int:
         """Fill ``b`` as far as the range allows (like a buffered file: short only at the end)."""
@@ -91,7 +124,7 @@ class SegmentStream(io.RawIOBase):
         filled = 0
         while filled < len(out):
             if self._current is None or self._current_pos >= len(self._current):
-                if self._remaining <= 0 or not self._advance():
+                if not self._advance():
                     break
                 continue
             n = min(len(out) - filled, len(self._current) - self._current_pos)
@@ -100,6 +133,38 @@ class SegmentStream(io.RawIOBase):
             self._remaining -= n
             filled += n
         return filled
+
+    def next_piece(self, limit: int = -1) -> Piece | None:
+        """The next piece of the range without copying it: where it lies in a decoded chunk's buffer, at most
+        ``limit`` bytes (all that is left of the current chunk when negative); ``None`` at the end.
+
+        Transports that hand memory to another reader (a JVM direct buffer, a shared-memory slot, ``sendmsg``)
+        use this to skip the copy ``readinto`` makes. The piece is valid only until the next read or ``close``:
+        then its buffer may be reused for another chunk.
+        """
+        if self.closed:
+            raise ValueError("read from a closed segment stream")
+        while self._current is None or self._current_pos >= len(self._current):
+            if not self._advance():
+                return None
+        assert self._current is not None and self._current_buffer is not None
+        n = len(self._current) - self._current_pos
+        if 0 <= limit < n:
+            n = limit
+        piece = Piece(self._current_buffer, self._current_base + self._current_pos, n)
+        self._current_pos += n
+        self._remaining -= n
+        return piece
+
+    def take_piece(self) -> Piece | None:
+        """Like :meth:`next_piece` for the rest of the current chunk, but the caller becomes the buffer's owner
+        and must ``piece.buffer.release()`` it: for transports that keep several pieces in flight (the sidecar's
+        shared-memory window) while the stream goes on."""
+        piece = self.next_piece()  # no limit: the whole rest of the chunk
+        if piece is not None:
+            self._current = None
+            self._current_buffer = None  # ownership passed on: not released here
+        return piece
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
@@ -113,7 +178,7 @@ class SegmentStream(io.RawIOBase):
         parts = []
         while True:
             while self._current is None or self._current_pos >= len(self._current):
-                if self._remaining <= 0 or not self._advance():
+                if not self._advance():
                     return b"".join(parts)
             assert self._current is not None
             piece = self._current[self._current_pos :]
@@ -123,10 +188,12 @@ class SegmentStream(io.RawIOBase):
 
     def _cancel_pending(self) -> None:
         while self._pending:
-            self._pending.popleft().cancel()
+            future = self._pending.popleft()
+            if not future.cancel():  # running or done: its buffer comes back when it finishes
+                future.add_done_callback(_release_result)
 
     def close(self) -> None:
         if not self.closed:
             self._cancel_pending()
-            self._current = None
+            self._drop_current()
         super().close()

@@ -26,6 +26,7 @@ OP_FETCH_INDEX = 3
 OP_DELETE = 4
 OP_PING = 5
 OP_SHUTDOWN = 6
+OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection
 
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1

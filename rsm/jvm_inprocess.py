@@ -6,8 +6,9 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 
 * every Java->Python call on a thread Python did not create would build and destroy a PyThreadState
   (~25-30 us, and ``threading.local`` is wiped); :func:`pin_thread_state` keeps one per broker thread;
-* Python ``bytes`` -> ``byte[]`` conversion runs at 0.2-0.5 GB/s, so fetched data crosses as a direct
-  ByteBuffer over a Python bytearray (zero copy; Java copies out at >10 GB/s);
+* Python ``bytes`` -> ``byte[]`` conversion runs at 0.2-0.5 GB/s, so fetched data crosses as direct
+  ByteBuffers over the pooled buffers the chunks were decoded into (zero copy; Java copies out at >10 GB/s,
+  the same single copy a Python reader makes with ``readinto``);
 * a plain Python exception reaches Java as a message-less PyExceptionProxy, so every entry point maps errors
   to Kafka's RemoteResourceNotFoundException / RemoteStorageException with the Python type and message;
 * JPype's own JVM shutdown hook disables proxies before the broker's hook runs; :func:`adopt_shutdown_hooks`
@@ -16,7 +17,6 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import io
 import logging
@@ -25,7 +25,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from rsm import jvm_codec as wire
+from rsm.fetch_stream import SegmentStream
 from rsm.metadata import LogSegmentData
 
 log = logging.getLogger("rsm.jvm_inprocess")
@@ -103,54 +105,62 @@ def define_bridge() -> dict[str, Any]:
     import jpype.nio
     from jpype import JImplements, JOverride
 
-    pool: collections.deque[tuple[bytearray, Any]] = collections.deque()
+    byte_array = jpype.JArray(jpype.JByte)  # building the array type costs ~9 us: once, not per call
+    own_buffers = ChunkBufferPool(CHUNK, max_idle=_POOL_MAX)  # for streams that are not SegmentStreams
 
-    def take_buffer() -> tuple[bytearray, Any]:
-        try:
-            return pool.pop()
-        except IndexError:
-            buf = bytearray(CHUNK)
-            return buf, jpype.nio.convertToDirectBuffer(buf)
+    def direct_buffer(buf: ChunkBuffer) -> Any:
+        """The JVM's view of a pooled buffer, made once per buffer (JPype keeps the Python memory alive as long
+        as the Java object lives; the pool keeps the buffer, so neither is freed under the other)."""
+        jbuf = buf.handles.get("jpype")
+        if jbuf is None:
+            jbuf = jpype.nio.convertToDirectBuffer(buf.memory)
+            buf.handles["jpype"] = jbuf
+        return jbuf
 
     @JImplements("io.kts.shim.PythonChunks")
     class Chunks:
-        """A lazy stream: Java reads each chunk straight out of ``buf`` through the direct ByteBuffer ``jbuf``."""
+        """A lazy stream handed over piece by piece: each ``next()`` returns a direct ByteBuffer slice over the
+        decoded chunk itself (no copy in Python); the memory stays untouched until the following call."""
 
         def __init__(self, stream: Any) -> None:
             self.stream = stream
-            self.pair: tuple[bytearray, Any] | None = take_buffer()
+            self.zero_copy = isinstance(stream, SegmentStream)
+            self.own: ChunkBuffer | None = None
             self.done = False
 
         @JOverride
-        def buffer(self) -> Any:
+        def next(self) -> Any:
             pin_thread_state()
-            assert self.pair is not None
-            return self.pair[1]
-
-        @JOverride
-        def fill(self) -> int:
-            pin_thread_state()
-            if self.done or self.pair is None:
-                return -1
+            if self.done:
+                return None
             try:
-                n = _readinto(self.stream, memoryview(self.pair[0]))
+                if self.zero_copy:
+                    piece = self.stream.next_piece()
+                    if piece is None:
+                        self.done = True
+                        return None
+                    return direct_buffer(piece.buffer).slice(piece.offset, piece.length)
+                if self.own is None:
+                    self.own = own_buffers.take(CHUNK)
+                n = _readinto(self.stream, self.own.memory)
             except Exception as e:
                 raise _java_error(e) from None
             if n <= 0:
                 self.done = True
-                return -1
-            return n
+                return None
+            return direct_buffer(self.own).slice(0, n)
 
         @JOverride
         def close(self) -> None:
             pin_thread_state()
+            self.done = True
             try:
                 self.stream.close()
             except Exception:
                 pass
-            if self.pair is not None and len(pool) < _POOL_MAX:
-                pool.append(self.pair)
-            self.pair = None
+            if self.own is not None:
+                self.own.release()
+                self.own = None
 
     def result(stream: Any) -> Any:
         """Bytes Python already holds (indexes come as BytesIO) cross whole, in one call; others stream."""
@@ -160,7 +170,7 @@ def define_bridge() -> dict[str, Any]:
             if not data:
                 return None
             if len(data) <= SMALL:  # wrapping memory costs ~4 us; copying a few KiB into a byte[] is cheaper
-                return jpype.JArray(jpype.JByte)(data)
+                return byte_array(data)
             return jpype.nio.convertToDirectBuffer(data)
         return Chunks(stream)
 
@@ -185,7 +195,7 @@ def define_bridge() -> dict[str, Any]:
                 custom = self.manager.copy_log_segment_data(m, data)
             except Exception as e:
                 raise _java_error(e) from None
-            return None if custom is None else jpype.JArray(jpype.JByte)(bytes(custom))
+            return None if custom is None else byte_array(bytes(custom))
 
         @JOverride
         def fetch(self, meta: Any, start: int, end: int) -> Any:

@@ -18,8 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from backends.base import (
+    InvalidRange,
+    KeyNotFound,
+    StorageBackend,
+    StorageBackendException,
+    read_range,
+    read_range_into,
+)
 from backends.registry import create_backend
+from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from chunking.chunk_index import Chunk, ChunkIndex
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
@@ -124,6 +132,7 @@ class RemoteStorageManager:
         self._executor: ThreadPoolExecutor | None = None
         self._manifests = _ManifestCache(0)
         self._closed = False
+        self.chunk_buffers = ChunkBufferPool(4 * 1024 * 1024)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -140,6 +149,10 @@ class RemoteStorageManager:
         self._backend = backend
         self._executor = ThreadPoolExecutor(max_workers=config.thread_pool_size, thread_name_prefix="rsm-transform")
         self._manifests = _ManifestCache(config["fetch.manifest.cache.size"])
+        # Enough idle buffers for every pool thread's read-ahead; more come and go with the load.
+        self.chunk_buffers = ChunkBufferPool(
+            config["chunk.size"], max_idle=max(8, 2 * (config.thread_pool_size + config["fetch.readahead.chunks"]))
+        )
         log.info(
             "RemoteStorageManager configured: backend=%s chunk.size=%d compression=%s encryption=%s",
             backend,
@@ -433,28 +446,43 @@ class RemoteStorageManager:
         backend = self.backend
         show = self._show
 
-        def load(chunk: Chunk) -> bytes | memoryview:
+        def load(chunk: Chunk) -> ChunkBuffer:
             what = f"chunk {chunk.id} of {show(keys.log)}"
-            if chunk.transformed_size == 0:
-                stored: bytes = b""
-            else:
-                try:
+            buf = self.chunk_buffers.take(chunk.original_size)
+            try:
+                out = buf.view
+                if chunk.transformed_size == 0:
+                    stored: bytes | bytearray = b""
+                    loaded.transformer.detransform_into(stored, out, what)
+                elif loaded.transformer.is_identity:
+                    if chunk.transformed_size != chunk.original_size:
+                        raise CorruptDataException(
+                            f"{what}: the manifest says the chunk is stored untransformed, but gives "
+                            f"{chunk.transformed_size} stored bytes for {chunk.original_size} original ones"
+                        )
+                    read_range_into(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1, out)
+                else:
                     stored = read_range(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1)
-                except KeyNotFound:
-                    raise RemoteStorageException(
-                        f"{what}: the .log object is missing although the manifest exists "
-                        f"(deleted or partially removed segment)"
-                    ) from None
-                except InvalidRange as e:
+                    loaded.transformer.detransform_into(stored, out, what)
+                if crcs is not None and crc32c(out) != crcs[chunk.id]:
                     raise CorruptDataException(
-                        f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
-                    ) from None
-            data = loaded.transformer.detransform(stored, chunk.original_size, what)
-            if crcs is not None and crc32c(data) != crcs[chunk.id]:
+                        f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored chunk is corrupt"
+                    )
+                return buf
+            except KeyNotFound:
+                buf.release()
+                raise RemoteStorageException(
+                    f"{what}: the .log object is missing although the manifest exists "
+                    f"(deleted or partially removed segment)"
+                ) from None
+            except InvalidRange as e:
+                buf.release()
                 raise CorruptDataException(
-                    f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored chunk is corrupt"
-                )
-            return data
+                    f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
+                ) from None
+            except BaseException:
+                buf.release()
+                raise
 
         return load
 

@@ -12,12 +12,17 @@ the configuration map to its stdin and keeps stdin open. The sidecar:
   shutdown hook still needs the sidecar until it has called ``close()``.
 
 Copy requests carry file paths (the sidecar reads the segment files itself) and the leader-epoch bytes
-inline; fetches stream back as length-prefixed chunks so the broker can stop reading at any point.
+inline; fetches stream back piece by piece so the broker can stop reading at any point. A piece is either
+inline (``i32 n`` and n bytes, sent straight from the decoded chunk with ``sendmsg``) or, when the shim mapped
+the sidecar's shared-memory region (``rsm.shared_region``), a reference ``i32 -2, i64 offset, i32 length``
+into it: the chunk was decoded there and the shim copies it out, then answers one ack byte so the buffer can
+be reused. At most ``SHM_WINDOW`` references are unacknowledged per stream.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import logging
 import os
@@ -31,8 +36,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from chunking.buffer_pool import ChunkBuffer
 from rsm import jvm_codec as wire
+from rsm.fetch_stream import SegmentStream
 from rsm.metadata import LogSegmentData
+from rsm.shared_region import SharedRegion
 
 log = logging.getLogger("rsm.sidecar")
 
@@ -42,6 +50,8 @@ _HDR = struct.Struct(">IB")
 _I32 = struct.Struct(">i")
 _END = _I32.pack(0)
 _MID_STREAM_ERROR = _I32.pack(-1)
+_SHARED_PIECE = struct.Struct(">iqi")  # -2, offset in the region, length
+SHM_WINDOW = 2
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -93,8 +103,9 @@ def _readinto(stream: BinaryIO | Any, view: memoryview) -> int:
 class Sidecar:
     """Owns the manager and answers requests; one instance per process."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, region: SharedRegion | None = None) -> None:
         self.manager = manager
+        self.region = region
         self.stop = threading.Event()
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -102,6 +113,7 @@ class Sidecar:
     def handle_connection(self, sock: socket.socket) -> None:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
+        shared = False  # does the shim on this connection read our region?
         try:
             while not self.stop.is_set():
                 hdr = _recv_exact(sock, _HDR.size)
@@ -111,19 +123,26 @@ class Sidecar:
                 body = _recv_exact(sock, length - 1) if length > 1 else b""
                 if body is None:
                     return
-                self.dispatch(sock, op, body, view)
+                if op == wire.OP_SHARED_MEMORY_MAPPED:
+                    shared = self.region is not None
+                    continue
+                self.dispatch(sock, op, body, view, shared)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             return  # the shim closed a stream early or the broker went away: nothing to answer
         except wire.WireError as e:
             log.error("protocol error from the shim, dropping the connection: %s", e)
 
-    def dispatch(self, sock: socket.socket, op: int, body: bytes, view: memoryview) -> None:
+    def dispatch(self, sock: socket.socket, op: int, body: bytes, view: memoryview, shared: bool = False) -> None:
         r = wire.Reader(body)
         if op == wire.OP_FETCH:
             meta = wire.decode_metadata(r.blob() or b"")
             start, end = r.i32(), r.i32()
             self._stream(
-                sock, view, lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end), "fetch"
+                sock,
+                view,
+                lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end),
+                "fetch",
+                shared,
             )
         elif op == wire.OP_FETCH_INDEX:
             meta = wire.decode_metadata(r.blob() or b"")
@@ -175,13 +194,20 @@ class Sidecar:
         else:  # not one of the manager's own errors: likely a bug, keep the traceback
             log.error("%s failed unexpectedly", what, exc_info=e)
 
-    def _stream(self, sock: socket.socket, view: memoryview, open_stream: Any, what: str) -> None:
+    def _stream(self, sock: socket.socket, view: memoryview, open_stream: Any, what: str, shared: bool = False) -> None:
         """Status, then chunks. The first chunk is read before answering, so a missing segment is an error status."""
         try:
             stream = open_stream()
         except Exception as e:
             self._log_failure(what, e)
             sock.sendall(_error_frame(e))
+            return
+        if isinstance(stream, SegmentStream):
+            try:
+                self._stream_pieces(sock, stream, what, shared)
+            finally:
+                with contextlib.suppress(Exception):
+                    stream.close()
             return
         try:
             try:
@@ -204,6 +230,69 @@ class Sidecar:
         finally:
             with contextlib.suppress(Exception):
                 stream.close()
+
+    def _stream_pieces(self, sock: socket.socket, stream: SegmentStream, what: str, shared: bool) -> None:
+        """A segment stream without copies in Python: region pieces by reference, the others from the chunk
+        buffer itself. A region buffer is given back only when the shim acknowledged it or the connection is
+        gone (the shim reads on the thread that closes, so a closed connection means it stopped reading)."""
+        outstanding: collections.deque[ChunkBuffer] = collections.deque()
+        head = b"\x00"
+        connection_gone = False
+        try:
+            while True:
+                try:
+                    piece = stream.take_piece()
+                except Exception as e:
+                    self._log_failure(what, e)
+                    sock.sendall((_MID_STREAM_ERROR if not head else b"") + _error_frame(e))
+                    head = b""
+                    break
+                if piece is None:
+                    sock.sendall(head + _END)
+                    head = b""
+                    break
+                buf = piece.buffer
+                if shared and buf.region_offset is not None:
+                    outstanding.append(buf)
+                    sock.sendall(head + _SHARED_PIECE.pack(-2, buf.region_offset + piece.offset, piece.length))
+                    while len(outstanding) > SHM_WINDOW:
+                        if not self._await_ack(sock):
+                            connection_gone = True
+                            return
+                        outstanding.popleft().release()
+                else:
+                    try:
+                        _send_parts(sock, (head + _I32.pack(piece.length), piece.view))
+                    finally:
+                        buf.release()
+                head = b""
+            while outstanding:  # the shim acknowledges every reference before it reads the end or the error
+                if not self._await_ack(sock):
+                    connection_gone = True
+                    return
+                outstanding.popleft().release()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            connection_gone = True
+            raise
+        finally:
+            if connection_gone:
+                while outstanding:
+                    outstanding.popleft().release()
+            elif outstanding:  # an unexpected failure: the shim may still read them, so they are not reused
+                log.error("%s: %d shared-memory buffer(s) withheld after an unexpected error", what, len(outstanding))
+
+    @staticmethod
+    def _await_ack(sock: socket.socket) -> bool:
+        """One acknowledged region piece; False when the shim closed the connection instead."""
+        try:
+            ack = _recv_exact(sock, 1)
+        except (ConnectionResetError, ConnectionAbortedError):
+            return False
+        if ack is None:
+            return False
+        if ack != b"\x01":
+            raise wire.WireError(f"expected a shared-memory acknowledgement, got {ack!r}")
+        return True
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -253,6 +342,23 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+def _shared_region(manager: Any, total: int) -> SharedRegion | None:
+    """The region fetched chunks are decoded into, for managers that take a chunk buffer pool."""
+    pool = getattr(manager, "chunk_buffers", None)
+    if not total or pool is None:
+        return None
+    region = SharedRegion.create(total, pool.buffer_size)
+    if region is not None:
+        manager.chunk_buffers = region.pool
+        log.info(
+            "shared memory: %d buffers of %d bytes in %s (the shim maps it and removes the name)",
+            region.pool.region_buffers,
+            pool.buffer_size,
+            region.path,
+        )
+    return region
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
@@ -274,7 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=getattr(logging, level, logging.INFO), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
+    try:
+        settings = CONFIG_DEF.parse(config)
+    except ValueError as e:
+        _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
+        return 4
+    spec = settings["python.manager.class"]
     try:
         cls = wire.load_manager_class(spec)
     except BaseException as e:
@@ -290,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
         return 4
 
-    sidecar = Sidecar(manager)
+    region = _shared_region(manager, settings["jvm.sidecar.shared.memory.bytes"])
+    sidecar = Sidecar(manager, region)
     path = args.socket
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -311,11 +423,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec,
         path,
     )
-    _say(f"READY {os.getpid()}")
+    _say(f"READY {os.getpid()}" + (f" shm={region.path}" if region is not None else ""))
     sidecar.stop.wait()
 
     server.shutdown()
     server.server_close()
+    if region is not None:
+        region.unlink()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     closer = threading.Thread(target=manager.close, name="manager-close", daemon=True)

@@ -115,6 +115,18 @@ CONFIG_DEF = ConfigDef().extend(
             group=_GROUP,
         ),
         ConfigKey(
+            "jvm.sidecar.shared.memory.bytes",
+            "long",
+            128 * 1024 * 1024,
+            "Shared memory (a file on /dev/shm, mapped by both sides) the sidecar decodes fetched chunks into, so "
+            "the shim copies them straight into the broker's buffers instead of receiving them over the socket. "
+            "Split into buffers of chunk.size; pages are touched only as concurrent fetches need them. When all "
+            "are in use, or with 0, fetched bytes go over the socket.",
+            validator=in_range(0, None),
+            valid_values="[0,...]",
+            group=_GROUP,
+        ),
+        ConfigKey(
             "jvm.sidecar.restart.backoff.ms",
             "long",
             1000,

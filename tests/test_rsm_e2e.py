@@ -177,12 +177,19 @@ def test_lazy_stream_fetches_only_what_is_read(segment_factory: Any, make_manage
     calls: list[tuple[str, int, Any]] = []
     backend = m.backend
     original_fetch = backend.fetch
+    original_read_into = backend.read_range_into
 
     def counting_fetch(key: str, start: int = 0, end: Any = None) -> Any:
         calls.append((key, start, end))
         return original_fetch(key, start, end)
 
-    backend.fetch = counting_fetch  # spy on the real backend; it still does the real reads
+    def counting_read_into(key: str, start: int, end: int, out: Any) -> int:
+        calls.append((key, start, end))
+        return original_read_into(key, start, end, out)
+
+    # spy on the real backend (both ways it can be read); it still does the real reads
+    backend.fetch = counting_fetch
+    backend.read_range_into = counting_read_into
     with m.fetch_log_segment(meta, 0) as f:
         assert f.read(1000) == seg.log.read_bytes()[:1000]
     chunk_reads = [c for c in calls if c[0].endswith(".log")]

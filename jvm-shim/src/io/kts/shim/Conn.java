@@ -7,7 +7,6 @@ import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 
 /**
  * One Unix-socket connection to the sidecar with its own read buffer. Blocking channels have no read timeout,
@@ -18,25 +17,40 @@ final class Conn {
 
     final SocketChannel channel;
     final int generation;
+    /** The sidecar's region when this connection told it so (see Wire.OP_SHARED_MEMORY_MAPPED), else null. */
+    final ByteBuffer sharedMemory;
     private final ByteBuffer in = ByteBuffer.allocateDirect(BUFFER_SIZE);
+    private final ByteBuffer ack = ByteBuffer.allocateDirect(1);
     volatile long deadlineNanos;
     volatile boolean timedOut;
 
-    private Conn(SocketChannel channel, int generation) {
+    private Conn(SocketChannel channel, int generation, ByteBuffer sharedMemory) {
         this.channel = channel;
         this.generation = generation;
+        this.sharedMemory = sharedMemory;
         in.limit(0);
     }
 
-    static Conn open(Path socket, int generation) throws IOException {
+    static Conn open(SidecarProcess p) throws IOException {
         SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
         try {
-            ch.connect(UnixDomainSocketAddress.of(socket));
+            ch.connect(UnixDomainSocketAddress.of(p.socket));
+            Conn c = new Conn(ch, p.generation, p.sharedMemory);
+            if (c.sharedMemory != null) {
+                c.send(ByteBuffer.allocate(5).putInt(1).put(Wire.OP_SHARED_MEMORY_MAPPED).flip());
+            }
+            return c;
         } catch (IOException e) {
             ch.close();
             throw e;
         }
-        return new Conn(ch, generation);
+    }
+
+    /** Tells the sidecar a shared-memory piece has been copied out, so it may reuse that buffer. */
+    void acknowledgePiece() throws IOException {
+        ack.clear();
+        ack.put(Wire.PIECE_ACK).flip();
+        send(ack);
     }
 
     void arm(long timeoutMs) {
@@ -89,6 +103,11 @@ final class Conn {
     int readInt() throws IOException {
         need(4);
         return in.getInt();
+    }
+
+    long readLong() throws IOException {
+        need(8);
+        return in.getLong();
     }
 
     byte[] readBytes(int n) throws IOException {

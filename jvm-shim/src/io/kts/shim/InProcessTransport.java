@@ -21,8 +21,7 @@ final class InProcessTransport implements Transport {
     private final Method fetchIndex;
     private final Method delete;
     private final Method close;
-    private volatile Method chunkBuffer;
-    private volatile Method chunkFill;
+    private volatile Method chunkNext;
     private volatile Method chunkClose;
 
     private InProcessTransport(Object session) throws ReflectiveOperationException {
@@ -163,19 +162,18 @@ final class InProcessTransport implements Transport {
     }
 
     private void resolveChunkMethods(Object chunks) throws RemoteStorageException {
-        if (chunkFill != null) return;
+        if (chunkNext != null) return;
         try {
             Class<?> api = interfaceNamed(chunks.getClass(), PythonChunks.class.getName());
-            chunkBuffer = api.getMethod("buffer");
             chunkClose = api.getMethod("close");
-            chunkFill = api.getMethod("fill");
+            chunkNext = api.getMethod("next");
         } catch (NoSuchMethodException e) {
             throw new RemoteStorageException("the Python bridge returned a stream of the wrong type: "
                     + Wire.describe(e), e);
         }
     }
 
-    /** Copies out of the Python-owned direct buffer; Python refills the same memory on the next fill(). */
+    /** Copies out of Python-owned memory, one piece per crossing; a piece is dropped before the next is asked for. */
     private final class ChunkStream extends InputStream {
         private final Object chunks;
         private final String op;
@@ -203,18 +201,14 @@ final class InProcessTransport implements Transport {
             if (eof) return -1;
             if (len == 0) return 0;
             try {
-                if (buf == null) {
-                    buf = (ByteBuffer) invoke(chunkBuffer, chunks, op);
-                    buf.limit(0);
-                }
-                while (!buf.hasRemaining()) {
-                    int n = (Integer) invoke(chunkFill, chunks, op);
-                    if (n < 0) {
+                while (buf == null || !buf.hasRemaining()) {
+                    buf = null;
+                    ByteBuffer next = (ByteBuffer) invoke(chunkNext, chunks, op);
+                    if (next == null) {
                         eof = true;
                         return -1;
                     }
-                    buf.clear();
-                    buf.limit(n);
+                    buf = next;
                 }
             } catch (RemoteStorageException e) {
                 eof = true;
@@ -234,6 +228,7 @@ final class InProcessTransport implements Transport {
         public void close() {
             if (closed) return;
             closed = true;
+            buf = null;
             try {
                 invoke(chunkClose, chunks, op);
             } catch (RemoteStorageException e) {

@@ -14,6 +14,8 @@ final class SidecarInputStream extends InputStream {
     private final long timeoutMs;
     private Conn conn;
     private int chunkLeft;
+    private int sharedPos;
+    private int sharedLeft;
     private boolean eof;
     private boolean closed;
 
@@ -40,23 +42,36 @@ final class SidecarInputStream extends InputStream {
         Conn c = conn;
         try {
             c.arm(timeoutMs);
-            while (chunkLeft == 0) {
+            while (chunkLeft == 0 && sharedLeft == 0) {
                 int n = c.readInt();
                 if (n > 0) {
                     chunkLeft = n;
+                } else if (n == Wire.PIECE_SHARED) {
+                    sharedPiece(c, c.readLong(), c.readInt());
                 } else if (n == 0) {
                     eof = true;
                     conn = null;
                     transport.release(c);
                     return -1;
-                } else {
+                } else if (n == -1) {
                     byte st = c.readByte();
                     Exception remote = SidecarTransport.remoteError(op, st, c);
                     eof = true;
                     conn = null;
                     transport.release(c);
                     throw new IOException(Wire.describe(remote), remote);
+                } else {
+                    throw new IOException("protocol error: unexpected stream frame " + n + " from the sidecar");
                 }
+            }
+            if (sharedLeft > 0) {
+                int k = Math.min(len, sharedLeft);
+                c.sharedMemory.get(sharedPos, b, off, k);
+                sharedPos += k;
+                sharedLeft -= k;
+                if (sharedLeft == 0) c.acknowledgePiece();
+                c.disarm();
+                return k;
             }
             int k = c.readSome(b, off, Math.min(len, chunkLeft));
             chunkLeft -= k;
@@ -71,10 +86,24 @@ final class SidecarInputStream extends InputStream {
         }
     }
 
+    /** A piece the sidecar decoded into the shared region: validated here, copied out by read(). */
+    private void sharedPiece(Conn c, long offset, int length) throws IOException {
+        java.nio.ByteBuffer shm = c.sharedMemory;
+        if (shm == null) throw new IOException("protocol error: shared-memory piece on a connection without the region");
+        if (offset < 0 || length < 0 || offset + length > shm.capacity()) {
+            throw new IOException("protocol error: shared-memory piece [" + offset + ", +" + length
+                    + ") outside the " + shm.capacity() + "-byte region");
+        }
+        sharedPos = (int) offset;
+        sharedLeft = length;
+        if (length == 0) c.acknowledgePiece();
+    }
+
     @Override
     public int available() {
         Conn c = conn;
-        return c == null || closed ? 0 : Math.min(chunkLeft, c.buffered());
+        if (c == null || closed) return 0;
+        return sharedLeft > 0 ? sharedLeft : Math.min(chunkLeft, c.buffered());
     }
 
     @Override

@@ -6,10 +6,13 @@ import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.lang.System.Logger.Level;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
@@ -53,6 +56,8 @@ final class SidecarProcess {
     final Path socket;
     final int generation;
     final long pid;
+    /** The sidecar's shared-memory region, mapped read-only, or null (fetched bytes then come over the socket). */
+    ByteBuffer sharedMemory;
     private final ArrayDeque<String> stderrTail = new ArrayDeque<>();
     private final CompletableFuture<String> ready = new CompletableFuture<>();
 
@@ -134,8 +139,10 @@ final class SidecarProcess {
             throw new SidecarStartException("the Python sidecar failed to start: " + Wire.describe(e.getCause()));
         }
         if (line.startsWith("READY")) {
-            LOG.log(Level.INFO, "Python sidecar started: pid {0}, interpreter {1}, socket {2}",
-                    String.valueOf(sp.pid), s.pythonExecutable, socket);
+            sp.mapSharedMemory(line);
+            LOG.log(Level.INFO, "Python sidecar started: pid {0}, interpreter {1}, socket {2}, shared memory {3}",
+                    String.valueOf(sp.pid), s.pythonExecutable, socket,
+                    sp.sharedMemory == null ? "off" : (sp.sharedMemory.capacity() >> 20) + " MiB");
             return sp;
         }
         sp.kill();
@@ -175,6 +182,30 @@ final class SidecarProcess {
         err.setDaemon(true);
         out.start();
         err.start();
+    }
+
+    /**
+     * Maps the region announced as {@code shm=PATH} in the READY line and removes its name: from then on only
+     * the two mappings keep it, so nothing is left behind on /dev/shm whichever process dies first. A failure
+     * only costs speed (the sidecar sends inline pieces to connections that did not report the mapping).
+     */
+    private void mapSharedMemory(String readyLine) {
+        for (String token : readyLine.split(" ")) {
+            if (!token.startsWith("shm=")) continue;
+            Path path = Paths.get(token.substring(4));
+            try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
+                sharedMemory = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
+            } catch (IOException | RuntimeException e) {
+                LOG.log(Level.WARNING, "cannot map the sidecar''s shared memory {0}, fetches go over the socket: {1}",
+                        path, Wire.describe(e));
+            } finally {
+                try {
+                    Files.deleteIfExists(path);
+                } catch (IOException e) {
+                    LOG.log(Level.WARNING, "cannot remove {0}: {1}", path, Wire.describe(e));
+                }
+            }
+        }
     }
 
     /** Forwards the sidecar's output to the broker's log, so its problems show up where operators look. */

@@ -171,7 +171,7 @@ final class SidecarTransport implements Transport {
         }
         if (c == null) {
             try {
-                c = Conn.open(p.socket, p.generation);
+                c = Conn.open(p);
             } catch (IOException e) {
                 throw failure(op, null, p, e);
             }

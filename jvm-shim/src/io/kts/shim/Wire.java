@@ -25,6 +25,12 @@ final class Wire {
     static final byte OP_DELETE = 4;
     static final byte OP_PING = 5;
     static final byte OP_SHUTDOWN = 6;
+    /** No reply: "this connection has the sidecar's shared-memory region mapped" (sent once, on connect). */
+    static final byte OP_SHARED_MEMORY_MAPPED = 7;
+
+    /** Stream frame: the next piece is in the shared-memory region (i64 offset, i32 length follow). */
+    static final int PIECE_SHARED = -2;
+    static final byte PIECE_ACK = 1;
 
     static final byte STATUS_OK = 0;
     static final byte STATUS_NOT_FOUND = 1;

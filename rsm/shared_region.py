@@ -1,0 +1,103 @@
+"""The sidecar's shared-memory region: fetched chunks are decoded straight into memory the broker JVM has mapped.
+
+Over the socket every fetched byte is copied three more times (into the kernel, out of it, and from the JDK's
+direct buffer into the broker's array). With the region, the manager's chunk loads land in a file on
+``/dev/shm`` that the shim maps read-only; the sidecar sends only "offset, length" and the shim copies from
+the mapping into the broker's array: the same single copy a Python caller makes with ``readinto``.
+
+Lifecycle: the sidecar creates the file (owner-only, unique name with its pid) and announces the path in its
+READY line; the shim maps it and deletes the name, so nothing is left on ``/dev/shm`` while both run. A
+sidecar that dies before the shim mapped it leaves a file behind; the next sidecar removes files whose pid is
+gone. Memory is touched only as concurrent fetches need buffers (pool reuse is last-in first-out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import re
+import secrets
+from pathlib import Path
+
+from chunking.buffer_pool import ChunkBufferPool
+
+log = logging.getLogger("rsm.sidecar")
+
+SHM_DIR = Path("/dev/shm")
+_NAME = re.compile(r"^kts-sidecar-(\d+)-[0-9a-f]+\.shm$")
+
+
+class SharedRegion:
+    """One mapping of ``buffers`` chunk buffers of ``buffer_size`` bytes, backed by a file on tmpfs."""
+
+    def __init__(self, path: Path, buffer_size: int, buffers: int) -> None:
+        self.path = path
+        self.size = buffer_size * buffers
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            os.ftruncate(fd, self.size)
+            self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        os.close(fd)
+        self.pool = ChunkBufferPool(buffer_size, max_idle=8, region=memoryview(self._map))
+
+    @classmethod
+    def create(cls, total_bytes: int, buffer_size: int, directory: Path = SHM_DIR) -> SharedRegion | None:
+        """A region of at most ``total_bytes``, or None when it is disabled, too small or not possible here."""
+        buffers = total_bytes // buffer_size if buffer_size > 0 else 0
+        if buffers < 2:
+            if total_bytes:
+                log.warning(
+                    "shared memory disabled: jvm.sidecar.shared.memory.bytes=%d holds fewer than two chunks of "
+                    "%d bytes; fetched bytes go over the socket",
+                    total_bytes,
+                    buffer_size,
+                )
+            return None
+        if not directory.is_dir():
+            log.warning("shared memory disabled: %s does not exist; fetched bytes go over the socket", directory)
+            return None
+        remove_stale(directory)
+        path = directory / f"kts-sidecar-{os.getpid()}-{secrets.token_hex(6)}.shm"
+        try:
+            return cls(path, buffer_size, buffers)
+        except OSError as e:
+            log.warning("shared memory disabled: cannot create %s: %s; fetched bytes go over the socket", path, e)
+            return None
+
+    def unlink(self) -> None:
+        """Remove the name (the shim normally did already; mappings stay valid)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def remove_stale(directory: Path = SHM_DIR) -> int:
+    """Delete region files left by sidecars that no longer run (killed before the shim mapped them)."""
+    removed = 0
+    for entry in directory.glob("kts-sidecar-*.shm"):
+        m = _NAME.match(entry.name)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to judge
+    return True
