@@ -134,3 +134,32 @@ def base_config(store: Path, **extra: str) -> dict[str, str]:
     }
     cfg.update(extra)
     return cfg
+
+
+class InMemoryIndexManager:
+    """A manager that answers ``fetch_index`` from memory and does nothing else: through the shim it measures
+    the transport's own cost per call, with no storage behind it (``python.manager.class`` in benchmarks)."""
+
+    INDEX = bytes(range(256)) * 16  # 4 KiB, a typical leader-epoch checkpoint is far smaller
+
+    def configure(self, configs: object) -> None:
+        pass
+
+    def copy_log_segment_data(self, meta: object, data: object) -> None:
+        return None
+
+    def fetch_log_segment(self, meta: object, start: int, end: int | None = None) -> object:
+        import io
+
+        return io.BytesIO(b"")
+
+    def fetch_index(self, meta: object, index_type: object) -> object:
+        import io
+
+        return io.BytesIO(self.INDEX)
+
+    def delete_log_segment_data(self, meta: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -21,6 +21,8 @@ final class InProcessTransport implements Transport {
     private final Method fetchIndex;
     private final Method delete;
     private final Method close;
+    private final Method scratch;
+    private final ThreadLocal<ByteBuffer> scratchOfThread = new ThreadLocal<>();
     private volatile Method chunkNext;
     private volatile Method chunkClose;
 
@@ -33,6 +35,7 @@ final class InProcessTransport implements Transport {
         fetchIndex = api.getMethod("fetchIndex", byte[].class, String.class);
         delete = api.getMethod("delete", byte[].class);
         close = api.getMethod("close");
+        scratch = api.getMethod("scratch");
     }
 
     static InProcessTransport open(Object bridge, Map<String, String> config) {
@@ -112,9 +115,31 @@ final class InProcessTransport implements Transport {
 
     private InputStream stream(Object result, String op) throws RemoteStorageException {
         if (result == null) return InputStream.nullInputStream();
+        if (result instanceof Number) {  // small: copied out of this thread's scratch buffer right away
+            long tagged = ((Number) result).longValue();
+            int id = (int) (tagged >>> 32);
+            int n = (int) tagged;
+            ByteBuffer buf = scratchOfThread.get();
+            if (buf == null || scratchId(buf) != id) {
+                buf = (ByteBuffer) invoke(scratch, session, op);
+                scratchOfThread.set(buf);
+            }
+            if (scratchId(buf) != id || n < 0 || n > buf.capacity() - 8) {
+                throw new RemoteStorageException(op + ": the Python bridge answered " + n + " bytes in scratch buffer "
+                        + id + ", but this thread's scratch buffer is " + scratchId(buf) + " with "
+                        + (buf.capacity() - 8) + " bytes");
+            }
+            byte[] copy = new byte[n];
+            buf.get(0, copy, 0, n);
+            return new java.io.ByteArrayInputStream(copy);
+        }
         if (result instanceof ByteBuffer) return new BufferStream(((ByteBuffer) result).duplicate());
         if (result instanceof byte[]) return new java.io.ByteArrayInputStream((byte[]) result);
         return new ChunkStream(result, op);
+    }
+
+    private static int scratchId(ByteBuffer buf) {
+        return (int) buf.getLong(buf.capacity() - 8);
     }
 
     /** All bytes in one direct buffer over Python memory (kept alive by the buffer object itself). */

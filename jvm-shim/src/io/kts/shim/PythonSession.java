@@ -11,9 +11,10 @@ public interface PythonSession {
                 String producerSnapshot, byte[] leaderEpochs) throws RemoteStorageException;
 
     /**
-     * A {@link PythonChunks} for a lazy stream, or a direct {@link java.nio.ByteBuffer} holding all the bytes when
-     * Python already has them in memory (indexes; a byte[] when small): one crossing instead of four. null
-     * means empty.
+     * A {@link PythonChunks} for a lazy stream; when Python already holds all the bytes (indexes), a direct
+     * {@link java.nio.ByteBuffer} over them, or for small ones a {@link Long} (id &lt;&lt; 32 | n): the bytes are
+     * the first n of this thread's {@link #scratch()} buffer whose id (the big-endian long in its last 8 bytes)
+     * is id, valid until this thread's next call. null means empty.
      */
     Object fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException;
 
@@ -21,6 +22,9 @@ public interface PythonSession {
     Object fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException;
 
     void delete(byte[] metadata) throws RemoteStorageException;
+
+    /** The calling thread's scratch buffer (a direct buffer over Python memory, the same on every call). */
+    java.nio.ByteBuffer scratch();
 
     void close() throws RemoteStorageException;
 }

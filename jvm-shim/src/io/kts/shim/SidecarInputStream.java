@@ -16,6 +16,9 @@ final class SidecarInputStream extends InputStream {
     private int chunkLeft;
     private int sharedPos;
     private int sharedLeft;
+    /** A finished shared-memory piece not yet acknowledged: sent before the next frame is read, so a read
+     *  that copied its bytes always returns them even if the connection fails right after. */
+    private boolean ackPending;
     private boolean eof;
     private boolean closed;
 
@@ -43,6 +46,10 @@ final class SidecarInputStream extends InputStream {
         try {
             c.arm(timeoutMs);
             while (chunkLeft == 0 && sharedLeft == 0) {
+                if (ackPending) {
+                    ackPending = false;
+                    c.acknowledgePiece();
+                }
                 int n = c.readInt();
                 if (n > 0) {
                     chunkLeft = n;
@@ -69,7 +76,7 @@ final class SidecarInputStream extends InputStream {
                 c.sharedMemory.get(sharedPos, b, off, k);
                 sharedPos += k;
                 sharedLeft -= k;
-                if (sharedLeft == 0) c.acknowledgePiece();
+                ackPending = sharedLeft == 0;
                 c.disarm();
                 return k;
             }
@@ -96,7 +103,7 @@ final class SidecarInputStream extends InputStream {
         }
         sharedPos = (int) offset;
         sharedLeft = length;
-        if (length == 0) c.acknowledgePiece();
+        ackPending = length == 0;
     }
 
     @Override

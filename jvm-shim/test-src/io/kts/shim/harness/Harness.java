@@ -123,8 +123,12 @@ public final class Harness {
         return bos.toByteArray();
     }
 
-    /** Microseconds per fetchIndex(LEADER_EPOCH) + drain + close, on a fresh Java thread (benchmarks). */
-    public static double timeIndex(RemoteStorageManager rsm, RemoteLogSegmentMetadata meta, int n) throws Exception {
+    /**
+     * Microseconds per fetchIndex(LEADER_EPOCH) + drain + close of the spec's first segment, on a fresh Java
+     * thread (benchmarks; the segment need not have been copied when the manager answers from memory).
+     */
+    public static double timeIndex(RemoteStorageManager rsm, String specFile, int n) throws Exception {
+        RemoteLogSegmentMetadata meta = readSpec(Paths.get(specFile)).get(0).meta;
         double[] out = new double[1];
         Exception[] err = new Exception[1];
         Thread t = new Thread(() -> {
