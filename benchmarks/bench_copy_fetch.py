@@ -23,31 +23,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
+
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _configs(work: Path, chunk: int, threads: int) -> dict[str, str]:
-    from Crypto.PublicKey import RSA
-
-    keys = work / "keys"
-    keys.mkdir(exist_ok=True)
-    if not (keys / "priv.pem").exists():
-        k = RSA.generate(2048)
-        (keys / "priv.pem").write_bytes(k.export_key(pkcs=8))
-        (keys / "pub.pem").write_bytes(k.public_key().export_key())
     return {
         "chunk.size": str(chunk),
         "storage.backend.class": "filesystem",
         "storage.root": str(work / "store"),
-        "compression.enabled": "true",
         "compression.level": "3",
-        "encryption.enabled": "true",
-        "encryption.key.pair.id": "b",
-        "encryption.key.pairs": "b",
-        "encryption.key.pairs.b.public.key.file": str(keys / "pub.pem"),
-        "encryption.key.pairs.b.private.key.file": str(keys / "priv.pem"),
+        **encryption_config(work),
         "transform.thread.pool.size": str(threads),
     }
 

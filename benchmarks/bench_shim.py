@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
+
 from rsm import jvm_testing as jt  # noqa: E402
 
 
@@ -71,24 +73,6 @@ def direct(manager_cfg: dict[str, str], seg: jt.SpecSegment, index_calls: int) -
     return t1 - t0, t2 - t1, (t4 - t3) / index_calls * 1e6, total
 
 
-def _keys(work: Path) -> dict[str, str]:
-    from Crypto.PublicKey import RSA
-
-    keys = work / "keys"
-    keys.mkdir(exist_ok=True)
-    k = RSA.generate(2048)
-    (keys / "priv.pem").write_bytes(k.export_key(pkcs=8))
-    (keys / "pub.pem").write_bytes(k.public_key().export_key())
-    return {
-        "compression.enabled": "true",
-        "encryption.enabled": "true",
-        "encryption.key.pair.id": "b",
-        "encryption.key.pairs": "b",
-        "encryption.key.pairs.b.public.key.file": str(keys / "pub.pem"),
-        "encryption.key.pairs.b.private.key.file": str(keys / "priv.pem"),
-    }
-
-
 def _direct_tiny(calls: int) -> float:
     from rsm.metadata import IndexType
 
@@ -128,7 +112,7 @@ def main() -> int:
         print(f"segment: {files.size / 2**20:.0f} MiB written in {time.perf_counter() - t:.1f} s; store on {base}")
         profiles = {
             "raw": {"compression.enabled": "false"},
-            "production": _keys(base),
+            "production": encryption_config(base),
         }
 
         jpype.startJVM(
