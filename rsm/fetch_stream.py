@@ -72,6 +72,7 @@ class SegmentStream(io.RawIOBase):
         self._current_pos = 0
         self._consumed_chunks = 0
         self._remaining = end - start + 1 if chunks else 0
+        self._failure: RemoteStorageException | None = None
 
     def readable(self) -> bool:
         return True
@@ -83,6 +84,10 @@ class SegmentStream(io.RawIOBase):
             self._next_to_schedule += 1
 
     def _advance(self) -> bool:
+        if self._failure is not None:  # the read-ahead is gone: going on would pair chunks with wrong positions
+            raise RemoteStorageException(
+                f"{self._describe}: this stream already failed ({self._failure}); open a new one to retry"
+            ) from self._failure
         if self._remaining <= 0 or self._consumed_chunks >= len(self._chunks):
             self._drop_current()  # at the end: the last buffer goes back now, not at close()
             return False
@@ -91,14 +96,15 @@ class SegmentStream(io.RawIOBase):
         chunk = self._chunks[self._consumed_chunks]
         try:
             data = future.result()
-        except RemoteStorageException:
-            self._cancel_pending()
+        except RemoteStorageException as e:
+            self._fail(e)
             raise
         except Exception as e:  # a backend or decode error: name the segment and the chunk
-            self._cancel_pending()
-            raise RemoteStorageException(
+            failure = RemoteStorageException(
                 f"failed to read chunk {chunk.id} of {self._describe}: {type(e).__name__}: {e}"
-            ) from e
+            )
+            self._fail(failure)
+            raise failure from e
         self._consumed_chunks += 1
         self._schedule(self._readahead)
         self._drop_current()
@@ -109,6 +115,11 @@ class SegmentStream(io.RawIOBase):
         self._current = data.view[lo:hi]
         self._current_pos = 0
         return True
+
+    def _fail(self, failure: RemoteStorageException) -> None:
+        self._failure = failure
+        self._cancel_pending()
+        self._drop_current()
 
     def _drop_current(self) -> None:
         self._current = None

@@ -142,7 +142,8 @@ final class SidecarProcess {
             sp.mapSharedMemory(line);
             LOG.log(Level.INFO, "Python sidecar started: pid {0}, interpreter {1}, socket {2}, shared memory {3}",
                     String.valueOf(sp.pid), s.pythonExecutable, socket,
-                    sp.sharedMemory == null ? "off" : (sp.sharedMemory.capacity() >> 20) + " MiB");
+                    sp.sharedMemory == null ? "off" : sp.sharedMemory.capacity() >= (1 << 20)
+                            ? (sp.sharedMemory.capacity() >> 20) + " MiB" : (sp.sharedMemory.capacity() >> 10) + " KiB");
             return sp;
         }
         sp.kill();

@@ -1,0 +1,507 @@
+"""The sidecar's shared-memory region: the region file itself, the sidecar's reference/inline protocol driven
+from Python exactly as the shim speaks it, the sidecar process's file lifecycle, and the real JVM shim on
+top (region on, off, and too small for the load)."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TIP
+
+from rsm import jvm_codec as wire
+from rsm import jvm_testing as jt
+from rsm.shared_region import SHM_DIR, SharedRegion, remove_stale
+from rsm.sidecar import _HDR, _I32, Sidecar
+
+needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
+BS = 65536
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def region_files(pid: int) -> list[Path]:
+    return sorted(SHM_DIR.glob(f"kts-sidecar-{pid}-*.shm"))
+
+
+# --- the region file -------------------------------------------------------------------------------------------
+
+
+def test_create_makes_an_owner_only_file_of_whole_buffers(tmp_path: Path) -> None:
+    region = SharedRegion.create(5 * BS + 1000, BS, directory=tmp_path)
+    assert region is not None
+    try:
+        assert region.path.parent == tmp_path
+        assert re.fullmatch(rf"kts-sidecar-{os.getpid()}-[0-9a-f]+\.shm", region.path.name)
+        st = region.path.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_size == region.size == 5 * BS
+        pool = region.pool
+        assert pool.buffer_size == BS and pool.region_buffers == pool.region_free == 5
+
+        # what the sidecar decodes into a pool buffer is what a reader of the file sees at region_offset
+        bufs = [pool.take(BS) for _ in range(3)]
+        for i, b in enumerate(bufs):
+            b.view[:] = bytes([0x41 + i]) * BS
+        with open(region.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as other:
+            for i, b in enumerate(bufs):
+                assert b.region_offset is not None
+                assert other[b.region_offset : b.region_offset + BS] == bytes([0x41 + i]) * BS
+        for b in bufs:
+            b.release()
+        assert pool.region_free == 5
+    finally:
+        region.unlink()
+    assert not region.path.exists()
+    region.unlink()  # the shim usually removed the name already: not an error
+
+
+@pytest.mark.parametrize("total", [0, BS, 2 * BS - 1])
+def test_create_is_disabled_below_two_buffers(tmp_path: Path, total: int) -> None:
+    assert SharedRegion.create(total, BS, directory=tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_is_disabled_without_the_directory(tmp_path: Path) -> None:
+    assert SharedRegion.create(4 * BS, BS, directory=tmp_path / "missing") is None
+    assert not (tmp_path / "missing").exists()
+
+
+def test_remove_stale_removes_only_files_of_dead_sidecars(tmp_path: Path) -> None:
+    gone = dead_pid()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f"kts-sidecar-{gone}-0123abcd.shm"
+        keep = [
+            tmp_path / f"kts-sidecar-{os.getppid()}-00ff.shm",  # a live process
+            tmp_path / f"kts-sidecar-{sleeper.pid}-abcdef.shm",  # a live child
+            tmp_path / f"kts-sidecar-{os.getpid()}-1234.shm",  # ourselves
+            tmp_path / f"kts-sidecar-{gone}-NOTHEX.shm",  # not a name the sidecar makes
+            tmp_path / f"kts-sidecar-{gone}.shm",
+            tmp_path / f"kts-sidecar-x{gone}-abc.shm",
+            tmp_path / f"other-{gone}-abc.shm",
+            tmp_path / f"kts-sidecar-{gone}-abc.shm.bak",
+        ]
+        for p in [stale, *keep]:
+            p.write_bytes(b"x")
+        assert remove_stale(tmp_path) == 1
+        assert not stale.exists()
+        assert all(p.exists() for p in keep), [p.name for p in keep if not p.exists()]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_create_clears_stale_files_first(tmp_path: Path) -> None:
+    stale = tmp_path / f"kts-sidecar-{dead_pid()}-beef.shm"
+    stale.write_bytes(b"\0" * 100)
+    region = SharedRegion.create(2 * BS, BS, directory=tmp_path)
+    assert region is not None
+    try:
+        assert not stale.exists()
+        assert [p.name for p in tmp_path.iterdir()] == [region.path.name]
+    finally:
+        region.unlink()
+
+
+# --- the sidecar protocol, with Python playing the shim ---------------------------------------------------------
+
+
+class ShimClient:
+    """The shim's side of one connection: requests, status, inline pieces and region references."""
+
+    def __init__(self, sock: socket.socket, region_path: Path | None) -> None:
+        self.sock = sock
+        self.region: mmap.mmap | None = None
+        if region_path is not None:
+            with open(region_path, "rb") as f:
+                self.region = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+    def send(self, op: int, body: bytes = b"") -> None:
+        self.sock.sendall(_HDR.pack(len(body) + 1, op) + body)
+
+    def recv(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            got = self.sock.recv(n - len(out))
+            if not got:
+                raise EOFError(f"sidecar closed the connection ({len(out)} of {n} bytes)")
+            out += got
+        return bytes(out)
+
+    def i32(self) -> int:
+        return struct.unpack(">i", self.recv(4))[0]
+
+    def error(self) -> str:
+        status = self.recv(1)[0]
+        t = self.recv(struct.unpack(">H", self.recv(2))[0]).decode()
+        m = self.recv(self.i32()).decode()
+        return f"{status} {t}: {m}"
+
+    def fetch(self, meta: Any, start: int, end: int | None) -> None:
+        blob = wire.encode_metadata(meta)
+        self.send(wire.OP_FETCH, _I32.pack(len(blob)) + blob + _I32.pack(start) + _I32.pack(-1 if end is None else end))
+
+    def read_stream(self, hold_acks: bool) -> tuple[bytes, list[str], list[int], str | None]:
+        """The body of a stream: the bytes, the kind of each piece ('ref'/'inline'), the referenced offsets and
+        the error if it ended with one. With ``hold_acks`` every reference is acknowledged only at the end, so
+        the sidecar cannot reuse those buffers while the stream goes on."""
+        status = self.recv(1)[0]
+        assert status == 0, self.error()
+        data = bytearray()
+        kinds: list[str] = []
+        offsets: list[int] = []
+        unacked = 0
+        err = None
+        while True:
+            n = self.i32()
+            if n > 0:
+                data += self.recv(n)
+                kinds.append("inline")
+            elif n == -2:
+                offset, length = struct.unpack(">qi", self.recv(12))
+                assert self.region is not None, "a reference on a connection that did not map the region"
+                assert offset >= 0 and offset + length <= len(self.region)
+                data += self.region[offset : offset + length]
+                kinds.append("ref")
+                offsets.append(offset)
+                if hold_acks:
+                    unacked += 1
+                else:
+                    self.sock.sendall(b"\x01")
+            elif n == 0:
+                break
+            else:
+                assert n == -1, n
+                err = self.error()
+                break
+        self.sock.sendall(b"\x01" * unacked)
+        return bytes(data), kinds, offsets, err
+
+    def ping(self) -> None:
+        self.send(wire.OP_PING)
+        assert self.recv(1) == b"\x00"
+
+    def close(self) -> None:
+        if self.region is not None:
+            self.region.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[Any]:
+    """A real manager with one copied segment (64 KiB chunks) whose chunks decode into a region of two buffers,
+    served by a real ``Sidecar`` on socket pairs; ``connect(mapped)`` opens a connection like the shim."""
+    seg = segment_factory(target_bytes=700_000, seed=4)
+    m = make_manager(chunk_size=BS, compression_enabled=True, fetch_readahead_chunks=4, transform_thread_pool_size=2)
+    meta = seg.to_metadata(TIP)
+    m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    region = SharedRegion.create(2 * BS, BS, directory=tmp_path)
+    assert region is not None
+    m.chunk_buffers = region.pool
+    sidecar = Sidecar(m, region)
+    threads: list[threading.Thread] = []
+    clients: list[ShimClient] = []
+
+    def connect(mapped: bool = True) -> ShimClient:
+        ours, theirs = socket.socketpair()
+        ours.settimeout(10)  # a protocol slip must fail the test, not hang it
+        t = threading.Thread(target=sidecar.handle_connection, args=(theirs,), daemon=True)
+        t.start()
+        threads.append(t)
+        c = ShimClient(ours, region.path if mapped else None)
+        if mapped:
+            c.send(wire.OP_SHARED_MEMORY_MAPPED)
+        clients.append(c)
+        return c
+
+    class Served:
+        pass
+
+    s = Served()
+    s.manager, s.meta, s.original, s.pool, s.connect, s.threads = (
+        m,
+        meta,
+        seg.log.read_bytes(),
+        region.pool,
+        connect,
+        threads,
+    )
+    assert len(s.original) > 8 * BS
+    yield s
+    for c in clients:
+        with contextlib.suppress(OSError):
+            c.close()
+    for t in threads:
+        t.join(10)
+    region.unlink()
+
+
+def test_references_while_the_region_lasts_then_inline(served: Any) -> None:
+    c = served.connect()
+    c.fetch(served.meta, 0, None)
+    data, kinds, offsets, err = c.read_stream(hold_acks=True)
+    assert err is None
+    assert data == served.original
+    # two region buffers, neither acknowledged before the end: exactly two references, every other chunk inline
+    assert kinds.count("ref") == 2 and sorted(offsets) == [0, BS]
+    assert kinds.count("inline") == len(kinds) - 2 >= 6
+    c.ping()  # answered after the acknowledgements were read
+    assert served.pool.region_free == 2
+
+
+def test_prompt_acknowledgements_and_ranges(served: Any) -> None:
+    c = served.connect()
+    for start, end in [(0, None), (BS - 3, 3 * BS + 2), (5 * BS + 1, 5 * BS + 1), (len(served.original) - 10, None)]:
+        c.fetch(served.meta, start, end)
+        data, kinds, _, err = c.read_stream(hold_acks=False)
+        assert err is None
+        assert data == served.original[start : len(served.original) if end is None else end + 1], (start, end)
+        assert "ref" in kinds
+    c.ping()
+    assert served.pool.region_free == 2
+    # index fetches are not segment streams: inline on a mapped connection too
+    from rsm import IndexType
+
+    blob = wire.encode_metadata(served.meta)
+    c.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", 6) + b"OFFSET")
+    data, kinds, _, err = c.read_stream(hold_acks=False)
+    with served.manager.fetch_index(served.meta, IndexType.OFFSET) as f:
+        assert data == f.read() and set(kinds) == {"inline"}
+
+
+def test_connection_without_the_mapping_gets_inline_pieces_only(served: Any) -> None:
+    c = served.connect(mapped=False)
+    c.fetch(served.meta, 0, None)
+    data, kinds, _, err = c.read_stream(hold_acks=False)
+    assert err is None and data == served.original and set(kinds) == {"inline"}
+    c.ping()
+    assert served.pool.region_free == 2
+
+
+@pytest.mark.parametrize("at_end", [False, True], ids=["mid-stream", "before-acknowledging"])
+def test_shim_going_away_gives_the_region_back(served: Any, at_end: bool) -> None:
+    """The shim closes the connection holding both region buffers unacknowledged: in the middle of the stream
+    (the sidecar's next send fails) or after the end (the sidecar is waiting for the acknowledgements)."""
+    c = served.connect()
+    c.fetch(served.meta, 0, None)
+    assert c.recv(1) == b"\x00"
+    refs = 0
+    while True:
+        n = c.i32()
+        if n == 0:
+            break
+        if n == -2:
+            c.recv(12)
+            refs += 1
+            if refs == 2 and not at_end:
+                break
+        else:
+            assert n > 0
+            c.recv(n)
+    assert refs == 2 and served.pool.region_free == 0
+    c.close()
+    served.threads[-1].join(10)
+    assert not served.threads[-1].is_alive()
+    served.manager.close()  # waits for read-ahead loads that were still running
+    assert served.pool.region_free == 2
+
+
+def test_corrupt_chunk_mid_stream_errors_after_the_references_and_leaks_nothing(served: Any) -> None:
+    from rsm.object_keys import segment_keys
+
+    path = Path(served.manager.backend.root) / segment_keys(served.manager.config["key.prefix"], served.meta).log
+    stored = bytearray(path.read_bytes())
+    stored[len(stored) * 2 // 3] ^= 0x55
+    path.write_bytes(stored)
+    c = served.connect()
+    c.fetch(served.meta, 0, None)
+    data, kinds, _, err = c.read_stream(hold_acks=True)
+    assert err is not None and "CorruptDataException" in err, err
+    assert kinds.count("ref") == 2
+    assert served.original.startswith(data) and len(data) < len(served.original)
+    c.ping()  # the connection stays usable after a framed error
+    served.manager.close()
+    assert served.pool.region_free == 2
+
+
+# --- the sidecar process and its file --------------------------------------------------------------------------
+
+
+def _config_payload(cfg: dict[str, str]) -> bytes:
+    return _I32.pack(len(cfg)) + b"".join(
+        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
+    )
+
+
+@contextlib.contextmanager
+def sidecar_process(tmp_path: Path, name: str, **extra: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    cfg = jt.base_config(tmp_path / "store", **{"chunk.size": str(BS), **extra})
+    env = dict(os.environ, PYTHONPATH=str(jt.REPO))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rsm.sidecar", "--socket", str(tmp_path / f"{name}.sock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(_config_payload(cfg))
+        p.stdin.flush()
+        line = p.stdout.readline().decode()
+        assert line.startswith(f"READY {p.pid}"), line
+        yield p, line.strip()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in region_files(p.pid):  # never leave test debris on /dev/shm
+            f.unlink()
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason="needs /dev/shm")
+def test_sidecar_announces_its_region_and_removes_it_on_a_clean_exit(tmp_path: Path) -> None:
+    with sidecar_process(tmp_path, "a", **{"jvm.sidecar.shared.memory.bytes": str(3 * BS)}) as (p, ready):
+        path = Path(ready.split("shm=", 1)[1])
+        assert path.parent == SHM_DIR and region_files(p.pid) == [path]  # no shim here to remove the name
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_size == 3 * BS
+        assert p.stdin is not None
+        p.stdin.close()
+        assert p.wait(15) == 0
+        assert region_files(p.pid) == []
+    with sidecar_process(tmp_path, "b", **{"jvm.sidecar.shared.memory.bytes": "0"}) as (p, ready):
+        assert ready == f"READY {p.pid}" and region_files(p.pid) == []
+    with sidecar_process(tmp_path, "c") as (p, ready):  # on by default
+        assert f" shm={SHM_DIR}/kts-sidecar-{p.pid}-" in ready
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason="needs /dev/shm")
+def test_next_sidecar_removes_the_file_of_one_killed_before_the_shim_mapped_it(tmp_path: Path) -> None:
+    small = {"jvm.sidecar.shared.memory.bytes": str(2 * BS)}
+    with sidecar_process(tmp_path, "a", **small) as (first, _):
+        left = region_files(first.pid)
+        assert len(left) == 1
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert left[0].exists()  # kill -9: nobody removed it
+        with sidecar_process(tmp_path, "b", **small) as (second, _):
+            assert not left[0].exists()
+            assert len(region_files(second.pid)) == 1
+
+
+# --- the real JVM shim ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("java") is None:
+        pytest.skip("needs a JDK")
+    jt.ensure_built()
+    d = tmp_path_factory.mktemp("shm-segs")
+    return jt.write_spec(d / "spec.tsv", jt.make_test_segments(d))
+
+
+def harness(
+    mode: str, *positional: str, config: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, mode, jt.SHIM_CLASS, *positional, "--"]
+    cmd += [f"{k}={v}" for k, v in config.items()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def sidecar_pids(stderr: str) -> set[int]:
+    return {int(p) for p in re.findall(r"Python sidecar started: pid (\d+)", stderr)}
+
+
+@needs_java
+def test_jvm_lifecycle_socket_only(spec: Path, tmp_path: Path) -> None:
+    cfg = jt.base_config(tmp_path / "store", **{"chunk.size": str(BS), "jvm.sidecar.shared.memory.bytes": "0"})
+    r = harness("lifecycle", str(spec), "16", "24", config=cfg)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert r.stdout.startswith("OK lifecycle segments=4 threads=16"), r.stdout
+    assert "shared memory off" in r.stderr
+    assert "shared memory:" not in r.stderr  # the sidecar made no region
+    for pid in sidecar_pids(r.stderr):
+        assert region_files(pid) == []
+
+
+@needs_java
+def test_jvm_lifecycle_with_a_region_of_two_buffers_falls_back_inline(spec: Path, tmp_path: Path) -> None:
+    """16 threads over 2 region buffers: most pieces have to go inline while others are references."""
+    cfg = jt.base_config(tmp_path / "store", **{"chunk.size": str(BS), "jvm.sidecar.shared.memory.bytes": str(2 * BS)})
+    r = harness("lifecycle", str(spec), "16", "24", config=cfg)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert r.stdout.startswith("OK lifecycle segments=4 threads=16"), r.stdout
+    assert f"shared memory: 2 buffers of {BS} bytes in {SHM_DIR}/kts-sidecar-" in r.stderr
+    assert "cannot map" not in r.stderr and "withheld" not in r.stderr
+    pids = sidecar_pids(r.stderr)
+    assert len(pids) == 1
+    assert region_files(pids.pop()) == []
+
+
+@needs_java
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_jvm_maps_the_region_removes_its_name_and_leaves_nothing_after_kill_and_close(
+    spec: Path, tmp_path: Path
+) -> None:
+    cfg = jt.base_config(tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200"})  # default region
+    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, "supervise", jt.SHIM_CLASS, str(spec), "--"]
+    cmd += [f"{k}={v}" for k, v in cfg.items()]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        line = p.stdout.readline()
+        assert line.startswith("FETCHING "), line
+        pid1 = int(line.split()[1])
+        # configured and mid-fetch: the name is gone, both processes still map the (deleted) file
+        assert region_files(pid1) == []
+        needle = f"{SHM_DIR}/kts-sidecar-{pid1}-"
+        for who in (pid1, p.pid):
+            maps = [x for x in Path(f"/proc/{who}/maps").read_text().splitlines() if needle in x]
+            assert maps and all(x.endswith("(deleted)") for x in maps), (who, maps)
+        os.kill(pid1, signal.SIGKILL)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out + err[-4000:]
+    assert "RECOVERED" in out and out.splitlines()[-1] == "CLOSED", out
+    pids = sidecar_pids(err)
+    assert pid1 in pids and len(pids) == 2, pids
+    assert "shared memory 128 MiB" in err  # on by default, 128 MiB
+    for pid in pids:
+        assert region_files(pid) == [], pid
+
+
+@needs_java
+def test_jvm_configure_and_close_leave_no_region_file(tmp_path: Path) -> None:
+    jt.ensure_built()
+    r = harness("configure", config=jt.base_config(tmp_path / "store"), timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid = int(r.stdout.split()[1])
+    assert r.stdout.splitlines()[-1] == "CLOSED"
+    assert f"Python sidecar started: pid {pid}" in r.stderr and "shared memory 128 MiB" in r.stderr
+    assert region_files(pid) == []
