@@ -244,17 +244,6 @@ public final class BrokerSim {
         return in.readAllBytes();
     }
 
-    static byte[] readN(InputStream in, int n) throws IOException {
-        byte[] out = new byte[n];
-        int off = 0;
-        while (off < n) {
-            int k = in.read(out, off, n - off);
-            if (k < 0) break;
-            off += k;
-        }
-        return off == n ? out : Arrays.copyOf(out, off);
-    }
-
     static byte[] index(RemoteStorageManager rsm, Segment s, IndexType t) throws RemoteStorageException, IOException {
         try (InputStream in = rsm.fetchIndex(s.meta, t)) {
             check(in != null, "fetchIndex(" + t + ") returned null for segment " + s.base);
@@ -305,13 +294,13 @@ public final class BrokerSim {
             int p = start;
             int firstSize = -1;
             while (firstSize < 0) {  // RemoteLogInputStream + findFirstBatch
-                byte[] head = readN(in, 17);
+                byte[] head = Harness.readN(in, 17);
                 same(s, p, head, what);
                 check(head.length == 17, what + ": stream ended at position " + (p + head.length)
                         + " before the batch holding the target");
                 ByteBuffer hb = ByteBuffer.wrap(head);
                 int size = LOG_OVERHEAD + hb.getInt(8);
-                byte[] rest = readN(in, size - 17);
+                byte[] rest = Harness.readN(in, size - 17);
                 check(rest.length == size - 17, what + ": batch at " + p + " truncated to "
                         + (17 + rest.length) + " of " + size + " bytes");
                 same(s, p + 17, rest, what);
@@ -327,7 +316,7 @@ public final class BrokerSim {
             // FetchDataInfo: the first batch whole (minOneMessage), then raw bytes up to maxBytes
             int remaining = Math.max(maxBytes, firstSize) - firstSize;
             if (remaining > 0) {
-                byte[] more = readN(in, remaining);
+                byte[] more = Harness.readN(in, remaining);
                 same(s, p, more, what);
                 check(more.length == Math.min(remaining, s.bytes.length - p), what + ": got " + more.length
                         + " bytes after the first batch, expected " + Math.min(remaining, s.bytes.length - p));
@@ -367,12 +356,12 @@ public final class BrokerSim {
         try (InputStream in = rsm.fetchLogSegment(s.meta, start)) {
             int p = start;
             while (true) {
-                byte[] head = readN(in, BATCH_HEADER);
+                byte[] head = Harness.readN(in, BATCH_HEADER);
                 same(s, p, head, what);
                 check(head.length == BATCH_HEADER, what + ": stream ended at " + (p + head.length));
                 ByteBuffer hb = ByteBuffer.wrap(head);
                 int size = LOG_OVERHEAD + hb.getInt(8);
-                byte[] rest = readN(in, size - BATCH_HEADER);
+                byte[] rest = Harness.readN(in, size - BATCH_HEADER);
                 same(s, p + BATCH_HEADER, rest, what);
                 check(rest.length == size - BATCH_HEADER, what + ": batch at " + p + " truncated");
                 verified += size;
