@@ -165,6 +165,17 @@ def index_type(name: str) -> IndexType:
         raise WireError(f"unknown index type {name!r}") from None
 
 
+_INDEX_TYPES_BY_ASCII = {t.name.encode("ascii"): t for t in IndexType}
+
+
+def index_type_from_ascii(name: bytes) -> IndexType:
+    """``index_type`` for the in-process bridge, which sends the name as bytes (no String conversion)."""
+    kind = _INDEX_TYPES_BY_ASCII.get(name)
+    if kind is None:
+        raise WireError(f"unknown index type {name!r}")
+    return kind
+
+
 def error_parts(exc: BaseException) -> tuple[int, str, str]:
     """(status, Python type name, message) for an exception raised by the manager."""
     from rsm.errors import RemoteResourceNotFoundException

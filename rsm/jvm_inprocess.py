@@ -235,11 +235,14 @@ def define_bridge() -> dict[str, Any]:
                 raise _java_error(e) from None
 
         @JOverride
-        def fetchIndex(self, meta: Any, index_type: Any) -> Any:  # noqa: N802 - Java's name
+        def fetchIndex(self, request: Any) -> Any:  # noqa: N802 - Java's name
             pin_thread_state()
             try:
-                m = wire.decode_metadata(bytes(meta))
-                return result(self.manager.fetch_index(m, wire.index_type(str(index_type))))
+                raw = bytes(request)
+                n = raw[0]
+                kind = wire.index_type_from_ascii(raw[1 : 1 + n])
+                m = wire.decode_metadata(raw[1 + n :])
+                return result(self.manager.fetch_index(m, kind))
             except Exception as e:
                 raise _java_error(e) from None
 

@@ -32,7 +32,7 @@ final class InProcessTransport implements Transport {
         copy = api.getMethod("copy", byte[].class, String.class, String.class, String.class, String.class,
                 String.class, byte[].class);
         fetch = api.getMethod("fetch", byte[].class, int.class, int.class);
-        fetchIndex = api.getMethod("fetchIndex", byte[].class, String.class);
+        fetchIndex = api.getMethod("fetchIndex", byte[].class);
         delete = api.getMethod("delete", byte[].class);
         close = api.getMethod("close");
         scratch = api.getMethod("scratch");
@@ -110,7 +110,12 @@ final class InProcessTransport implements Transport {
     @Override
     public InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException {
         String op = "fetchIndex(" + indexType + ")";
-        return stream(invoke(fetchIndex, session, op, metadata, indexType), op);
+        byte[] name = indexType.getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        byte[] request = new byte[1 + name.length + metadata.length];
+        request[0] = (byte) name.length;
+        System.arraycopy(name, 0, request, 1, name.length);
+        System.arraycopy(metadata, 0, request, 1 + name.length, metadata.length);
+        return stream(invoke(fetchIndex, session, op, (Object) request), op);
     }
 
     private InputStream stream(Object result, String op) throws RemoteStorageException {

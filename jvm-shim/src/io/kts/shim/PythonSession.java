@@ -18,8 +18,11 @@ public interface PythonSession {
      */
     Object fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException;
 
-    /** Same contract as {@link #fetch}. */
-    Object fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException;
+    /**
+     * Same contract as {@link #fetch}. One argument on purpose (each argument costs the bridge ~1 us): u8 n,
+     * the index type's name in n ASCII bytes, then the metadata record.
+     */
+    Object fetchIndex(byte[] request) throws RemoteStorageException;
 
     void delete(byte[] metadata) throws RemoteStorageException;
 
