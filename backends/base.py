@@ -106,16 +106,20 @@ def read_range_into(backend: StorageBackend, key: str, start: int, end: int, out
         raise InvalidRange(key, start, end, start + got)
 
 
-def _readinto_fully(stream: BinaryIO, out: memoryview) -> int:
+def readinto_some(stream: Any, out: memoryview) -> int:
+    """One read into ``out`` (0 at the end): ``readinto`` where the stream has it, else ``read`` and a copy."""
     readinto = getattr(stream, "readinto", None)
+    if readinto is not None:
+        return readinto(out) or 0
+    data = stream.read(len(out)) or b""
+    out[: len(data)] = data
+    return len(data)
+
+
+def _readinto_fully(stream: BinaryIO, out: memoryview) -> int:
     got = 0
     while got < len(out):
-        if readinto is not None:
-            n = readinto(out[got:]) or 0
-        else:
-            data = stream.read(len(out) - got) or b""
-            n = len(data)
-            out[got : got + n] = data
+        n = readinto_some(stream, out[got:])
         if n == 0:
             break
         got += n

@@ -55,12 +55,6 @@ class ChunkTransformer:
             data = self.cipher.encrypt(data)
         return data
 
-    def detransform(self, stored: bytes | memoryview, expected_size: int, what: str) -> bytes | memoryview:
-        """Decode one stored chunk; ``expected_size`` (from the chunk index) bounds and checks the output."""
-        out = bytearray(expected_size)
-        self.detransform_into(stored, memoryview(out), what)
-        return out
-
     def detransform_into(self, stored: bytes | memoryview, out: memoryview, what: str) -> None:
         """Decode one stored chunk into ``out``, which must be exactly the size the chunk index gives.
 

@@ -66,10 +66,9 @@ class SegmentStream(io.RawIOBase):
         self._describe = describe
         self._start = start
         self._end = end
-        self._current: memoryview | None = None
-        self._current_buffer: ChunkBuffer | None = None
-        self._current_base = 0
-        self._current_pos = 0
+        self._current_buffer: ChunkBuffer | None = None  # the chunk being read; bytes [_pos, _end) are left
+        self._pos = 0
+        self._end_in_buffer = 0
         self._consumed_chunks = 0
         self._remaining = end - start + 1 if chunks else 0
         self._failure: RemoteStorageException | None = None
@@ -111,9 +110,8 @@ class SegmentStream(io.RawIOBase):
         lo = self._start - chunk.original_position if chunk.original_position <= self._start else 0
         hi = min(chunk.original_size, self._end - chunk.original_position + 1)
         self._current_buffer = data
-        self._current_base = lo
-        self._current = data.view[lo:hi]
-        self._current_pos = 0
+        self._pos = lo
+        self._end_in_buffer = hi
         return True
 
     def _fail(self, failure: RemoteStorageException) -> None:
@@ -122,7 +120,6 @@ class SegmentStream(io.RawIOBase):
         self._drop_current()
 
     def _drop_current(self) -> None:
-        self._current = None
         if self._current_buffer is not None:
             self._current_buffer.release()
             self._current_buffer = None
@@ -134,15 +131,11 @@ class SegmentStream(io.RawIOBase):
         out = memoryview(b).cast("B")
         filled = 0
         while filled < len(out):
-            if self._current is None or self._current_pos >= len(self._current):
-                if not self._advance():
-                    break
-                continue
-            n = min(len(out) - filled, len(self._current) - self._current_pos)
-            out[filled : filled + n] = self._current[self._current_pos : self._current_pos + n]
-            self._current_pos += n
-            self._remaining -= n
-            filled += n
+            piece = self.next_piece(len(out) - filled)
+            if piece is None:
+                break
+            out[filled : filled + piece.length] = piece.view
+            filled += piece.length
         return filled
 
     def next_piece(self, limit: int = -1) -> Piece | None:
@@ -155,15 +148,14 @@ class SegmentStream(io.RawIOBase):
         """
         if self.closed:
             raise ValueError("read from a closed segment stream")
-        while self._current is None or self._current_pos >= len(self._current):
+        while self._current_buffer is None or self._pos >= self._end_in_buffer:
             if not self._advance():
                 return None
-        assert self._current is not None and self._current_buffer is not None
-        n = len(self._current) - self._current_pos
+        n = self._end_in_buffer - self._pos
         if 0 <= limit < n:
             n = limit
-        piece = Piece(self._current_buffer, self._current_base + self._current_pos, n)
-        self._current_pos += n
+        piece = Piece(self._current_buffer, self._pos, n)
+        self._pos += n
         self._remaining -= n
         return piece
 
@@ -173,7 +165,6 @@ class SegmentStream(io.RawIOBase):
         shared-memory window) while the stream goes on."""
         piece = self.next_piece()  # no limit: the whole rest of the chunk
         if piece is not None:
-            self._current = None
             self._current_buffer = None  # ownership passed on: not released here
         return piece
 
@@ -187,15 +178,9 @@ class SegmentStream(io.RawIOBase):
 
     def readall(self) -> bytes:
         parts = []
-        while True:
-            while self._current is None or self._current_pos >= len(self._current):
-                if not self._advance():
-                    return b"".join(parts)
-            assert self._current is not None
-            piece = self._current[self._current_pos :]
-            self._current_pos = len(self._current)
-            self._remaining -= len(piece)
-            parts.append(bytes(piece))
+        while (piece := self.next_piece()) is not None:
+            parts.append(bytes(piece.view))
+        return b"".join(parts)
 
     def _cancel_pending(self) -> None:
         while self._pending:

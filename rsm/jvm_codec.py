@@ -158,19 +158,12 @@ def decode_config(raw: bytes) -> dict[str, str]:
     return out
 
 
-def index_type(name: str) -> IndexType:
-    try:
-        return IndexType[name]
-    except KeyError:
-        raise WireError(f"unknown index type {name!r}") from None
-
-
 _INDEX_TYPES_BY_ASCII = {t.name.encode("ascii"): t for t in IndexType}
 
 
-def index_type_from_ascii(name: bytes) -> IndexType:
-    """``index_type`` for the in-process bridge, which sends the name as bytes (no String conversion)."""
-    kind = _INDEX_TYPES_BY_ASCII.get(name)
+def index_type(name: str | bytes) -> IndexType:
+    """Kafka's IndexType by name; the in-process bridge passes the ASCII bytes (no String conversion)."""
+    kind = _INDEX_TYPES_BY_ASCII.get(name if isinstance(name, bytes) else name.encode("utf-8", "replace"))
     if kind is None:
         raise WireError(f"unknown index type {name!r}")
     return kind

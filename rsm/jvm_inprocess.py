@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from rsm import jvm_codec as wire
 from rsm.fetch_stream import SegmentStream
@@ -144,7 +145,7 @@ def define_bridge() -> dict[str, Any]:
                     return direct_buffer(piece.buffer).slice(piece.offset, piece.length)
                 if self.own is None:
                     self.own = own_buffers.take(CHUNK)
-                n = _readinto(self.stream, self.own.memory)
+                n = readinto_some(self.stream, self.own.memory)
             except Exception as e:
                 raise _java_error(e) from None
             if n <= 0:
@@ -240,7 +241,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 raw = bytes(request)
                 n = raw[0]
-                kind = wire.index_type_from_ascii(raw[1 : 1 + n])
+                kind = wire.index_type(raw[1 : 1 + n])
                 m = wire.decode_metadata(raw[1 + n :])
                 return result(self.manager.fetch_index(m, kind))
             except Exception as e:
@@ -290,16 +291,6 @@ def define_bridge() -> dict[str, Any]:
 
     _defined.update(Bridge=Bridge, Session=Session, Chunks=Chunks)
     return _defined
-
-
-def _readinto(stream: Any, view: memoryview) -> int:
-    readinto = getattr(stream, "readinto", None)
-    if readinto is not None:
-        n = readinto(view)
-        return 0 if n is None else n
-    data = stream.read(len(view))
-    view[: len(data)] = data
-    return len(data)
 
 
 def install(factory: Callable[[Mapping[str, str]], Any] | None = None, *, adopt_hooks: bool = True) -> Any:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer
 from rsm import jvm_codec as wire
 from rsm.fetch_stream import SegmentStream
@@ -88,16 +89,6 @@ def _error_frame(exc: BaseException) -> bytes:
     t = type_name.encode("utf-8", "replace")[:0xFFFF]
     m = message.encode("utf-8", "replace")
     return bytes([status]) + struct.pack(">H", len(t)) + t + _I32.pack(len(m)) + m
-
-
-def _readinto(stream: BinaryIO | Any, view: memoryview) -> int:
-    readinto = getattr(stream, "readinto", None)
-    if readinto is not None:
-        n = readinto(view)
-        return 0 if n is None else n
-    data = stream.read(len(view))
-    view[: len(data)] = data
-    return len(data)
 
 
 class Sidecar:
@@ -211,7 +202,7 @@ class Sidecar:
             return
         try:
             try:
-                n = _readinto(stream, view[:FIRST_CHUNK])
+                n = readinto_some(stream, view[:FIRST_CHUNK])
             except Exception as e:
                 self._log_failure(what, e)
                 sock.sendall(_error_frame(e))
@@ -221,7 +212,7 @@ class Sidecar:
                 _send_parts(sock, (head + _I32.pack(n), view[:n]))
                 head = b""
                 try:
-                    n = _readinto(stream, view)
+                    n = readinto_some(stream, view)
                 except Exception as e:
                     self._log_failure(what, e)
                     sock.sendall(_MID_STREAM_ERROR + _error_frame(e))
