@@ -98,7 +98,6 @@ CONFIG_DEF = ConfigDef().extend(
             "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
             "upload is about (concurrency + 1) x block size.",
             validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
-            valid_values=f"[{MIN_BLOCK_SIZE},...,{MAX_BLOCK_SIZE}]",
             group="azure",
         ),
         ConfigKey(
@@ -107,7 +106,6 @@ CONFIG_DEF = ConfigDef().extend(
             4,
             "Blocks of one upload staged in parallel (size of the upload thread pool).",
             validator=in_range(1, 64),
-            valid_values="[1,...,64]",
             group="azure",
         ),
         ConfigKey(
@@ -116,7 +114,6 @@ CONFIG_DEF = ConfigDef().extend(
             4 * 1024 * 1024,
             "Bytes fetched per GET while a download stream is read (also the most held in memory).",
             validator=in_range(64 * 1024, None),
-            valid_values="[65536,...]",
             group="azure",
         ),
         ConfigKey(

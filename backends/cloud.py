@@ -74,7 +74,6 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             "Timeout in milliseconds for one attempt of an API call: connecting, and waiting for each "
             "response read (a stalled socket fails the attempt, which is then retried).",
             validator=in_range(1, None),
-            valid_values="[1,...]",
             group=group,
         ),
         ConfigKey(
@@ -84,7 +83,6 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             "Attempts per API call, the first one included. Only throttling, server (5xx), timeout and "
             "connection errors are retried.",
             validator=in_range(1, 20),
-            valid_values="[1,...,20]",
             group=group,
         ),
         ConfigKey(
@@ -93,7 +91,6 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             100,
             "Base of the jittered exponential backoff between attempts (doubled for throttling).",
             validator=in_range(0, None),
-            valid_values="[0,...]",
             group=group,
         ),
         ConfigKey(
@@ -102,7 +99,6 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             10_000,
             "Upper bound of one backoff pause.",
             validator=in_range(0, None),
-            valid_values="[0,...]",
             group=group,
         ),
         ConfigKey(
@@ -113,7 +109,6 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             "passes, the upload is aborted and fails, so a stuck upload can never hang the broker's "
             "copy thread forever.",
             validator=in_range(1000, None),
-            valid_values="[1000,...]",
             group=group,
         ),
     ]

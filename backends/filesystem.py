@@ -42,7 +42,6 @@ CONFIG_DEF = ConfigDef().extend(
             32 * 1024 * 1024,
             "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
             validator=in_range(1024 * 1024, None),
-            valid_values="[1048576,...]",
             group="filesystem",
         ),
     ]

@@ -94,7 +94,6 @@ CONFIG_DEF = ConfigDef().extend(
             "STANDARD",
             "Storage class of uploaded objects.",
             validator=one_of(*STORAGE_CLASSES),
-            valid_values=", ".join(STORAGE_CLASSES),
             group="s3",
         ),
         ConfigKey(
@@ -104,7 +103,6 @@ CONFIG_DEF = ConfigDef().extend(
             "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
             "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
             validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE),
-            valid_values=f"[{MIN_PART_SIZE},...,{MAX_PART_SIZE}]",
             group="s3",
         ),
         ConfigKey(
@@ -113,7 +111,6 @@ CONFIG_DEF = ConfigDef().extend(
             4,
             "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
             validator=in_range(1, 64),
-            valid_values="[1,...,64]",
             group="s3",
         ),
         ConfigKey(

@@ -28,7 +28,6 @@ CORE = ConfigDef().extend(
             "Size in bytes of the original chunks a segment is cut into; each is compressed and encrypted on its "
             "own and is the unit of ranged reads and caching. 4 MiB is a good default for S3/GCS/Azure.",
             validator=in_range(1, 1073741823),
-            valid_values="[1,...,1073741823]",
         ),
         ConfigKey(
             "storage.backend.class",
@@ -60,7 +59,6 @@ CORE = ConfigDef().extend(
             3,
             "zstd level for chunk compression (negative levels are the fast modes).",
             validator=in_range(-7, 22),
-            valid_values="[-7,...,22]",
         ),
         ConfigKey(
             "encryption.enabled",
@@ -116,7 +114,6 @@ CORE = ConfigDef().extend(
             "Fields returned to the broker as custom metadata (Kafka caps it at 128 bytes by default). "
             "With OBJECT_PREFIX/OBJECT_KEY recorded, every later operation uses the recorded location.",
             validator=one_of(*CUSTOM_METADATA_FIELDS),
-            valid_values=", ".join(CUSTOM_METADATA_FIELDS),
         ),
         ConfigKey(
             "transform.thread.pool.size",
@@ -124,7 +121,6 @@ CORE = ConfigDef().extend(
             0,
             "Threads that compress/encrypt and decrypt/decompress chunks (0 = number of CPU cores).",
             validator=in_range(0, 1024),
-            valid_values="[0,...,1024]",
         ),
         ConfigKey(
             "fetch.readahead.chunks",
@@ -133,7 +129,6 @@ CORE = ConfigDef().extend(
             "Chunks a fetch stream decodes ahead of the reader, in parallel. Bounded, so a reader that stops "
             "early costs at most this many extra chunks.",
             validator=in_range(0, 256),
-            valid_values="[0,...,256]",
         ),
         ConfigKey(
             "fetch.manifest.cache.size",
@@ -141,7 +136,6 @@ CORE = ConfigDef().extend(
             1000,
             "Parsed manifests (with unwrapped data keys) kept in memory.",
             validator=in_range(0, None),
-            valid_values="[0,...]",
         ),
     ]
 )

@@ -79,9 +79,13 @@ class ConfigKey:
     default: Any
     doc: str
     validator: Callable[[str, Any], str | None] | None = None
-    valid_values: str = ""
+    valid_values: str = ""  # for the docs table; derived from an in_range/one_of validator when left empty
     group: str = "core"
     dynamic: bool = False  # a pattern such as encryption.key.pairs.<id>.public.key: documented, parsed by its owner
+
+    def __post_init__(self) -> None:
+        if not self.valid_values:
+            object.__setattr__(self, "valid_values", getattr(self.validator, "valid_values", ""))
 
     @property
     def required(self) -> bool:
@@ -114,6 +118,8 @@ class ConfigKey:
 
 
 def in_range(lo: int | None, hi: int | None) -> Callable[[str, Any], str | None]:
+    """A bounds check that also describes itself for the docs: ``[lo,...,hi]``, ``[lo,...]``."""
+
     def check(_key: str, v: Any) -> str | None:
         if lo is not None and v < lo:
             return f"value must be at least {lo}"
@@ -121,6 +127,7 @@ def in_range(lo: int | None, hi: int | None) -> Callable[[str, Any], str | None]
             return f"value must be no more than {hi}"
         return None
 
+    check.valid_values = f"[{'' if lo is None else lo},...{'' if hi is None else f',{hi}'}]"  # type: ignore[attr-defined]
     return check
 
 
@@ -134,6 +141,7 @@ def one_of(*allowed: str, case_insensitive: bool = True) -> Callable[[str, Any],
                 return f"{item!r} is not one of: {', '.join(allowed)}"
         return None
 
+    check.valid_values = ", ".join(allowed)  # type: ignore[attr-defined]
     return check
 
 

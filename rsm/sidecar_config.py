@@ -22,7 +22,6 @@ CONFIG_DEF = ConfigDef().extend(
             "broker was started by `kts kafka-server-start`); 'auto' picks inprocess when that launcher "
             "registered a Python bridge, otherwise sidecar.",
             validator=one_of("auto", "sidecar", "inprocess"),
-            valid_values="auto, sidecar, inprocess",
             group=_GROUP,
         ),
         ConfigKey(
@@ -57,7 +56,6 @@ CONFIG_DEF = ConfigDef().extend(
             "Log level of the sidecar's Python logging. Its log lines are forwarded into the broker's log "
             "(logger io.kts.shim.sidecar).",
             validator=one_of("DEBUG", "INFO", "WARNING", "ERROR"),
-            valid_values="DEBUG, INFO, WARNING, ERROR",
             group=_GROUP,
         ),
         ConfigKey(
@@ -74,7 +72,6 @@ CONFIG_DEF = ConfigDef().extend(
             60000,
             "How long configure() (and a restart) waits for the sidecar to import and configure the manager.",
             validator=in_range(1, None),
-            valid_values="[1,...]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -84,7 +81,6 @@ CONFIG_DEF = ConfigDef().extend(
             "Longest wait for a sidecar reply to a fetch, index fetch or delete, and for each chunk of a fetch "
             "stream the broker is reading; on expiry the call fails with RemoteStorageException.",
             validator=in_range(1, None),
-            valid_values="[1,...]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -93,7 +89,6 @@ CONFIG_DEF = ConfigDef().extend(
             1800000,
             "Longest wait for copyLogSegmentData (upload of a whole segment).",
             validator=in_range(1, None),
-            valid_values="[1,...]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -102,7 +97,6 @@ CONFIG_DEF = ConfigDef().extend(
             10000,
             "How long close() waits for the sidecar to close the manager and exit before killing it.",
             validator=in_range(0, None),
-            valid_values="[0,...]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -111,7 +105,6 @@ CONFIG_DEF = ConfigDef().extend(
             16,
             "Idle Unix-socket connections the shim keeps for reuse (concurrent calls may open more).",
             validator=in_range(0, 4096),
-            valid_values="[0,...,4096]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -123,7 +116,6 @@ CONFIG_DEF = ConfigDef().extend(
             "Split into buffers of chunk.size; pages are touched only as concurrent fetches need them. When all "
             "are in use, or with 0, fetched bytes go over the socket.",
             validator=in_range(0, None),
-            valid_values="[0,...]",
             group=_GROUP,
         ),
         ConfigKey(
@@ -132,7 +124,6 @@ CONFIG_DEF = ConfigDef().extend(
             1000,
             "Minimum delay between sidecar restarts after it died; doubles while restarts fail (max 30 s).",
             validator=in_range(0, None),
-            valid_values="[0,...]",
             group=_GROUP,
         ),
     ]
