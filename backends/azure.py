@@ -31,10 +31,9 @@ from backends.cloud import (
     retry_policy,
     upload_parts,
 )
+from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import ResponseStream, iter_blocks
-from rsm.configdef import ConfigDef, ConfigKey, in_range
-from rsm.errors import ConfigException
 
 MIN_BLOCK_SIZE = 100 * 1024
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024

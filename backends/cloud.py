@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.instrumentation import BackendMetrics
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind, RetryPolicy, call_with_retry
-from rsm.configdef import ConfigDef, ConfigKey, in_range
-from rsm.errors import ConfigException
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException
-from rsm.configdef import ConfigDef, ConfigKey, in_range
+from backends.configdef import ConfigDef, ConfigKey, in_range
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -101,7 +101,7 @@ class FileSystemBackend:
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = CONFIG_DEF.parse(configs)
         if values["root"] is None and self.root is None:
-            from rsm.errors import ConfigException
+            from backends.configdef import ConfigException
 
             raise ConfigException(
                 "Missing required configuration 'storage.root' for the filesystem backend: "

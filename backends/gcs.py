@@ -31,9 +31,9 @@ from backends.cloud import (
     require_container,
     retry_policy,
 )
+from backends.configdef import ConfigDef, ConfigKey
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import ResponseStream, iter_blocks
-from rsm.configdef import ConfigDef, ConfigKey
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"

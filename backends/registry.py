@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rsm.errors import ConfigException
+from backends.configdef import ConfigException
 
 SHORT_NAMES: dict[str, str] = {
     "filesystem": "backends.filesystem:FileSystemBackend",

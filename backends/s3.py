@@ -33,9 +33,9 @@ from backends.cloud import (
     retry_policy,
     upload_parts,
 )
+from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import ResponseStream, iter_blocks
-from rsm.configdef import ConfigDef, ConfigKey, in_range, one_of
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639

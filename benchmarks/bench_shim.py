@@ -29,10 +29,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # jvm_testing: the shim tests' helpers
 
+import jvm_testing as jt  # noqa: E402 - tests/ is on sys.path
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
-
-from rsm import jvm_testing as jt  # noqa: E402
 
 
 def direct(manager_cfg: dict[str, str], seg: jt.SpecSegment, index_calls: int) -> tuple[float, float, float, int]:
@@ -97,8 +97,8 @@ def main() -> int:
 
     import jpype
 
-    from rsm import jvm_inprocess
-    from rsm.kafka.segment_writer import write_large_segment
+    from rsm.jvm import inprocess as jvm_inprocess
+    from rsm.kafka.writer import write_large_segment
     from rsm.metadata import TopicIdPartition
 
     jt.ensure_built()

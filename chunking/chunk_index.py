@@ -17,12 +17,13 @@ from typing import Any
 
 import zstandard
 
+from chunking.errors import ChunkingError
 from chunking.size_codec import decode_chunk_sizes, encode_chunk_sizes
 
 MAX_ENCODED_SIZES = 10 * 1024 * 1024
 
 
-class ChunkIndexError(ValueError):
+class ChunkIndexError(ChunkingError):
     """The chunk index in a manifest is inconsistent or malformed."""
 
 

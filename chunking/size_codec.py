@@ -11,10 +11,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from chunking.errors import ChunkingError
+
 INT32_MAX = 2**31 - 1
 
 
-class ChunkSizeCodecError(ValueError):
+class ChunkSizeCodecError(ChunkingError):
     """The encoded size list is malformed or a value is out of range."""
 
 

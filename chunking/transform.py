@@ -12,8 +12,8 @@ import threading
 import crc32c as _crc32c
 import zstandard
 
+from chunking.errors import CorruptChunkError
 from encryption.aes import ChunkCipher
-from rsm.errors import CorruptDataException
 
 
 def crc32c(data: bytes | memoryview) -> int:
@@ -67,15 +67,15 @@ class ChunkTransformer:
             data = self.cipher.decrypt(data, what)
         if not self.compression:
             if len(data) != expected_size:
-                raise CorruptDataException(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
+                raise CorruptChunkError(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
             out[:] = data
             return
         try:
             params = zstandard.get_frame_parameters(data)
         except zstandard.ZstdError as e:
-            raise CorruptDataException(f"{what} is not a zstd frame: {e}") from None
+            raise CorruptChunkError(f"{what} is not a zstd frame: {e}") from None
         if params.content_size != expected_size:
-            raise CorruptDataException(
+            raise CorruptChunkError(
                 f"{what} zstd frame declares {params.content_size} bytes, the chunk index says {expected_size}"
             )
         try:
@@ -88,9 +88,9 @@ class ChunkTransformer:
                 got += n
             trailing = reader.read(1)
         except zstandard.ZstdError as e:
-            raise CorruptDataException(f"{what} failed to decompress: {e}") from None
+            raise CorruptChunkError(f"{what} failed to decompress: {e}") from None
         if got != expected_size or trailing:
-            raise CorruptDataException(
+            raise CorruptChunkError(
                 f"{what} decodes to {'more than ' if trailing else ''}{got} bytes, the chunk index says "
                 f"{expected_size}: the zstd frame is truncated or corrupt"
             )

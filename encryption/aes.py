@@ -2,7 +2,7 @@
 
 One data encryption key (DEK) and one 32-byte AAD per segment; every chunk and every index gets a fresh
 random IV. A wrong key, a wrong AAD or a single flipped bit fails the GCM tag check, which we turn into
-``CorruptDataException`` so a caller can never receive unauthenticated bytes.
+``DecryptionError`` so a caller can never receive unauthenticated bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from rsm.errors import CorruptDataException
+from encryption.errors import DecryptionError
 
 IV_SIZE = 12
 TAG_SIZE = 16
@@ -52,12 +52,12 @@ class ChunkCipher:
 
     def decrypt(self, blob: bytes | memoryview, what: str = "chunk") -> bytes:
         if len(blob) < OVERHEAD:
-            raise CorruptDataException(f"encrypted {what} is {len(blob)} bytes, shorter than IV+tag ({OVERHEAD})")
+            raise DecryptionError(f"encrypted {what} is {len(blob)} bytes, shorter than IV+tag ({OVERHEAD})")
         mv = memoryview(blob)
         try:
             return self._aead.decrypt(mv[:IV_SIZE], mv[IV_SIZE:], self._aad)
         except InvalidTag:
-            raise CorruptDataException(
+            raise DecryptionError(
                 f"AES-GCM authentication failed for {what}: the stored bytes are corrupt or were written with a "
                 f"different data key/AAD"
             ) from None

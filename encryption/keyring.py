@@ -3,7 +3,7 @@
 Wrapping is RSA-OAEP with SHA3-512 for both the OAEP hash and MGF1, empty label (BouncyCastle's
 ``OAEPWithSHA3-512AndMGF1Padding``). ``cryptography`` refuses SHA3 in OAEP, so pycryptodome does the RSA part.
 The ring maps key-pair ids to key pairs; the *active* id wraps new keys, the others stay so that older
-manifests remain readable until they are re-wrapped (see ``rsm.rotation``).
+manifests remain readable until they are re-wrapped (see ``rsm.core.rotation``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from Crypto.Hash import SHA3_512
 from Crypto.PublicKey import RSA
 from Crypto.Signature.pss import MGF1
 
-from rsm.errors import ConfigException, KeyRingException
+from encryption.errors import KeyPairError, KeyRingError
 
 MIN_MODULUS_BITS = 2 * 64 * 8 + 2 * 8 + 32 * 8  # OAEP-SHA3-512 overhead (130 B) + a 32-byte key
 
@@ -37,7 +37,7 @@ class RsaKeyPair:
     @staticmethod
     def from_pem(key_id: str, public_pem: bytes | str | None, private_pem: bytes | str | None) -> RsaKeyPair:
         if ":" in key_id or not key_id:
-            raise ConfigException(
+            raise KeyPairError(
                 f"Invalid key pair id {key_id!r} in encryption.key.pairs: ids must be non-empty "
                 f"and must not contain ':' (the manifest stores '<id>:<wrapped key>')"
             )
@@ -45,19 +45,19 @@ class RsaKeyPair:
             private = RSA.import_key(private_pem) if private_pem else None
             public = RSA.import_key(public_pem) if public_pem else (private.public_key() if private else None)
         except (ValueError, IndexError, TypeError) as e:
-            raise ConfigException(
+            raise KeyPairError(
                 f"Invalid PEM for key pair {key_id!r}: {e}. Public keys must be "
                 f"'BEGIN PUBLIC KEY' (SubjectPublicKeyInfo), private keys 'BEGIN PRIVATE KEY' "
                 f"(PKCS#8) or 'BEGIN RSA PRIVATE KEY'"
             ) from e
         if public is None:
-            raise ConfigException(f"Key pair {key_id!r} has neither a public nor a private key")
+            raise KeyPairError(f"Key pair {key_id!r} has neither a public nor a private key")
         if public.has_private():
             public = public.public_key()
         if private is not None and private.n != public.n:
-            raise ConfigException(f"Key pair {key_id!r}: the private key does not belong to the public key")
+            raise KeyPairError(f"Key pair {key_id!r}: the private key does not belong to the public key")
         if public.size_in_bits() < MIN_MODULUS_BITS:
-            raise ConfigException(
+            raise KeyPairError(
                 f"Key pair {key_id!r} is {public.size_in_bits()}-bit RSA; wrapping a 32-byte "
                 f"key with OAEP-SHA3-512 needs at least {MIN_MODULUS_BITS} bits (use 2048+)"
             )
@@ -68,14 +68,14 @@ class RsaKeyPair:
 
     def unwrap(self, wrapped: bytes) -> bytes:
         if self.private_key is None:
-            raise KeyRingException(
+            raise KeyRingError(
                 f"key pair {self.key_id!r} has no private key configured, so data keys it "
                 f"wrapped cannot be read; set encryption.key.pairs.{self.key_id}.private.key.file"
             )
         try:
             return PKCS1_OAEP.new(self.private_key, hashAlgo=SHA3_512, mgfunc=_mgf).decrypt(wrapped)
         except ValueError:
-            raise KeyRingException(
+            raise KeyRingError(
                 f"cannot unwrap the data key with key pair {self.key_id!r}: the configured "
                 f"private key is not the one the segment was written with"
             ) from None
@@ -97,7 +97,7 @@ class RsaKeyRing:
 
     def __init__(self, pairs: Mapping[str, RsaKeyPair], active_key_id: str) -> None:
         if active_key_id not in pairs:
-            raise ConfigException(
+            raise KeyPairError(
                 f"Invalid value {active_key_id!r} for configuration encryption.key.pair.id: "
                 f"it must be one of encryption.key.pairs ({', '.join(pairs) or 'empty'})"
             )
@@ -119,18 +119,18 @@ class RsaKeyRing:
     @staticmethod
     def split(data_key_field: str) -> tuple[str, bytes]:
         if data_key_field.count(":") != 1:
-            raise KeyRingException(f"malformed dataKey {data_key_field[:40]!r}...: expected '<keyPairId>:<base64>'")
+            raise KeyRingError(f"malformed dataKey {data_key_field[:40]!r}...: expected '<keyPairId>:<base64>'")
         key_id, b64 = data_key_field.split(":")
         try:
             return key_id, base64.b64decode(b64, validate=True)
         except binascii.Error as e:
-            raise KeyRingException(f"malformed dataKey for key pair {key_id!r}: bad base64 ({e})") from None
+            raise KeyRingError(f"malformed dataKey for key pair {key_id!r}: bad base64 ({e})") from None
 
     def unwrap(self, data_key_field: str) -> bytes:
         key_id, wrapped = self.split(data_key_field)
         pair = self._pairs.get(key_id)
         if pair is None:
-            raise KeyRingException(
+            raise KeyRingError(
                 f"the data key was wrapped with key pair {key_id!r}, which is not on the key ring "
                 f"({', '.join(self._pairs)}); add it to encryption.key.pairs with its private key"
             )

@@ -1,5 +1,22 @@
-"""kafka-tiered-storage: Kafka's KIP-405 RemoteStorageManager in Python, compatible with Aiven's format."""
+"""kafka-tiered-storage: Kafka's KIP-405 RemoteStorageManager in Python, compatible with Aiven's format.
 
+The package root is the public API (``from rsm import RemoteStorageManager, ...``): the manager, Kafka's
+metadata types and the exception family. Its subpackages, one per concern, from the top down:
+
+- ``rsm.cli``: the ``kts`` commands and the demo; may import everything.
+- ``rsm.spark``: the PySpark data source over tiered segments.
+- ``rsm.jvm``: the Python half of the JVM shim (sidecar, in-process bridge, launcher).
+- ``rsm.core``: the plugin itself: manager, config, manifest, object keys, copy pipeline, key rotation.
+- ``rsm.fetch``: the read path below the manager: segment streams (and caches, prefetch, coalescing).
+- ``rsm.kafka``: Kafka's on-disk formats (record batches, indexes, snapshots) and a segment writer.
+- ``rsm.errors``, ``rsm.metadata``: the exceptions and Kafka's types that every layer above shares.
+
+Below ``rsm`` sit ``chunking`` (chunk index, transforms, buffers), ``encryption`` (AES-GCM, RSA key ring) and
+``backends`` (object stores, and the config-declaration tool every layer uses). A layer imports only the ones
+below it; the import-linter contracts in pyproject.toml enforce this (``make lint``).
+"""
+
+from rsm.core.manager import RemoteStorageManager
 from rsm.errors import (
     ConfigException,
     CorruptDataException,
@@ -16,17 +33,6 @@ from rsm.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-
-
-def __getattr__(name: str) -> object:
-    # Imported lazily: the manager pulls in every layer (chunking, encryption, backends), and those layers import
-    # rsm.errors; an eager import here would make that a cycle.
-    if name == "RemoteStorageManager":
-        from rsm.manager import RemoteStorageManager
-
-        return RemoteStorageManager
-    raise AttributeError(f"module 'rsm' has no attribute {name!r}")
-
 
 __all__ = [
     "ConfigException",

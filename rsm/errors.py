@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from backends.configdef import ConfigException
+
 
 class RemoteStorageException(Exception):
     """Kafka's ``RemoteStorageException``: the remote operation failed; the broker will retry later."""
@@ -23,5 +25,11 @@ class KeyRingException(RemoteStorageException):
     """The data key cannot be unwrapped: the key pair is unknown or is the wrong one."""
 
 
-class ConfigException(ValueError):
-    """A configuration key is missing or invalid; the message names the key and what is allowed."""
+__all__ = [
+    "ConfigException",
+    "CorruptDataException",
+    "KeyRingException",
+    "RemoteResourceNotFoundException",
+    "RemoteStorageException",
+    "RetriableRemoteStorageException",
+]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from Crypto.PublicKey import RSA
 
-from rsm.kafka.segment_writer import SegmentFiles, write_segment
+from rsm.kafka.writer import SegmentFiles, write_segment
 from rsm.metadata import TopicIdPartition
 
 TIP = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)

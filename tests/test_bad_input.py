@@ -20,7 +20,7 @@ from rsm import (
     RemoteStorageException,
     RemoteStorageManager,
 )
-from rsm.object_keys import segment_keys
+from rsm.core.object_keys import segment_keys
 
 
 class FailingBackend(FileSystemBackend):
@@ -272,8 +272,8 @@ def test_compression_heuristic_samples_batches(segment_factory: Any, make_manage
 
 def test_heuristic_looks_past_the_first_batch(tmp_path: Path) -> None:
     """First batch uncompressed, the rest zstd: Aiven's first-batch rule would compress; sampling does not."""
-    from rsm.compression_heuristic import should_compress
-    from rsm.kafka.segment_writer import write_segment
+    from rsm.core.compression_heuristic import should_compress
+    from rsm.kafka.writer import write_segment
 
     head = write_segment(tmp_path / "a", num_batches=1, codec="none", seed=2)
     tail = write_segment(tmp_path / "b", base_offset=head.end_offset + 1, target_bytes=300_000, codec="zstd", seed=2)
@@ -292,8 +292,8 @@ def test_heuristic_looks_past_the_first_batch(tmp_path: Path) -> None:
 
 
 def test_key_rotation_rewraps_manifest_only(seg: Any, key_pairs: Any, make_manager: Any, tmp_path: Path) -> None:
-    from rsm.cli import main
-    from rsm.rotation import rewrap_all
+    from rsm.cli.main import main
+    from rsm.core.rotation import rewrap_all
 
     old = make_manager(encryption_configs(key_pairs), compression_enabled=True)
     meta = _copy(old, seg)

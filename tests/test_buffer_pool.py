@@ -21,11 +21,13 @@ from hypothesis import strategies as st
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException, read_range, read_range_into
 from backends.filesystem import FileSystemBackend
 from chunking.buffer_pool import ChunkBufferPool
+from chunking.errors import CorruptChunkError
 from chunking.transform import ChunkTransformer
 from encryption.aes import ChunkCipher, DataKeyAndAad
+from encryption.errors import DecryptionError
+from rsm.core.object_keys import segment_keys
 from rsm.errors import CorruptDataException, RemoteStorageException
-from rsm.fetch_stream import SegmentStream
-from rsm.object_keys import segment_keys
+from rsm.fetch.stream import SegmentStream
 
 BS = 4096
 
@@ -453,23 +455,23 @@ def test_detransform_into_round_trip_writes_only_the_target(encrypted: bool) -> 
 def test_detransform_into_rejects_damaged_zstd(mangle: Callable[[bytes], bytes], message: str) -> None:
     t = ChunkTransformer(True)
     stored = mangle(bytes(t.transform(DATA)))
-    with pytest.raises(CorruptDataException, match=message):
+    with pytest.raises(CorruptChunkError, match=message):
         t.detransform_into(stored, memoryview(bytearray(len(DATA))), "chunk 4")
 
 
 @pytest.mark.parametrize("delta", [-1, 1])
 def test_detransform_into_size_mismatch(delta: int) -> None:
     zstd = ChunkTransformer(True)
-    with pytest.raises(CorruptDataException, match="declares"):
+    with pytest.raises(CorruptChunkError, match="declares"):
         zstd.detransform_into(zstd.transform(DATA), memoryview(bytearray(len(DATA) + delta)), "chunk 1")
     cipher = ChunkCipher(DataKeyAndAad.generate())
     aes = ChunkTransformer(False, cipher=cipher)
     out = bytearray(b"\x01" * (len(DATA) + delta))
-    with pytest.raises(CorruptDataException, match="chunk index says"):
+    with pytest.raises(CorruptChunkError, match="chunk index says"):
         aes.detransform_into(aes.transform(DATA), memoryview(out), "chunk 1")
     assert out == b"\x01" * (len(DATA) + delta)  # nothing written on a mismatch
     plain = ChunkTransformer(False)
-    with pytest.raises(CorruptDataException, match="chunk index says"):
+    with pytest.raises(CorruptChunkError, match="chunk index says"):
         plain.detransform_into(DATA, memoryview(bytearray(len(DATA) + delta)), "chunk 1")
 
 
@@ -477,7 +479,7 @@ def test_detransform_into_rejects_a_flipped_bit_before_decompressing() -> None:
     t = ChunkTransformer(True, cipher=ChunkCipher(DataKeyAndAad.generate()))
     stored = bytearray(t.transform(DATA))
     stored[40] ^= 1
-    with pytest.raises(CorruptDataException, match="AES-GCM"):
+    with pytest.raises(DecryptionError, match="AES-GCM"):
         t.detransform_into(bytes(stored), memoryview(bytearray(len(DATA))), "chunk 2")
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rsm.cli import main
-from rsm.config import CORE, config_docs_markdown
-from rsm.properties import read_properties, rsm_configs
+from rsm.cli.config_docs import config_docs_markdown
+from rsm.cli.main import main
+from rsm.cli.properties import read_properties, rsm_configs
+from rsm.core.config import CORE
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,8 +11,8 @@ import pytest
 from Crypto.PublicKey import RSA
 
 from encryption.aes import IV_SIZE, OVERHEAD, ChunkCipher, DataKeyAndAad
+from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
-from rsm.errors import ConfigException, CorruptDataException, KeyRingException
 
 JAVA_SRC = Path(__file__).parent / "java" / "AivenCryptoInterop.java"
 
@@ -34,14 +34,14 @@ def test_flipped_bit_and_wrong_key_fail() -> None:
     key = DataKeyAndAad.generate()
     blob = bytearray(ChunkCipher(key).encrypt(b"x" * 1000))
     blob[500] ^= 0x01
-    with pytest.raises(CorruptDataException, match="authentication failed"):
+    with pytest.raises(DecryptionError, match="authentication failed"):
         ChunkCipher(key).decrypt(bytes(blob))
     good = ChunkCipher(key).encrypt(b"y")
-    with pytest.raises(CorruptDataException):
+    with pytest.raises(DecryptionError):
         ChunkCipher(DataKeyAndAad.generate()).decrypt(good)
-    with pytest.raises(CorruptDataException):  # same key, other segment's AAD
+    with pytest.raises(DecryptionError):  # same key, other segment's AAD
         ChunkCipher(DataKeyAndAad(key.data_key, os.urandom(32))).decrypt(good)
-    with pytest.raises(CorruptDataException, match="shorter than IV"):
+    with pytest.raises(DecryptionError, match="shorter than IV"):
         ChunkCipher(key).decrypt(b"short")
 
 
@@ -55,24 +55,24 @@ def test_key_ring_wraps_with_active_and_reads_old(rsa_key: RSA.RsaKey) -> None:
     ring = RsaKeyRing({"old": old, "new": new}, "new")
     assert ring.unwrap(wrapped) == b"k" * 32
     assert ring.wrap(b"k" * 32).startswith("new:")
-    with pytest.raises(KeyRingException, match="not on the key ring"):
+    with pytest.raises(KeyRingError, match="not on the key ring"):
         RsaKeyRing({"new": new}, "new").unwrap(wrapped)
     # same id, different key material: a precise error, not garbage bytes
     impostor = RsaKeyPair.from_pem("old", other.public_key().export_key(), other.export_key(pkcs=8))
-    with pytest.raises(KeyRingException, match="not the one the segment was written with"):
+    with pytest.raises(KeyRingError, match="not the one the segment was written with"):
         RsaKeyRing({"old": impostor}, "old").unwrap(wrapped)
 
 
 def test_key_pair_validation(rsa_key: RSA.RsaKey) -> None:
-    with pytest.raises(ConfigException, match="must not contain ':'"):
+    with pytest.raises(KeyPairError, match="must not contain ':'"):
         RsaKeyPair.from_pem("a:b", rsa_key.public_key().export_key(), None)
-    with pytest.raises(ConfigException, match="at least"):
+    with pytest.raises(KeyPairError, match="at least"):
         small = RSA.generate(1024)
         RsaKeyPair.from_pem("small", small.public_key().export_key(), None)
-    with pytest.raises(ConfigException, match="Invalid PEM"):
+    with pytest.raises(KeyPairError, match="Invalid PEM"):
         RsaKeyPair.from_pem("bad", b"-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----\n", None)
     other = RSA.generate(2048)
-    with pytest.raises(ConfigException, match="does not belong"):
+    with pytest.raises(KeyPairError, match="does not belong"):
         RsaKeyPair.from_pem("mixed", rsa_key.public_key().export_key(), other.export_key(pkcs=8))
 
 

@@ -23,7 +23,7 @@ from emulators import (  # noqa: F401 - fixtures are found by name
 )
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
-from rsm.object_keys import segment_keys
+from rsm.core.object_keys import segment_keys
 
 PART = {
     "s3": ("s3.multipart.upload.part.size", 5 * 1024 * 1024),

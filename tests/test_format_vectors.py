@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from chunking.chunk_index import ChunkIndex, ChunkIndexError
 from chunking.size_codec import ChunkSizeCodecError, decode_chunk_sizes, encode_chunk_sizes
-from rsm.custom_metadata import CustomMetadata, CustomMetadataError
+from rsm.core.custom_metadata import CustomMetadata, CustomMetadataError
+from rsm.core.manifest import SegmentManifest
+from rsm.core.object_keys import segment_keys
 from rsm.errors import CorruptDataException
-from rsm.manifest import SegmentManifest
 from rsm.metadata import (
     IndexType,
     RemoteLogSegmentId,
@@ -23,7 +24,6 @@ from rsm.metadata import (
     is_kafka_uuid,
     random_kafka_uuid,
 )
-from rsm.object_keys import segment_keys
 
 # --- chunk size codec (aiven-plugin.md §1.6), bytes worked out by hand -----------------------------------------
 

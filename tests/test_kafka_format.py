@@ -59,7 +59,7 @@ from rsm.kafka.records import (
     zigzag_decode,
     zigzag_encode,
 )
-from rsm.kafka.segment_writer import (
+from rsm.kafka.writer import (
     build_batch,
     build_control_batch,
     write_empty_segment,
@@ -412,7 +412,7 @@ def test_leader_epoch_checkpoint() -> None:
 
 def _check_segment_consistency(seg: object) -> list:
     """Every batch valid (per us and per kafka-python), offsets contiguous, indexes pointing at batch starts."""
-    from rsm.kafka.segment_writer import SegmentFiles
+    from rsm.kafka.writer import SegmentFiles
 
     assert isinstance(seg, SegmentFiles)
     batches = list(iter_batches(seg.log, verify=True))

@@ -12,10 +12,10 @@ import pytest
 from conftest import TIP, encryption_configs
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageException
-from rsm.custom_metadata import CustomMetadata
+from rsm.core.custom_metadata import CustomMetadata
+from rsm.core.object_keys import segment_keys
 from rsm.kafka.indexes import decode_offset_index
 from rsm.kafka.records import iter_batch_headers, verify_crc
-from rsm.object_keys import segment_keys
 
 
 def _ranges(size: int, chunk: int, rng: random.Random) -> list[tuple[int, int | None]]:
@@ -145,7 +145,7 @@ def test_broker_style_reads_from_index_positions(
 
 @pytest.mark.parametrize("kind", ["empty", "one-byte", "single-batch"])
 def test_edge_case_segments(kind: str, tmp_path: Any, key_pairs: Any, make_manager: Any) -> None:
-    from rsm.kafka.segment_writer import write_empty_segment, write_single_batch_segment
+    from rsm.kafka.writer import write_empty_segment, write_single_batch_segment
 
     if kind == "single-batch":
         seg = write_single_batch_segment(tmp_path / "seg")

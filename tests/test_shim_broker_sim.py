@@ -14,13 +14,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import jvm_testing as jt
 import pytest
 from conftest import encryption_configs
 
 from rsm import RemoteStorageManager
-from rsm import jvm_testing as jt
 from rsm.kafka.indexes import encode_leader_epoch_checkpoint
-from rsm.kafka.segment_writer import SegmentFiles, write_segment
+from rsm.kafka.writer import SegmentFiles, write_segment
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 
@@ -160,7 +160,7 @@ def _run_inprocess(jvm: Any, cfg: dict[str, str], log: PartitionLog, fetches: in
     """The in-process bridge: the JVM JPype started in this process, its reader threads calling into Python."""
     import jpype
 
-    from rsm import jvm_inprocess
+    from rsm.jvm import inprocess as jvm_inprocess
 
     m = jpype.JClass("java.util.HashMap")()
     for k, v in cfg.items():

@@ -12,10 +12,10 @@ import time
 import zipfile
 from pathlib import Path
 
+import jvm_testing as jt
 import pytest
 
-from rsm import jvm_launcher
-from rsm import jvm_testing as jt
+from rsm.jvm import launcher as jvm_launcher
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 
@@ -54,10 +54,10 @@ def test_stubs_have_kafka_descriptors() -> None:
 
 
 def test_plugin_path_prints_the_jar_directory() -> None:
-    from rsm import shim_cli
+    from rsm.jvm import shim_cli
 
     r = subprocess.run(
-        [sys.executable, "-m", "rsm.shim_cli", "plugin-path"], capture_output=True, text=True, cwd=jt.REPO
+        [sys.executable, "-m", "rsm.jvm.shim_cli", "plugin-path"], capture_output=True, text=True, cwd=jt.REPO
     )
     assert r.returncode == 0
     assert Path(r.stdout.strip()) == jt.PLUGIN_JAR.parent
@@ -66,7 +66,7 @@ def test_plugin_path_prints_the_jar_directory() -> None:
 
 def test_java_defaults_match_declared_config() -> None:
     """Settings.java reads the keys itself; the docs table comes from CONFIG_DEF. They must agree."""
-    from rsm.sidecar_config import CONFIG_DEF
+    from rsm.jvm.config import CONFIG_DEF
 
     src = (jt.SHIM_DIR / "src/io/kts/shim/Settings.java").read_text()
     found = dict(re.findall(r'longOf\(c, "([a-z.]+)", ([0-9_]+)L\)', src))
@@ -138,7 +138,7 @@ def _start(kafka_home: Path, tmp_path: Path, wait_ms: int | None) -> subprocess.
         LOG_DIR=str(tmp_path / "logs"),
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "rsm.shim_cli", "kafka-server-start", "--kafka-home", str(kafka_home), str(props)],
+        [sys.executable, "-m", "rsm.jvm.shim_cli", "kafka-server-start", "--kafka-home", str(kafka_home), str(props)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

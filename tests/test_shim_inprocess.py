@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jvm_testing as jt
 import pytest
-
-from rsm import jvm_testing as jt
 
 jpype = pytest.importorskip("jpype")
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
@@ -89,7 +88,7 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_inprocess_lifecycle_16_threads(jvm: Any, spec: Path, tmp_path: Path) -> None:
-    from rsm import jvm_inprocess
+    from rsm.jvm import inprocess as jvm_inprocess
 
     jvm_inprocess.install(adopt_hooks=False)
     try:
@@ -101,7 +100,7 @@ def test_inprocess_lifecycle_16_threads(jvm: Any, spec: Path, tmp_path: Path) ->
 
 
 def test_auto_transport_prefers_a_registered_bridge(jvm: Any, tmp_path: Path) -> None:
-    from rsm import jvm_inprocess
+    from rsm.jvm import inprocess as jvm_inprocess
 
     jvm_inprocess.install(adopt_hooks=False)
     try:
@@ -156,7 +155,7 @@ def _check_error_mapping(rsm: Any) -> None:
 
 
 def test_error_mapping_inprocess(jvm: Any, tmp_path: Path) -> None:
-    from rsm import jvm_inprocess
+    from rsm.jvm import inprocess as jvm_inprocess
 
     jvm_inprocess.install(adopt_hooks=False)
     try:

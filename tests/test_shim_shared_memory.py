@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jvm_testing as jt
 import pytest
 from conftest import TIP
 
-from rsm import jvm_codec as wire
-from rsm import jvm_testing as jt
-from rsm.shared_region import SHM_DIR, SharedRegion, remove_stale
-from rsm.sidecar import _HDR, _I32, Sidecar
+from rsm.jvm import codec as wire
+from rsm.jvm.shared_region import SHM_DIR, SharedRegion, remove_stale
+from rsm.jvm.sidecar import _HDR, _I32, Sidecar
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 BS = 65536
@@ -327,7 +327,7 @@ def test_shim_going_away_gives_the_region_back(served: Any, at_end: bool) -> Non
 
 
 def test_corrupt_chunk_mid_stream_errors_after_the_references_and_leaks_nothing(served: Any) -> None:
-    from rsm.object_keys import segment_keys
+    from rsm.core.object_keys import segment_keys
 
     path = Path(served.manager.backend.root) / segment_keys(served.manager.config["key.prefix"], served.meta).log
     stored = bytearray(path.read_bytes())
@@ -358,7 +358,7 @@ def sidecar_process(tmp_path: Path, name: str, **extra: str) -> Iterator[tuple[s
     cfg = jt.base_config(tmp_path / "store", **{"chunk.size": str(BS), **extra})
     env = dict(os.environ, PYTHONPATH=str(jt.REPO))
     p = subprocess.Popen(
-        [sys.executable, "-m", "rsm.sidecar", "--socket", str(tmp_path / f"{name}.sock")],
+        [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(tmp_path / f"{name}.sock")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -11,9 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import jvm_testing as jt
 import pytest
-
-from rsm import jvm_testing as jt
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 
@@ -116,7 +115,7 @@ def _python_without_package() -> str | None:
     for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if os.path.exists(cand) and os.path.realpath(cand) != os.path.realpath(sys.executable):
             probe = subprocess.run(
-                [cand, "-c", "import rsm.sidecar"],
+                [cand, "-c", "import rsm.jvm.sidecar"],
                 capture_output=True,
                 cwd="/",
                 env={"PATH": os.environ.get("PATH", "")},
@@ -136,7 +135,7 @@ def test_broken_python_environment_fails_configure_naming_interpreter_and_import
     assert r.returncode == 1
     err = r.stdout.splitlines()[0]
     assert err.startswith("ERROR java.lang.IllegalStateException"), err
-    assert py in err and "could not import rsm.sidecar" in err and "No module named 'rsm'" in err, err
+    assert py in err and "could not import rsm.jvm.sidecar" in err and "No module named 'rsm'" in err, err
     assert "pip install kafka-tiered-storage" in err
 
 
@@ -158,7 +157,7 @@ def test_manager_config_error_fails_configure(tmp_path: Path) -> None:
 def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
     """Direct check of the child's contract: group-wide SIGTERM/SIGINT must not kill it before the broker's
     shutdown hook has closed the plugin; stdin EOF (broker gone) must."""
-    from rsm.sidecar import _I32
+    from rsm.jvm.sidecar import _I32
 
     sock = tmp_path / "s.sock"
     cfg = jt.base_config(tmp_path / "store")
@@ -167,7 +166,7 @@ def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
     )
     env = dict(os.environ, PYTHONPATH=str(jt.REPO))
     p = subprocess.Popen(
-        [sys.executable, "-m", "rsm.sidecar", "--socket", str(sock)],
+        [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(sock)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

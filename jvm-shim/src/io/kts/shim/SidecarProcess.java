@@ -24,7 +24,7 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * One running {@code python -m rsm.sidecar}. The child gets its configuration on stdin and keeps stdin open:
+ * One running {@code python -m rsm.jvm.sidecar}. The child gets its configuration on stdin and keeps stdin open:
  * when the broker JVM goes away for any reason (even kill -9) the pipe closes and the sidecar exits.
  */
 final class SidecarProcess {
@@ -43,10 +43,10 @@ final class SidecarProcess {
                     + " % ((sys.executable,) + tuple(sys.version_info[:3])), flush=True)",
             "    sys.exit(3)",
             "try:",
-            "    from rsm import sidecar",
+            "    from rsm.jvm import sidecar",
             "except BaseException as e:",
             "    msg = ('%s: %s' % (type(e).__name__, e)).replace('\\n', ' | ')",
-            "    print('IMPORT-ERROR %s (Python %s) could not import rsm.sidecar: %s'"
+            "    print('IMPORT-ERROR %s (Python %s) could not import rsm.jvm.sidecar: %s'"
                     + " % (sys.executable, sys.version.split()[0], msg), flush=True)",
             "    sys.exit(3)",
             "sys.exit(sidecar.main(sys.argv[1:]))",

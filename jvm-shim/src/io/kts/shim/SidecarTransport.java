@@ -19,7 +19,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundExceptio
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
- * Talks to a supervised {@code python -m rsm.sidecar} over a Unix domain socket.
+ * Talks to a supervised {@code python -m rsm.jvm.sidecar} over a Unix domain socket.
  *
  * <p>Frames: request {@code u32 len | u8 op | payload}; response {@code u8 status | ...}. Status 1/2 carry
  * {@code u16 type | u32 message}. Fetch responses after status OK are chunks {@code i32 n | n bytes}, 0 ending

@@ -29,22 +29,16 @@ from backends.base import (
 from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from chunking.chunk_index import Chunk, ChunkIndex
+from chunking.errors import ChunkingError
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
+from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
-from rsm.compression_heuristic import should_compress
-from rsm.config import RsmConfig
-from rsm.copy_pipeline import TransformedLogReader
-from rsm.custom_metadata import CustomMetadata
-from rsm.errors import (
-    ConfigException,
-    CorruptDataException,
-    KeyRingException,
-    RemoteResourceNotFoundException,
-    RemoteStorageException,
-)
-from rsm.fetch_stream import SegmentStream
-from rsm.manifest import (
+from rsm.core.compression_heuristic import should_compress
+from rsm.core.config import RsmConfig
+from rsm.core.copy_pipeline import TransformedLogReader
+from rsm.core.custom_metadata import CustomMetadata
+from rsm.core.manifest import (
     INDEX_UPLOAD_ORDER,
     EncryptionMetadata,
     IntegrityRecord,
@@ -52,8 +46,16 @@ from rsm.manifest import (
     SegmentManifest,
     metadata_to_json,
 )
+from rsm.core.object_keys import SegmentKeys, main_path, mask, segment_keys
+from rsm.errors import (
+    ConfigException,
+    CorruptDataException,
+    KeyRingException,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+)
+from rsm.fetch.stream import SegmentStream
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from rsm.object_keys import SegmentKeys, main_path, mask, segment_keys
 
 log = logging.getLogger("rsm")
 
@@ -141,8 +143,11 @@ class RemoteStorageManager:
         config = RsmConfig.from_map(configs)
         key_ring = None
         if config["encryption.enabled"]:
-            pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
-            key_ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
+            try:
+                pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
+                key_ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
+            except KeyPairError as e:
+                raise ConfigException(str(e)) from None
         backend = create_backend(config["storage.backend.class"], config.storage)
         self._config = config
         self._key_ring = key_ring
@@ -404,7 +409,7 @@ class RemoteStorageManager:
                 )
             try:
                 data_key = self._key_ring.unwrap(manifest.encryption.data_key)
-            except KeyRingException as e:
+            except KeyRingError as e:
                 raise KeyRingException(f"cannot read {meta.describe()}: {e}") from None
             cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
         return ChunkTransformer(manifest.compression, 3, cipher)
@@ -480,6 +485,9 @@ class RemoteStorageManager:
                 raise CorruptDataException(
                     f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
                 ) from None
+            except (ChunkingError, DecryptionError) as e:
+                buf.release()
+                raise CorruptDataException(str(e)) from None
             except BaseException:
                 buf.release()
                 raise
@@ -506,7 +514,10 @@ class RemoteStorageManager:
         except StorageBackendException as e:
             raise RemoteStorageException(f"cannot read the {what}: {e}") from e
         cipher = loaded.transformer.cipher
-        data = cipher.decrypt(stored, what) if cipher is not None else stored
+        try:
+            data = cipher.decrypt(stored, what) if cipher is not None else stored
+        except DecryptionError as e:
+            raise CorruptDataException(str(e)) from None
         integrity = loaded.manifest.integrity
         expected = integrity.index_crcs.get(index_type) if integrity is not None else None
         if expected is not None and crc32c(data) != expected:
@@ -552,7 +563,7 @@ class RemoteStorageManager:
             return RewrapResult(old_id, True)
         try:
             data_key = self._key_ring.unwrap(manifest.encryption.data_key)
-        except KeyRingException as e:
+        except KeyRingError as e:
             raise KeyRingException(f"cannot re-wrap {self._show(manifest_key)}: {e}") from None
         manifest.encryption = EncryptionMetadata(self._key_ring.wrap(data_key), manifest.encryption.aad)
         self.backend.upload(manifest_key, io.BytesIO(manifest.to_json_bytes()))

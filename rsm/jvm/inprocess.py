@@ -29,11 +29,11 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from rsm import jvm_codec as wire
-from rsm.fetch_stream import SegmentStream
+from rsm.fetch.stream import SegmentStream
+from rsm.jvm import codec as wire
 from rsm.metadata import LogSegmentData
 
-log = logging.getLogger("rsm.jvm_inprocess")
+log = logging.getLogger("rsm.jvm.inprocess")
 
 CHUNK = 1024 * 1024
 SCRATCH = 64 * 1024  # results up to this size go through the calling thread's scratch buffer
@@ -51,7 +51,7 @@ def pin_thread_state() -> None:
 
 def default_manager_factory(config: Mapping[str, str]) -> Any:
     """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it."""
-    from rsm.sidecar_config import CONFIG_DEF
+    from rsm.jvm.config import CONFIG_DEF
 
     spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
     manager = wire.load_manager_class(spec)()

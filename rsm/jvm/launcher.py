@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-log = logging.getLogger("rsm.jvm_launcher")
+log = logging.getLogger("rsm.jvm.launcher")
 
-PLUGIN_JAR = Path(__file__).resolve().parent / "_jars" / "kafka-tiered-storage-shim.jar"
+PLUGIN_JAR = Path(__file__).resolve().parent.parent / "_jars" / "kafka-tiered-storage-shim.jar"  # rsm/_jars
 
 DEFAULT_HEAP_OPTS = "-Xmx1G -Xms1G"  # kafka-server-start.sh
 DEFAULT_PERFORMANCE_OPTS = (
@@ -156,7 +156,7 @@ def run(launch: BrokerLaunch) -> int:
     """Start the JVM here, register the Python bridge, run the broker's main on this thread."""
     import jpype
 
-    from rsm import jvm_inprocess
+    from rsm.jvm import inprocess as jvm_inprocess
 
     Path(
         next(

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rsm.core.manager import RemoteStorageManager
+from rsm.core.object_keys import Suffix
 from rsm.errors import RemoteStorageException
-from rsm.manager import RemoteStorageManager
-from rsm.object_keys import Suffix
 
 log = logging.getLogger(__name__)
 

@@ -2,21 +2,20 @@
 
 ``RsmConfig.from_map`` validates the map the broker passes to ``configure()`` and exposes typed values. Keys
 of other parts (``storage.*`` for backends, ``python.*``/``jvm.*`` for the shim) pass through untouched and
-are validated by their owners. ``all_config_defs()`` gathers every declaration for the generated docs table.
+are validated by their owners. ``rsm.cli.config_docs`` gathers every declaration for the generated docs table.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, one_of
 from backends.registry import ALLOWED_DOC
-from rsm.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, one_of
-from rsm.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
+from rsm.core.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
 from rsm.errors import ConfigException
 
 CORE = ConfigDef().extend(
@@ -141,36 +140,6 @@ CORE = ConfigDef().extend(
 )
 
 FIELD_NAMES = {"REMOTE_SIZE", "OBJECT_PREFIX", "OBJECT_KEY"}
-
-# Modules that declare keys of their own (owner module, attribute, doc prefix, section title).
-EXTERNAL_CONFIG_DEFS: list[tuple[str, str, str, str]] = [
-    ("backends.filesystem", "CONFIG_DEF", "storage.", "Filesystem backend"),
-    ("backends.s3", "CONFIG_DEF", "storage.", "S3 backend"),
-    ("backends.gcs", "CONFIG_DEF", "storage.", "GCS backend"),
-    ("backends.azure", "CONFIG_DEF", "storage.", "Azure Blob backend"),
-    ("rsm.sidecar_config", "CONFIG_DEF", "", "JVM shim"),
-]
-
-
-def all_config_defs() -> list[tuple[str, str, ConfigDef]]:
-    """(section title, doc prefix, ConfigDef) for every part that is installed."""
-    out = [("Core", "", CORE)]
-    for module_name, attr, prefix, title in EXTERNAL_CONFIG_DEFS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        cdef = getattr(module, attr, None)
-        if isinstance(cdef, ConfigDef):
-            out.append((title, prefix, cdef))
-    return out
-
-
-def config_docs_markdown() -> str:
-    parts = []
-    for title, prefix, cdef in all_config_defs():
-        parts.append(f"#### {title}\n\n{cdef.markdown_table(prefix)}\n")
-    return "\n".join(parts)
 
 
 @dataclass(frozen=True)

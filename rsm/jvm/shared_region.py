@@ -23,7 +23,7 @@ from pathlib import Path
 
 from chunking.buffer_pool import ChunkBufferPool
 
-log = logging.getLogger("rsm.sidecar")
+log = logging.getLogger("rsm.jvm.sidecar")
 
 SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"^kts-sidecar-(\d+)-[0-9a-f]+\.shm$")

@@ -1,4 +1,4 @@
-"""The Python side of the JVM shim's sidecar transport: ``python -m rsm.sidecar --socket PATH``.
+"""The Python side of the JVM shim's sidecar transport: ``python -m rsm.jvm.sidecar --socket PATH``.
 
 The broker's shim (``io.kts.shim.PythonRemoteStorageManager``) starts this process in ``configure()``, writes
 the configuration map to its stdin and keeps stdin open. The sidecar:
@@ -14,7 +14,7 @@ the configuration map to its stdin and keeps stdin open. The sidecar:
 Copy requests carry file paths (the sidecar reads the segment files itself) and the leader-epoch bytes
 inline; fetches stream back piece by piece so the broker can stop reading at any point. A piece is either
 inline (``i32 n`` and n bytes, sent straight from the decoded chunk with ``sendmsg``) or, when the shim mapped
-the sidecar's shared-memory region (``rsm.shared_region``), a reference ``i32 -2, i64 offset, i32 length``
+the sidecar's shared-memory region (``rsm.jvm.shared_region``), a reference ``i32 -2, i64 offset, i32 length``
 into it: the chunk was decoded there and the shim copies it out, then answers one ack byte so the buffer can
 be reused. At most ``SHM_WINDOW`` references are unacknowledged per stream.
 """
@@ -38,12 +38,12 @@ from typing import Any, BinaryIO
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer
-from rsm import jvm_codec as wire
-from rsm.fetch_stream import SegmentStream
+from rsm.fetch.stream import SegmentStream
+from rsm.jvm import codec as wire
+from rsm.jvm.shared_region import SharedRegion
 from rsm.metadata import LogSegmentData
-from rsm.shared_region import SharedRegion
 
-log = logging.getLogger("rsm.sidecar")
+log = logging.getLogger("rsm.jvm.sidecar")
 
 FIRST_CHUNK = 64 * 1024  # the broker usually reads ~1 MiB and closes: answer fast, then stream in big chunks
 CHUNK = 1024 * 1024
@@ -351,7 +351,7 @@ def _shared_region(manager: Any, total: int) -> SharedRegion | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rsm.sidecar", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
     args = parser.parse_args(argv)
@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"CONFIG-ERROR cannot read the configuration from stdin: {e}")
         return 4
 
-    from rsm.sidecar_config import CONFIG_DEF
+    from rsm.jvm.config import CONFIG_DEF
 
     level = str(config.get("python.log.level", "INFO")).upper()
     logging.basicConfig(

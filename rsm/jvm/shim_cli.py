@@ -1,6 +1,6 @@
 """The ``kts plugin-path`` and ``kts kafka-server-start`` subcommands (registered into the lead's ``kts`` CLI).
 
-Also runnable on its own: ``python -m rsm.shim_cli plugin-path``.
+Also runnable on its own: ``python -m rsm.jvm.shim_cli plugin-path``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from rsm import jvm_launcher
+from rsm.jvm import launcher as jvm_launcher
 
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 
@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rsm.shim_cli")
+    parser = argparse.ArgumentParser(prog="python -m rsm.jvm.shim_cli")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     args = parser.parse_args(argv)

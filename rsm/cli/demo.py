@@ -30,10 +30,10 @@ def run_demo(
 ) -> int:
     from Crypto.PublicKey import RSA
 
+    from rsm.core.manager import RemoteStorageManager
     from rsm.kafka.indexes import decode_offset_index
     from rsm.kafka.records import iter_batch_headers, verify_crc
-    from rsm.kafka.segment_writer import write_large_segment
-    from rsm.manager import RemoteStorageManager
+    from rsm.kafka.writer import write_large_segment
 
     workdir = workdir.resolve()
     segdir, store, keys = workdir / "segment", workdir / "store", workdir / "keys"

@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.errors import ConfigException
+
+class ConfigException(ValueError):
+    """A configuration key is missing or invalid; the message names the key and what is allowed.
+
+    Defined here, beside the declarations that raise it, because every layer validates its keys with this
+    module; the plugin re-exports it as ``rsm.ConfigException``."""
+
 
 _NO_DEFAULT = object()
 REQUIRED = _NO_DEFAULT

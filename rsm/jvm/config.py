@@ -7,7 +7,7 @@ configuration table (``kts config-docs``) documents them; the defaults must matc
 
 from __future__ import annotations
 
-from rsm.configdef import ConfigDef, ConfigKey, in_range, one_of
+from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 
 _GROUP = "jvm"
 
@@ -17,7 +17,7 @@ CONFIG_DEF = ConfigDef().extend(
             "jvm.transport",
             "string",
             "auto",
-            "How the broker-side shim reaches Python: 'sidecar' runs `python -m rsm.sidecar` as a child process "
+            "How the broker-side shim reaches Python: 'sidecar' runs `python -m rsm.jvm.sidecar` as a child process "
             "and talks over a Unix socket; 'inprocess' calls the manager inside the broker JVM (only when the "
             "broker was started by `kts kafka-server-start`); 'auto' picks inprocess when that launcher "
             "registered a Python bridge, otherwise sidecar.",

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from rsm.properties import read_properties, rsm_configs
+from rsm.cli.properties import read_properties, rsm_configs
 
 
 def _progress(done: int, total: int, what: str) -> None:
@@ -21,7 +21,7 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rsm.demo import run_demo
+    from rsm.cli.demo import run_demo
 
     return run_demo(
         Path(args.dir),
@@ -33,8 +33,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_rewrap(args: argparse.Namespace) -> int:
-    from rsm.manager import RemoteStorageManager
-    from rsm.rotation import rewrap_all
+    from rsm.core.manager import RemoteStorageManager
+    from rsm.core.rotation import rewrap_all
 
     configs = rsm_configs(read_properties(args.config))
     manager = RemoteStorageManager()
@@ -78,7 +78,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_config_docs(args: argparse.Namespace) -> int:
-    from rsm.config import config_docs_markdown
+    from rsm.cli.config_docs import config_docs_markdown
 
     table = config_docs_markdown()
     if args.check:
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     docs.set_defaults(func=cmd_config_docs)
 
     try:
-        from rsm import shim_cli
+        from rsm.jvm import shim_cli
     except ImportError:
         shim_cli = None  # type: ignore[assignment]
     if shim_cli is not None:

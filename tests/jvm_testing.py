@@ -17,7 +17,7 @@ from rsm.metadata import RemoteLogSegmentMetadata
 REPO = Path(__file__).resolve().parent.parent
 SHIM_DIR = REPO / "jvm-shim"
 BUILD_DIR = SHIM_DIR / "build"
-PLUGIN_JAR = Path(__file__).resolve().parent / "_jars" / "kafka-tiered-storage-shim.jar"
+PLUGIN_JAR = REPO / "rsm" / "_jars" / "kafka-tiered-storage-shim.jar"
 STUBS_JAR = BUILD_DIR / "kafka-api-stubs.jar"
 TEST_JAR = BUILD_DIR / "kts-shim-test.jar"
 FAKE_KAFKA_JAR = BUILD_DIR / "fake-kafka.jar"
@@ -85,7 +85,7 @@ def write_spec(path: Path, segments: Iterable[SpecSegment]) -> Path:
 
 
 def spec_segment(files: object, meta: RemoteLogSegmentMetadata) -> SpecSegment:
-    """From ``rsm.kafka.segment_writer.SegmentFiles`` (duck-typed to keep this module import-light)."""
+    """From ``rsm.kafka.writer.SegmentFiles`` (duck-typed to keep this module import-light)."""
     return SpecSegment(
         meta=meta,
         log=files.log,
@@ -102,7 +102,7 @@ TEST_TIP = ("MWJ6FHTfRYy67jzwZdeqSQ", "orders", 7)
 
 def make_test_segments(directory: Path, batches: int = 120) -> list[SpecSegment]:
     """Real Kafka segments of different shapes: plain, zstd batches with transactions, gzip, plain+transactions."""
-    from rsm.kafka.segment_writer import write_segment
+    from rsm.kafka.writer import write_segment
     from rsm.metadata import TopicIdPartition
 
     tip = TopicIdPartition(*TEST_TIP)

@@ -1,0 +1,21 @@
+"""The encryption layer's own failures. The plugin turns them into its public exceptions at its boundary:
+``DecryptionError`` into ``CorruptDataException``, ``KeyRingError`` into ``KeyRingException`` and
+``KeyPairError`` into ``ConfigException``, each time naming the segment or the configuration key."""
+
+from __future__ import annotations
+
+
+class EncryptionError(Exception):
+    """Base of every failure of this layer."""
+
+
+class DecryptionError(EncryptionError):
+    """Stored bytes failed AES-GCM authentication or are too short to hold an IV and a tag."""
+
+
+class KeyRingError(EncryptionError):
+    """A stored data key cannot be unwrapped: unknown key pair, wrong private key, malformed field."""
+
+
+class KeyPairError(EncryptionError):
+    """A configured key pair is unusable: bad PEM, mismatched halves, too small for OAEP-SHA3-512, bad id."""
