@@ -34,6 +34,7 @@ from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
 from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
+from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.compression_heuristic import should_compress
 from rsm.core.config import RsmConfig
 from rsm.core.copy_pipeline import TransformedLogReader
@@ -44,6 +45,7 @@ from rsm.core.manifest import (
     IntegrityRecord,
     SegmentIndexEntry,
     SegmentManifest,
+    metadata_from_json,
     metadata_to_json,
 )
 from rsm.core.object_keys import SegmentKeys, main_path, mask, segment_keys
@@ -376,6 +378,28 @@ class RemoteStorageManager:
     def fetch_manifest(self, meta: RemoteLogSegmentMetadata) -> SegmentManifest:
         """The parsed manifest of a segment (public for tools: key rotation, inspection, Spark readers)."""
         return self._load(meta).manifest
+
+    def segment_metadata(self, segment: TieredSegment) -> RemoteLogSegmentMetadata:
+        """The broker's metadata of a listed segment, from its manifest (for tools, prefetch and Spark)."""
+        manifest = self.fetch_manifest(segment.metadata_stub())
+        recorded = manifest.remote_log_segment_metadata
+        if recorded is None:
+            raise CorruptDataException(
+                f"manifest {self._show(segment.keys.manifest)} carries no remoteLogSegmentMetadata; it was not "
+                f"written by a plugin that records it, so the segment's offsets are unknown"
+            )
+        try:
+            meta = metadata_from_json(recorded, manifest.chunk_index.original_file_size)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptDataException(
+                f"manifest {self._show(segment.keys.manifest)} has a malformed remoteLogSegmentMetadata: "
+                f"{type(e).__name__}: {e}"
+            ) from None
+        return meta
+
+    def catalog(self) -> SegmentCatalog:
+        """The tiered segments under the configured ``key.prefix``."""
+        return SegmentCatalog(self.backend, self.config["key.prefix"])
 
     def _load(self, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
         keys = self.segment_keys(meta)

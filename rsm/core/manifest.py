@@ -17,7 +17,7 @@ from typing import Any
 
 from chunking.chunk_index import ChunkIndex, ChunkIndexError
 from rsm.errors import CorruptDataException
-from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+from rsm.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 INDEX_JSON_NAMES: dict[IndexType, str] = {
     IndexType.OFFSET: "offset",
@@ -97,6 +97,28 @@ def metadata_to_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
         "eventTimestampMs": meta.event_timestamp_ms,
         "segmentLeaderEpochs": {str(k): v for k, v in sorted(meta.segment_leader_epochs.items())},
     }
+
+
+def metadata_from_json(obj: Any, segment_size: int = 0) -> RemoteLogSegmentMetadata:
+    """The broker's metadata as the manifest recorded it (the inverse of ``metadata_to_json``).
+
+    Raises ``KeyError``/``TypeError``/``ValueError`` on a malformed record; callers name the manifest.
+    """
+    seg = obj["remoteLogSegmentId"]
+    tip_obj = seg["topicIdPartition"]
+    tp = tip_obj["topicPartition"]
+    tip = TopicIdPartition(str(tip_obj["topicId"]), str(tp["topic"]), int(tp["partition"]))
+    epochs = {int(k): int(v) for k, v in (obj.get("segmentLeaderEpochs") or {}).items()}
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, str(seg["id"])),
+        int(obj["startOffset"]),
+        int(obj["endOffset"]),
+        int(obj.get("maxTimestampMs", -1)),
+        int(obj.get("brokerId", -1)),
+        int(obj.get("eventTimestampMs", -1)),
+        segment_size,
+        epochs,
+    )
 
 
 @dataclass
