@@ -187,6 +187,8 @@ def copied(request: Any, segment_factory: Any, key_pairs: Any, make_manager: Any
         compression_enabled=compression,
         fetch_readahead_chunks=4,
         transform_thread_pool_size=2,
+        fetch_coalesce_max_bytes=1,  # one GET per chunk: these tests follow each chunk's buffer
+        fetch_chunk_cache_prefetch_max_size=0,
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())

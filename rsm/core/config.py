@@ -18,6 +18,11 @@ from backends.registry import ALLOWED_DOC
 from rsm.core.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
 from rsm.errors import ConfigException
 
+# Aiven's class names for its two chunk caches; either spelling selects ours.
+AIVEN_MEMORY_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"
+AIVEN_DISK_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache"
+CHUNK_CACHE_CLASSES = (AIVEN_MEMORY_CHUNK_CACHE, AIVEN_DISK_CHUNK_CACHE)
+
 CORE = ConfigDef().extend(
     [
         ConfigKey(
@@ -133,11 +138,148 @@ CORE = ConfigDef().extend(
             "fetch.manifest.cache.size",
             "int",
             1000,
-            "Parsed manifests (with unwrapped data keys) kept in memory.",
+            "Parsed manifests (with unwrapped data keys) kept in memory, so the RSA unwrap happens once per "
+            "segment, not once per fetch.",
             validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "fetch.manifest.cache.retention.ms",
+            "long",
+            3600000,
+            "A manifest not read for this long leaves the manifest cache.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.manifest.cache.get.timeout.ms",
+            "long",
+            10000,
+            "How long a reader waits for another reader's load of the same manifest before failing.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.manifest.cache.thread.pool.size",
+            "int",
+            0,
+            "Accepted for compatibility with Aiven's plugin; manifests load on the caller's thread "
+            "(single flight), so no pool is needed.",
+            validator=in_range(0, 1024),
+        ),
+        ConfigKey(
+            "fetch.indexes.cache.size",
+            "long",
+            10485760,
+            "Bytes of decoded segment indexes (offset, time, transaction...) kept in memory.",
+            validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "fetch.indexes.cache.retention.ms",
+            "long",
+            600000,
+            "An index not read for this long leaves the index cache.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.indexes.cache.get.timeout.ms",
+            "long",
+            10000,
+            "How long a reader waits for another reader's load of the same index before failing.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.indexes.cache.thread.pool.size",
+            "int",
+            0,
+            "Accepted for compatibility with Aiven's plugin; indexes load on the caller's thread (single flight).",
+            validator=in_range(0, 1024),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.class",
+            "string",
+            "memory",
+            "Where decoded chunks are cached: memory (decoded chunks in RAM) or disk (chunks as stored "
+            "remotely, still compressed and encrypted, kept across restarts, plus a small memory tier of "
+            "decoded chunks). Aiven's class names for the two are accepted.",
+            validator=one_of("memory", "disk", *CHUNK_CACHE_CLASSES),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.size",
+            "long",
+            134217728,
+            "Bytes the chunk cache may hold: decoded chunks in RAM for the memory class, stored chunks on disk "
+            "for the disk class.",
+            validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.memory.size",
+            "long",
+            67108864,
+            "With the disk class: bytes of decoded chunks kept in RAM for the hottest reads.",
+            validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.path",
+            "string",
+            None,
+            "Directory of the disk chunk cache (required for the disk class). Reused after a restart.",
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.retention.ms",
+            "long",
+            600000,
+            "A chunk not read for this long leaves the chunk cache.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.prefetch.max.size",
+            "long",
+            16777216,
+            "After a fetch ends, bytes of the following chunks loaded into the cache in the background, "
+            "continuing into the partition's next segment (0 = no prefetch).",
+            validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.get.timeout.ms",
+            "long",
+            10000,
+            "How long a reader waits for another reader's load of the same chunk before failing.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "fetch.chunk.cache.thread.pool.size",
+            "int",
+            0,
+            "Threads that prefetch and decode chunks brought by coalesced GETs in the background "
+            "(0 = number of CPU cores).",
+            validator=in_range(0, 1024),
+        ),
+        ConfigKey(
+            "fetch.coalesce.max.bytes",
+            "long",
+            16777216,
+            "Adjacent chunks missing from the cache are read with one ranged GET of up to this many stored "
+            "bytes (S3's throughput sweet spot is 8-16 MiB).",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "upload.rate.limit.bytes.per.second",
+            "long",
+            None,
+            "Bytes per second for all uploads of the process together (log, indexes and manifests); unset = "
+            "unlimited. Bounded over any window to about 1% (one token bucket with a 100 ms burst).",
+            validator=in_range(1048576, 1000000000),
+        ),
+        ConfigKey(
+            "fetch.rate.limit.bytes.per.second",
+            "long",
+            None,
+            "Bytes per second for all remote reads of the process together; unset = unlimited. Prefetch yields "
+            "to readers a broker thread waits for.",
+            validator=in_range(1048576, 1000000000),
         ),
     ]
 )
+
+PREFETCH_LISTING_CACHE_S = 10.0
 
 FIELD_NAMES = {"REMOTE_SIZE", "OBJECT_PREFIX", "OBJECT_KEY"}
 
@@ -220,6 +362,14 @@ class RsmConfig:
                         private.encode() if isinstance(private, str) else private,
                     )
                 )
+        cache_class = str(values["fetch.chunk.cache.class"]).strip().lower()
+        is_disk = cache_class in ("disk", AIVEN_DISK_CHUNK_CACHE.lower())
+        values["fetch.chunk.cache.class"] = "disk" if is_disk else "memory"
+        if values["fetch.chunk.cache.class"] == "disk" and not values["fetch.chunk.cache.path"]:
+            raise ConfigException(
+                "Missing required configuration 'fetch.chunk.cache.path' (fetch.chunk.cache.class is disk): "
+                "name a writable directory on a local disk"
+            )
         storage = {
             k[len("storage.") :]: v for k, v in raw.items() if k.startswith("storage.") and k != "storage.backend.class"
         }

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,19 +24,17 @@ from backends.base import (
     StorageBackend,
     StorageBackendException,
     read_range,
-    read_range_into,
 )
 from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from chunking.chunk_index import Chunk, ChunkIndex
-from chunking.errors import ChunkingError
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
 from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.compression_heuristic import should_compress
-from rsm.core.config import RsmConfig
+from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig
 from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
@@ -56,19 +54,31 @@ from rsm.errors import (
     RemoteResourceNotFoundException,
     RemoteStorageException,
 )
+from rsm.fetch.chunk_cache import ChunkCache, SegmentSource
+from rsm.fetch.disk_store import DiskChunkStore
+from rsm.fetch.lru import TimedLru
+from rsm.fetch.prefetch import Prefetcher
+from rsm.fetch.rate_limit import RateLimiter, ThrottledReader
 from rsm.fetch.stream import SegmentStream
-from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 
 log = logging.getLogger("rsm")
+
+PLANNING_WAIT_S = 1.0
+"""At most this long a read-ahead load waits for the previous chunk's plan (a cancelled one never comes)."""
 
 
 @dataclass
 class LoadedManifest:
-    """A parsed manifest with what it takes to read its segment (the transformer holds the unwrapped key)."""
+    """A parsed manifest with what it takes to read its segment (the transformer holds the unwrapped key).
+
+    ``cache_id`` names this copy of the segment in the chunk cache: the manifest key plus the data key's AAD
+    (or the manifest's CRC-32C without encryption), so a segment id copied again never meets old chunks."""
 
     key: str
     manifest: SegmentManifest
     transformer: ChunkTransformer
+    cache_id: str
 
 
 @dataclass(frozen=True)
@@ -80,52 +90,6 @@ class RewrapResult:
     rewrapped: bool
 
 
-class _ManifestCache:
-    """A small LRU of loaded manifests; unwrapping a data key costs ~1.5-9 ms of RSA, so do it once."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[str, LoadedManifest] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> LoadedManifest | None:
-        with self._lock:
-            item = self._items.get(key)
-            if item is not None:
-                self._items.move_to_end(key)
-            return item
-
-    def put(self, item: LoadedManifest) -> None:
-        if self._capacity <= 0:
-            return
-        with self._lock:
-            self._items[item.key] = item
-            self._items.move_to_end(item.key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-    def invalidate(self, key: str) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
-
-class _CountingReader(io.RawIOBase):
-    """Counts what the backend consumed, to compare with what was produced (a short upload is an error)."""
-
-    def __init__(self, inner: io.RawIOBase) -> None:
-        super().__init__()
-        self.inner = inner
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = self.inner.readinto(b) or 0
-        self.count += n
-        return n
-
-
 class RemoteStorageManager:
     """Kafka's RemoteStorageManager. Thread-safe after ``configure()``: the broker calls it from many threads."""
 
@@ -134,7 +98,16 @@ class RemoteStorageManager:
         self._backend: StorageBackend | None = None
         self._key_ring: RsaKeyRing | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._manifests = _ManifestCache(0)
+        self._background: ThreadPoolExecutor | None = None
+        self.manifest_cache: TimedLru[str, LoadedManifest] = TimedLru("segment-manifest", 0, None)
+        self.index_cache: TimedLru[tuple[str, IndexType], bytes] = TimedLru("segment-indexes", 0, None, weigher=len)
+        self.chunk_cache: ChunkCache | None = None
+        self.prefetcher: Prefetcher | None = None
+        self.upload_rate_limiter: RateLimiter | None = None
+        self.fetch_rate_limiter: RateLimiter | None = None
+        self._listings: TimedLru[TopicIdPartition, list[TieredSegment]] = TimedLru(
+            "partition-listing", 256, PREFETCH_LISTING_CACHE_S
+        )
         self._closed = False
         self.chunk_buffers = ChunkBufferPool(4 * 1024 * 1024)
 
@@ -155,7 +128,7 @@ class RemoteStorageManager:
         self._key_ring = key_ring
         self._backend = backend
         self._executor = ThreadPoolExecutor(max_workers=config.thread_pool_size, thread_name_prefix="rsm-transform")
-        self._manifests = _ManifestCache(config["fetch.manifest.cache.size"])
+        self._configure_fetch_path(config, backend)
         # Enough idle buffers for every pool thread's read-ahead; more come and go with the load.
         self.chunk_buffers = ChunkBufferPool(
             config["chunk.size"], max_idle=max(8, 2 * (config.thread_pool_size + config["fetch.readahead.chunks"]))
@@ -168,14 +141,71 @@ class RemoteStorageManager:
             config["encryption.enabled"],
         )
 
+    def _configure_fetch_path(self, config: RsmConfig, backend: StorageBackend) -> None:
+        """The caches, prefetch and rate limits (``rsm.fetch``), sized by the ``fetch.*`` keys."""
+        self.manifest_cache = TimedLru(
+            "segment-manifest", config["fetch.manifest.cache.size"], config["fetch.manifest.cache.retention.ms"] / 1000
+        )
+        self.index_cache = TimedLru(
+            "segment-indexes",
+            config["fetch.indexes.cache.size"],
+            config["fetch.indexes.cache.retention.ms"] / 1000,
+            weigher=len,
+        )
+        upload_rate = config["upload.rate.limit.bytes.per.second"]
+        fetch_rate = config["fetch.rate.limit.bytes.per.second"]
+        self.upload_rate_limiter = RateLimiter(upload_rate) if upload_rate else None
+        self.fetch_rate_limiter = RateLimiter(fetch_rate) if fetch_rate else None
+        workers = config["fetch.chunk.cache.thread.pool.size"] or (os.cpu_count() or 2)
+        self._background = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsm-prefetch")
+        retention = config["fetch.chunk.cache.retention.ms"] / 1000
+        disk = None
+        memory_bytes = config["fetch.chunk.cache.size"]
+        if config["fetch.chunk.cache.class"] == "disk":
+            disk = DiskChunkStore(config["fetch.chunk.cache.path"], config["fetch.chunk.cache.size"], retention)
+            memory_bytes = config["fetch.chunk.cache.memory.size"]
+        self.chunk_cache = ChunkCache(
+            backend,
+            memory_bytes,
+            retention,
+            disk,
+            config["fetch.coalesce.max.bytes"],
+            self._background,
+            config["fetch.chunk.cache.get.timeout.ms"] / 1000,
+            self.fetch_rate_limiter,
+        )
+        self.prefetcher = Prefetcher(
+            self.chunk_cache, config["fetch.chunk.cache.prefetch.max.size"], self._background, self._next_source
+        )
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
+        if self.chunk_cache is not None and self.chunk_cache.disk is not None:
+            self.chunk_cache.disk.close()
         if self._backend is not None:
             self._backend.close()
+
+    def thread_pools(self) -> dict[str, dict[str, float]]:
+        """The plugin's pools, keyed by name, with Aiven's thread-pool metric names."""
+        pools = {"transform": self._executor, "prefetch": self._background}
+        out: dict[str, dict[str, float]] = {}
+        for name, pool in pools.items():
+            if pool is None:
+                continue
+            threads = len(pool._threads)  # noqa: SLF001 - ThreadPoolExecutor exposes no public gauge
+            out[name] = {
+                "active-thread-count-total": threads - pool._idle_semaphore._value,  # noqa: SLF001
+                "pool-size-total": threads,
+                "parallelism-total": pool._max_workers,  # noqa: SLF001
+                "queued-task-count-total": pool._work_queue.qsize(),  # noqa: SLF001
+            }
+        return out
 
     def __enter__(self) -> RemoteStorageManager:
         return self
@@ -261,8 +291,8 @@ class RemoteStorageManager:
             )
             manifest_bytes = manifest.to_json_bytes()
             uploaded.append(keys.manifest)
-            self.backend.upload(keys.manifest, io.BytesIO(manifest_bytes))
-            self._manifests.invalidate(keys.manifest)
+            self.backend.upload(keys.manifest, self._throttled(manifest_bytes))
+            self._forget(keys.manifest)
         except BaseException as e:
             self._cleanup_failed_copy(keys, uploaded, meta)
             if isinstance(e, RemoteStorageException):
@@ -303,7 +333,7 @@ class RemoteStorageManager:
         file_size = path.stat().st_size
         window = 2 * self.config.thread_pool_size + 1
         reader = TransformedLogReader(path, file_size, chunk_size, transformer, self._pool(), window)
-        counting = _CountingReader(reader)
+        counting = ThrottledReader(reader, self.upload_rate_limiter)
         try:
             uploaded.append(key)
             written = self.backend.upload(key, io.BufferedReader(counting, buffer_size=1024 * 1024))  # type: ignore[arg-type]
@@ -349,8 +379,14 @@ class RemoteStorageManager:
             position += len(stored)
         blob = b"".join(parts)
         uploaded.append(key)
-        self.backend.upload(key, io.BytesIO(blob))
+        self.backend.upload(key, self._throttled(blob))
         return entries, crcs, len(blob)
+
+    def _throttled(self, data: bytes) -> BinaryIO:
+        """Small uploads (indexes, manifests) pay the upload rate limit too."""
+        if self.upload_rate_limiter is None:
+            return io.BytesIO(data)
+        return io.BufferedReader(ThrottledReader(io.BytesIO(data), self.upload_rate_limiter))  # type: ignore[return-value]
 
     def _custom_metadata(self, keys: SegmentKeys, remote_size: int) -> bytes | None:
         fields = set(self.config["custom.metadata.fields.include"])
@@ -403,9 +439,14 @@ class RemoteStorageManager:
 
     def _load(self, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
         keys = self.segment_keys(meta)
-        cached = self._manifests.get(keys.manifest)
-        if cached is not None:
-            return cached
+        return self.manifest_cache.get_or_load(
+            keys.manifest,
+            lambda: self._load_manifest(keys, meta),
+            self.config["fetch.manifest.cache.get.timeout.ms"] / 1000,
+            f"manifest {self._show(keys.manifest)}",
+        )
+
+    def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
         try:
             with self.backend.fetch(keys.manifest) as f:
                 raw = f.read()
@@ -418,9 +459,15 @@ class RemoteStorageManager:
                 f"cannot read the manifest {self._show(keys.manifest)} of {meta.describe()}: {e}"
             ) from e
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(keys.manifest)}")
-        loaded = LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta))
-        self._manifests.put(loaded)
-        return loaded
+        tag = manifest.encryption.aad.hex() if manifest.encryption is not None else f"{crc32c(raw):08x}"
+        return LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta), f"{keys.manifest}@{tag}")
+
+    def _forget(self, manifest_key: str) -> None:
+        """A segment was copied again, re-wrapped or deleted: no cache may answer for its old copy."""
+        self.manifest_cache.invalidate(manifest_key)
+        self.index_cache.invalidate_where(lambda k: k[0].startswith(manifest_key + "@"))
+        if self.chunk_cache is not None:
+            self.chunk_cache.forget_segment(manifest_key)
 
     def _transformer_for(self, manifest: SegmentManifest, meta: RemoteLogSegmentMetadata) -> ChunkTransformer:
         cipher = None
@@ -453,70 +500,81 @@ class RemoteStorageManager:
             )
         if start_position >= size:
             if start_position == size:  # nothing left to read, e.g. position = size of an empty segment
-                return SegmentStream([], 0, -1, self._chunk_loader(loaded, meta), self._pool(), 0, meta.describe())  # type: ignore[return-value]
+                return SegmentStream([], 0, -1, lambda c: None, self._pool(), 0, meta.describe())  # type: ignore[arg-type, return-value]
             raise RemoteStorageException(
                 f"start position {start_position} is past the end of {meta.describe()}, which has {size} bytes"
             )
         end = size - 1 if end_position is None else min(end_position, size - 1)
         chunks = index.chunks_for_range(start_position, end)
+        src = self._source(loaded, meta)
+        prefetcher = self.prefetcher
         return SegmentStream(
             chunks,
             start_position,
             end,
-            self._chunk_loader(loaded, meta),
+            self._chunk_loader(src, chunks[-1].id),
             self._pool(),
             self.config["fetch.readahead.chunks"],
             meta.describe(),
+            on_close=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
         )  # type: ignore[return-value]
 
-    def _chunk_loader(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata):  # type: ignore[no-untyped-def]
+    def _source(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata) -> SegmentSource:
         keys = self.segment_keys(meta)
-        crcs = loaded.manifest.integrity.chunk_crcs if loaded.manifest.integrity else None
-        backend = self.backend
-        show = self._show
+        integrity = loaded.manifest.integrity
+        return SegmentSource(
+            meta,
+            loaded.key,
+            loaded.cache_id,
+            keys.log,
+            self._show(keys.log),
+            loaded.manifest.chunk_index,
+            loaded.transformer,
+            integrity.chunk_crcs if integrity is not None else None,
+        )
+
+    def _chunk_loader(self, src: SegmentSource, horizon: int):  # type: ignore[no-untyped-def]
+        """The stream's loader. Loads run in parallel, but each waits (briefly: planning does no I/O) until the
+        previous chunk of the stream is planned, so the first missing chunk starts the coalesced GET and the
+        read-ahead joins it instead of racing it with GETs of its own."""
+        cache = self.chunk_cache
+        assert cache is not None
+        buffers = self.chunk_buffers
+        turns: dict[int, threading.Event] = {}
+        turns_lock = threading.Lock()
+
+        def turn(chunk_id: int) -> threading.Event:
+            with turns_lock:
+                return turns.setdefault(chunk_id, threading.Event())
 
         def load(chunk: Chunk) -> ChunkBuffer:
-            what = f"chunk {chunk.id} of {show(keys.log)}"
-            buf = self.chunk_buffers.take(chunk.original_size)
+            with turns_lock:
+                first = not turns
+            if not first:
+                turn(chunk.id - 1).wait(PLANNING_WAIT_S)
+            planned = turn(chunk.id)
+            buf = buffers.take(chunk.original_size)
             try:
-                out = buf.view
-                if chunk.transformed_size == 0:
-                    stored: bytes | bytearray = b""
-                    loaded.transformer.detransform_into(stored, out, what)
-                elif loaded.transformer.is_identity:
-                    if chunk.transformed_size != chunk.original_size:
-                        raise CorruptDataException(
-                            f"{what}: the manifest says the chunk is stored untransformed, but gives "
-                            f"{chunk.transformed_size} stored bytes for {chunk.original_size} original ones"
-                        )
-                    read_range_into(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1, out)
-                else:
-                    stored = read_range(backend, keys.log, chunk.transformed_position, chunk.transformed_end - 1)
-                    loaded.transformer.detransform_into(stored, out, what)
-                if crcs is not None and crc32c(out) != crcs[chunk.id]:
-                    raise CorruptDataException(
-                        f"{what}: CRC-32C mismatch (expected {crcs[chunk.id]:#010x}); the stored chunk is corrupt"
-                    )
-                return buf
-            except KeyNotFound:
-                buf.release()
-                raise RemoteStorageException(
-                    f"{what}: the .log object is missing although the manifest exists "
-                    f"(deleted or partially removed segment)"
-                ) from None
-            except InvalidRange as e:
-                buf.release()
-                raise CorruptDataException(
-                    f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
-                ) from None
-            except (ChunkingError, DecryptionError) as e:
-                buf.release()
-                raise CorruptDataException(str(e)) from None
+                cache.read_into(src, chunk, horizon, buf.view, planned.set)
             except BaseException:
+                planned.set()
                 buf.release()
                 raise
+            return buf
 
         return load
+
+    def _next_source(self, src: SegmentSource) -> SegmentSource | None:
+        """The partition's segment that follows ``src`` (for prefetch across the border), or None."""
+        tip = src.meta.topic_id_partition
+        listing = self._listings.get_or_load(tip, lambda: self.catalog().partition_segments(tip), None, str(tip))
+        after = [s for s in listing if s.start_offset > src.meta.start_offset]
+        if not after:
+            return None
+        following = [s for s in after if s.start_offset == src.meta.end_offset + 1]
+        segment = (following or after)[0]
+        meta = self.segment_metadata(segment)
+        return self._source(self._load(meta), meta)
 
     def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         loaded = self._load(meta)
@@ -527,6 +585,17 @@ class RemoteStorageManager:
             return io.BytesIO(b"")
         keys = self.segment_keys(meta)
         what = f"{index_type.name} index of {meta.describe()} in {self._show(keys.indexes)}"
+        data = self.index_cache.get_or_load(
+            (loaded.cache_id, index_type),
+            lambda: self._load_index(loaded, keys, entry, index_type, what),
+            self.config["fetch.indexes.cache.get.timeout.ms"] / 1000,
+            what,
+        )
+        return io.BytesIO(data)
+
+    def _load_index(
+        self, loaded: LoadedManifest, keys: SegmentKeys, entry: SegmentIndexEntry, index_type: IndexType, what: str
+    ) -> bytes:
         try:
             stored = read_range(self.backend, keys.indexes, entry.position, entry.position + entry.size - 1)
         except KeyNotFound:
@@ -546,7 +615,7 @@ class RemoteStorageManager:
         expected = integrity.index_crcs.get(index_type) if integrity is not None else None
         if expected is not None and crc32c(data) != expected:
             raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt")
-        return io.BytesIO(data)
+        return bytes(data)
 
     # --- delete ----------------------------------------------------------------------------------------------------
 
@@ -560,7 +629,7 @@ class RemoteStorageManager:
         except StorageBackendException as e:
             raise RemoteStorageException(f"delete of {meta.describe()} failed: {e}") from e
         finally:
-            self._manifests.invalidate(keys.manifest)
+            self._forget(keys.manifest)
 
     # --- key rotation ----------------------------------------------------------------------------------------------
 
@@ -590,6 +659,6 @@ class RemoteStorageManager:
         except KeyRingError as e:
             raise KeyRingException(f"cannot re-wrap {self._show(manifest_key)}: {e}") from None
         manifest.encryption = EncryptionMetadata(self._key_ring.wrap(data_key), manifest.encryption.aad)
-        self.backend.upload(manifest_key, io.BytesIO(manifest.to_json_bytes()))
-        self._manifests.invalidate(manifest_key)
+        self.backend.upload(manifest_key, self._throttled(manifest.to_json_bytes()))
+        self.manifest_cache.invalidate(manifest_key)
         return RewrapResult(old_id, True)

@@ -55,8 +55,12 @@ class SegmentStream(io.RawIOBase):
         executor: Executor,
         readahead: int,
         describe: str,
+        on_close: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_close`` learns the id of the last chunk the reader reached, once, when the stream closes after
+        reading something (the plugin starts its prefetch from there)."""
         super().__init__()
+        self._on_close = on_close
         self._chunks = chunks
         self._next_to_schedule = 0
         self._pending: collections.deque[Future[ChunkBuffer]] = collections.deque()
@@ -192,4 +196,6 @@ class SegmentStream(io.RawIOBase):
         if not self.closed:
             self._cancel_pending()
             self._drop_current()
+            if self._on_close is not None and self._consumed_chunks > 0:
+                self._on_close(self._chunks[self._consumed_chunks - 1].id)
         super().close()

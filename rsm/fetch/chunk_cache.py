@@ -1,0 +1,341 @@
+"""The chunk cache: where every decoded chunk of a fetch comes from.
+
+Three places can hold a chunk, checked in this order:
+1. the memory tier: decoded chunks, bounded in bytes, for the hottest reads (a warm 1 MiB fetch is a memcpy);
+2. the disk tier (optional, ``fetch.chunk.cache.class=disk``): chunks as stored remotely, still compressed and
+   encrypted, kept across restarts (see ``disk_store``);
+3. the object store, read with **coalesced** ranged GETs: the chunks that follow the one asked for, up to the
+   reader's horizon and ``fetch.coalesce.max.bytes``, come in the same GET, so a broker that reopens a stream
+   every 1 MiB costs one GET per 16 MiB instead of one or more per chunk.
+
+Single flight at both levels: a chunk is decoded once however many readers want it (they wait on the first
+reader's future), and a chunk that is already part of a GET in flight is not requested again. Chunks that a
+coalesced GET brought beyond the one asked for are decoded in the background into the memory tier, so a
+stream closed early (as the broker does every fetch) throws nothing away. A failed load is never cached.
+
+Cache keys carry the segment's ``cache_id``, made from its manifest (the data key's AAD, or the manifest's
+CRC-32C without encryption): a segment id copied again after a failed copy has new objects and a new manifest,
+so it can never be served the old bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+
+from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from chunking.chunk_index import Chunk, ChunkIndex
+from chunking.errors import ChunkingError
+from chunking.transform import ChunkTransformer, crc32c
+from encryption.errors import DecryptionError
+from rsm.errors import CorruptDataException, RemoteStorageException
+from rsm.fetch.disk_store import DiskChunkStore
+from rsm.fetch.lru import TimedLru, wait_for
+from rsm.fetch.rate_limit import RateLimiter
+from rsm.metadata import RemoteLogSegmentMetadata
+
+ChunkKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    """What it takes to read one segment's chunks: built by the plugin from the manifest, once per segment."""
+
+    meta: RemoteLogSegmentMetadata
+    segment_key: str  # the manifest's key: names the segment whatever copy of it is current
+    cache_id: str  # ``segment_key@<tag from the manifest>``: names this copy
+    log_key: str
+    shown_log_key: str
+    index: ChunkIndex
+    transformer: ChunkTransformer
+    chunk_crcs: list[int] | None
+
+    def what(self, chunk: Chunk) -> str:
+        return f"chunk {chunk.id} of {self.shown_log_key} ({self.meta.describe()})"
+
+
+class ChunkCache:
+    """Decoded chunks for every reader of the plugin: the memory tier, the optional disk tier, coalesced GETs."""
+
+    def __init__(
+        self,
+        backend: StorageBackend,
+        memory_bytes: int,
+        retention_s: float | None,
+        disk: DiskChunkStore | None,
+        coalesce_bytes: int,
+        background: Executor,
+        get_timeout_s: float,
+        rate_limiter: RateLimiter | None = None,
+    ) -> None:
+        self.backend = backend
+        self.memory: TimedLru[ChunkKey, bytes] = TimedLru("chunk", memory_bytes, retention_s, weigher=len)
+        self.disk = disk
+        self.coalesce_bytes = coalesce_bytes
+        self.background = background
+        self.get_timeout_s = get_timeout_s
+        self.rate_limiter = rate_limiter
+        self._lock = threading.Lock()
+        self._fetching: dict[ChunkKey, Future[memoryview]] = {}
+        self._prefetched: set[ChunkKey] = set()
+        self.gets = 0
+        self.get_bytes = 0
+        self.coalesced_gets = 0
+        self.coalesced_bytes = 0
+        self.integrity_failures = 0
+        self.disk_hits = 0
+        self.prefetch_hits = 0
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    def read_into(
+        self,
+        src: SegmentSource,
+        chunk: Chunk,
+        horizon: int,
+        out: memoryview,
+        planned: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Fill ``out[:chunk.original_size]`` with the decoded chunk. ``horizon`` is the last chunk id the reader
+        may want: a coalesced GET never reaches past it. ``planned`` is called once the chunk's source is
+        settled (cached, or claimed by a GET in flight) and before any I/O: a stream uses it to plan its
+        chunks in order, so its first load, not a read-ahead one, decides the coalesced range."""
+        key = (src.cache_id, chunk.id)
+        data = self.memory.get(key)
+        if data is not None:
+            planned()
+            self._note_hit(key)
+            out[: len(data)] = data
+            return
+        future, mine = self.memory.claim(key)
+        if not mine:
+            planned()
+            data = wait_for(future, self.get_timeout_s, src.what(chunk))
+            out[: len(data)] = data
+            return
+        started = time.perf_counter_ns()
+        try:
+            self._load_into(src, chunk, horizon, out, planned)
+            data = bytes(out[: chunk.original_size])
+        except BaseException as e:
+            planned()
+            self.memory.finish(key, future, None, e, started)
+            raise
+        self.memory.finish(key, future, data, None, started)
+
+    def ensure_cached(self, src: SegmentSource, chunk: Chunk, horizon: int, background: bool = True) -> bool:
+        """Bring a chunk into the cache without a reader (prefetch); False when it was there or on its way."""
+        key = (src.cache_id, chunk.id)
+        if self.memory.contains(key) or self.memory.in_flight(key) or self._is_fetching(key):
+            return False
+        if self.disk is not None and self.disk.contains(src.cache_id, chunk.id):
+            return False
+        stored, _ = self._stored(src, chunk, horizon, background)
+        self._decode_in_background(src, chunk, stored, prefetched=True)
+        return True
+
+    def _load_into(
+        self, src: SegmentSource, chunk: Chunk, horizon: int, out: memoryview, planned: Callable[[], None]
+    ) -> None:
+        stored, from_disk = self._stored(src, chunk, horizon, background=False, planned=planned)
+        try:
+            self._decode(src, chunk, stored, out)
+        except CorruptDataException:
+            if not from_disk:
+                raise
+            # A bad disk entry (bit rot, a torn write): drop it and read the chunk from the object store.
+            assert self.disk is not None
+            self.disk.drop(src.cache_id, chunk.id)
+            stored, _ = self._stored(src, chunk, chunk.id, background=False, use_disk=False)
+            self._decode(src, chunk, stored, out)
+
+    def _decode(self, src: SegmentSource, chunk: Chunk, stored: bytes | memoryview, out: memoryview) -> None:
+        what = src.what(chunk)
+        view = out[: chunk.original_size]
+        try:
+            if src.transformer.is_identity:
+                if len(stored) != chunk.original_size:
+                    raise CorruptDataException(
+                        f"{what}: the manifest says the chunk is stored untransformed, but gives "
+                        f"{len(stored)} stored bytes for {chunk.original_size} original ones"
+                    )
+                view[:] = stored
+            else:
+                src.transformer.detransform_into(stored, view, what)
+        except (ChunkingError, DecryptionError) as e:
+            self._count_integrity_failure()
+            raise CorruptDataException(f"{e}; the stored chunk is corrupt (run kts verify)") from None
+        if src.chunk_crcs is not None and crc32c(view) != src.chunk_crcs[chunk.id]:
+            self._count_integrity_failure()
+            raise CorruptDataException(
+                f"{what}: CRC-32C mismatch (expected {src.chunk_crcs[chunk.id]:#010x}); the stored chunk is "
+                f"corrupt (run kts verify)"
+            )
+
+    # --- stored bytes: disk tier or a coalesced GET -------------------------------------------------------------
+
+    def _is_fetching(self, key: ChunkKey) -> bool:
+        with self._lock:
+            return key in self._fetching
+
+    def _stored(
+        self,
+        src: SegmentSource,
+        chunk: Chunk,
+        horizon: int,
+        background: bool,
+        use_disk: bool = True,
+        planned: Callable[[], None] = lambda: None,
+    ) -> tuple[bytes | memoryview, bool]:
+        key = (src.cache_id, chunk.id)
+        if use_disk and self.disk is not None:
+            stored = self.disk.get(src.cache_id, chunk.id)
+            if stored is not None:
+                planned()
+                with self._lock:
+                    self.disk_hits += 1
+                return stored, True
+        run = self._plan_run(src, chunk, horizon) if use_disk else [chunk]
+        with self._lock:
+            pending = self._fetching.get(key)
+            if pending is None:
+                run = [c for c in itertools.takewhile(lambda c: (src.cache_id, c.id) not in self._fetching, run)]
+                futures: dict[int, Future[memoryview]] = {c.id: Future() for c in run}
+                for c in run:
+                    self._fetching[(src.cache_id, c.id)] = futures[c.id]
+        planned()
+        if pending is not None:
+            return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
+        self._fetch_run(src, run, futures, background)
+        return futures[chunk.id].result(), False
+
+    def _plan_run(self, src: SegmentSource, first: Chunk, horizon: int) -> list[Chunk]:
+        """``first`` and the chunks after it that are nowhere yet, up to the horizon and the coalescing size."""
+        run = [first]
+        total = first.transformed_size
+        last = min(horizon, src.index.chunk_count - 1)
+        for chunk_id in range(first.id + 1, last + 1):
+            chunk = src.index.chunk(chunk_id)
+            key = (src.cache_id, chunk_id)
+            if total + chunk.transformed_size > self.coalesce_bytes:
+                break
+            if self.memory.contains(key) or self.memory.in_flight(key):
+                break
+            if self.disk is not None and self.disk.contains(src.cache_id, chunk_id):
+                break
+            run.append(chunk)
+            total += chunk.transformed_size
+        return run
+
+    def _fetch_run(
+        self, src: SegmentSource, run: list[Chunk], futures: dict[int, Future[memoryview]], background: bool
+    ) -> None:
+        start, end = run[0].transformed_position, run[-1].transformed_end
+        try:
+            blob = memoryview(self._get(src, run[0], start, end, background))
+            for c in run:
+                piece = blob[c.transformed_position - start : c.transformed_end - start]
+                if self.disk is not None:
+                    self.disk.put(src.cache_id, c.id, piece, src.segment_key)
+                futures[c.id].set_result(piece)
+        except BaseException as e:
+            for f in futures.values():
+                if not f.done():
+                    f.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                for c in run:
+                    self._fetching.pop((src.cache_id, c.id), None)
+        for c in run[1:]:
+            self.background.submit(self._decode_in_background, src, c, futures[c.id].result(), False)
+
+    def _get(self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool) -> bytearray:
+        if end == start:
+            return bytearray()
+        if self.rate_limiter is not None:
+            self.rate_limiter.acquire(end - start, background=background)
+        with self._lock:
+            self.gets += 1
+            self.get_bytes += end - start
+            if end - start > first.transformed_size:
+                self.coalesced_gets += 1
+                self.coalesced_bytes += end - start
+        what = src.what(first)
+        try:
+            return read_range(self.backend, src.log_key, start, end - 1)
+        except KeyNotFound:
+            raise RemoteStorageException(
+                f"{what}: the .log object is missing although the manifest exists (deleted or partially removed "
+                f"segment)"
+            ) from None
+        except InvalidRange as e:
+            raise CorruptDataException(
+                f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
+            ) from None
+        except StorageBackendException as e:
+            raise RemoteStorageException(f"cannot read {what}: {e}") from e
+
+    def _decode_in_background(
+        self, src: SegmentSource, chunk: Chunk, stored: bytes | memoryview, prefetched: bool
+    ) -> None:
+        """Decode a chunk nobody is waiting for yet into the memory tier; a reader that claimed it first wins."""
+        key = (src.cache_id, chunk.id)
+        future, mine = self.memory.claim(key)
+        if not mine:
+            return
+        started = time.perf_counter_ns()
+        out = memoryview(bytearray(chunk.original_size))
+        try:
+            self._decode(src, chunk, stored, out)
+        except BaseException as e:
+            self.memory.finish(key, future, None, e, started)
+            future.exception()  # observed: nobody else may be waiting
+            return
+        self.memory.finish(key, future, out.tobytes(), None, started)
+        if prefetched:
+            with self._lock:
+                self._prefetched.add(key)
+
+    # --- bookkeeping ---------------------------------------------------------------------------------------
+
+    def _note_hit(self, key: ChunkKey) -> None:
+        if self._prefetched:
+            with self._lock:
+                if key in self._prefetched:
+                    self._prefetched.discard(key)
+                    self.prefetch_hits += 1
+
+    def _count_integrity_failure(self) -> None:
+        with self._lock:
+            self.integrity_failures += 1
+
+    def forget_segment(self, segment_key: str) -> None:
+        """Drop a deleted segment's chunks (of every copy of it) from both tiers."""
+        prefix = segment_key + "@"
+        self.memory.invalidate_where(lambda k: k[0].startswith(prefix))
+        if self.disk is not None:
+            self.disk.drop_segment(segment_key)
+
+    def stats(self) -> dict[str, float]:
+        stats = self.memory.stats()
+        with self._lock:
+            stats.update(
+                {
+                    "disk-cache-hits-total": self.disk_hits,
+                    "integrity-failures-total": self.integrity_failures,
+                    "coalesced-get-total": self.coalesced_gets,
+                    "remote-get-total": self.gets,
+                    "remote-get-bytes-total": self.get_bytes,
+                    "coalesced-get-bytes-total": self.coalesced_bytes,
+                    "prefetch-hits-total": self.prefetch_hits,
+                }
+            )
+        if self.disk is not None:
+            stats["disk-cache-size-total"] = len(self.disk)
+            stats["disk-cache-bytes-total"] = self.disk.volume
+        return stats

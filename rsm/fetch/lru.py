@@ -1,0 +1,206 @@
+"""A size-bounded LRU with expiry after access and single-flight loading: the shape of all three of Aiven's
+Caffeine caches (manifests, indexes, decoded chunks), so they share one implementation and one set of stats.
+
+Why single flight: when 32 broker threads ask for the same manifest or chunk at once, one of them loads it
+and the others wait for that load instead of issuing 31 more GETs. Why a failed load is never stored: a
+transient error must not be served to the next reader (Aiven's #760, cache poisoning).
+
+``stats()`` is keyed by Aiven's cache metric names (``cache-hits-total`` ...), so the metrics layer can pull
+the values as they are; times are in nanoseconds. Counters are plain ints updated under the lock the
+operation holds anyway: nothing on the hot path allocates for bookkeeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Generic, TypeVar
+
+from rsm.errors import RemoteStorageException
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class TimedLru(Generic[K, V]):
+    """At most ``capacity`` weight units; an entry not read for ``retention_s`` seconds is dropped."""
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        retention_s: float | None,
+        weigher: Callable[[V], int] = lambda _v: 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.retention_s = retention_s
+        self._weigher = weigher
+        self._clock = clock
+        self._items: OrderedDict[K, tuple[V, int, float]] = OrderedDict()  # value, weight, last access
+        self._weight = 0
+        self._loading: dict[K, Future[V]] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.load_success = 0
+        self.load_success_ns = 0
+        self.load_failure = 0
+        self.load_failure_ns = 0
+        self.evictions = 0
+        self.eviction_weight = 0
+        self.expirations = 0
+
+    # --- lookups -----------------------------------------------------------------------------------------------
+
+    def _lookup(self, key: K, now: float) -> V | None:
+        """The live value, or None; drops it when expired. Caller holds the lock."""
+        item = self._items.get(key)
+        if item is None:
+            return None
+        value, weight, last = item
+        if self.retention_s is not None and now - last > self.retention_s:
+            del self._items[key]
+            self._weight -= weight
+            self.expirations += 1
+            self.evictions += 1
+            self.eviction_weight += weight
+            return None
+        self._items[key] = (value, weight, now)
+        self._items.move_to_end(key)
+        return value
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._lookup(key, self._clock())
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return value
+
+    def contains(self, key: K) -> bool:
+        """Present and live, without counting a hit or a miss (for planning, not for serving)."""
+        with self._lock:
+            return self._lookup(key, self._clock()) is not None
+
+    def put(self, key: K, value: V) -> None:
+        weight = self._weigher(value)
+        if weight > self.capacity:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._weight -= old[1]
+            self._items[key] = (value, weight, self._clock())
+            self._weight += weight
+            while self._weight > self.capacity:
+                _, (_, w, _) = self._items.popitem(last=False)
+                self._weight -= w
+                self.evictions += 1
+                self.eviction_weight += w
+
+    def invalidate(self, key: K) -> None:
+        with self._lock:
+            item = self._items.pop(key, None)
+            if item is not None:
+                self._weight -= item[1]
+
+    def invalidate_where(self, predicate: Callable[[K], bool]) -> None:
+        with self._lock:
+            for key in [k for k in self._items if predicate(k)]:
+                self._weight -= self._items.pop(key)[1]
+
+    # --- single flight -----------------------------------------------------------------------------------------
+
+    def claim(self, key: K) -> tuple[Future[V], bool]:
+        """The load in flight for ``key`` and whether the caller owns it (and must ``finish`` it)."""
+        with self._lock:
+            future = self._loading.get(key)
+            if future is not None:
+                return future, False
+            future = Future()
+            self._loading[key] = future
+            return future, True
+
+    def in_flight(self, key: K) -> bool:
+        with self._lock:
+            return key in self._loading
+
+    def finish(self, key: K, future: Future[V], value: V | None, error: BaseException | None, started: int) -> None:
+        """Publish a claimed load: store it on success (never on failure) and wake the waiters."""
+        elapsed = time.perf_counter_ns() - started
+        if error is None:
+            assert value is not None
+            self.put(key, value)
+        with self._lock:
+            self._loading.pop(key, None)
+            if error is None:
+                self.load_success += 1
+                self.load_success_ns += elapsed
+            else:
+                self.load_failure += 1
+                self.load_failure_ns += elapsed
+        if error is None:
+            future.set_result(value)  # type: ignore[arg-type]
+        else:
+            future.set_exception(error)
+
+    def get_or_load(self, key: K, load: Callable[[], V], timeout_s: float | None, what: str) -> V:
+        """The cached value, or one load shared by every concurrent caller of the same key."""
+        value = self.get(key)
+        if value is not None:
+            return value
+        future, mine = self.claim(key)
+        if not mine:
+            return wait_for(future, timeout_s, what)
+        started = time.perf_counter_ns()
+        try:
+            value = load()
+        except BaseException as e:
+            self.finish(key, future, None, e, started)
+            raise
+        self.finish(key, future, value, None, started)
+        return value
+
+    # --- stats -------------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    @property
+    def weight(self) -> int:
+        with self._lock:
+            return self._weight
+
+    def stats(self) -> dict[str, float]:
+        with self._lock:
+            return {
+                "cache-hits-total": self.hits,
+                "cache-misses-total": self.misses,
+                "cache-load-success-total": self.load_success,
+                "cache-load-success-time-total": self.load_success_ns,
+                "cache-load-failure-total": self.load_failure,
+                "cache-load-failure-time-total": self.load_failure_ns,
+                "cache-eviction-total": self.evictions,
+                "cache-eviction-weight-total": self.eviction_weight,
+                "cache-size-total": len(self._items),
+                "cache-weight-total": self._weight,
+            }
+
+
+def wait_for(future: Future[V], timeout_s: float | None, what: str) -> V:
+    """Wait for another thread's load of ``what``, bounded: a broker thread must never hang on a stuck load."""
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise RemoteStorageException(
+            f"timed out after {timeout_s:.1f} s waiting for another reader's load of {what}; the storage is slow "
+            f"or unreachable (raise fetch.*.cache.get.timeout.ms if this is expected)"
+        ) from None

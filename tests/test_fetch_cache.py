@@ -1,0 +1,541 @@
+"""The fetch path: chunk cache (memory and disk tiers), coalesced GETs, single flight, prefetch within and across
+segments, rate limits. Reads follow the broker's pattern: a stream opened at a position, read for a while,
+closed, reopened at the next position. GETs are counted on the real backend (filesystem here; the S3 test
+counts them on the server)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TIP, encryption_configs
+from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
+
+from rsm import RemoteStorageException
+from rsm.core.object_keys import segment_keys
+from rsm.fetch.rate_limit import RateLimiter
+
+CHUNK = 65536
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+class GetCounter:
+    """Counts ranged reads of ``.log`` objects on the real filesystem backend; optionally fails or holds them."""
+
+    def __init__(self, backend: Any) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.fail_next = 0
+        self.gate: threading.Event | None = None
+        self._real = backend.read_range_into
+        self._lock = threading.Lock()
+        backend.read_range_into = self._read
+
+    def _read(self, key: str, start: int, end: int, out: Any) -> int:
+        if key.endswith(".log"):
+            with self._lock:
+                self.calls.append((start, end))
+                failing = self.fail_next > 0
+                self.fail_next -= 1 if failing else 0
+            if self.gate is not None:
+                self.gate.wait(10)
+            if failing:
+                raise OSError("injected read failure")
+        return self._real(key, start, end, out)
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+
+def broker_read(m: Any, meta: Any, size: int, step: int = 256 * 1024) -> bytes:
+    """Read the whole segment the way the broker does: a new stream at each position, ``step`` bytes each."""
+    out = bytearray()
+    while len(out) < size:
+        with m.fetch_log_segment(meta, len(out)) as f:
+            piece = f.read(step)
+        assert piece, f"no bytes at position {len(out)}"
+        out += piece
+    return bytes(out)
+
+
+@pytest.fixture
+def segment(segment_factory: Any) -> Any:
+    return segment_factory(target_bytes=2_500_000, seed=41)
+
+
+def _manager(make_manager: Any, key_pairs: Any, **configs: Any) -> Any:
+    base: dict[str, Any] = {
+        "chunk_size": CHUNK,
+        "compression_enabled": True,
+        "fetch_coalesce_max_bytes": 512 * 1024,
+        "fetch_chunk_cache_prefetch_max_size": 0,
+    }
+    base.update(configs)
+    return make_manager(encryption_configs(key_pairs), **base)
+
+
+def _stored_size(m: Any, meta: Any) -> int:
+    return m.fetch_manifest(meta).chunk_index.transformed_file_size
+
+
+def test_disk_cache_cold_warm_and_after_restart(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "chunk-cache"
+    disk = {"fetch_chunk_cache_class": "disk", "fetch_chunk_cache_path": str(cache_dir)}
+    m = _manager(make_manager, key_pairs, **disk)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    gets = GetCounter(m.backend)
+
+    assert broker_read(m, meta, len(original)) == original
+    cold = gets.count
+    assert 1 <= cold <= math.ceil(_stored_size(m, meta) / (512 * 1024)) + 1
+    assert m.chunk_cache.stats()["coalesced-get-total"] >= 1
+
+    assert broker_read(m, meta, len(original)) == original
+    assert gets.count == cold, "a warm read must not touch the object store"
+    m.close()
+
+    # A new process on the same cache directory: every chunk comes from disk, none from the store.
+    m2 = _manager(make_manager, key_pairs, **disk)
+    gets2 = GetCounter(m2.backend)
+    assert broker_read(m2, meta, len(original)) == original
+    assert gets2.count == 0
+    assert m2.chunk_cache.stats()["disk-cache-hits-total"] >= m2.fetch_manifest(meta).chunk_index.chunk_count
+
+
+def test_disk_tier_holds_stored_bytes_not_plaintext(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "chunk-cache"
+    m = _manager(make_manager, key_pairs, fetch_chunk_cache_class="disk", fetch_chunk_cache_path=str(cache_dir))
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    assert broker_read(m, meta, len(original)) == original
+    m.close()
+    on_disk = b"".join(p.read_bytes() for p in cache_dir.rglob("*") if p.is_file())
+    # Real record values are JSON lines: none of them may appear in the cache files.
+    sample = original[len(original) // 2 : len(original) // 2 + 4096]
+    probe = max(sample.split(b'"'), key=len)
+    assert len(probe) >= 12
+    assert probe in original and probe not in on_disk
+
+
+def test_memory_cache_is_on_by_default(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = make_manager(encryption_configs(key_pairs), chunk_size=CHUNK, compression_enabled=True)
+    assert m.config["fetch.chunk.cache.class"] == "memory"
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    gets = GetCounter(m.backend)
+    assert broker_read(m, meta, len(original)) == original
+    cold = gets.count
+    assert broker_read(m, meta, len(original)) == original
+    assert gets.count == cold
+    stats = m.chunk_cache.stats()
+    assert stats["cache-hits-total"] > 0 and stats["cache-size-total"] > 0
+
+
+@pytest.mark.parametrize("cache_class", ["io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache", "disk"])
+def test_aiven_class_names_are_accepted(make_manager: Any, tmp_path: Path, cache_class: str) -> None:
+    m = make_manager(fetch_chunk_cache_class=cache_class, fetch_chunk_cache_path=str(tmp_path / "c"))
+    assert m.config["fetch.chunk.cache.class"] == "disk"
+    assert m.chunk_cache.disk is not None
+
+
+def test_disk_class_without_path_is_a_config_error(make_manager: Any) -> None:
+    from rsm import ConfigException
+
+    with pytest.raises(ConfigException, match="fetch.chunk.cache.path"):
+        make_manager(fetch_chunk_cache_class="disk")
+
+
+def test_eviction_by_size(segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path) -> None:
+    limit = 300_000
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_class="disk",
+        fetch_chunk_cache_path=str(tmp_path / "c"),
+        fetch_chunk_cache_size=limit,
+        fetch_chunk_cache_memory_size=4 * CHUNK,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    assert broker_read(m, meta, len(original)) == original
+    stats = m.chunk_cache.stats()
+    assert stats["cache-weight-total"] <= 4 * CHUNK
+    assert stats["cache-eviction-total"] > 0
+    # diskcache culls on writes, a few entries at a time: the volume stays near the limit, never the segment
+    assert m.chunk_cache.disk.volume < limit + 3 * CHUNK < _stored_size(m, meta)
+    gets = GetCounter(m.backend)
+    assert broker_read(m, meta, len(original)) == original
+    assert gets.count > 0, "evicted chunks come back from the store"
+
+
+def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path) -> None:
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_class="disk",
+        fetch_chunk_cache_path=str(tmp_path / "c"),
+        fetch_chunk_cache_retention_ms=300,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    with m.fetch_log_segment(meta, 0) as f:
+        first = f.read(1000)
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read(1000) == first
+    assert gets.count == 0
+    time.sleep(0.5)
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read(1000) == first
+    assert gets.count >= 1, "an expired chunk is read again from the store"
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_disk_entry_is_dropped_and_fetched_again(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, damage: str
+) -> None:
+    cache_dir = tmp_path / "c"
+    # no compression: stored chunks are ~64 KiB, so diskcache keeps each in its own file
+    m = _manager(
+        make_manager,
+        key_pairs,
+        compression_enabled=False,
+        fetch_chunk_cache_class="disk",
+        fetch_chunk_cache_path=str(cache_dir),
+        fetch_chunk_cache_memory_size=0,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    assert broker_read(m, meta, len(original)) == original
+    files = sorted(p for p in cache_dir.rglob("*.val"))
+    assert len(files) >= m.fetch_manifest(meta).chunk_index.chunk_count - 1
+    for p in files:
+        data = bytearray(p.read_bytes())
+        if damage == "flip":
+            data[len(data) // 2] ^= 0x40
+        else:
+            del data[len(data) // 2 :]
+        p.write_bytes(data)
+    gets = GetCounter(m.backend)
+    assert broker_read(m, meta, len(original)) == original
+    assert gets.count >= len(files)
+    assert m.chunk_cache.stats()["integrity-failures-total"] >= len(files)
+    # the bad entries were replaced: a third read is served from disk again
+    gets.calls.clear()
+    assert broker_read(m, meta, len(original)) == original
+    assert gets.count == 0
+
+
+def test_recopied_segment_id_never_serves_stale_bytes(
+    segment_factory: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
+) -> None:
+    first = segment_factory(target_bytes=600_000, seed=51)
+    second = segment_factory(target_bytes=600_000, seed=52)
+    disk = {"fetch_chunk_cache_class": "disk", "fetch_chunk_cache_path": str(tmp_path / "c")}
+    for encrypted in (True, False):
+        extra = encryption_configs(key_pairs) if encrypted else {}
+        m = make_manager(extra, chunk_size=CHUNK, compression_enabled=False, **disk)
+        meta = first.to_metadata(TIP)
+        m.copy_log_segment_data(meta, first.to_log_segment_data())
+        assert broker_read(m, meta, first.size) == first.log.read_bytes()
+        # The same segment id copied again with other bytes (a retried copy after a failure).
+        m.copy_log_segment_data(meta, second.to_log_segment_data())
+        meta2 = second.to_metadata(TIP, meta.remote_log_segment_id)
+        assert broker_read(m, meta2, second.size) == second.log.read_bytes()
+        m.close()
+        # A restarted process that still has the first copy's chunks on disk.
+        m2 = make_manager(extra, chunk_size=CHUNK, compression_enabled=False, **disk)
+        assert broker_read(m2, meta2, second.size) == second.log.read_bytes()
+        m2.close()
+
+
+def test_failed_load_is_not_cached(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = _manager(make_manager, key_pairs)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    gets = GetCounter(m.backend)
+    gets.fail_next = 1
+    with pytest.raises(RemoteStorageException, match="injected read failure"):
+        with m.fetch_log_segment(meta, 0) as f:
+            f.read(1000)
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read(1000) == original[:1000]
+    assert m.chunk_cache.stats()["cache-load-failure-total"] >= 1
+
+
+def test_single_flight_32_readers_one_remote_read(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = _manager(make_manager, key_pairs, fetch_coalesce_max_bytes=1, fetch_readahead_chunks=0)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    gets = GetCounter(m.backend)
+    gets.gate = threading.Event()
+    position = 5 * CHUNK + 100
+    results: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            with m.fetch_log_segment(meta, position) as f:
+                results.append(f.read(2000))
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(32)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: gets.count >= 1)
+    time.sleep(0.2)  # every reader is now waiting on the one load
+    gets.gate.set()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert results == [original[position : position + 2000]] * 32
+    assert gets.count == 1
+
+
+def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_prefetch_max_size=6 * CHUNK,
+        fetch_coalesce_max_bytes=1,
+        fetch_readahead_chunks=0,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    with m.fetch_log_segment(meta, 0) as f:
+        f.read(100)
+    cache_id = m._load(meta).cache_id
+    assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_id, i)) for i in range(1, 7)))
+    assert not m.chunk_cache.memory.contains((cache_id, 8))
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta, 3 * CHUNK) as f:
+        assert f.read(CHUNK) == segment.log.read_bytes()[3 * CHUNK : 4 * CHUNK]
+    assert gets.count == 0
+    assert m.prefetcher.stats()["prefetch-hits-total"] >= 1
+
+
+def test_prefetch_continues_into_the_next_segment(
+    segment_factory: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
+) -> None:
+    a = segment_factory(target_bytes=300_000, seed=61, base_offset=0)
+    meta_a = a.to_metadata(TIP)
+    b = segment_factory(target_bytes=300_000, seed=62, base_offset=meta_a.end_offset + 1)
+    meta_b = b.to_metadata(TIP)
+    m = _manager(make_manager, key_pairs, fetch_chunk_cache_prefetch_max_size=4 * CHUNK, fetch_readahead_chunks=0)
+    m.copy_log_segment_data(meta_a, a.to_log_segment_data())
+    m.copy_log_segment_data(meta_b, b.to_log_segment_data())
+    with m.fetch_log_segment(meta_a, a.size - 1000) as f:
+        assert f.read() == a.log.read_bytes()[-1000:]
+    cache_b = m._load(meta_b).cache_id
+    assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_b, i)) for i in range(3)))
+    assert m.prefetcher.stats()["prefetch-cross-segment-total"] >= 1
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta_b, 0) as f:
+        assert f.read(2 * CHUNK) == b.log.read_bytes()[: 2 * CHUNK]
+    assert gets.count == 0
+
+
+def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = _manager(make_manager, key_pairs, fetch_coalesce_max_bytes=8 * CHUNK)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta, 0) as f:
+        f.read(10)
+    cache_id = m._load(meta).cache_id
+    # The first GET brought several chunks; the ones nobody read yet are decoded in the background.
+    assert wait_until(lambda: m.chunk_cache.memory.contains((cache_id, 3)))
+    before = gets.count
+    with m.fetch_log_segment(meta, 2 * CHUNK) as f:
+        f.read(CHUNK)
+    assert gets.count == before
+
+
+def test_index_cache_and_single_unwrap(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    from rsm import IndexType
+
+    m = _manager(make_manager, key_pairs)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    unwraps = 0
+    real = m.key_ring.unwrap
+
+    def counting(wrapped: bytes) -> bytes:
+        nonlocal unwraps
+        unwraps += 1
+        return real(wrapped)
+
+    m.key_ring.unwrap = counting
+    for _ in range(5):
+        with m.fetch_log_segment(meta, 0) as f:
+            f.read(10)
+        assert m.fetch_index(meta, IndexType.OFFSET).read() == segment.offset_index.read_bytes()
+    assert unwraps == 1
+    assert m.index_cache.stats()["cache-hits-total"] == 4
+    assert m.manifest_cache.stats()["cache-load-success-total"] == 1
+
+
+def test_delete_drops_cached_chunks(segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path) -> None:
+    m = _manager(make_manager, key_pairs, fetch_chunk_cache_class="disk", fetch_chunk_cache_path=str(tmp_path / "c"))
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    broker_read(m, meta, segment.size)
+    assert len(m.chunk_cache.disk) > 0
+    m.delete_log_segment_data(meta)
+    assert len(m.chunk_cache.disk) == 0
+    assert m.chunk_cache.stats()["cache-weight-total"] == 0
+
+
+# --- rate limits ---------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.lock = threading.Lock()
+
+    def time(self) -> float:
+        with self.lock:
+            return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+def test_rate_limiter_bounds_every_window() -> None:
+    clock = FakeClock()
+    rate = 50 * 1024 * 1024
+    limiter = RateLimiter(rate, clock=clock.time, sleep=clock.sleep)
+    passed: list[tuple[float, int]] = []
+    for i in range(4000):  # 4 interleaved "copies" of 1 MiB reads
+        n = 1024 * 1024 - (i % 4) * 4096
+        limiter.acquire(n)
+        passed.append((clock.time(), n))
+    total = sum(n for _, n in passed)
+    elapsed = clock.time()
+    assert abs(total / elapsed - rate) / rate < 0.05
+    # every 10-second window stays within 5% of the limit
+    start = 0.0
+    while start + 10 <= elapsed:
+        in_window = sum(n for t, n in passed if start <= t < start + 10)
+        assert in_window <= rate * 10 * 1.05
+        start += 1.7
+
+
+def test_prefetch_yields_to_waiting_readers() -> None:
+    limiter = RateLimiter(1024 * 1024)
+    limiter.acquire(2 * 1024 * 1024)  # in debt now
+    order: list[str] = []
+    reader = threading.Thread(target=lambda: (limiter.acquire(512 * 1024), order.append("reader")))
+    reader.start()
+    time.sleep(0.05)
+    background = threading.Thread(
+        target=lambda: (limiter.acquire(512 * 1024, background=True), order.append("prefetch"))
+    )
+    background.start()
+    reader.join(10)
+    background.join(10)
+    assert order == ["reader", "prefetch"]
+
+
+def test_upload_rate_limit_covers_every_uploaded_byte(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m = _manager(
+        make_manager,
+        key_pairs,
+        upload_rate_limit_bytes_per_second=1048576,
+        custom_metadata_fields_include="REMOTE_SIZE",
+    )
+    meta = segment.to_metadata(TIP)
+    started = time.monotonic()
+    custom = m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    elapsed = time.monotonic() - started
+    from rsm.core.custom_metadata import CustomMetadata
+
+    remote_size = CustomMetadata.decode(custom).remote_size
+    stats = m.upload_rate_limiter.stats()
+    assert stats["rate-limited-bytes-total"] == remote_size
+    assert elapsed >= (remote_size - 0.1 * 1048576) / 1048576 * 0.95
+
+
+# --- a real S3 server: GETs counted by the server ------------------------------------------------------------
+
+
+def _moto_gets(server: StoreServer) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{server.endpoint}/moto-api/recorder/download-recording", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return [e for e in map(json.loads, filter(None, lines)) if e["method"] == "GET" and ".log" in e["url"]]
+
+
+def _moto_recording(server: StoreServer, action: str) -> None:
+    req = urllib.request.Request(f"{server.endpoint}/moto-api/recorder/{action}", method="POST", data=b"")
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+def test_s3_broker_style_reads_count_gets_on_the_server(
+    s3_moto_server: StoreServer,  # noqa: F811 - the fixture imported above
+    segment: Any,
+    key_pairs: Any,
+    tmp_path: Path,
+) -> None:
+    from rsm import RemoteStorageManager
+
+    configs = {
+        "storage.backend.class": s3_moto_server.backend,
+        **{f"storage.{k}": v for k, v in s3_moto_server.config().items()},
+        **encryption_configs(key_pairs),
+        "chunk.size": str(CHUNK),
+        "compression.enabled": "true",
+        "key.prefix": f"gets-{time.time_ns()}/",
+        "fetch.coalesce.max.bytes": str(512 * 1024),
+        "fetch.chunk.cache.prefetch.max.size": "0",
+        "fetch.chunk.cache.class": "disk",
+        "fetch.chunk.cache.path": str(tmp_path / "c"),
+    }
+    meta = segment.to_metadata(TIP)
+    original = segment.log.read_bytes()
+    with RemoteStorageManager() as m:
+        m.configure(configs)
+        m.copy_log_segment_data(meta, segment.to_log_segment_data())
+        stored = _stored_size(m, meta)
+        _moto_recording(server=s3_moto_server, action="reset-recording")
+        _moto_recording(server=s3_moto_server, action="start-recording")
+        try:
+            assert broker_read(m, meta, len(original)) == original
+            cold = len(_moto_gets(s3_moto_server))
+            assert broker_read(m, meta, len(original)) == original
+            warm = len(_moto_gets(s3_moto_server)) - cold
+        finally:
+            _moto_recording(server=s3_moto_server, action="stop-recording")
+    assert 1 <= cold <= math.ceil(stored / (512 * 1024)) + 1
+    assert warm == 0
+    keys = segment_keys(configs["key.prefix"], meta)
+    assert keys.log.endswith(".log")
