@@ -9,9 +9,11 @@ A fetch decodes every chunk (read, decrypt, decompress) straight into one of the
   in-process shim, a shared-memory slot of the sidecar) need memory that lives as long as they say, not as
   long as a garbage collector in another runtime decides. A pooled buffer is wrapped once and reused.
 
-A buffer has one owner at a time and goes back to the pool with :meth:`ChunkBuffer.release`; views into it are
-invalid after that. Pools never grow past ``max_idle`` idle buffers, so memory follows the number of chunks
-actually in flight.
+A buffer is reference counted: whoever takes it from the pool holds one reference, the chunk cache's memory tier
+holds another while it keeps the decoded chunk (so a warm read hands out the same memory, no copy), and it
+goes back to the pool when the last holder calls :meth:`ChunkBuffer.release`; views into it are invalid after
+that. A buffer is written only while its first holder has it alone, before it is shared. Pools never grow past
+``max_idle`` idle buffers, so memory follows the number of chunks actually in flight or cached.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import collections
 import threading
 from typing import Any
+
+_REFS_LOCK = threading.Lock()
 
 
 class ChunkBuffer:
@@ -29,7 +33,7 @@ class ChunkBuffer:
     live in the pool's shared region (where another process can read them), None for heap buffers.
     """
 
-    __slots__ = ("memory", "size", "handles", "region_offset", "_pool", "_in_use")
+    __slots__ = ("memory", "size", "handles", "region_offset", "_pool", "_in_use", "_refs")
 
     def __init__(self, memory: memoryview, pool: ChunkBufferPool | None, region_offset: int | None = None) -> None:
         self.memory = memory
@@ -38,6 +42,7 @@ class ChunkBuffer:
         self.region_offset = region_offset
         self._pool = pool
         self._in_use = True
+        self._refs = 1
 
     @property
     def capacity(self) -> int:
@@ -47,14 +52,27 @@ class ChunkBuffer:
     def view(self) -> memoryview:
         return self.memory[: self.size]
 
+    def retain(self) -> None:
+        """One more holder (the caller must already hold a reference, or hold the lock of whoever does)."""
+        with _REFS_LOCK:
+            self._refs += 1
+
     def release(self) -> None:
-        """Give the memory back; nothing may read or write it afterwards. A second release is ignored (a pooled
-        buffer listed twice would get two owners)."""
-        if not self._in_use:
-            return
-        self._in_use = False
+        """Drop one reference; the last one gives the memory back, and nothing may read or write it afterwards.
+        A release after the last is ignored (a pooled buffer listed twice would get two owners)."""
+        with _REFS_LOCK:
+            if not self._in_use:
+                return
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            self._in_use = False
         if self._pool is not None:
             self._pool.give_back(self)
+
+    @property
+    def shared(self) -> bool:
+        return self._refs > 1
 
 
 class ChunkBufferPool:
@@ -96,6 +114,7 @@ class ChunkBufferPool:
                     buf = self._allocate()
         buf.size = size
         buf._in_use = True
+        buf._refs = 1
         return buf
 
     def _allocate(self) -> ChunkBuffer:

@@ -189,6 +189,7 @@ def copied(request: Any, segment_factory: Any, key_pairs: Any, make_manager: Any
         transform_thread_pool_size=2,
         fetch_coalesce_max_bytes=1,  # one GET per chunk: these tests follow each chunk's buffer
         fetch_chunk_cache_prefetch_max_size=0,
+        fetch_chunk_cache_size=0,  # no memory tier holding buffers: every buffer must come back to the pool
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
@@ -353,6 +354,34 @@ def test_failing_chunk_mid_stream_leaks_nothing(copied: Any) -> None:
     assert _all_back(m)
 
 
+def test_memory_tier_shares_buffers_and_gives_them_back(segment_factory: Any, make_manager: Any) -> None:
+    """A warm read hands out the cached buffer itself (no copy); eviction and close give every buffer back."""
+    seg = segment_factory(target_bytes=300_000, seed=21)
+    m = make_manager(chunk_size=CHUNK, fetch_chunk_cache_prefetch_max_size=0, fetch_chunk_cache_size=3 * CHUNK)
+    meta = seg.to_metadata(TIP)
+    m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    m.chunk_buffers = _pool_with_region(16)
+    original = seg.log.read_bytes()
+    with m.fetch_log_segment(meta, 0, CHUNK - 1) as f:
+        first = f.take_piece()
+        assert first is not None and bytes(first.view) == original[:CHUNK]
+    assert m.chunk_cache.wait_idle()
+    with m.fetch_log_segment(meta, 0, CHUNK - 1) as f:
+        again = f.take_piece()
+    assert again is not None and again.buffer is first.buffer  # the tier's buffer, shared
+    first.buffer.release()
+    again.buffer.release()
+    held = m.chunk_cache.stats()["cache-size-total"]
+    assert 1 <= held <= 3  # the tier holds at most its capacity, each in one region buffer
+    assert m.chunk_buffers.region_free == m.chunk_buffers.region_buffers - held
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read() == original
+    assert m.chunk_cache.wait_idle()
+    assert m.chunk_cache.stats()["cache-eviction-total"] > 0
+    m.chunk_cache.memory.clear()
+    assert _all_back(m)
+
+
 def test_reading_on_after_a_failed_chunk_never_returns_another_chunks_bytes(
     segment_factory: Any, make_manager: Any
 ) -> None:
@@ -390,6 +419,8 @@ def shared_copy(tmp_path_factory: pytest.TempPathFactory, segment_factory: Any) 
             "storage.root": str(tmp_path_factory.mktemp("store")),
             "storage.fsync.enabled": "false",
             "fetch.readahead.chunks": "3",
+            "fetch.chunk.cache.size": "0",  # these properties follow the stream's buffers, not the cache's
+            "fetch.chunk.cache.prefetch.max.size": "0",
         }
     )
     meta = seg.to_metadata(TIP)

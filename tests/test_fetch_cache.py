@@ -70,6 +70,7 @@ def broker_read(m: Any, meta: Any, size: int, step: int = 256 * 1024) -> bytes:
             piece = f.read(step)
         assert piece, f"no bytes at position {len(out)}"
         out += piece
+    assert m.chunk_cache.wait_idle()  # background writes of the disk tier are done: tests look at it next
     return bytes(out)
 
 

@@ -212,7 +212,14 @@ def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[
     """A real manager with one copied segment (64 KiB chunks) whose chunks decode into a region of two buffers,
     served by a real ``Sidecar`` on socket pairs; ``connect(mapped)`` opens a connection like the shim."""
     seg = segment_factory(target_bytes=700_000, seed=4)
-    m = make_manager(chunk_size=BS, compression_enabled=True, fetch_readahead_chunks=4, transform_thread_pool_size=2)
+    m = make_manager(
+        chunk_size=BS,
+        compression_enabled=True,
+        fetch_readahead_chunks=4,
+        transform_thread_pool_size=2,
+        fetch_chunk_cache_size=0,  # the transport's ref/inline protocol over exactly two buffers, no cache holding one
+        fetch_chunk_cache_prefetch_max_size=0,
+    )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
     region = SharedRegion.create(2 * BS, BS, directory=tmp_path)

@@ -166,6 +166,7 @@ class RemoteStorageManager:
             memory_bytes = config["fetch.chunk.cache.memory.size"]
         self.chunk_cache = ChunkCache(
             backend,
+            lambda: self.chunk_buffers,
             memory_bytes,
             retention,
             disk,
@@ -186,8 +187,10 @@ class RemoteStorageManager:
             self._executor.shutdown(wait=True, cancel_futures=True)
         if self._background is not None:
             self._background.shutdown(wait=True, cancel_futures=True)
-        if self.chunk_cache is not None and self.chunk_cache.disk is not None:
-            self.chunk_cache.disk.close()
+        if self.chunk_cache is not None:
+            self.chunk_cache.memory.clear()
+            if self.chunk_cache.disk is not None:
+                self.chunk_cache.disk.close()
         if self._backend is not None:
             self._backend.close()
 
@@ -539,7 +542,6 @@ class RemoteStorageManager:
         read-ahead joins it instead of racing it with GETs of its own."""
         cache = self.chunk_cache
         assert cache is not None
-        buffers = self.chunk_buffers
         turns: dict[int, threading.Event] = {}
         turns_lock = threading.Lock()
 
@@ -553,14 +555,10 @@ class RemoteStorageManager:
             if not first:
                 turn(chunk.id - 1).wait(PLANNING_WAIT_S)
             planned = turn(chunk.id)
-            buf = buffers.take(chunk.original_size)
             try:
-                cache.read_into(src, chunk, horizon, buf.view, planned.set)
-            except BaseException:
+                return cache.load(src, chunk, horizon, planned.set)
+            finally:
                 planned.set()
-                buf.release()
-                raise
-            return buf
 
         return load
 

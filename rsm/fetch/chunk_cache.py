@@ -1,7 +1,8 @@
 """The chunk cache: where every decoded chunk of a fetch comes from.
 
 Three places can hold a chunk, checked in this order:
-1. the memory tier: decoded chunks, bounded in bytes, for the hottest reads (a warm 1 MiB fetch is a memcpy);
+1. the memory tier: decoded chunks in pooled buffers, bounded in bytes, for the hottest reads (a warm fetch hands
+   out the tier's own buffer: no copy, no allocation);
 2. the disk tier (optional, ``fetch.chunk.cache.class=disk``): chunks as stored remotely, still compressed and
    encrypted, kept across restarts (see ``disk_store``);
 3. the object store, read with **coalesced** ranged GETs: the chunks that follow the one asked for, up to the
@@ -28,6 +29,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from chunking.chunk_index import Chunk, ChunkIndex
 from chunking.errors import ChunkingError
 from chunking.transform import ChunkTransformer, crc32c
@@ -39,6 +41,18 @@ from rsm.fetch.rate_limit import RateLimiter
 from rsm.metadata import RemoteLogSegmentMetadata
 
 ChunkKey = tuple[str, int]
+
+
+def _retain(buf: ChunkBuffer) -> None:
+    buf.retain()
+
+
+def _release(buf: ChunkBuffer) -> None:
+    buf.release()
+
+
+def _buffer_size(buf: ChunkBuffer) -> int:
+    return buf.size
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,7 @@ class ChunkCache:
     def __init__(
         self,
         backend: StorageBackend,
+        buffers: Callable[[], ChunkBufferPool],
         memory_bytes: int,
         retention_s: float | None,
         disk: DiskChunkStore | None,
@@ -73,7 +88,10 @@ class ChunkCache:
         rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.backend = backend
-        self.memory: TimedLru[ChunkKey, bytes] = TimedLru("chunk", memory_bytes, retention_s, weigher=len)
+        self.buffers = buffers
+        self.memory: TimedLru[ChunkKey, ChunkBuffer] = TimedLru(
+            "chunk", memory_bytes, retention_s, weigher=_buffer_size, on_store=_retain, on_drop=_release
+        )
         self.disk = disk
         self.coalesce_bytes = coalesce_bytes
         self.background = background
@@ -92,40 +110,56 @@ class ChunkCache:
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    def read_into(
+    def load(
         self,
         src: SegmentSource,
         chunk: Chunk,
         horizon: int,
-        out: memoryview,
         planned: Callable[[], None] = lambda: None,
-    ) -> None:
-        """Fill ``out[:chunk.original_size]`` with the decoded chunk. ``horizon`` is the last chunk id the reader
-        may want: a coalesced GET never reaches past it. ``planned`` is called once the chunk's source is
-        settled (cached, or claimed by a GET in flight) and before any I/O: a stream uses it to plan its
-        chunks in order, so its first load, not a read-ahead one, decides the coalesced range."""
+    ) -> ChunkBuffer:
+        """The decoded chunk in a buffer the caller holds a reference to (and must ``release``). ``horizon`` is
+        the last chunk id the reader may want: a coalesced GET never reaches past it. ``planned`` is called once
+        the chunk's source is settled (cached, or claimed by a GET in flight) and before any I/O: a stream uses
+        it to plan its chunks in order, so its first load, not a read-ahead one, decides the coalesced range.
+
+        A warm hit hands out the memory tier's own buffer (one more reference, no copy)."""
         key = (src.cache_id, chunk.id)
-        data = self.memory.get(key)
-        if data is not None:
+        for _ in range(3):
+            buf = self.memory.get_with(key, _retain)
+            if buf is not None:
+                planned()
+                self._note_hit(key)
+                return buf
+            future, mine = self.memory.claim(key)
+            if mine:
+                return self._load_claimed(src, chunk, horizon, future, planned)
             planned()
-            self._note_hit(key)
-            out[: len(data)] = data
-            return
-        future, mine = self.memory.claim(key)
-        if not mine:
-            planned()
-            data = wait_for(future, self.get_timeout_s, src.what(chunk))
-            out[: len(data)] = data
-            return
-        started = time.perf_counter_ns()
+            wait_for(future, self.get_timeout_s, src.what(chunk))  # then take it from the tier
+        # Loaded by others but gone again at once (a tier smaller than the readers' working set): read it alone.
+        buf = self.buffers().take(chunk.original_size)
         try:
-            self._load_into(src, chunk, horizon, out, planned)
-            data = bytes(out[: chunk.original_size])
+            self._load_into(src, chunk, horizon, buf.view, planned)
+        except BaseException:
+            buf.release()
+            raise
+        return buf
+
+    def _load_claimed(
+        self, src: SegmentSource, chunk: Chunk, horizon: int, future: Future[bool], planned: Callable[[], None]
+    ) -> ChunkBuffer:
+        key = (src.cache_id, chunk.id)
+        started = time.perf_counter_ns()
+        buf = self.buffers().take(chunk.original_size)
+        try:
+            self._load_into(src, chunk, horizon, buf.view, planned)
         except BaseException as e:
             planned()
+            buf.release()
             self.memory.finish(key, future, None, e, started)
             raise
-        self.memory.finish(key, future, data, None, started)
+        self.memory.put(key, buf)
+        self.memory.finish(key, future, True, None, started, store=False)
+        return buf
 
     def ensure_cached(self, src: SegmentSource, chunk: Chunk, horizon: int, background: bool = True) -> bool:
         """Bring a chunk into the cache without a reader (prefetch); False when it was there or on its way."""
@@ -178,6 +212,17 @@ class ChunkCache:
 
     # --- stored bytes: disk tier or a coalesced GET -------------------------------------------------------------
 
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Wait until no GET is in flight and every fetched chunk is settled (on disk, in memory): for tools
+        and tests that look at the cache itself; readers never need it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._fetching:
+                    return True
+            time.sleep(0.005)
+        return False
+
     def _is_fetching(self, key: ChunkKey) -> bool:
         with self._lock:
             return key in self._fetching
@@ -192,6 +237,13 @@ class ChunkCache:
         planned: Callable[[], None] = lambda: None,
     ) -> tuple[bytes | memoryview, bool]:
         key = (src.cache_id, chunk.id)
+        # In flight first, then disk: a chunk leaves ``_fetching`` only after it is on disk, so in this order
+        # a chunk whose GET just finished is found in one place or the other.
+        with self._lock:
+            pending = self._fetching.get(key)
+        if pending is not None:
+            planned()
+            return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
         if use_disk and self.disk is not None:
             stored = self.disk.get(src.cache_id, chunk.id)
             if stored is not None:
@@ -234,25 +286,38 @@ class ChunkCache:
     def _fetch_run(
         self, src: SegmentSource, run: list[Chunk], futures: dict[int, Future[memoryview]], background: bool
     ) -> None:
+        """One GET for the run. Waiters get their bytes at once; writing the disk tier and decoding the chunks
+        nobody asked for yet happen on the background pool, each chunk leaving ``_fetching`` only once it is
+        settled (on disk, or claimed in the memory tier), so no reader can miss it in between."""
         start, end = run[0].transformed_position, run[-1].transformed_end
         try:
             blob = memoryview(self._get(src, run[0], start, end, background))
-            for c in run:
-                piece = blob[c.transformed_position - start : c.transformed_end - start]
-                if self.disk is not None:
-                    self.disk.put(src.cache_id, c.id, piece, src.segment_key)
-                futures[c.id].set_result(piece)
         except BaseException as e:
-            for f in futures.values():
-                if not f.done():
-                    f.set_exception(e)
-            raise
-        finally:
             with self._lock:
                 for c in run:
                     self._fetching.pop((src.cache_id, c.id), None)
-        for c in run[1:]:
-            self.background.submit(self._decode_in_background, src, c, futures[c.id].result(), False)
+            for f in futures.values():
+                f.set_exception(e)
+            raise
+        for c in run:
+            futures[c.id].set_result(blob[c.transformed_position - start : c.transformed_end - start])
+        for i, c in enumerate(run):
+            try:
+                self.background.submit(self._settle, src, c, futures[c.id].result(), i > 0)
+            except RuntimeError:  # the plugin is closing
+                self._settle(src, c, futures[c.id].result(), False)
+
+    def _settle(self, src: SegmentSource, chunk: Chunk, stored: memoryview, decode: bool) -> None:
+        try:
+            if self.disk is not None:
+                self.disk.put(src.cache_id, chunk.id, stored, src.segment_key)
+            if decode:
+                self._decode_in_background(src, chunk, stored, prefetched=False)
+        except Exception:  # noqa: BLE001 - a cache write is an optimisation: the reader reads the store again
+            pass
+        finally:
+            with self._lock:
+                self._fetching.pop((src.cache_id, chunk.id), None)
 
     def _get(self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool) -> bytearray:
         if end == start:
@@ -289,14 +354,17 @@ class ChunkCache:
         if not mine:
             return
         started = time.perf_counter_ns()
-        out = memoryview(bytearray(chunk.original_size))
+        buf = self.buffers().take(chunk.original_size)
         try:
-            self._decode(src, chunk, stored, out)
+            self._decode(src, chunk, stored, buf.view)
         except BaseException as e:
+            buf.release()
             self.memory.finish(key, future, None, e, started)
             future.exception()  # observed: nobody else may be waiting
             return
-        self.memory.finish(key, future, out.tobytes(), None, started)
+        self.memory.put(key, buf)
+        buf.release()  # the tier keeps its own reference
+        self.memory.finish(key, future, True, None, started, store=False)
         if prefetched:
             with self._lock:
                 self._prefetched.add(key)

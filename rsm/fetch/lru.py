@@ -36,8 +36,14 @@ class TimedLru(Generic[K, V]):
         retention_s: float | None,
         weigher: Callable[[V], int] = lambda _v: 1,
         clock: Callable[[], float] = time.monotonic,
+        on_store: Callable[[V], None] | None = None,
+        on_drop: Callable[[V], None] | None = None,
     ) -> None:
+        """``on_store``/``on_drop`` run under the lock when a value enters/leaves the cache (the chunk tier
+        takes and drops a buffer reference there); ``get_with``'s hook runs under it on a hit."""
         self.name = name
+        self._on_store = on_store
+        self._on_drop = on_drop
         self.capacity = capacity
         self.retention_s = retention_s
         self._weigher = weigher
@@ -67,6 +73,7 @@ class TimedLru(Generic[K, V]):
         if self.retention_s is not None and now - last > self.retention_s:
             del self._items[key]
             self._weight -= weight
+            self._dropped(value)
             self.expirations += 1
             self.evictions += 1
             self.eviction_weight += weight
@@ -75,13 +82,22 @@ class TimedLru(Generic[K, V]):
         self._items.move_to_end(key)
         return value
 
+    def _dropped(self, value: V) -> None:
+        if self._on_drop is not None:
+            self._on_drop(value)
+
     def get(self, key: K) -> V | None:
+        return self.get_with(key, None)
+
+    def get_with(self, key: K, on_hit: Callable[[V], None] | None) -> V | None:
         with self._lock:
             value = self._lookup(key, self._clock())
             if value is None:
                 self.misses += 1
             else:
                 self.hits += 1
+                if on_hit is not None:
+                    on_hit(value)
             return value
 
     def contains(self, key: K) -> bool:
@@ -97,24 +113,34 @@ class TimedLru(Generic[K, V]):
             old = self._items.pop(key, None)
             if old is not None:
                 self._weight -= old[1]
+                self._dropped(old[0])
+            if self._on_store is not None:
+                self._on_store(value)
             self._items[key] = (value, weight, self._clock())
             self._weight += weight
             while self._weight > self.capacity:
-                _, (_, w, _) = self._items.popitem(last=False)
+                _, (v, w, _) = self._items.popitem(last=False)
                 self._weight -= w
                 self.evictions += 1
                 self.eviction_weight += w
+                self._dropped(v)
 
     def invalidate(self, key: K) -> None:
         with self._lock:
             item = self._items.pop(key, None)
             if item is not None:
                 self._weight -= item[1]
+                self._dropped(item[0])
 
     def invalidate_where(self, predicate: Callable[[K], bool]) -> None:
         with self._lock:
             for key in [k for k in self._items if predicate(k)]:
-                self._weight -= self._items.pop(key)[1]
+                value, weight, _ = self._items.pop(key)
+                self._weight -= weight
+                self._dropped(value)
+
+    def clear(self) -> None:
+        self.invalidate_where(lambda _k: True)
 
     # --- single flight -----------------------------------------------------------------------------------------
 
@@ -132,10 +158,12 @@ class TimedLru(Generic[K, V]):
         with self._lock:
             return key in self._loading
 
-    def finish(self, key: K, future: Future[V], value: V | None, error: BaseException | None, started: int) -> None:
+    def finish(
+        self, key: K, future: Future[V], value: V | None, error: BaseException | None, started: int, store: bool = True
+    ) -> None:
         """Publish a claimed load: store it on success (never on failure) and wake the waiters."""
         elapsed = time.perf_counter_ns() - started
-        if error is None:
+        if error is None and store:
             assert value is not None
             self.put(key, value)
         with self._lock:

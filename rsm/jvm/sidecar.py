@@ -341,6 +341,11 @@ def _shared_region(manager: Any, total: int) -> SharedRegion | None:
     region = SharedRegion.create(total, pool.buffer_size)
     if region is not None:
         manager.chunk_buffers = region.pool
+        cache = getattr(manager, "chunk_cache", None)
+        if cache is not None:
+            # The memory tier keeps decoded chunks in the buffers they were decoded into; leave at least half of
+            # the region to fetches in flight, or they would fall back to copies over the socket.
+            cache.memory.capacity = min(cache.memory.capacity, total // 2)
         log.info(
             "shared memory: %d buffers of %d bytes in %s (the shim maps it and removes the name)",
             region.pool.region_buffers,
