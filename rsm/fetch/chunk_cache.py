@@ -244,10 +244,10 @@ class ChunkCache:
         if pending is not None:
             planned()
             return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
-        if use_disk and self.disk is not None:
+        if use_disk and self.disk is not None and self.disk.contains(src.cache_id, chunk.id):
+            planned()  # the next chunk may plan now: reading this one from disk starts no GET
             stored = self.disk.get(src.cache_id, chunk.id)
             if stored is not None:
-                planned()
                 with self._lock:
                     self.disk_hits += 1
                 return stored, True
