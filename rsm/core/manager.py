@@ -36,7 +36,7 @@ from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.compression_heuristic import should_compress
-from rsm.core.config import RsmConfig
+from rsm.core.config import RsmConfig, warn_unknown_keys
 from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
@@ -143,6 +143,7 @@ class RemoteStorageManager:
     def configure(self, configs: Mapping[str, Any]) -> None:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
         config = RsmConfig.from_map(configs)
+        warn_unknown_keys(configs)
         key_ring = None
         if config["encryption.enabled"]:
             try:
