@@ -272,3 +272,21 @@ def test_config_check_of_an_aiven_file(tmp_path: Path, capsys: pytest.CaptureFix
     f.write_text(AIVEN_FILE.replace("chunk.size=4194304", "chunk.size=-1"))
     rc, out, err = _run(["config", "check", str(f)], capsys)
     assert rc == 1 and "chunk.size" in err
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"])
+def test_demo_against_a_local_emulator_it_starts(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    d = tmp_path / "demo"
+    assert main(["demo", "--dir", str(d), "--backend", backend, "--segments", "2", "--segment-mb", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "bytes identical" in out and "no damage" in out and "demo OK" in out
+    props = read_properties(d / "server.properties")
+    assert props["rsm.config.storage.backend.class"] == backend
+    assert not (d / "store").exists()  # the objects went to the emulator, not to a folder
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
+    assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], "the demo left its emulator running"

@@ -263,10 +263,11 @@ def run_demo(opts: DemoOptions) -> int:
     _say(f"  verify             {report.chunks} chunks, {report.indexes} indexes, no damage")
     _say(f"  done in            {time.monotonic() - started:.1f} s")
     _say("")
-    _say(f"Try: kts ls --config {properties}")
-    _say(f"     kts cat --config {properties} {TOPIC.topic}/{TOPIC.partition}/0 --limit 5")
-    _say(f"     kts verify --config {properties}")
-    if opts.backend != "filesystem":
-        _say(f"(the {opts.backend} emulator has stopped; those commands work with the default filesystem demo)")
+    if opts.backend == "filesystem":
+        _say(f"Try: kts ls --config {properties}")
+        _say(f"     kts cat --config {properties} {TOPIC.topic}/{TOPIC.partition}/0 --limit 5")
+        _say(f"     kts verify --config {properties}")
+    else:
+        _say(f"{properties} records the configuration; the {opts.backend} emulator stopped with the demo")
     _say("demo OK")
     return 0
