@@ -100,7 +100,16 @@ def _store(opts: DemoOptions) -> Iterator[dict[str, str]]:
 
 
 def _write_partition(opts: DemoOptions) -> list[Any]:
+    import click
+
     from rsm.kafka.writer import write_segment
+
+    try:
+        import kafka.record  # noqa: F401 - the writer builds batches with kafka-python
+    except ImportError:
+        raise click.ClickException(
+            "kts demo writes real Kafka batches with kafka-python: pip install 'kafka-tiered-storage[demo]'"
+        ) from None
 
     partition_dir = opts.workdir / "partition"
     if partition_dir.exists():
