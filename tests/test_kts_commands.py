@@ -290,3 +290,20 @@ def test_demo_against_a_local_emulator_it_starts(
     assert not (d / "store").exists()  # the objects went to the emulator, not to a folder
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
     assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], "the demo left its emulator running"
+
+
+def test_demo_tiers_through_the_jvm_shim_when_java_is_here(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rsm.cli.jvm_tier import jvm_unavailable_reason
+
+    assert jvm_unavailable_reason() is None  # CI has a JDK and the built shim
+    args = ["demo", "--segments", "2", "--segment-mb", "0.3"]
+    assert main([*args, "--dir", str(tmp_path / "jvm"), "--transport", "jvm"]) == 0
+    out = capsys.readouterr().out
+    assert "the shim io.kts.shim.PythonRemoteStorageManager in a JVM" in out and "demo OK" in out
+    assert main([*args, "--dir", str(tmp_path / "py"), "--transport", "python"]) == 0
+    out = capsys.readouterr().out
+    assert "tiering through copyLogSegmentData in Python (--transport python)" in out
+    # both paths store the same segments under the same keys (the data keys differ: they are random)
+    jvm_keys = sorted(p.relative_to(tmp_path / "jvm") for p in (tmp_path / "jvm" / "store").rglob("*") if p.is_file())
+    py_keys = sorted(p.relative_to(tmp_path / "py") for p in (tmp_path / "py" / "store").rglob("*") if p.is_file())
+    assert jvm_keys == py_keys and len(jvm_keys) == 6

@@ -44,6 +44,7 @@ class DemoOptions:
     segments: int = 4
     segment_bytes: int = 2 * 1024 * 1024
     chunk_size: int = 256 * 1024
+    transport: str = "auto"  # jvm: through the shim in a real JVM; python: the manager directly; auto: jvm if possible
 
 
 @dataclass
@@ -203,9 +204,15 @@ SPARK_EXAMPLE_QUERY: Callable[[Path], str | None] | None = None
 
 
 def run_demo(opts: DemoOptions) -> int:
+    import click
+
+    from rsm.cli.jvm_tier import jvm_unavailable_reason, tier_through_jvm
     from rsm.cli.scrub import scrub
 
-    opts = DemoOptions(opts.workdir.resolve(), opts.backend, opts.segments, opts.segment_bytes, opts.chunk_size)
+    opts = dataclasses.replace(opts, workdir=opts.workdir.resolve())
+    no_jvm = jvm_unavailable_reason() if opts.transport != "python" else "--transport python"
+    if opts.transport == "jvm" and no_jvm:
+        raise click.ClickException(f"--transport jvm: {no_jvm}")
     opts.workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     _say(f"[1/6] writing a real Kafka partition {TOPIC.topic}-{TOPIC.partition}: {opts.segments} segments")
@@ -222,12 +229,23 @@ def run_demo(opts: DemoOptions) -> int:
         _say(f"[2/6] key pair {KEY_ID!r} ({KEY_BITS}-bit RSA) in {opts.workdir / 'keys'}; broker config {properties}")
         with RemoteStorageManager() as manager:
             manager.configure(configs)
-            _say(f"[3/6] tiering through copyLogSegmentData on {manager.backend} (zstd chunks, AES-256-GCM)")
-            metas = []
-            for i, seg in enumerate(segments):
-                meta = seg.to_metadata(TOPIC, RemoteLogSegmentId(TOPIC, _segment_id(i)), event_timestamp_ms=0)
-                custom = manager.copy_log_segment_data(meta, seg.to_log_segment_data())
-                metas.append(dataclasses.replace(meta, custom_metadata=custom))
+            metas = [
+                seg.to_metadata(TOPIC, RemoteLogSegmentId(TOPIC, _segment_id(i)), event_timestamp_ms=0)
+                for i, seg in enumerate(segments)
+            ]
+            if no_jvm is None:
+                _say(
+                    "[3/6] tiering as a broker does: the shim io.kts.shim.PythonRemoteStorageManager in a JVM, "
+                    f"copyLogSegmentData then a byte-compared fetch, onto {manager.backend}"
+                )
+                customs = tier_through_jvm(segments, metas, configs, opts.workdir)
+            else:
+                _say(f"[3/6] tiering through copyLogSegmentData in Python ({no_jvm}) onto {manager.backend}")
+                customs = [
+                    manager.copy_log_segment_data(m, s.to_log_segment_data())
+                    for m, s in zip(metas, segments, strict=True)
+                ]
+            metas = [dataclasses.replace(m, custom_metadata=c) for m, c in zip(metas, customs, strict=True)]
             manifests = {s.segment_id: manager.fetch_manifest(s.metadata_stub()) for s in manager.catalog().segments()}
             stored = sum(m.chunk_index.transformed_file_size for m in manifests.values())
             _say(f"      {len(manifests)} segments tiered: {original_bytes:,} -> {stored:,} bytes")

@@ -43,9 +43,22 @@ def cli(verbose: bool) -> None:
 @click.option("--segments", type=click.IntRange(1, 50), default=4, show_default=True, help="segments to write")
 @click.option("--segment-mb", type=click.FloatRange(0.1, 256), default=2.0, show_default=True, help="size of each")
 @click.option("--chunk-size", type=click.IntRange(1024), default=256 * 1024, show_default=True)
+@click.option(
+    "--transport",
+    type=click.Choice(["auto", "jvm", "python"]),
+    default="auto",
+    show_default=True,
+    help="jvm: the broker's shim in a real JVM tiers the data; python: the manager directly; auto: jvm when possible",
+)
 @click.option("--size-mb", type=click.FloatRange(0.1, 1024), default=None, help="one segment of this size (old form)")
 def demo_command(
-    workdir: Path, backend: str, segments: int, segment_mb: float, chunk_size: int, size_mb: float | None
+    workdir: Path,
+    backend: str,
+    segments: int,
+    segment_mb: float,
+    chunk_size: int,
+    transport: str,
+    size_mb: float | None,
 ) -> int:
     """The main job: tier a real Kafka partition (transactions, keys) with compression and encryption, verify
     it, summarise, and leave <dir>/server.properties for every other command."""
@@ -53,7 +66,7 @@ def demo_command(
 
     if size_mb is not None:  # the earlier demo's option: a single segment of that size
         segments, segment_mb = 1, size_mb
-    return run_demo(DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size))
+    return run_demo(DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport))
 
 
 cli.add_command(keys_group)
