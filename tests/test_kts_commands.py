@@ -307,3 +307,17 @@ def test_demo_tiers_through_the_jvm_shim_when_java_is_here(tmp_path: Path, capsy
     jvm_keys = sorted(p.relative_to(tmp_path / "jvm") for p in (tmp_path / "jvm" / "store").rglob("*") if p.is_file())
     py_keys = sorted(p.relative_to(tmp_path / "py") for p in (tmp_path / "py" / "store").rglob("*") if p.is_file())
     assert jvm_keys == py_keys and len(jvm_keys) == 6
+
+
+def test_config_check_applies_the_encryption_rules_without_the_key_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "server.properties"
+    f.write_text(
+        "rsm.config.chunk.size=4194304\nrsm.config.storage.root=/var/lib/t\nrsm.config.encryption.enabled=true\n"
+        "rsm.config.encryption.key.pair.id=k2\nrsm.config.encryption.key.pairs=k1\n"
+        "rsm.config.encryption.key.pairs.k1.public.key.file=/nowhere/k1-public.pem\n"
+    )
+    rc, out, err = _run(["config", "check", str(f)], capsys)
+    assert rc == 1 and "encryption.key.pair.id" in err and "one of encryption.key.pairs" in err
+    assert "/nowhere/k1-public.pem does not exist on this host" in out

@@ -22,9 +22,9 @@ from rsm._version import __version__
 REPO = jt.REPO
 
 
-def _pip_wheel(out: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _pip_wheel(out: Path, env: dict[str, str] | None = None, src: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-w", str(out), "-q"],
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-w", str(out), "-q"],
         capture_output=True,
         text=True,
         env=env,
@@ -132,3 +132,34 @@ def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "needs a JDK 17+ to compile the broker plugin jar" in r.stdout + r.stderr
     assert not list(tmp_path.rglob("*.whl"))
+
+
+def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tmp_path: Path) -> None:
+    import tarfile
+
+    r = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta as b; print(b.build_sdist({str(tmp_path)!r}))"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    sdist = tmp_path / r.stdout.strip().splitlines()[-1]
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    root = names[0].split("/")[0]
+    assert f"{root}/jvm-shim/build.sh" in names and f"{root}/setup.py" in names
+    assert any(n.endswith("PythonRemoteStorageManager.java") for n in names)
+    assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran javac too
+    assert f"{root}/rsm/cli/java/DemoBroker.java" in names
+    # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(unpacked, filter="data")
+    (unpacked / root / "rsm/_jars/kafka-tiered-storage-shim.jar").unlink()
+    r = _pip_wheel(tmp_path / "dist", src=unpacked / root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names and "rsm/cli/java/DemoBroker.java" in names

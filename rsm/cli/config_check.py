@@ -14,7 +14,7 @@ import click
 
 from backends.configdef import ConfigDef, ConfigException
 from rsm.cli.properties import BROKER_PREFIX, read_properties
-from rsm.core.config import CORE, RsmConfig, backend_config_def, unknown_keys
+from rsm.core.config import RsmConfig, backend_config_def, unknown_keys
 
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 AIVEN_CLASS = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
@@ -42,19 +42,16 @@ def _plugin_dir() -> str:
 
 
 def _validate(configs: dict[str, Any], errors: list[str], notes: list[str]) -> None:
-    """Types, ranges and cross-key rules; key files are read only when they exist on this host."""
-    missing_files = {
-        k: v
-        for k, v in configs.items()
-        if k.endswith(".key.file") and k.startswith("encryption.") and not Path(v).exists()
-    }
-    for key, path in missing_files.items():
-        notes.append(f"rsm.config.{key}: {path} does not exist on this host (it must on the broker)")
+    """Types, ranges and cross-key rules. A key file missing on this host (it must exist on the broker) is
+    noted, and validation goes on with a stand-in PEM so the other encryption rules are still checked."""
+    checked = dict(configs)
+    for key, path in configs.items():
+        if key.startswith("encryption.key.pairs.") and key.endswith(".key.file") and not Path(path).exists():
+            notes.append(f"rsm.config.{key}: {path} does not exist on this host (it must on the broker)")
+            del checked[key]
+            checked[key[: -len(".file")]] = "(key file not on this host)"
     try:
-        if missing_files:
-            CORE.parse(configs)
-        else:
-            RsmConfig.from_map(configs)
+        RsmConfig.from_map(checked)
     except ConfigException as e:
         errors.append(str(e))
     backend = backend_config_def(str(configs.get("storage.backend.class") or "filesystem"))
