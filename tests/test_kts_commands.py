@@ -223,6 +223,7 @@ def test_unknown_keys_warn_once_each_with_the_closest_known_key(
         "compresion.enabled": "true",
         "storage.s3.bucket.name": "b",
         "jvm.transport": "sidecar",  # the shim's own keys are known
+        "broker.id": 3,  # Kafka's RemoteLogManager adds it to the plugin's map
         "encryption.key.pairs.old.public.key.file": "/k",  # dynamic keys match their pattern
     }
     with caplog.at_level(logging.WARNING, logger="rsm.core.config"), RemoteStorageManager() as manager:

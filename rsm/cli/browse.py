@@ -12,6 +12,7 @@ from rich.table import Table
 from rsm.cli.progress import stdout
 from rsm.cli.segments import parse_scope, resolve_segment
 from rsm.cli.settings import config_options, open_manager
+from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
@@ -127,7 +128,7 @@ def _text(data: bytes | None) -> str | None:
         return "base64:" + base64.b64encode(data).decode("ascii")
 
 
-def _start_position(manager, meta: RemoteLogSegmentMetadata, offset: int) -> int:  # type: ignore[no-untyped-def]
+def _start_position(manager: RemoteStorageManager, meta: RemoteLogSegmentMetadata, offset: int) -> int:
     """The offset index's floor entry for ``offset``: where a broker would start reading."""
     from rsm.kafka.indexes import decode_offset_index
 

@@ -83,10 +83,9 @@ def keys_rotate(
     manager = open_manager(config, sets)
     try:
         started = time.monotonic()
-        manifests = [k for k in manager.backend.list(manager.config["key.prefix"] if prefix is None else prefix)]
-        with progress_bar("re-wrapping", sum(1 for k in manifests if k.endswith(".rsm-manifest"))) as advance:
+        with progress_bar("re-wrapping") as advance:
             report = rewrap_all(
-                manager, prefix=prefix, dry_run=dry_run, workers=workers, progress=lambda _i, _n, key: advance(key)
+                manager, prefix=prefix, dry_run=dry_run, workers=workers, progress=lambda _i, n, key: advance(key, n)
             )
         active = manager.config["encryption.key.pair.id"]
     finally:

@@ -15,8 +15,9 @@ if not stdout.is_terminal:  # piped or captured: wide enough that tables keep on
 
 
 @contextmanager
-def progress_bar(description: str, total: int) -> Iterator[Callable[[str], None]]:
-    """Yields ``advance(what)``; the bar is drawn on stderr only when it is a terminal."""
+def progress_bar(description: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+    """Yields ``advance(what, total=None)``; the bar is drawn on stderr only when it is a terminal. ``total`` may
+    be given late, by the first ``advance``, when the work is counted while it runs."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -29,7 +30,7 @@ def progress_bar(description: str, total: int) -> Iterator[Callable[[str], None]
     ) as bar:
         task = bar.add_task(description, total=total, what="")
 
-        def advance(what: str = "") -> None:
-            bar.update(task, advance=1, what=what[-50:])
+        def advance(what: str = "", total: int | None = None) -> None:
+            bar.update(task, advance=1, what=what[-50:], total=total)
 
         yield advance

@@ -4,6 +4,7 @@ decoded log must have the size the manifest records. Segments are checked in par
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -86,7 +87,8 @@ def scrub(
 ) -> ScrubReport:
     segments = manager.catalog().segments(topic, partition)
     report = ScrubReport(segments=len(segments))
-    with progress_bar("verifying", len(segments)) if progress else _null_bar() as advance:
+    bar = progress_bar("verifying", len(segments)) if progress else contextlib.nullcontext(lambda _what="": None)
+    with bar as advance:
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kts-verify") as pool:
             futures = {pool.submit(scrub_segment, manager, seg): seg for seg in segments}
             for future in as_completed(futures):
@@ -98,14 +100,6 @@ def scrub(
                 advance(futures[future].describe())
     report.damaged.sort(key=lambda d: d.object_key)
     return report
-
-
-class _null_bar:
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        return lambda _what="": None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @click.command("verify")

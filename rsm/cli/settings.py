@@ -43,7 +43,9 @@ def parse_set(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def load_configs(config: str | None, sets: tuple[str, ...] = (), environ: Mapping[str, str] | None = None) -> dict:
+def load_configs(
+    config: str | None, sets: tuple[str, ...] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The plugin's configuration map from every source; nothing at all is an error that says what to pass."""
     environ = os.environ if environ is None else environ
     path = config or environ.get(ENV_FILE)

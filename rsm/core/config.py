@@ -236,6 +236,8 @@ log = logging.getLogger(__name__)
 
 # Keys of the JVM shim (rsm.jvm.config, a layer above this one): the Java side reads and validates them itself.
 OWNED_ELSEWHERE_PREFIXES = ("jvm.", "python.")
+# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id; some builds cluster.id).
+BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "cluster.id"})
 _REGISTERED: list[tuple[str, ConfigDef]] = []
 
 
@@ -292,7 +294,9 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     custom_backend = backend_config_def(backend_class) is None
     out: list[UnknownKey] = []
     for key in map(str, configs):
-        if key in exact or any(p.match(key) for p in patterns) or key.startswith(OWNED_ELSEWHERE_PREFIXES):
+        if key in exact or key in BROKER_SUPPLIED_KEYS or key.startswith(OWNED_ELSEWHERE_PREFIXES):
+            continue
+        if any(p.match(key) for p in patterns):
             continue
         if custom_backend and key.startswith("storage."):
             continue  # a user's own backend declares no keys we can see; it validates them itself
