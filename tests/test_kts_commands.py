@@ -270,6 +270,14 @@ def test_config_check_of_an_aiven_file(tmp_path: Path, capsys: pytest.CaptureFix
         "  remote.log.storage.manager.class.name=io.kts.shim.PythonRemoteStorageManager",
         f"  remote.log.storage.manager.class.path={PLUGIN_JAR.parent}/*",
     ]
+    from rsm.cli.config_check import check_broker_properties
+
+    ours = read_properties(f)
+    ours["remote.log.storage.manager.class.name"] = "io.kts.shim.PythonRemoteStorageManager"
+    ours["remote.log.storage.manager.class.path"] = "/opt/kafka/plugins/kafka-tiered-storage-old/*"
+    assert check_broker_properties(ours).changes == [f"remote.log.storage.manager.class.path={PLUGIN_JAR.parent}/*"]
+    ours["remote.log.storage.manager.class.path"] = f"/opt/other/*:{PLUGIN_JAR.parent}/*"
+    assert check_broker_properties(ours).changes == []
     f.write_text(AIVEN_FILE.replace("chunk.size=4194304", "chunk.size=-1"))
     rc, out, err = _run(["config", "check", str(f)], capsys)
     assert rc == 1 and "chunk.size" in err

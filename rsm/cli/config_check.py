@@ -20,6 +20,7 @@ SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 AIVEN_CLASS = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
 CLASS_NAME = "remote.log.storage.manager.class.name"
 CLASS_PATH = "remote.log.storage.manager.class.path"
+JAR_NAME = "kafka-tiered-storage-shim.jar"
 
 
 @dataclasses.dataclass
@@ -39,6 +40,16 @@ def _plugin_dir() -> str:
     from rsm.jvm.launcher import PLUGIN_JAR
 
     return str(PLUGIN_JAR.parent)
+
+
+def _names_our_jar(class_path: str) -> bool:
+    """True when an entry is a folder holding the shim jar here, or the installed/packaged jar folder by name
+    (the broker's host may not be this one: rsm/_jars of a pip install, or the demo image's link)."""
+    for entry in filter(None, (e.strip() for e in class_path.split(":"))):
+        folder = entry.removesuffix("*").rstrip("/")
+        if (Path(folder) / JAR_NAME).is_file() or folder.endswith(("/rsm/_jars", "/kafka-tiered-storage/jars")):
+            return True
+    return False
 
 
 def _validate(configs: dict[str, Any], errors: list[str], notes: list[str]) -> None:
@@ -81,8 +92,7 @@ def check_broker_properties(props: dict[str, str]) -> CheckResult:
         result.changes.append(f"{CLASS_NAME}={SHIM_CLASS}")
         if props.get(CLASS_NAME) == AIVEN_CLASS:
             result.notes.append("this is an Aiven plugin file: the stored data stays readable both ways")
-    path = props.get(CLASS_PATH, "")
-    if "kafka-tiered-storage" not in path and _plugin_dir() not in path:
+    if not _names_our_jar(props.get(CLASS_PATH, "")):
         result.changes.append(f"{CLASS_PATH}={_plugin_dir()}/*")
     if not configs:
         result.errors.append("no rsm.config.* keys: the plugin would start without chunk.size")
