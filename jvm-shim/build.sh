@@ -25,7 +25,12 @@ mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafk
 "$JAR" --create --file "$build/kafka-api-stubs.jar" -C "$build/stubs" .
 "$JAR" --create --file "$build/kts-shim-test.jar" -C "$build/test-classes" .
 "$JAR" --create --file "$build/fake-kafka.jar" -C "$build/fake-kafka" .
+# The release version lives in rsm/_version.py only; the jar's manifest carries the same one.
+version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo/rsm/_version.py")"
+[[ -n "$version" ]] || { echo "build.sh: no __version__ in $repo/rsm/_version.py" >&2; exit 1; }
+printf 'Implementation-Title: kafka-tiered-storage-shim\nImplementation-Version: %s\nImplementation-Vendor: kafka-tiered-storage\n' \
+    "$version" >"$build/MANIFEST.MF"
 tmp_jar="$out_jar.tmp.$$"
-"$JAR" --create --file "$tmp_jar" -C "$build/classes" .
+"$JAR" --create --file "$tmp_jar" --manifest "$build/MANIFEST.MF" -C "$build/classes" .
 mv -f "$tmp_jar" "$out_jar"
 echo "built $out_jar"

@@ -1,143 +1,300 @@
-"""``kts demo``: the product's main job on the embedded default (filesystem backend), end to end.
+"""``kts demo``: the product's main job on a fresh machine, no cloud account, no broker.
 
-Writes a real Kafka segment (v2 record batches with CRC-32C, offset/time/transaction indexes, producer
-snapshot), tiers it the way a broker would, reads it back from index positions and whole, checks every byte
-and every batch CRC, and prints what it did. No cloud account, no broker needed.
+It writes a small real Kafka partition (several rolled segments of v2 record batches with keys, idempotent
+producers and transactions, with their offset/time/transaction indexes and producer snapshots), tiers it the
+way a broker's RemoteLogManager does (compression with the heuristic, encryption under a key pair generated
+into the demo folder), reads it back as a catching-up consumer would, scrubs it with ``kts verify``, and
+prints a summary. It leaves ``<dir>/server.properties`` so every other command works on the demo's data.
+
+Re-runs are idempotent: the partition, the store and the summary come out the same (segment ids are derived
+from the partition, not random; the key pair is generated once and reused).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import dataclasses
 import hashlib
 import shutil
-import sys
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from rsm.errors import RemoteResourceNotFoundException
-from rsm.metadata import IndexType, TopicIdPartition
+from rsm.cli.keys import generate_key_pair
+from rsm.cli.progress import stdout
+from rsm.cli.properties import BROKER_PREFIX, write_properties
+from rsm.core.manager import RemoteStorageManager
+from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+TOPIC = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=0)
+KEY_ID = "demo"
+KEY_BITS = 3072
+EMULATORS = {"s3": "s3-moto", "gcs": "gcs-fake", "azure": "azure-azurite"}
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    workdir: Path
+    backend: str = "filesystem"
+    segments: int = 4
+    segment_bytes: int = 2 * 1024 * 1024
+    chunk_size: int = 256 * 1024
+    transport: str = "auto"  # jvm: through the shim in a real JVM; python: the manager directly; auto: jvm if possible
+
+
+@dataclass
+class CatchUpResult:
+    """What the catch-up read saw; ``gets``/``gets_saved`` come from the chunk cache when it is wired in."""
+
+    records: int = 0
+    bytes_read: int = 0
+    keys: Counter[bytes] = field(default_factory=Counter)
+    first_timestamp: int | None = None
+    last_timestamp: int | None = None
+    sha256: Any = field(default_factory=hashlib.sha256)  # of every batch read, in order
+    cache_summary: str | None = None
 
 
 def _say(msg: str) -> None:
-    print(msg, flush=True)
+    stdout.print(msg)
 
 
-def run_demo(
-    workdir: Path,
-    size_mb: int = 64,
-    chunk_size: int = 4 * 1024 * 1024,
-    compression: bool = True,
-    encryption: bool = True,
-) -> int:
-    from Crypto.PublicKey import RSA
+def _segment_id(index: int) -> str:
+    """A stable Kafka Uuid per demo segment, so re-runs write the same object keys."""
+    raw = hashlib.sha256(f"kts-demo/{TOPIC.topic_id}/{TOPIC.partition}/{index}".encode()).digest()[:16]
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
-    from rsm.core.manager import RemoteStorageManager
-    from rsm.kafka.indexes import decode_offset_index
-    from rsm.kafka.records import iter_batch_headers, verify_crc
-    from rsm.kafka.writer import write_large_segment
 
-    workdir = workdir.resolve()
-    segdir, store, keys = workdir / "segment", workdir / "store", workdir / "keys"
-    for d in (segdir, store):
-        if d.exists():
-            shutil.rmtree(d)
-    keys.mkdir(parents=True, exist_ok=True)
+def _when(ms: int | None) -> str:
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
-    _say(f"[1/5] writing a real Kafka segment of ~{size_mb} MB into {segdir}")
-    t0 = time.monotonic()
-    seg = write_large_segment(segdir, size_mb * 1024 * 1024, seed=7)
-    _say(f"      {seg.size:,} bytes, offsets {seg.base_offset}..{seg.end_offset} in {time.monotonic() - t0:.1f} s")
 
-    configs: dict[str, str] = {
-        "chunk.size": str(chunk_size),
-        "storage.backend.class": "filesystem",
-        "storage.root": str(store),
+@contextlib.contextmanager
+def _store(opts: DemoOptions) -> Iterator[dict[str, str]]:
+    """The plugin's storage keys: a folder, or a local emulator started for the run and stopped after it."""
+    if opts.backend == "filesystem":
+        root = opts.workdir / "store"
+        if root.exists():
+            shutil.rmtree(root)  # idempotent: a re-run tiers the same partition into an empty store
+        root.mkdir(parents=True)
+        yield {"storage.backend.class": "filesystem", "storage.root": str(root)}
+        return
+    from rsm.cli.emulators import STARTERS
+
+    server_dir = opts.workdir / "emulator"
+    if server_dir.exists():
+        shutil.rmtree(server_dir)
+    server_dir.mkdir(parents=True)
+    _say(f"      starting a local {EMULATORS[opts.backend]} server (logs in {server_dir})")
+    server = STARTERS[EMULATORS[opts.backend]](server_dir)
+    try:
+        configs = {"storage.backend.class": server.backend}
+        configs.update({f"storage.{k}": str(v) for k, v in server.config().items()})
+        yield configs
+    finally:
+        server.stop()
+
+
+def _write_partition(opts: DemoOptions) -> list[Any]:
+    import click
+
+    from rsm.kafka.writer import write_segment
+
+    try:
+        import kafka.record  # noqa: F401 - the writer builds batches with kafka-python
+    except ImportError:
+        raise click.ClickException(
+            "kts demo writes real Kafka batches with kafka-python: pip install 'kafka-tiered-storage[demo]'"
+        ) from None
+
+    partition_dir = opts.workdir / "partition"
+    if partition_dir.exists():
+        shutil.rmtree(partition_dir)
+    segments = []
+    base_offset, base_ts = 0, 1_700_000_000_000
+    for i in range(opts.segments):
+        seg = write_segment(
+            partition_dir / f"segment-{i}",
+            base_offset=base_offset,
+            target_bytes=opts.segment_bytes,
+            codec="zstd" if i == opts.segments - 1 and opts.segments > 1 else "none",
+            transactional=True,
+            seed=i,
+            base_timestamp_ms=base_ts,
+            leader_epochs={0: 0} if i < 2 else {0: 0, 1: base_offset},
+        )
+        segments.append(seg)
+        base_offset, base_ts = seg.end_offset + 1, seg.max_timestamp_ms + 1
+    return segments
+
+
+def _plugin_configs(opts: DemoOptions, storage: dict[str, str]) -> dict[str, str]:
+    keys = opts.workdir / "keys"
+    public, private = keys / f"{KEY_ID}-public.pem", keys / f"{KEY_ID}-private.pem"
+    if not (public.exists() and private.exists()):
+        generate_key_pair(KEY_ID, keys, KEY_BITS)
+    configs = {
+        "chunk.size": str(opts.chunk_size),
+        **storage,
         "key.prefix": "demo/",
-        "compression.enabled": str(compression).lower(),
-        "compression.heuristic.enabled": str(compression).lower(),
+        "compression.enabled": "true",
+        "compression.heuristic.enabled": "true",
+        "encryption.enabled": "true",
+        "encryption.key.pair.id": KEY_ID,
+        "encryption.key.pairs": KEY_ID,
+        f"encryption.key.pairs.{KEY_ID}.public.key.file": str(public),
+        f"encryption.key.pairs.{KEY_ID}.private.key.file": str(private),
         "custom.metadata.fields.include": "REMOTE_SIZE",
     }
-    if encryption:
-        pub, priv = keys / "demo-public.pem", keys / "demo-private.pem"
-        if not priv.exists():
-            key = RSA.generate(2048)
-            priv.write_bytes(key.export_key(pkcs=8))
-            pub.write_bytes(key.public_key().export_key())
-        configs.update(
-            {
-                "encryption.enabled": "true",
-                "encryption.key.pair.id": "demo",
-                "encryption.key.pairs": "demo",
-                "encryption.key.pairs.demo.public.key.file": str(pub),
-                "encryption.key.pairs.demo.private.key.file": str(priv),
-            }
-        )
+    return configs
 
-    tip = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)
-    meta = seg.to_metadata(tip)
-    data = seg.to_log_segment_data()
-    original = seg.log.read_bytes()
 
-    with RemoteStorageManager() as rsm:
-        rsm.configure(configs)
-        _say(f"[2/5] copyLogSegmentData (chunk {chunk_size} B, compression={compression}, encryption={encryption})")
-        t0 = time.monotonic()
-        custom = rsm.copy_log_segment_data(meta, data)
-        dt = time.monotonic() - t0
-        stored = sum((store / k).stat().st_size for k in rsm.backend.list(""))
-        _say(
-            f"      {seg.size / dt / 1e6:.0f} MB/s; stored {stored:,} bytes ({seg.size / max(stored, 1):.2f}x); "
-            f"custom metadata {custom.hex() if custom else None}"
-        )
-        for k in rsm.backend.list(""):
-            _say(f"      {store / k}")
+def write_server_properties(path: Path, configs: dict[str, str], backend: str) -> None:
+    from rsm.jvm.launcher import PLUGIN_JAR
 
-        _say("[3/5] fetchLogSegment from offset-index positions, reading a few batches as a broker does")
-        with rsm.fetch_index(meta, IndexType.OFFSET) as f:
-            entries = decode_offset_index(f.read(), seg.base_offset)
-        picks = [entries[i] for i in range(0, len(entries), max(1, len(entries) // 8))][:8]
-        checked = 0
-        for entry in picks:
-            position = entry.position
-            with rsm.fetch_log_segment(meta, position) as stream:
-                head = stream.read(256 * 1024)
-            if head != original[position : position + len(head)]:
-                _say(f"      MISMATCH at position {position}")
+    lines = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.path": f"{PLUGIN_JAR.parent}/*",
+        "remote.log.storage.manager.class.name": "io.kts.shim.PythonRemoteStorageManager",
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+    }
+    lines.update({BROKER_PREFIX + k: v for k, v in configs.items()})
+    note = (
+        "Written by `kts demo`: the broker lines of the demo's tiered storage. Every kts command reads it:\n"
+        f"  kts ls --config {path}"
+    )
+    if backend != "filesystem":
+        note += f"\nThe {backend} emulator of the demo is stopped when the demo ends: re-run with --backend {backend}."
+    write_properties(path, lines, note)
+
+
+def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMetadata]) -> CatchUpResult:
+    """Read the whole tiered partition from offset 0, as a consumer that fell behind does.
+
+    HOOK(fetch): the chunk cache with prefetch replaces the plain reads here and fills ``cache_summary``
+    ("N GETs for M chunks, K saved by prefetch and cache"); the result's other fields stay as they are.
+    """
+    from rsm.kafka.records import decode_records, iter_batches
+
+    result = CatchUpResult()
+    for meta in metas:
+        with manager.fetch_log_segment(meta, 0) as stream:
+            for header, body in iter_batches(stream, verify=True):
+                result.bytes_read += len(body)
+                result.sha256.update(body)
+                if header.is_control:
+                    continue
+                for rec in decode_records(body, position=header.position):
+                    result.records += 1
+                    result.keys[rec.key or b""] += 1
+                    ts = rec.timestamp
+                    result.first_timestamp = ts if result.first_timestamp is None else min(result.first_timestamp, ts)
+                    result.last_timestamp = ts if result.last_timestamp is None else max(result.last_timestamp, ts)
+    return result
+
+
+# HOOK(spark): the Spark example query over the tiered data. A function (server.properties path) -> printable
+# result, or None when pyspark is not installed; the lead wires rsm.spark's example here.
+SPARK_EXAMPLE_QUERY: Callable[[Path], str | None] | None = None
+
+
+def run_demo(opts: DemoOptions) -> int:
+    import click
+
+    from rsm.cli.jvm_tier import jvm_unavailable_reason, tier_through_jvm
+    from rsm.cli.scrub import scrub
+
+    opts = dataclasses.replace(opts, workdir=opts.workdir.resolve())
+    no_jvm = jvm_unavailable_reason() if opts.transport != "python" else "--transport python"
+    if opts.transport == "jvm" and no_jvm:
+        raise click.ClickException(f"--transport jvm: {no_jvm}")
+    opts.workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _say(f"[1/6] writing a real Kafka partition {TOPIC.topic}-{TOPIC.partition}: {opts.segments} segments")
+    segments = _write_partition(opts)
+    original_bytes = sum(s.size for s in segments)
+    _say(
+        f"      {original_bytes:,} bytes, offsets 0..{segments[-1].end_offset}, transactions with aborts, "
+        f"producer ids and keys"
+    )
+    with _store(opts) as storage:
+        configs = _plugin_configs(opts, storage)
+        properties = opts.workdir / "server.properties"
+        write_server_properties(properties, configs, opts.backend)
+        _say(f"[2/6] key pair {KEY_ID!r} ({KEY_BITS}-bit RSA) in {opts.workdir / 'keys'}; broker config {properties}")
+        with RemoteStorageManager() as manager:
+            manager.configure(configs)
+            metas = [
+                seg.to_metadata(TOPIC, RemoteLogSegmentId(TOPIC, _segment_id(i)), event_timestamp_ms=0)
+                for i, seg in enumerate(segments)
+            ]
+            if no_jvm is None:
+                _say(
+                    "[3/6] tiering as a broker does: the shim io.kts.shim.PythonRemoteStorageManager in a JVM, "
+                    f"copyLogSegmentData then a byte-compared fetch, onto {manager.backend}"
+                )
+                customs = tier_through_jvm(segments, metas, configs, opts.workdir)
+            else:
+                _say(f"[3/6] tiering through copyLogSegmentData in Python ({no_jvm}) onto {manager.backend}")
+                customs = [
+                    manager.copy_log_segment_data(m, s.to_log_segment_data())
+                    for m, s in zip(metas, segments, strict=True)
+                ]
+            metas = [dataclasses.replace(m, custom_metadata=c) for m, c in zip(metas, customs, strict=True)]
+            manifests = {s.segment_id: manager.fetch_manifest(s.metadata_stub()) for s in manager.catalog().segments()}
+            stored = sum(m.chunk_index.transformed_file_size for m in manifests.values())
+            _say(f"      {len(manifests)} segments tiered: {original_bytes:,} -> {stored:,} bytes")
+
+            _say("[4/6] catch-up read of the whole partition from offset 0, every batch CRC checked")
+            read = catch_up_read(manager, metas)
+            expected = hashlib.sha256()
+            for seg in segments:
+                expected.update(seg.log.read_bytes())
+            if read.bytes_read != original_bytes or read.sha256.digest() != expected.digest():
+                _say(f"      MISMATCH: read {read.bytes_read:,} bytes of {original_bytes:,}, or different bytes")
                 return 1
-            checked += 1
-        _say(f"      {checked} positions: bytes identical to the original segment")
+            _say(f"      {read.records:,} records in {read.bytes_read:,} bytes: bytes identical to the partition")
 
-        _say("[4/5] fetchLogSegment of the whole segment; verifying every record batch CRC-32C")
-        t0 = time.monotonic()
-        with rsm.fetch_log_segment(meta, 0) as stream:
-            back = stream.read()
-        dt = time.monotonic() - t0
-        if back != original:
-            _say("      MISMATCH: the fetched segment differs from the original")
-            return 1
-        import io
-
-        batches = 0
-        buf = io.BytesIO(back)
-        for header in iter_batch_headers(buf):
-            if not verify_crc(back[header.position : header.position + header.size]):
-                _say(f"      batch at {header.position} has a bad CRC")
+            _say("[5/6] kts verify: every chunk's GCM tag and CRC-32C, every index, every manifest")
+            report = scrub(manager, progress=False)
+            _say(
+                f"      {report.segments} segments, {report.chunks} chunks, {report.indexes} indexes: "
+                f"{len(report.damaged)} damaged"
+            )
+            if report.damaged:
+                for d in report.damaged:
+                    _say(f"      DAMAGED {d.object_key}: {d.problem}")
                 return 1
-            batches += 1
-        _say(
-            f"      {len(back):,} bytes in {dt:.2f} s ({len(back) / dt / 1e6:.0f} MB/s), {batches} batches, "
-            f"sha256 {hashlib.sha256(back).hexdigest()[:16]}… matches"
-        )
 
-        _say("[5/5] fetchIndex for all five index types")
-        for t in IndexType:
-            try:
-                with rsm.fetch_index(meta, t) as f:
-                    _say(f"      {t.name:<17} {len(f.read()):>9,} bytes")
-            except RemoteResourceNotFoundException:
-                _say(f"      {t.name:<17} not present (the segment has no aborted transactions)")
-    _say(f"demo OK: objects are under {store} (delete {workdir} when done)")
+            _say("[6/6] Spark example query")
+            spark_result = SPARK_EXAMPLE_QUERY(properties) if SPARK_EXAMPLE_QUERY is not None else None
+            _say(f"      {spark_result}" if spark_result else "      (not wired in this build)")
+
+    top = read.keys.most_common(1)[0] if read.keys else (b"", 0)
+    _say("")
+    _say("Summary")
+    _say(f"  segments           {len(segments)} of topic {TOPIC.topic} partition {TOPIC.partition}")
+    _say(f"  bytes              {original_bytes:,} before, {stored:,} stored ({original_bytes / max(1, stored):.2f}x)")
+    _say(f"  records            {read.records:,} data records (those of aborted transactions included, as stored)")
+    _say(
+        f"  records per key    {len(read.keys):,} keys, {read.records / max(1, len(read.keys)):.2f} records per key "
+        f"on average, most {top[1]} ({top[0].decode(errors='replace')})"
+    )
+    _say(f"  time range         {_when(read.first_timestamp)} .. {_when(read.last_timestamp)} UTC")
+    _say(f"  cache              {read.cache_summary or 'plain reads (no chunk cache wired in)'}")
+    _say(f"  verify             {report.chunks} chunks, {report.indexes} indexes, no damage")
+    _say(f"  done in            {time.monotonic() - started:.1f} s")
+    _say("")
+    if opts.backend == "filesystem":
+        _say(f"Try: kts ls --config {properties}")
+        _say(f"     kts cat --config {properties} {TOPIC.topic}/{TOPIC.partition}/0 --limit 5")
+        _say(f"     kts verify --config {properties}")
+    else:
+        _say(f"{properties} records the configuration; the {opts.backend} emulator stopped with the demo")
+    _say("demo OK")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_demo(Path(sys.argv[1] if len(sys.argv) > 1 else "./kts-demo")))

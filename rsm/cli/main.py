@@ -1,163 +1,183 @@
-"""``kts``: the operator's command line (demo, key rotation, key generation, config docs, JVM plugin path)."""
+"""``kts``: the operator's command line, one entry point with subcommands (click), ``--help`` on each.
+
+Commands that talk to the store share one configuration source (``rsm.cli.settings``). Errors reach the
+operator as one line naming what failed (``-v`` shows the traceback); usage errors exit 2, damage found 1.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
-from rsm.cli.properties import read_properties, rsm_configs
+import click
+
+from rsm._version import __version__
+from rsm.cli.browse import cat_command, inspect_command, ls_command
+from rsm.cli.config_check import config_group
+from rsm.cli.keys import keys_generate, keys_group, keys_rotate
+from rsm.cli.scrub import verify_command
 
 
-def _progress(done: int, total: int, what: str) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what[-60:]:<60}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from rsm.cli.demo import run_demo
-
-    return run_demo(
-        Path(args.dir),
-        size_mb=args.size_mb,
-        chunk_size=args.chunk_size,
-        compression=not args.no_compression,
-        encryption=not args.no_encryption,
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, "--version", prog_name="kts", message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", is_flag=True, help="log at DEBUG level and show tracebacks")
+def cli(verbose: bool) -> None:
+    """kafka-tiered-storage operator tool: demo, keys, listing, inspection, scrub, config checks, broker helpers."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
 
-def cmd_rewrap(args: argparse.Namespace) -> int:
-    from rsm.core.manager import RemoteStorageManager
-    from rsm.core.rotation import rewrap_all
+@cli.command("demo")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("./kts-demo"))
+@click.option(
+    "--backend",
+    type=click.Choice(["filesystem", "s3", "gcs", "azure"]),
+    default="filesystem",
+    show_default=True,
+    help="a folder, or a local emulator the demo starts (s3: moto, gcs: fake-gcs-server, azure: Azurite)",
+)
+@click.option("--segments", type=click.IntRange(1, 50), default=4, show_default=True, help="segments to write")
+@click.option("--segment-mb", type=click.FloatRange(0.1, 256), default=2.0, show_default=True, help="size of each")
+@click.option("--chunk-size", type=click.IntRange(1024), default=256 * 1024, show_default=True)
+@click.option(
+    "--transport",
+    type=click.Choice(["auto", "jvm", "python"]),
+    default="auto",
+    show_default=True,
+    help="jvm: the broker's shim in a real JVM tiers the data; python: the manager directly; auto: jvm when possible",
+)
+@click.option("--size-mb", type=click.FloatRange(0.1, 1024), default=None, help="one segment of this size (old form)")
+def demo_command(
+    workdir: Path,
+    backend: str,
+    segments: int,
+    segment_mb: float,
+    chunk_size: int,
+    transport: str,
+    size_mb: float | None,
+) -> int:
+    """The main job: tier a real Kafka partition (transactions, keys) with compression and encryption, verify
+    it, summarise, and leave <dir>/server.properties for every other command."""
+    from rsm.cli.demo import DemoOptions, run_demo
 
-    configs = rsm_configs(read_properties(args.config))
-    manager = RemoteStorageManager()
-    manager.configure(configs)
-    try:
-        started = time.monotonic()
-        report = rewrap_all(manager, prefix=args.prefix, dry_run=args.dry_run, progress=_progress)
-    finally:
-        manager.close()
-    verb = "would re-wrap" if args.dry_run else "re-wrapped"
-    print(
-        f"{report.total} manifests in {time.monotonic() - started:.1f} s: {verb} "
-        f"{sum(report.rewrapped.values())} (from key pairs: "
-        f"{', '.join(f'{k}={v}' for k, v in report.rewrapped.items()) or 'none'}), "
-        f"{report.already_current} already on the active key pair, {report.unencrypted} unencrypted, "
-        f"{len(report.failed)} failed"
-    )
-    for key, error in report.failed.items():
-        print(
-            f"FAILED {key}: {error}\n  fix the cause (usually a missing private key of an old key pair in "
-            f"encryption.key.pairs) and run the command again; finished manifests are skipped.",
-            file=sys.stderr,
-        )
-    return 1 if report.failed else 0
-
-
-def cmd_keygen(args: argparse.Namespace) -> int:
-    from Crypto.PublicKey import RSA
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    key = RSA.generate(args.bits)
-    private = out / f"{args.id}-private.pem"
-    public = out / f"{args.id}-public.pem"
-    private.write_bytes(key.export_key(pkcs=8))
-    private.chmod(0o600)
-    public.write_bytes(key.public_key().export_key())
-    print(f"rsm.config.encryption.key.pairs.{args.id}.public.key.file={public}")
-    print(f"rsm.config.encryption.key.pairs.{args.id}.private.key.file={private}")
-    return 0
+    if size_mb is not None:  # the earlier demo's option: a single segment of that size
+        segments, segment_mb = 1, size_mb
+    return run_demo(DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport))
 
 
-def cmd_config_docs(args: argparse.Namespace) -> int:
+cli.add_command(keys_group)
+cli.add_command(ls_command)
+cli.add_command(inspect_command)
+cli.add_command(cat_command)
+cli.add_command(verify_command)
+cli.add_command(config_group)
+# The names of earlier releases stay as aliases.
+cli.add_command(keys_rotate, "rewrap")
+cli.add_command(keys_generate, "keygen")
+# `kts gc` (orphans, stale multipart uploads, cache files of deleted segments) plugs in here:
+# cli.add_command(gc_command) with its logic in rsm/core/garbage.py.
+
+
+@cli.command("config-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current table")
+@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+def config_docs_command(check: str | None, write: str | None) -> int:
+    """Print the configuration table generated from the declarations (or check/rewrite it in a file)."""
     from rsm.cli.config_docs import config_docs_markdown
 
     table = config_docs_markdown()
-    if args.check:
-        text = Path(args.check).read_text(encoding="utf-8")
-        if table.strip() not in text:
-            print(
-                f"{args.check} does not contain the current configuration table; regenerate it with "
-                f"`kts config-docs --write {args.check}`",
-                file=sys.stderr,
+    if check:
+        if table.strip() not in Path(check).read_text(encoding="utf-8"):
+            click.echo(
+                f"{check} does not contain the current configuration table; regenerate it with "
+                f"`kts config-docs --write {check}`",
+                err=True,
             )
             return 1
         return 0
-    if args.write:
-        path = Path(args.write)
+    if write:
+        path = Path(write)
         text = path.read_text(encoding="utf-8")
         begin, end = "<!-- config-table:begin -->", "<!-- config-table:end -->"
         if begin not in text or end not in text:
-            print(f"{path} has no {begin} ... {end} markers", file=sys.stderr)
+            click.echo(f"{path} has no {begin} ... {end} markers", err=True)
             return 1
         head, rest = text.split(begin, 1)
         _old, tail = rest.split(end, 1)
         path.write_text(f"{head}{begin}\n{table}\n{end}{tail}", encoding="utf-8")
         return 0
-    print(table)
+    click.echo(table)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kts", description="kafka-tiered-storage operator tool")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    sub = parser.add_subparsers(dest="command", required=True)
+@cli.command("plugin-path")
+@click.option("--properties", is_flag=True, help="print ready-to-paste server.properties lines (sidecar transport)")
+def plugin_path_command(properties: bool) -> int:
+    """Print the folder holding the broker plugin jar (for remote.log.storage.manager.class.path)."""
+    from rsm.jvm import shim_cli
 
-    demo = sub.add_parser("demo", help="tier a generated real Kafka segment on the local filesystem and read it back")
-    demo.add_argument("--dir", default="./kts-demo", help="working directory (segments, keys, object store)")
-    demo.add_argument("--size-mb", type=int, default=64, help="segment size in MB")
-    demo.add_argument("--chunk-size", type=int, default=4 * 1024 * 1024)
-    demo.add_argument("--no-compression", action="store_true")
-    demo.add_argument("--no-encryption", action="store_true")
-    demo.set_defaults(func=cmd_demo)
+    return shim_cli.cmd_plugin_path(argparse.Namespace(properties=properties))
 
-    rewrap = sub.add_parser("rewrap", help="re-wrap segment data keys under the active key pair (key rotation)")
-    rewrap.add_argument("--config", required=True, help="server.properties (rsm.config.* keys) or a plugin config")
-    rewrap.add_argument("--prefix", default=None, help="only manifests under this key prefix (default key.prefix)")
-    rewrap.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
-    rewrap.set_defaults(func=cmd_rewrap)
 
-    keygen = sub.add_parser("keygen", help="generate an RSA key pair for encryption.key.pairs")
-    keygen.add_argument("--id", required=True)
-    keygen.add_argument("--out", default=".")
-    keygen.add_argument("--bits", type=int, default=3072, choices=[2048, 3072, 4096])
-    keygen.set_defaults(func=cmd_keygen)
+@cli.command(
+    "kafka-server-start",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument("server_properties")
+@click.option("--kafka-home", default=None, help="Kafka installation (default: $KAFKA_HOME)")
+@click.option("--dry-run", is_flag=True, help="print the JVM options and class path, start nothing")
+@click.option("--main-class", default="kafka.Kafka", hidden=True)
+@click.argument("broker_args", nargs=-1, type=click.UNPROCESSED)
+def kafka_server_start_command(
+    server_properties: str, kafka_home: str | None, dry_run: bool, main_class: str, broker_args: tuple[str, ...]
+) -> int:
+    """Run a Kafka broker inside this Python process (in-process transport), like kafka-server-start.sh.
 
-    docs = sub.add_parser("config-docs", help="print the configuration table (generated from the declarations)")
-    docs.add_argument("--check", metavar="FILE", help="fail if FILE does not contain the current table")
-    docs.add_argument("--write", metavar="FILE", help="replace the table between the markers in FILE")
-    docs.set_defaults(func=cmd_config_docs)
+    Honours KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_GC_LOG_OPTS, KAFKA_JMX_OPTS, JMX_PORT,
+    KAFKA_LOG4J_OPTS, LOG_DIR, KAFKA_OPTS and CLASSPATH. Extra arguments go to kafka.Kafka (e.g. --override k=v).
+    """
+    from rsm.jvm import launcher, shim_cli
 
+    args = argparse.Namespace(
+        server_properties=server_properties,
+        broker_args=list(broker_args),
+        kafka_home=kafka_home,
+        dry_run=dry_run,
+        main_class=main_class,
+    )
     try:
-        from rsm.jvm import shim_cli
-    except ImportError:
-        shim_cli = None  # type: ignore[assignment]
-    if shim_cli is not None:
-        shim_cli.register(sub)
-    return parser
+        return shim_cli.cmd_kafka_server_start(args)
+    except launcher.LaunchError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _command_name(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "-v" in args or "--verbose" in args
     try:
-        return int(args.func(args) or 0)
+        result = cli.main(args=args, prog_name="kts", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return 2 if isinstance(e, click.UsageError) else max(1, e.exit_code)
     except Exception as e:  # an operator gets one clear line, not a traceback (use -v for details)
-        if args.verbose:
+        if verbose:
             raise
-        print(f"kts {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        click.echo(f"kts {_command_name(args)}: {type(e).__name__}: {e}", err=True)
         return 2
+    return int(result or 0) if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

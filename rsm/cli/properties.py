@@ -1,30 +1,20 @@
-"""Reading broker-style ``.properties`` files for the CLI, so operators reuse their server.properties."""
+"""Reading broker-style ``.properties`` files with Java's own rules (javaproperties: ``\\:``, ``\\=``,
+``\\uXXXX``, whitespace separators, continuations), so an operator's server.properties means the same to
+``kts`` as to the broker."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import javaproperties
+
 BROKER_PREFIX = "rsm.config."
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """Parse ``key=value`` / ``key: value`` lines (``#``/``!`` comments, ``\\`` continuations)."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in Path(path).read_text(encoding="utf-8").splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            props[line] = ""
-        else:
-            props[line[:sep].strip()] = line[sep + 1 :].strip()
-    return props
+    """Every key of the file, parsed as ``java.util.Properties.load`` would (a later duplicate wins)."""
+    with open(path, encoding="latin-1") as f:  # Properties.load(InputStream) reads ISO-8859-1 and \\u escapes
+        return dict(javaproperties.load(f))
 
 
 def rsm_configs(props: dict[str, str]) -> dict[str, str]:
@@ -33,3 +23,13 @@ def rsm_configs(props: dict[str, str]) -> dict[str, str]:
     if any(k.startswith(BROKER_PREFIX) for k in props):
         return {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
     return dict(props)
+
+
+def write_properties(path: str | Path, props: dict[str, str], comment: str | None = None) -> None:
+    """Write keys in the given order with Java escaping (no timestamp line, so re-runs give the same file)."""
+    with open(path, "w", encoding="latin-1") as f:
+        if comment:
+            for line in comment.splitlines():
+                f.write(f"# {line}\n")
+        for key, value in props.items():
+            f.write(javaproperties.join_key_value(key, value) + "\n")

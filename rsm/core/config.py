@@ -7,14 +7,18 @@ are validated by their owners. ``rsm.cli.config_docs`` gathers every declaration
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from backends.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, one_of
-from backends.registry import ALLOWED_DOC
+from backends.registry import ALLOWED_DOC, resolve_backend_class
 from rsm.core.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
 from rsm.errors import ConfigException
 
@@ -374,3 +378,90 @@ class RsmConfig:
             k[len("storage.") :]: v for k, v in raw.items() if k.startswith("storage.") and k != "storage.backend.class"
         }
         return RsmConfig(values, storage, pairs, raw)
+
+
+# --- unknown keys: one WARN each, as Kafka's AbstractConfig.logUnused does ------------------------------------------
+
+log = logging.getLogger(__name__)
+
+# Keys of the JVM shim (rsm.jvm.config, a layer above this one): the Java side reads and validates them itself.
+OWNED_ELSEWHERE_PREFIXES = ("jvm.", "python.")
+# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id; some builds cluster.id).
+BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "cluster.id"})
+_REGISTERED: list[tuple[str, ConfigDef]] = []
+
+
+def register_known_keys(cdef: ConfigDef, prefix: str = "") -> None:
+    """Declare keys of a part that reads them from the same map (so configure() does not call them unknown)."""
+    _REGISTERED.append((prefix, cdef))
+
+
+def backend_config_def(backend_class: str) -> ConfigDef | None:
+    try:
+        module = importlib.import_module(resolve_backend_class(backend_class).__module__)
+    except (ConfigException, ImportError):
+        return None
+    cdef = getattr(module, "CONFIG_DEF", None)
+    return cdef if isinstance(cdef, ConfigDef) else None
+
+
+def _name_pattern(name: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(name).replace(re.escape("<id>"), r"[^.]+") + "$")
+
+
+def known_key_names(backend_class: str = "filesystem") -> list[str]:
+    """Every key the plugin reads with this backend (dynamic ones with their ``<id>`` placeholder)."""
+    names = list(CORE.keys)
+    backend = backend_config_def(backend_class)
+    if backend is not None:
+        names += [f"storage.{k}" for k in backend.keys]
+    for prefix, cdef in _REGISTERED:
+        names += [prefix + k for k in cdef.keys]
+    return names
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """A supplied key nothing reads: the closest known key, or the other backend that would read it."""
+
+    key: str
+    closest: str | None
+    other_backend: str | None = None
+
+    def message(self) -> str:
+        text = f"The configuration '{self.key}' was supplied but isn't a known config."
+        if self.other_backend:
+            return f"{text} It is a key of the {self.other_backend} backend, not of the configured one."
+        return f"{text} Did you mean '{self.closest}'?" if self.closest else text
+
+
+def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
+    """The supplied keys nothing reads, each with the closest known key (difflib) where one is close."""
+    backend_class = str(configs.get("storage.backend.class") or CORE.keys["storage.backend.class"].default)
+    names = known_key_names(backend_class)
+    patterns = [_name_pattern(n) for n in names if "<id>" in n]
+    exact = {n for n in names if "<id>" not in n}
+    custom_backend = backend_config_def(backend_class) is None
+    out: list[UnknownKey] = []
+    for key in map(str, configs):
+        if key in exact or key in BROKER_SUPPLIED_KEYS or key.startswith(OWNED_ELSEWHERE_PREFIXES):
+            continue
+        if any(p.match(key) for p in patterns):
+            continue
+        if custom_backend and key.startswith("storage."):
+            continue  # a user's own backend declares no keys we can see; it validates them itself
+        other = next(
+            (b for b in ("filesystem", "s3", "gcs", "azure") if b != backend_class and key in known_key_names(b)),
+            None,
+        )
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        out.append(UnknownKey(key, close[0] if close else None, other))
+    return out
+
+
+def warn_unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
+    """Log one WARN per unknown key; a copied ``rsm.config.storage.key.prefix`` must not pass in silence."""
+    found = unknown_keys(configs)
+    for unknown in found:
+        log.warning("%s", unknown.message())
+    return found

@@ -34,7 +34,7 @@ from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.compression_heuristic import should_compress
-from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig
+from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, warn_unknown_keys
 from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
@@ -116,6 +116,7 @@ class RemoteStorageManager:
     def configure(self, configs: Mapping[str, Any]) -> None:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
         config = RsmConfig.from_map(configs)
+        warn_unknown_keys(configs)
         key_ring = None
         if config["encryption.enabled"]:
             try:

@@ -1,0 +1,195 @@
+"""``kts ls``, ``kts inspect`` and ``kts cat``: what is tiered, what one segment's manifest says, its records."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+
+import click
+from rich.table import Table
+
+from rsm.cli.progress import stdout
+from rsm.cli.segments import parse_scope, resolve_segment
+from rsm.cli.settings import config_options, open_manager
+from rsm.core.manager import RemoteStorageManager
+from rsm.core.manifest import SegmentManifest
+from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+
+
+def _when(ms: int) -> str:
+    if ms < 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _codec(manifest: SegmentManifest) -> str:
+    return "zstd" if manifest.compression else "none"
+
+
+def _key_id(manifest: SegmentManifest) -> str:
+    return manifest.encryption.key_pair_id if manifest.encryption else "-"
+
+
+@click.command("ls")
+@config_options
+@click.argument("scope", required=False)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per segment instead of a table")
+def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_json: bool) -> int:
+    """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id."""
+    topic, partition = parse_scope(scope)
+    with open_manager(config, sets) as manager:
+        table = Table("topic", "part", "offsets", "max timestamp (UTC)", "size", "stored", "codec", "key id")
+        for seg in manager.catalog().segments(topic, partition):
+            meta = manager.segment_metadata(seg)
+            manifest = manager.fetch_manifest(meta)
+            stored = manifest.chunk_index.transformed_file_size
+            row = {
+                "topic": seg.topic,
+                "partition": seg.partition,
+                "start_offset": meta.start_offset,
+                "end_offset": meta.end_offset,
+                "max_timestamp_ms": meta.max_timestamp_ms,
+                "size": meta.segment_size_in_bytes,
+                "stored": stored,
+                "codec": _codec(manifest),
+                "key_id": _key_id(manifest),
+                "segment_id": seg.segment_id,
+            }
+            if as_json:
+                click.echo(json.dumps(row))
+            else:
+                table.add_row(
+                    seg.topic,
+                    str(seg.partition),
+                    f"{meta.start_offset}-{meta.end_offset}",
+                    _when(meta.max_timestamp_ms),
+                    f"{meta.segment_size_in_bytes:,}",
+                    f"{stored:,}",
+                    row["codec"],
+                    row["key_id"],
+                )
+        if not as_json:
+            if table.row_count:
+                stdout.print(table)
+            else:
+                click.echo(f"no tiered segments under key.prefix {manager.config['key.prefix']!r}", err=True)
+    return 0
+
+
+@click.command("inspect")
+@config_options
+@click.argument("segment")
+def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> int:
+    """Show a segment's manifest and a chunk-index summary.
+
+    SEGMENT is an object key, topic/partition/offset, or a segment id.
+    """
+    with open_manager(config, sets) as manager:
+        seg = resolve_segment(manager, segment)
+        with manager.backend.fetch(seg.keys.manifest) as f:
+            raw = f.read()
+        doc = json.loads(raw)
+        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {seg.keys.manifest}")
+        meta = manager.segment_metadata(seg)
+        index = manifest.chunk_index
+        sizes = [c.transformed_size for c in index.chunks()]
+        click.echo(f"segment      {seg.describe()} (topic id {seg.topic_id})")
+        click.echo(f"manifest     {seg.keys.manifest} ({len(raw):,} bytes)")
+        click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {_when(meta.max_timestamp_ms)}")
+        click.echo(f"leader epochs {meta.segment_leader_epochs}")
+        click.echo(
+            f"chunks       {index.chunk_count} of {index.original_chunk_size:,} B; "
+            f"original {index.original_file_size:,} B, stored {index.transformed_file_size:,} B"
+            + (f" ({index.original_file_size / max(1, index.transformed_file_size):.2f}x)" if sizes else "")
+        )
+        if sizes:
+            click.echo(f"stored chunk sizes min {min(sizes):,} / max {max(sizes):,} B")
+        click.echo(f"compression  {_codec(manifest)}; encryption key pair {_key_id(manifest)}")
+        click.echo(f"integrity    {'crc32c per chunk and index' if manifest.integrity else 'none recorded'}")
+        for t in IndexType:
+            entry = manifest.segment_indexes.get(t)
+            click.echo(
+                f"index {t.name:<18} " + ("absent" if entry is None else f"{entry.size:,} B at {entry.position}")
+            )
+        if "encryption" in doc:
+            doc["encryption"]["dataKey"] = doc["encryption"]["dataKey"].split(":", 1)[0] + ":<wrapped>"
+        click.echo("manifest JSON:")
+        click.echo(json.dumps(doc, indent=2)[:20000])
+    return 0
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+def _start_position(manager: RemoteStorageManager, meta: RemoteLogSegmentMetadata, offset: int) -> int:
+    """The offset index's floor entry for ``offset``: where a broker would start reading."""
+    from rsm.kafka.indexes import decode_offset_index
+
+    with manager.fetch_index(meta, IndexType.OFFSET) as f:
+        entries = decode_offset_index(f.read(), meta.start_offset)
+    position = 0
+    for entry in entries:
+        if entry.offset > offset:
+            break
+        position = entry.position
+    return position
+
+
+@click.command("cat")
+@config_options
+@click.argument("segment")
+@click.option("--from-offset", type=int, default=None, help="first offset to print (default: the segment's first)")
+@click.option("--limit", type=click.IntRange(0), default=None, help="at most this many records")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text")
+@click.option("--control/--no-control", default=False, help="include transaction markers")
+def cat_command(
+    config: str | None,
+    sets: tuple[str, ...],
+    segment: str,
+    from_offset: int | None,
+    limit: int | None,
+    as_json: bool,
+    control: bool,
+) -> int:
+    """Print decoded records (offset, timestamp, key, value, headers) of one tiered segment."""
+    from rsm.kafka.records import decode_records, iter_batches
+
+    with open_manager(config, sets) as manager:
+        seg = resolve_segment(manager, segment)
+        meta = manager.segment_metadata(seg)
+        start = meta.start_offset if from_offset is None else from_offset
+        printed = 0
+        with manager.fetch_log_segment(meta, _start_position(manager, meta, start)) as stream:
+            for header, body in iter_batches(stream, verify=True):
+                if header.last_offset < start:
+                    continue
+                for rec in decode_records(body, position=header.position):
+                    if rec.offset < start or (rec.is_control and not control):
+                        continue
+                    if limit is not None and printed >= limit:
+                        return 0
+                    row = {
+                        "offset": rec.offset,
+                        "timestamp": rec.timestamp,
+                        "key": _text(rec.key),
+                        "value": _text(rec.value),
+                        "headers": {k: _text(v) for k, v in rec.headers},
+                        "producer_id": header.producer_id,
+                        "transactional": header.is_transactional,
+                    }
+                    if rec.is_control:
+                        row["control"] = True
+                    if as_json:
+                        click.echo(json.dumps(row))
+                    else:
+                        hdrs = " ".join(f"{k}={v}" for k, v in row["headers"].items())
+                        click.echo(f"{rec.offset}\t{_when(rec.timestamp)}\t{row['key']}\t{row['value']}\t{hdrs}")
+                    printed += 1
+    return 0
