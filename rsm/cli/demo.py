@@ -173,28 +173,49 @@ def write_server_properties(path: Path, configs: dict[str, str], backend: str) -
     write_properties(path, lines, note)
 
 
-def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMetadata]) -> CatchUpResult:
-    """Read the whole tiered partition from offset 0, as a consumer that fell behind does.
+BROKER_FETCH_BYTES = 256 * 1024
 
-    HOOK(fetch): the chunk cache with prefetch replaces the plain reads here and fills ``cache_summary``
-    ("N GETs for M chunks, K saved by prefetch and cache"); the result's other fields stay as they are.
-    """
+
+def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMetadata]) -> CatchUpResult:
+    """Read the whole tiered partition from offset 0, as a consumer that fell behind makes the broker do it: a
+    new stream at each position, ``BROKER_FETCH_BYTES`` read, closed. The chunk cache, coalesced GETs and
+    prefetch (into the next segment too) decide how many GETs that costs; the summary says."""
+    import io
+
     from rsm.kafka.records import decode_records, iter_batches
 
     result = CatchUpResult()
+    cache = manager.chunk_cache
+    before = cache.stats() if cache is not None else {}
+    fetches = chunks = 0
     for meta in metas:
-        with manager.fetch_log_segment(meta, 0) as stream:
-            for header, body in iter_batches(stream, verify=True):
-                result.bytes_read += len(body)
-                result.sha256.update(body)
-                if header.is_control:
-                    continue
-                for rec in decode_records(body, position=header.position):
-                    result.records += 1
-                    result.keys[rec.key or b""] += 1
-                    ts = rec.timestamp
-                    result.first_timestamp = ts if result.first_timestamp is None else min(result.first_timestamp, ts)
-                    result.last_timestamp = ts if result.last_timestamp is None else max(result.last_timestamp, ts)
+        size = manager.fetch_manifest(meta).chunk_index.original_file_size
+        chunks += manager.fetch_manifest(meta).chunk_index.chunk_count
+        data = bytearray()
+        while len(data) < size:
+            with manager.fetch_log_segment(meta, len(data)) as stream:
+                data += stream.read(BROKER_FETCH_BYTES)
+            fetches += 1
+        for header, body in iter_batches(io.BytesIO(data), verify=True):
+            result.bytes_read += len(body)
+            result.sha256.update(body)
+            if header.is_control:
+                continue
+            for rec in decode_records(body, position=header.position):
+                result.records += 1
+                result.keys[rec.key or b""] += 1
+                ts = rec.timestamp
+                result.first_timestamp = ts if result.first_timestamp is None else min(result.first_timestamp, ts)
+                result.last_timestamp = ts if result.last_timestamp is None else max(result.last_timestamp, ts)
+    if cache is not None:
+        after = cache.stats()
+        gets = after["remote-get-total"] - before.get("remote-get-total", 0)
+        hits = after["cache-hits-total"] - before.get("cache-hits-total", 0)
+        result.cache_summary = (
+            f"{fetches} broker-style fetches of {BROKER_FETCH_BYTES // 1024} KiB over {chunks} chunks took "
+            f"{gets} GETs ({hits} chunk reads served by the cache, "
+            f"{after['prefetch-hits-total'] - before.get('prefetch-hits-total', 0)} of them prefetched)"
+        )
     return result
 
 
