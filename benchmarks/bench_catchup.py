@@ -275,6 +275,13 @@ def run_backend(kind: str, work: Path, args: argparse.Namespace, threads: int) -
             _broker_read(m, meta, size, args.step)
             warm = size / (time.perf_counter() - t0) / 1e6
             warm_gets = counter.count - cold_gets
+            disk_p50, disk_p99 = _warm_latency(m, meta, size)  # memory tier 64 MiB: mostly disk-tier hits
+        with RemoteStorageManager() as m:
+            # the memory tier sized for the segment: what a hot partition's reads cost
+            hot = {"fetch.chunk.cache.class": "memory", "fetch.chunk.cache.size": str(2 * size)}
+            m.configure(_configs(work, storage, args.chunk_size, "cache-hot", **hot))
+            _full_read(m, meta, size)
+            assert m.chunk_cache.wait_idle()
             p50, p99 = _warm_latency(m, meta, size)
         if endpoint:
             counter.stop()
@@ -291,7 +298,12 @@ def run_backend(kind: str, work: Path, args: argparse.Namespace, threads: int) -
         cmd += ["--step", str(args.step), "--storage", json.dumps(storage), "--endpoint", endpoint or ""]
         res = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
         restart = json.loads(res.stdout.strip().splitlines()[-1])
-        rl = _rate_limit(work, storage, args.chunk_size, args.rate_mb * 1_000_000) if args.rate_mb else None
+        # the limiter is the same for every backend: measured where the store is far faster than the limit
+        rl = (
+            _rate_limit(work, storage, args.chunk_size, args.rate_mb * 1_000_000)
+            if args.rate_mb and not endpoint
+            else None
+        )
     bound = math.ceil(stored / COALESCE) + 1
     print(
         f"\n[{kind}] {size / 1e6:.0f} MB segment ({stored / 1e6:.0f} MB stored), {args.chunk_size} B chunks, "
@@ -310,7 +322,8 @@ def run_backend(kind: str, work: Path, args: argparse.Namespace, threads: int) -
         f"  after restart    {restart['mbs']:7.0f} MB/s  {restart['mbs'] / full:.2f}x full stream  "
         f"{restart['mbs'] / raw:.2f}x raw   GETs {restart['gets']} (target 0)"
     )
-    print(f"  warm 1 MiB fetch p50 {p50:.2f} ms, p99 {p99:.2f} ms (targets < 1 ms, < 5 ms)")
+    print(f"  warm 1 MiB fetch from the memory tier p50 {p50:.2f} ms, p99 {p99:.2f} ms (targets < 1 ms, < 5 ms)")
+    print(f"  warm 1 MiB fetch from the disk tier (decode included) p50 {disk_p50:.2f} ms, p99 {disk_p99:.2f} ms")
     if rl is not None:
         print(
             f"  upload rate limit {args.rate_mb} MB/s, 4 concurrent copies: {rl['mbs']:.1f} MB/s = "
