@@ -540,3 +540,52 @@ def test_s3_broker_style_reads_count_gets_on_the_server(
     assert warm == 0
     keys = segment_keys(configs["key.prefix"], meta)
     assert keys.log.endswith(".log")
+
+
+def test_s3_restart_and_prefetch_across_segments_take_no_gets(
+    s3_moto_server: StoreServer,  # noqa: F811 - the fixture imported above
+    segment_factory: Any,
+    key_pairs: Any,
+    tmp_path: Path,
+) -> None:
+    """On a real S3 server: a restarted process serves a read from its disk cache, and prefetch has the next
+    segment's first chunks ready, both with zero GETs of .log objects as the server counts them."""
+    from rsm import RemoteStorageManager
+
+    a = segment_factory(target_bytes=300_000, seed=71, base_offset=0)
+    meta_a = a.to_metadata(TIP)
+    b = segment_factory(target_bytes=300_000, seed=72, base_offset=meta_a.end_offset + 1)
+    meta_b = b.to_metadata(TIP)
+    configs = {
+        "storage.backend.class": s3_moto_server.backend,
+        **{f"storage.{k}": v for k, v in s3_moto_server.config().items()},
+        **encryption_configs(key_pairs),
+        "chunk.size": str(CHUNK),
+        "compression.enabled": "true",
+        "key.prefix": f"prefetch-{time.time_ns()}/",
+        "fetch.chunk.cache.class": "disk",
+        "fetch.chunk.cache.path": str(tmp_path / "c"),
+        "fetch.chunk.cache.prefetch.max.size": str(4 * CHUNK),
+        "fetch.readahead.chunks": "0",
+    }
+    with RemoteStorageManager() as m:
+        m.configure(configs)
+        m.copy_log_segment_data(meta_a, a.to_log_segment_data())
+        m.copy_log_segment_data(meta_b, b.to_log_segment_data())
+        assert broker_read(m, meta_a, a.size) == a.log.read_bytes()  # ends at A's last chunk: prefetch goes on
+        assert wait_until(lambda: m.prefetcher.stats()["prefetch-cross-segment-total"] >= 1)
+        cache_b = m._load(meta_b).cache_id
+        assert wait_until(lambda: all(m.chunk_cache.disk.contains(cache_b, i) for i in range(3)))
+        assert m.chunk_cache.wait_idle()
+    _moto_recording(server=s3_moto_server, action="reset-recording")
+    _moto_recording(server=s3_moto_server, action="start-recording")
+    try:
+        with RemoteStorageManager() as m:  # a restart: only the disk tier is left
+            m.configure(configs)
+            assert broker_read(m, meta_a, a.size) == a.log.read_bytes()
+            with m.fetch_log_segment(meta_b, 0) as f:
+                assert f.read(2 * CHUNK) == b.log.read_bytes()[: 2 * CHUNK]
+            gets = _moto_gets(s3_moto_server)
+    finally:
+        _moto_recording(server=s3_moto_server, action="stop-recording")
+    assert gets == []
