@@ -1,6 +1,6 @@
 """Catch-up rate of a lagging consumer in a real Kafka broker: Kafka's own LocalTieredStorage (plain files, no
-transform) next to this plugin (zstd + AES-256-GCM, 4 MiB chunks, filesystem backend, the chunk cache and
-prefetch as configured below), on the same machine in the same run.
+transform) next to this plugin (zstd + AES-256-GCM, 4 MiB chunks, filesystem backend, the chunk cache of
+``--cache`` class and 32 MiB of prefetch), on the same machine in the same run.
 
 For each plugin: a single-node KRaft broker on 127.0.0.1, a topic with 8 MiB segments and
 ``local.retention.bytes=1``, filled with ``kafka-producer-perf-test``; once every closed segment is remote and
@@ -49,7 +49,7 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str) -> str:
+def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache: str) -> str:
     if kind == "local":
         jar = next(iter(glob.glob(str(kafka / "plugins" / "local-tiered-storage" / "*.jar"))))
         return (
@@ -64,10 +64,10 @@ def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str) -> st
         "rsm.config.storage.backend.class=filesystem",
         f"rsm.config.storage.root={work / 'remote'}",
         "rsm.config.storage.fsync.enabled=false",
-        "rsm.config.fetch.chunk.cache.class=disk",
+        f"rsm.config.fetch.chunk.cache.class={cache}",
         f"rsm.config.fetch.chunk.cache.path={work / 'chunk-cache'}",
-        "rsm.config.fetch.chunk.cache.size=1073741824",
-        "rsm.config.fetch.chunk.cache.prefetch.max.size=33554432",
+        "rsm.config.fetch.chunk.cache.size=268435456",
+        f"rsm.config.fetch.chunk.cache.prefetch.max.size={os.environ.get('BENCH_PREFETCH', 33554432)}",
         f"rsm.config.jvm.transport={transport}",
     ]
     lines += [f"rsm.config.{k}={v}" for k, v in encryption_config(work).items()]
@@ -101,13 +101,13 @@ rlmm.config.remote.log.metadata.topic.replication.factor=1
 {plugin}"""
 
 
-def run_one(kind: str, kafka: Path, mb: int, transport: str) -> float:
+def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str = "memory") -> float:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
     broker_port, controller_port = _free_ports(2)
     boot = f"127.0.0.1:{broker_port}"
     props = work / "server.properties"
     props.write_text(
-        _server_properties(work, broker_port, controller_port, _plugin_properties(kind, work, kafka, transport))
+        _server_properties(work, broker_port, controller_port, _plugin_properties(kind, work, kafka, transport, cache))
     )
     env = {**os.environ, "LOG_DIR": str(work / "logs"), "KAFKA_HEAP_OPTS": "-Xmx1g -Xms1g"}
     bin_ = kafka / "bin"
@@ -185,6 +185,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=int, default=229, help="topic size in MB")
     p.add_argument("--transport", choices=["sidecar", "inprocess"], default="sidecar")
+    p.add_argument("--cache", choices=["memory", "disk"], default="memory", help="our fetch.chunk.cache.class")
     args = p.parse_args()
     home = os.environ.get("KAFKA_HOME")
     if not home or not (Path(home) / "bin" / "kafka-server-start.sh").exists():
@@ -192,11 +193,12 @@ def main() -> int:
         return 0
     kafka = Path(home)
     local = run_one("local", kafka, args.mb, args.transport)
-    ours = run_one("ours", kafka, args.mb, args.transport)
+    ours = run_one("ours", kafka, args.mb, args.transport, args.cache)
     print(f"catch-up of a {args.mb} MB topic (8 MiB segments) from remote storage, kafka-consumer-perf-test:")
     print(f"  LocalTieredStorage (plain files)            {local:7.1f} MB/s")
     print(
-        f"  ours ({args.transport}, zstd + AES, disk cache)  {ours:7.1f} MB/s = {ours / local:.2f}x LocalTieredStorage"
+        f"  ours ({args.transport}, zstd + AES, {args.cache} cache)  {ours:7.1f} MB/s = {ours / local:.2f}x "
+        "LocalTieredStorage"
     )
     return 0
 
