@@ -12,8 +12,9 @@ from __future__ import annotations
 import base64
 import bisect
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import zstandard
 
@@ -44,6 +45,33 @@ class Chunk:
     @property
     def transformed_end(self) -> int:
         return self.transformed_position + self.transformed_size
+
+
+class ChunkRange(Sequence[Chunk]):
+    """Chunks ``first..last`` of an index, each built when it is asked for."""
+
+    def __init__(self, index: ChunkIndex, first: int, last: int) -> None:
+        self._index = index
+        self._first = first
+        self._len = last - first + 1
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Chunk]: ...
+
+    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"chunk {i} outside a range of {self._len}")
+        return self._index.chunk(self._first + i)
 
 
 class ChunkIndex:
@@ -99,10 +127,12 @@ class ChunkIndex:
             raise IndexError(f"position {original_position} outside file of {self.original_file_size} bytes")
         return self.chunk(original_position // self.original_chunk_size)
 
-    def chunks_for_range(self, start: int, end_inclusive: int) -> list[Chunk]:
+    def chunks_for_range(self, start: int, end_inclusive: int) -> ChunkRange:
+        """The chunks covering ``[start, end_inclusive]``, made on demand: the broker opens a stream to the end of
+        the segment for every 1 MiB it reads, so listing every chunk up front would cost more than the read."""
         first = self.chunk_for_position(start).id
         last = self.chunk_for_position(end_inclusive).id
-        return [self.chunk(i) for i in range(first, last + 1)]
+        return ChunkRange(self, first, last)
 
     def chunk_id_for_transformed_position(self, position: int) -> int:
         return bisect.bisect_right(self._starts, position) - 1

@@ -309,10 +309,10 @@ class ChunkCache:
 
     def _settle(self, src: SegmentSource, chunk: Chunk, stored: memoryview, decode: bool) -> None:
         try:
+            if decode:  # first: a reader may be waiting for it; the disk copy is for later
+                self._decode_in_background(src, chunk, stored, prefetched=False)
             if self.disk is not None:
                 self.disk.put(src.cache_id, chunk.id, stored, src.segment_key)
-            if decode:
-                self._decode_in_background(src, chunk, stored, prefetched=False)
         except Exception:  # noqa: BLE001 - a cache write is an optimisation: the reader reads the store again
             pass
         finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, NamedTuple
 
@@ -48,7 +48,7 @@ class SegmentStream(io.RawIOBase):
 
     def __init__(
         self,
-        chunks: list[Chunk],
+        chunks: Sequence[Chunk],
         start: int,
         end: int,
         loader: ChunkLoader,
