@@ -581,7 +581,7 @@ def test_s3_restart_and_prefetch_across_segments_take_no_gets(
     _moto_recording(server=s3_moto_server, action="start-recording")
     try:
         with RemoteStorageManager() as m:  # a restart: only the disk tier is left
-            m.configure(configs)
+            m.configure({**configs, "fetch.chunk.cache.prefetch.max.size": "0"})  # its own prefetch would GET
             assert broker_read(m, meta_a, a.size) == a.log.read_bytes()
             with m.fetch_log_segment(meta_b, 0) as f:
                 assert f.read(2 * CHUNK) == b.log.read_bytes()[: 2 * CHUNK]
