@@ -12,7 +12,7 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +65,8 @@ from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata, To
 log = logging.getLogger("rsm")
 
 PLANNING_WAIT_S = 1.0
-"""At most this long a read-ahead load waits for the previous chunk's plan (a cancelled one never comes)."""
+"""At most this long a read-ahead load waits for the previous chunk's plan: a safety net, since a cancelled
+load counts as planned and planning itself does no I/O."""
 
 
 @dataclass
@@ -512,15 +513,17 @@ class RemoteStorageManager:
         chunks = index.chunks_for_range(start_position, end)
         src = self._source(loaded, meta)
         prefetcher = self.prefetcher
+        load, cancelled = self._chunk_loader(src, chunks[-1].id)
         return SegmentStream(
             chunks,
             start_position,
             end,
-            self._chunk_loader(src, chunks[-1].id),
+            load,
             self._pool(),
             self.config["fetch.readahead.chunks"],
             meta.describe(),
             on_close=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
+            on_cancel=cancelled,
         )  # type: ignore[return-value]
 
     def _source(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata) -> SegmentSource:
@@ -537,10 +540,14 @@ class RemoteStorageManager:
             integrity.chunk_crcs if integrity is not None else None,
         )
 
-    def _chunk_loader(self, src: SegmentSource, horizon: int):  # type: ignore[no-untyped-def]
-        """The stream's loader. Loads run in parallel, but each waits (briefly: planning does no I/O) until the
-        previous chunk of the stream is planned, so the first missing chunk starts the coalesced GET and the
-        read-ahead joins it instead of racing it with GETs of its own."""
+    def _chunk_loader(
+        self, src: SegmentSource, horizon: int
+    ) -> tuple[Callable[[Chunk], ChunkBuffer], Callable[[Chunk], None]]:
+        """The stream's loader, and what the stream calls for a load it cancelled before it ran.
+
+        Loads run in parallel, but each waits until the previous chunk of the stream is planned (planning does
+        no I/O), so the first missing chunk starts the coalesced GET and the read-ahead joins it instead of
+        racing it with GETs of its own. A cancelled load counts as planned, so nobody waits for it."""
         cache = self.chunk_cache
         assert cache is not None
         turns: dict[int, threading.Event] = {}
@@ -561,7 +568,10 @@ class RemoteStorageManager:
             finally:
                 planned.set()
 
-        return load
+        def cancelled(chunk: Chunk) -> None:
+            turn(chunk.id).set()
+
+        return load, cancelled
 
     def _next_source(self, src: SegmentSource) -> SegmentSource | None:
         """The partition's segment that follows ``src`` (for prefetch across the border), or None."""

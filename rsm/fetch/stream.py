@@ -56,14 +56,17 @@ class SegmentStream(io.RawIOBase):
         readahead: int,
         describe: str,
         on_close: Callable[[int], None] | None = None,
+        on_cancel: Callable[[Chunk], None] | None = None,
     ) -> None:
         """``on_close`` learns the id of the last chunk the reader reached, once, when the stream closes after
-        reading something (the plugin starts its prefetch from there)."""
+        reading something (the plugin starts its prefetch from there). ``on_cancel`` learns of each scheduled
+        load that was cancelled before it ran (the loader orders its loads and must not wait for that one)."""
         super().__init__()
         self._on_close = on_close
+        self._on_cancel = on_cancel
         self._chunks = chunks
         self._next_to_schedule = 0
-        self._pending: collections.deque[Future[ChunkBuffer]] = collections.deque()
+        self._pending: collections.deque[tuple[Chunk, Future[ChunkBuffer]]] = collections.deque()
         self._loader = loader
         self._executor = executor
         self._readahead = max(0, readahead)
@@ -83,7 +86,7 @@ class SegmentStream(io.RawIOBase):
     def _schedule(self, in_flight: int) -> None:
         while self._next_to_schedule < len(self._chunks) and len(self._pending) < in_flight:
             chunk = self._chunks[self._next_to_schedule]
-            self._pending.append(self._executor.submit(self._loader, chunk))
+            self._pending.append((chunk, self._executor.submit(self._loader, chunk)))
             self._next_to_schedule += 1
 
     def _advance(self) -> bool:
@@ -95,7 +98,7 @@ class SegmentStream(io.RawIOBase):
             self._drop_current()  # at the end: the last buffer goes back now, not at close()
             return False
         self._schedule(self._readahead + 1)  # the chunk needed now, plus the read-ahead window
-        future = self._pending.popleft()
+        _, future = self._pending.popleft()
         chunk = self._chunks[self._consumed_chunks]
         try:
             data = future.result()
@@ -188,7 +191,7 @@ class SegmentStream(io.RawIOBase):
 
     def _cancel_pending(self) -> None:
         while self._pending:
-            future = self._pending.popleft()
+            _, future = self._pending.popleft()
             if not future.cancel():  # running or done: its buffer comes back when it finishes
                 future.add_done_callback(_release_result)
 
