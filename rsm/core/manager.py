@@ -576,7 +576,12 @@ class RemoteStorageManager:
     def _next_source(self, src: SegmentSource) -> SegmentSource | None:
         """The partition's segment that follows ``src`` (for prefetch across the border), or None."""
         tip = src.meta.topic_id_partition
-        listing = self._listings.get_or_load(tip, lambda: self.catalog().partition_segments(tip), None, str(tip))
+        listing = self._listings.get_or_load(
+            tip,
+            lambda: self.catalog().partition_segments(tip),
+            self.config["fetch.manifest.cache.get.timeout.ms"] / 1000,
+            f"the listing of {tip.topic}-{tip.partition}",
+        )
         after = [s for s in listing if s.start_offset > src.meta.start_offset]
         if not after:
             return None
