@@ -114,6 +114,41 @@ def config_docs_command(check: str | None, write: str | None) -> int:
     return 0
 
 
+@cli.command("metrics-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current metrics table")
+@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+def metrics_docs_command(check: str | None, write: str | None) -> int:
+    """Print the table of every metric (JMX bean, attribute, type, tags, meaning) from the declarations."""
+    from rsm.metrics.catalog import metrics_docs_markdown
+
+    return _generated_table(metrics_docs_markdown(), "metrics-table", "metrics-docs", check, write)
+
+
+def _generated_table(table: str, marker: str, command: str, check: str | None, write: str | None) -> int:
+    """Check, rewrite (between ``<!-- marker:begin/end -->``) or print a generated table."""
+    if check:
+        if table.strip() not in Path(check).read_text(encoding="utf-8"):
+            click.echo(
+                f"{check} does not contain the current table; regenerate it with `kts {command} --write {check}`",
+                err=True,
+            )
+            return 1
+        return 0
+    if write:
+        path = Path(write)
+        text = path.read_text(encoding="utf-8")
+        begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+        if begin not in text or end not in text:
+            click.echo(f"{path} has no {begin} ... {end} markers", err=True)
+            return 1
+        head, rest = text.split(begin, 1)
+        _old, tail = rest.split(end, 1)
+        path.write_text(f"{head}{begin}\n{table}\n{end}{tail}", encoding="utf-8")
+        return 0
+    click.echo(table)
+    return 0
+
+
 @cli.command("plugin-path")
 @click.option("--properties", is_flag=True, help="print ready-to-paste server.properties lines (sidecar transport)")
 def plugin_path_command(properties: bool) -> int:
