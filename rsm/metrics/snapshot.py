@@ -6,6 +6,7 @@ The same rows feed ``RemoteStorageManager.metrics()``, the Prometheus collector 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -47,9 +48,24 @@ def as_dict(rows: Iterable[MetricRow]) -> dict[str, dict[str, float]]:
     return {r.object_name: dict(r.values) for r in rows}
 
 
+def manager_rows(manager: object) -> list[MetricRow]:
+    """The snapshot of any manager: ``python.manager.class`` may name one without metrics (then: none)."""
+    snapshot = getattr(manager, "metrics_snapshot", None)
+    return list(snapshot()) if callable(snapshot) else []
+
+
+def _java_double(value: float) -> str:
+    """What ``Double.valueOf`` reads back exactly: repr for finite values, Java's spelling of NaN and infinities."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(float(value))
+
+
 def to_lines(rows: Iterable[MetricRow]) -> bytes:
     out = []
     for r in rows:
         name = r.object_name
-        out.extend(f"{name}\t{attr}\t{value!r}" for attr, value in sorted(r.values.items()))
+        out.extend(f"{name}\t{attr}\t{_java_double(value)}" for attr, value in sorted(r.values.items()))
     return ("\n".join(out) + "\n").encode()
