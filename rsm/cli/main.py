@@ -89,29 +89,7 @@ def config_docs_command(check: str | None, write: str | None) -> int:
     """Print the configuration table generated from the declarations (or check/rewrite it in a file)."""
     from rsm.cli.config_docs import config_docs_markdown
 
-    table = config_docs_markdown()
-    if check:
-        if table.strip() not in Path(check).read_text(encoding="utf-8"):
-            click.echo(
-                f"{check} does not contain the current configuration table; regenerate it with "
-                f"`kts config-docs --write {check}`",
-                err=True,
-            )
-            return 1
-        return 0
-    if write:
-        path = Path(write)
-        text = path.read_text(encoding="utf-8")
-        begin, end = "<!-- config-table:begin -->", "<!-- config-table:end -->"
-        if begin not in text or end not in text:
-            click.echo(f"{path} has no {begin} ... {end} markers", err=True)
-            return 1
-        head, rest = text.split(begin, 1)
-        _old, tail = rest.split(end, 1)
-        path.write_text(f"{head}{begin}\n{table}\n{end}{tail}", encoding="utf-8")
-        return 0
-    click.echo(table)
-    return 0
+    return _generated_table(config_docs_markdown(), "config-table", "config-docs", "configuration table", check, write)
 
 
 @cli.command("metrics-docs")
@@ -121,15 +99,15 @@ def metrics_docs_command(check: str | None, write: str | None) -> int:
     """Print the table of every metric (JMX bean, attribute, type, tags, meaning) from the declarations."""
     from rsm.metrics.catalog import metrics_docs_markdown
 
-    return _generated_table(metrics_docs_markdown(), "metrics-table", "metrics-docs", check, write)
+    return _generated_table(metrics_docs_markdown(), "metrics-table", "metrics-docs", "metrics table", check, write)
 
 
-def _generated_table(table: str, marker: str, command: str, check: str | None, write: str | None) -> int:
+def _generated_table(table: str, marker: str, command: str, what: str, check: str | None, write: str | None) -> int:
     """Check, rewrite (between ``<!-- marker:begin/end -->``) or print a generated table."""
     if check:
         if table.strip() not in Path(check).read_text(encoding="utf-8"):
             click.echo(
-                f"{check} does not contain the current table; regenerate it with `kts {command} --write {check}`",
+                f"{check} does not contain the current {what}; regenerate it with `kts {command} --write {check}`",
                 err=True,
             )
             return 1
