@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rsm import CorruptDataException, RemoteStorageException, RemoteStorageManager
 from rsm.cli.main import main as kts_main
+from rsm.core.config import unknown_keys
 from rsm.core.object_keys import segment_keys
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition
@@ -72,6 +73,12 @@ def test_recording_level_decides_which_sensors_record() -> None:
 
 
 def test_metrics_keys_are_validated(make_manager: Callable[..., Any]) -> None:
+    keys = {"metrics.num.samples": "3", "metrics.sample.window.ms": "1000", "metrics.recording.level": "debug"}
+    keys.update({"metrics.prometheus.port": "9404", "metrics.jmx.mirror.domain": "io.kts.tieredstorage"})
+    assert unknown_keys({"chunk.size": "1024", **keys}) == []  # declared: no WARN at configure()
+    m = make_manager(keys)
+    assert m.metrics_registry.config == MetricsConfig(3, 1.0, "DEBUG")
+    assert m.metrics_settings["metrics.prometheus.port"] == 9404
     with pytest.raises(ConfigException, match="metrics.recording.level"):
         make_manager({"metrics.recording.level": "LOUD"})
     with pytest.raises(ConfigException, match="metrics.num.samples"):
