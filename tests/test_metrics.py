@@ -15,7 +15,13 @@ from emulators import s3_moto_server  # noqa: F401 - fixture found by name
 from fault_proxy import fault_proxy
 from prometheus_client.parser import text_string_to_metric_families
 
-from rsm import CorruptDataException, RemoteStorageException, RemoteStorageManager
+from rsm import (
+    CorruptDataException,
+    IndexType,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageManager,
+)
 from rsm.cli.main import main as kts_main
 from rsm.core.config import unknown_keys
 from rsm.core.object_keys import segment_keys
@@ -121,9 +127,12 @@ def test_exact_values_after_a_known_workload(
     log_path.write_bytes(bytes(raw))
     with pytest.raises(CorruptDataException), m.fetch_log_segment(metas[1], 2 * CHUNK, 2 * CHUNK + 10) as f:
         f.read()
-    # One fetch that cannot start, one delete.
+    # One fetch that cannot start, one absent transaction index (routine, not an error), one delete.
     with pytest.raises(RemoteStorageException, match="end before start"):
         m.fetch_log_segment(metas[0], 5, 0)
+    assert segs[0].txn_index is None or segs[0].txn_index.stat().st_size == 0
+    with pytest.raises(RemoteResourceNotFoundException):
+        m.fetch_index(metas[0], IndexType.TRANSACTION)
     m.delete_log_segment_data(metas[2])
 
     snap = m.metrics()
@@ -160,8 +169,8 @@ def test_exact_values_after_a_known_workload(
     assert chunk["integrity-failures-total"] == 1
     assert chunk["remote-get-total"] == 3 and chunk["remote-get-bytes-total"] == 3 * CHUNK
     manifest = snap[MANIFEST_CACHE]
-    # fetches of segment 0 (4 + the failed one, which loads it first) and 1 of segment 1: 2 loads, 4 hits.
-    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 4)
+    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 1 on segment 1.
+    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 5)
     assert "aiven.kafka.server.tieredstorage.thread-pool:type=transform-thread-pool-metrics" in snap
 
 

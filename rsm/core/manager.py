@@ -63,6 +63,7 @@ from rsm.fetch.rate_limit import RateLimiter, ThrottledReader
 from rsm.fetch.stream import SegmentStream
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.metrics import MetricRow, MetricsRegistry
+from rsm.metrics.catalog import BACKEND_BEANS
 from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 from rsm.metrics.config import metrics_config
 from rsm.metrics.recorders import BackendRecorder, RsmRecorder
@@ -233,11 +234,8 @@ class RemoteStorageManager:
         """Forward the backend's request counters into its Aiven client-metrics bean (cloud backends only)."""
         instrumentation = getattr(backend, "instrumentation", None)
         store = str(getattr(backend, "STORE", "")).lower()
-        if instrumentation is not None and hasattr(instrumentation, "add_listener"):
-            from rsm.metrics.catalog import BACKEND_BEANS
-
-            if store in BACKEND_BEANS:
-                instrumentation.add_listener(BackendRecorder(self.metrics_registry, store))
+        if store in BACKEND_BEANS and hasattr(instrumentation, "add_listener"):
+            instrumentation.add_listener(BackendRecorder(self.metrics_registry, store))
 
     def metrics_snapshot(self) -> list[MetricRow]:
         """Every metric now, as JMX rows (the shim's MBeans and the Prometheus endpoint read this)."""
@@ -645,6 +643,8 @@ class RemoteStorageManager:
     def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         try:
             return self._fetch_index(meta, index_type)
+        except RemoteResourceNotFoundException:
+            raise  # an absent optional index (TRANSACTION) is routine: the broker asks for it on every segment
         except BaseException:
             tip = meta.topic_id_partition
             self.rsm_metrics.fetch_failed(tip.topic, tip.partition)

@@ -92,7 +92,8 @@ RSM_METRICS = [
         ("segment-fetch-errors-rate", "segment-fetch-errors-total"),
         "rate/total",
         PER_PARTITION,
-        "fetchLogSegment or fetchIndex calls that raised (missing segment, corrupt data, storage error).",
+        "fetchLogSegment or fetchIndex calls that failed (missing segment, corrupt data, storage error); an "
+        "absent optional index (no transaction index) is not counted.",
         ours=True,
     ),
     _rsm(
