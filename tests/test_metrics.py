@@ -11,10 +11,16 @@ from typing import Any
 
 import pytest
 from conftest import TIP
-from emulators import s3_moto_server  # noqa: F401 - fixture found by name
+from emulators import (  # noqa: F401 - fixtures found by name
+    FIXTURE_FOR,
+    azure_azurite_server,
+    gcs_fake_server,
+    s3_moto_server,
+)
 from fault_proxy import fault_proxy
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.instrumentation import ERROR_KINDS
 from rsm import (
     CorruptDataException,
     IndexType,
@@ -27,6 +33,7 @@ from rsm.core.config import unknown_keys
 from rsm.core.object_keys import segment_keys
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition
+from rsm.metrics.catalog import BACKEND_BEANS
 from rsm.metrics.prometheus import serve
 from rsm.metrics.registry import MetricsConfig, MetricsRegistry
 
@@ -260,3 +267,35 @@ def test_metrics_docs_are_current(tmp_path: Path) -> None:
     assert kts_main(["metrics-docs", "--write", str(stale)]) == 0
     assert kts_main(["metrics-docs", "--check", str(stale)]) == 0
     assert "`segment-fetch-requested-bytes-rate`" in stale.read_text()
+
+
+@pytest.mark.parametrize("flavour", ["gcs-fake", "azure-azurite"])
+def test_gcs_and_azure_beans_mirror_the_backend_counters(
+    flavour: str, request: pytest.FixtureRequest, segment_factory: Any
+) -> None:
+    server = request.getfixturevalue(FIXTURE_FOR[flavour])
+    seg = segment_factory(target_bytes=200_000, seed=37)
+    meta = seg.to_metadata(TIP)
+    m = RemoteStorageManager()
+    m.configure(
+        {
+            **DETERMINISTIC,
+            "key.prefix": f"metrics-{flavour}/",
+            "storage.backend.class": server.backend,
+            **{f"storage.{k}": v for k, v in server.config().items()},
+        }
+    )
+    try:
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        with m.fetch_log_segment(meta, 0, 99) as f:
+            f.read()
+        m.delete_log_segment_data(meta)
+        domain, type_ = BACKEND_BEANS[server.backend]
+        bean = m.metrics()[f"{domain}:type={type_}"]
+        counters = m.backend.metrics()
+    finally:
+        m.close()
+    requests = {k: v for k, v in counters.items() if k.endswith("-requests")}
+    assert requests and all(bean[f"{k}-total"] == v for k, v in requests.items()), (bean, counters)
+    assert all(bean[f"{kind}-errors-total"] == 0 for kind in ERROR_KINDS)
+    assert bean["bytes-uploaded-total"] == counters["bytes-uploaded"] > 0
