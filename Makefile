@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/kts config-docs --check README.md
+	$(BIN)/kts metrics-docs --check docs/metrics.md
 
 test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q
@@ -34,3 +35,4 @@ bench: setup
 
 docs: $(STAMP)
 	$(BIN)/kts config-docs --write README.md
+	$(BIN)/kts metrics-docs --write docs/metrics.md

@@ -18,6 +18,7 @@ EXTERNAL_CONFIG_DEFS: list[tuple[str, str, str, str]] = [
     ("backends.s3", "CONFIG_DEF", "storage.", "S3 backend"),
     ("backends.gcs", "CONFIG_DEF", "storage.", "GCS backend"),
     ("backends.azure", "CONFIG_DEF", "storage.", "Azure Blob backend"),
+    ("rsm.metrics.config", "CONFIG_DEF", "", "Metrics"),
 ]
 
 

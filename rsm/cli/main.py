@@ -89,12 +89,25 @@ def config_docs_command(check: str | None, write: str | None) -> int:
     """Print the configuration table generated from the declarations (or check/rewrite it in a file)."""
     from rsm.cli.config_docs import config_docs_markdown
 
-    table = config_docs_markdown()
+    return _generated_table(config_docs_markdown(), "config-table", "config-docs", "configuration table", check, write)
+
+
+@cli.command("metrics-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current metrics table")
+@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+def metrics_docs_command(check: str | None, write: str | None) -> int:
+    """Print the table of every metric (JMX bean, attribute, type, tags, meaning) from the declarations."""
+    from rsm.metrics.catalog import metrics_docs_markdown
+
+    return _generated_table(metrics_docs_markdown(), "metrics-table", "metrics-docs", "metrics table", check, write)
+
+
+def _generated_table(table: str, marker: str, command: str, what: str, check: str | None, write: str | None) -> int:
+    """Check, rewrite (between ``<!-- marker:begin/end -->``) or print a generated table."""
     if check:
         if table.strip() not in Path(check).read_text(encoding="utf-8"):
             click.echo(
-                f"{check} does not contain the current configuration table; regenerate it with "
-                f"`kts config-docs --write {check}`",
+                f"{check} does not contain the current {what}; regenerate it with `kts {command} --write {check}`",
                 err=True,
             )
             return 1
@@ -102,7 +115,7 @@ def config_docs_command(check: str | None, write: str | None) -> int:
     if write:
         path = Path(write)
         text = path.read_text(encoding="utf-8")
-        begin, end = "<!-- config-table:begin -->", "<!-- config-table:end -->"
+        begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
         if begin not in text or end not in text:
             click.echo(f"{path} has no {begin} ... {end} markers", err=True)
             return 1

@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from encryption.errors import DecryptionError, KeyPairError, KeyRingError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.compression_heuristic import should_compress
-from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, warn_unknown_keys
+from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_keys, warn_unknown_keys
 from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
@@ -61,8 +62,16 @@ from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader
 from rsm.fetch.stream import SegmentStream
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from rsm.metrics import MetricRow, MetricsRegistry
+from rsm.metrics.catalog import BACKEND_BEANS
+from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
+from rsm.metrics.config import metrics_config
+from rsm.metrics.recorders import BackendRecorder, RsmRecorder
+from rsm.metrics.snapshot import Pulled, as_dict, collect
+from rsm.metrics.sources import fetch_path_sources
 
 log = logging.getLogger("rsm")
+register_known_keys(METRICS_CONFIG_DEF)
 
 PLANNING_WAIT_S = 1.0
 """At most this long a read-ahead load waits for the previous chunk's plan: a safety net, since a cancelled
@@ -111,6 +120,9 @@ class RemoteStorageManager:
         )
         self._closed = False
         self.chunk_buffers = ChunkBufferPool(4 * 1024 * 1024)
+        self.metrics_registry = MetricsRegistry()
+        self.rsm_metrics = RsmRecorder(self.metrics_registry)
+        self.metrics_settings: dict[str, Any] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -125,7 +137,11 @@ class RemoteStorageManager:
                 key_ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
             except KeyPairError as e:
                 raise ConfigException(str(e)) from None
+        metrics_cfg, self.metrics_settings = metrics_config(configs)
         backend = create_backend(config["storage.backend.class"], config.storage)
+        self.metrics_registry = MetricsRegistry(metrics_cfg)
+        self.rsm_metrics = RsmRecorder(self.metrics_registry)
+        self._instrument(backend)
         self._config = config
         self._key_ring = key_ring
         self._backend = backend
@@ -205,12 +221,38 @@ class RemoteStorageManager:
                 continue
             threads = len(pool._threads)  # noqa: SLF001 - ThreadPoolExecutor exposes no public gauge
             out[name] = {
-                "active-thread-count-total": threads - pool._idle_semaphore._value,  # noqa: SLF001
+                # The idle semaphore is released once per finished task, so it can exceed the thread count.
+                "active-thread-count-total": max(0, threads - pool._idle_semaphore._value),  # noqa: SLF001
                 "pool-size-total": threads,
                 "parallelism-total": pool._max_workers,  # noqa: SLF001
                 "queued-task-count-total": pool._work_queue.qsize(),  # noqa: SLF001
             }
         return out
+
+    # --- metrics -------------------------------------------------------------------------------------------------
+
+    def _instrument(self, backend: StorageBackend) -> None:
+        """Forward the backend's request counters into its Aiven client-metrics bean (cloud backends only)."""
+        instrumentation = getattr(backend, "instrumentation", None)
+        store = str(getattr(backend, "STORE", "")).lower()
+        if store in BACKEND_BEANS and hasattr(instrumentation, "add_listener"):
+            instrumentation.add_listener(BackendRecorder(self.metrics_registry, store))
+
+    def metrics_snapshot(self) -> list[MetricRow]:
+        """Every metric now, as JMX rows (the shim's MBeans and the Prometheus endpoint read this)."""
+        sources: list[Pulled] = fetch_path_sources(
+            self.chunk_cache,
+            self.manifest_cache,
+            self.index_cache,
+            self.prefetcher,
+            {"upload": self.upload_rate_limiter, "fetch": self.fetch_rate_limiter},
+            self.thread_pools,
+        )
+        return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """A snapshot for Python users: JMX ObjectName -> attribute -> value, Aiven's names."""
+        return as_dict(self.metrics_snapshot())
 
     def __enter__(self) -> RemoteStorageManager:
         return self
@@ -269,8 +311,10 @@ class RemoteStorageManager:
         """Upload the segment and its indexes, then the manifest; returns the custom metadata bytes (or None)."""
         config = self.config
         keys = segment_keys(config["key.prefix"], meta)
+        tip = meta.topic_id_partition
         self._check_inputs(meta, data)
         uploaded: list[str] = []
+        started = time.monotonic()
         try:
             compression = config["compression.enabled"]
             if compression and config["compression.heuristic.enabled"]:
@@ -299,12 +343,18 @@ class RemoteStorageManager:
             self.backend.upload(keys.manifest, self._throttled(manifest_bytes))
             self._forget(keys.manifest)
         except BaseException as e:
+            self.rsm_metrics.segment_copy_failed(tip.topic, tip.partition)
             self._cleanup_failed_copy(keys, uploaded, meta)
             if isinstance(e, RemoteStorageException):
                 raise
             if isinstance(e, (StorageBackendException, OSError, ValueError)):
                 raise RemoteStorageException(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}") from e
             raise
+        recorder = self.rsm_metrics
+        recorder.object_uploaded(tip.topic, tip.partition, "log", log_size)
+        recorder.object_uploaded(tip.topic, tip.partition, "indexes", indexes_size)
+        recorder.object_uploaded(tip.topic, tip.partition, "rsm-manifest", len(manifest_bytes))
+        recorder.segment_copied(tip.topic, tip.partition, time.monotonic() - started)
         log.info(
             "copied %s: %d bytes in %d chunks -> %d stored bytes (compression=%s, encryption=%s)",
             meta.describe(),
@@ -494,6 +544,21 @@ class RemoteStorageManager:
         self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
     ) -> BinaryIO:
         """A lazy stream over bytes ``[start_position, end_position]`` (inclusive; ``None`` = to the end)."""
+        tip = meta.topic_id_partition
+        last = meta.segment_size_in_bytes - 1 if end_position is None else end_position
+        started = time.monotonic()
+        try:
+            stream = self._open_log_segment(meta, start_position, end_position)
+        except BaseException:
+            self.rsm_metrics.fetch_failed(tip.topic, tip.partition)
+            raise
+        requested = max(0, last - start_position + 1)
+        self.rsm_metrics.fetch_requested(tip.topic, tip.partition, requested, time.monotonic() - started)
+        return stream
+
+    def _open_log_segment(
+        self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
+    ) -> BinaryIO:
         loaded = self._load(meta)
         index = loaded.manifest.chunk_index
         size = index.original_file_size
@@ -591,6 +656,16 @@ class RemoteStorageManager:
         return self._source(self._load(meta), meta)
 
     def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        try:
+            return self._fetch_index(meta, index_type)
+        except RemoteResourceNotFoundException:
+            raise  # an absent optional index (TRANSACTION) is routine: the broker asks for it on every segment
+        except BaseException:
+            tip = meta.topic_id_partition
+            self.rsm_metrics.fetch_failed(tip.topic, tip.partition)
+            raise
+
+    def _fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         loaded = self._load(meta)
         entry = loaded.manifest.segment_indexes.get(index_type)
         if entry is None:
@@ -635,6 +710,18 @@ class RemoteStorageManager:
 
     def delete_log_segment_data(self, meta: RemoteLogSegmentMetadata) -> None:
         """Delete the segment's objects; deleting what is already gone succeeds (the broker retries deletes)."""
+        tip = meta.topic_id_partition
+        started = time.monotonic()
+        try:
+            self._delete_objects(meta)
+        except BaseException:
+            self.rsm_metrics.segment_delete_failed(tip.topic, tip.partition)
+            raise
+        self.rsm_metrics.segment_deleted(
+            tip.topic, tip.partition, meta.segment_size_in_bytes, time.monotonic() - started
+        )
+
+    def _delete_objects(self, meta: RemoteLogSegmentMetadata) -> None:
         keys = self.segment_keys(meta)
         # Manifest first: once it is gone, the segment no longer exists for readers, even if a later delete fails.
         try:

@@ -32,6 +32,7 @@ from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.metadata import LogSegmentData
+from rsm.metrics.snapshot import manager_rows, to_lines
 
 log = logging.getLogger("rsm.jvm.inprocess")
 
@@ -252,6 +253,14 @@ def define_bridge() -> dict[str, Any]:
             pin_thread_state()
             try:
                 self.manager.delete_log_segment_data(wire.decode_metadata(bytes(meta)))
+            except Exception as e:
+                raise _java_error(e) from None
+
+        @JOverride
+        def metrics(self) -> Any:
+            pin_thread_state()
+            try:
+                return byte_array(to_lines(manager_rows(self.manager)))
             except Exception as e:
                 raise _java_error(e) from None
 

@@ -42,6 +42,7 @@ from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SharedRegion
 from rsm.metadata import LogSegmentData
+from rsm.metrics.snapshot import manager_rows, to_lines
 
 log = logging.getLogger("rsm.jvm.sidecar")
 
@@ -168,6 +169,14 @@ class Sidecar:
                 sock.sendall(_error_frame(e))
                 return
             sock.sendall(b"\x00")
+        elif op == wire.OP_METRICS:
+            try:
+                lines = to_lines(manager_rows(self.manager))
+            except Exception as e:
+                self._log_failure("metrics", e)
+                sock.sendall(_error_frame(e))
+                return
+            sock.sendall(b"\x00" + _I32.pack(len(lines)) + lines)
         elif op == wire.OP_PING:
             sock.sendall(b"\x00")
         elif op == wire.OP_SHUTDOWN:
@@ -355,6 +364,22 @@ def _shared_region(manager: Any, total: int) -> SharedRegion | None:
     return region
 
 
+def _start_prometheus(manager: Any) -> Any:
+    """The optional Prometheus endpoint (``metrics.prometheus.port``) on 127.0.0.1; its port is logged."""
+    port = (getattr(manager, "metrics_settings", None) or {}).get("metrics.prometheus.port")
+    if port is None:
+        return None
+    from rsm.metrics.prometheus import serve
+
+    try:
+        server, _thread = serve(lambda: manager_rows(manager), int(port))
+    except OSError as e:  # a taken port must not stop tiering: say so loudly and go on without the endpoint
+        log.error("metrics.prometheus.port=%s: cannot listen on 127.0.0.1:%s: %s", port, port, e)
+        return None
+    log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", server.server_port)
+    return server
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
@@ -398,6 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 4
 
     region = _shared_region(manager, settings["jvm.sidecar.shared.memory.bytes"])
+    prometheus = _start_prometheus(manager)
     sidecar = Sidecar(manager, region)
     path = args.socket
     with contextlib.suppress(FileNotFoundError):
@@ -424,6 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     server.shutdown()
     server.server_close()
+    if prometheus is not None:
+        prometheus.shutdown()
+        prometheus.server_close()
     if region is not None:
         region.unlink()
     with contextlib.suppress(FileNotFoundError):

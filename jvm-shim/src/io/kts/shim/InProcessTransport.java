@@ -22,6 +22,7 @@ final class InProcessTransport implements Transport {
     private final Method delete;
     private final Method close;
     private final Method scratch;
+    private final Method metrics;
     private final ThreadLocal<ByteBuffer> scratchOfThread = new ThreadLocal<>();
     private volatile Method chunkNext;
     private volatile Method chunkClose;
@@ -36,6 +37,7 @@ final class InProcessTransport implements Transport {
         delete = api.getMethod("delete", byte[].class);
         close = api.getMethod("close");
         scratch = api.getMethod("scratch");
+        metrics = api.getMethod("metrics");
     }
 
     static InProcessTransport open(Object bridge, Map<String, String> config) {
@@ -174,6 +176,11 @@ final class InProcessTransport implements Transport {
         public int available() {
             return buf.remaining();
         }
+    }
+
+    @Override
+    public byte[] metrics() throws RemoteStorageException {
+        return (byte[]) invoke(metrics, session, "metrics");
     }
 
     @Override

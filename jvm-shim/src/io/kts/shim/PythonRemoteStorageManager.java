@@ -23,6 +23,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     private static final System.Logger LOG = System.getLogger("io.kts.shim.PythonRemoteStorageManager");
 
     private volatile Transport transport;
+    private volatile MetricsBeans beans;
 
     /** Kafka instantiates plugins through the no-arg constructor. */
     public PythonRemoteStorageManager() {
@@ -48,6 +49,9 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
             t = s;
         }
         transport = t;
+        MetricsBeans oldBeans = beans;
+        if (oldBeans != null) oldBeans.close();
+        beans = new MetricsBeans(t::metrics);
         if (old != null) old.close();
         LOG.log(Level.INFO, "kafka-tiered-storage RemoteStorageManager configured ({0} transport)", t.name());
     }
@@ -78,6 +82,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
             byte[] custom = transport(op).copy(meta, path(logSegmentData.logSegment()),
                     path(logSegmentData.offsetIndex()), path(logSegmentData.timeIndex()), txn,
                     path(logSegmentData.producerSnapshotIndex()), Wire.bytesOf(logSegmentData.leaderEpochIndex()));
+            discoverBeans();
             return custom == null ? Optional.empty() : Optional.of(new RemoteLogSegmentMetadata.CustomMetadata(custom));
         } catch (RuntimeException e) {
             throw unexpected(op, e);
@@ -128,13 +133,22 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         String op = "deleteLogSegmentData";
         try {
             transport(op).delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
+            discoverBeans();
         } catch (RuntimeException e) {
             throw unexpected(op, e);
         }
     }
 
+    private void discoverBeans() {
+        MetricsBeans b = beans;
+        if (b != null) b.discoverSoon();
+    }
+
     @Override
     public void close() {
+        MetricsBeans b = beans;
+        beans = null;
+        if (b != null) b.close();
         Transport t = transport;
         transport = null;
         if (t != null) t.close();
@@ -150,6 +164,12 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     public long sidecarPid() {
         Transport t = transport;
         return t instanceof SidecarTransport ? ((SidecarTransport) t).sidecarPid() : -1;
+    }
+
+    /** Metrics snapshots taken from Python so far (-1 before configure()): for tests and diagnostics. */
+    public long metricsRequests() {
+        MetricsBeans b = beans;
+        return b == null ? -1 : b.requests();
     }
 
     /** One protocol round trip with no storage work (sidecar only): for the benchmark. */

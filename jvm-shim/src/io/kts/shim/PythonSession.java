@@ -29,5 +29,8 @@ public interface PythonSession {
     /** The calling thread's scratch buffer (a direct buffer over Python memory, the same on every call). */
     java.nio.ByteBuffer scratch();
 
+    /** The registry's snapshot as lines {@code objectName TAB attribute TAB value}. */
+    byte[] metrics() throws RemoteStorageException;
+
     void close() throws RemoteStorageException;
 }

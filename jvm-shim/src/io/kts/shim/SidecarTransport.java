@@ -338,6 +338,20 @@ final class SidecarTransport implements Transport {
         simple("deleteLogSegmentData", frame(Wire.OP_DELETE, out -> Wire.writeBlob(out, metadata)));
     }
 
+    @Override
+    public byte[] metrics() throws RemoteStorageException {
+        String op = "metrics";
+        Conn c = exchange(op, frame(Wire.OP_METRICS, out -> { }), settings.requestTimeoutMs);
+        try {
+            byte[] lines = c.readBytes(c.readInt());
+            release(c);
+            return lines;
+        } catch (IOException e) {
+            discard(c);
+            throw failure(op, c, processOf(c), e);
+        }
+    }
+
     /** A round trip that does no storage work: used by the benchmark and for health checks. */
     void ping() throws RemoteStorageException {
         simple("ping", frame(Wire.OP_PING, out -> { }));

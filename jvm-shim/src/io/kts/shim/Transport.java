@@ -20,6 +20,9 @@ interface Transport extends AutoCloseable {
 
     void delete(byte[] metadata) throws RemoteStorageException;
 
+    /** Every metric of the Python registry, as {@link MetricsBeans#parse} reads them. */
+    byte[] metrics() throws RemoteStorageException;
+
     /** A short name for log lines and errors ("sidecar", "in-process"). */
     String name();
 

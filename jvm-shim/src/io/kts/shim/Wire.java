@@ -27,6 +27,8 @@ final class Wire {
     static final byte OP_SHUTDOWN = 6;
     /** No reply: "this connection has the sidecar's shared-memory region mapped" (sent once, on connect). */
     static final byte OP_SHARED_MEMORY_MAPPED = 7;
+    /** Reply: status, i32 n, n bytes of metrics lines ({@link MetricsBeans#parse}). */
+    static final byte OP_METRICS = 8;
 
     /** Stream frame: the next piece is in the shared-memory region (i64 offset, i32 length follow). */
     static final int PIECE_SHARED = -2;

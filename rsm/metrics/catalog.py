@@ -1,0 +1,212 @@
+"""Every metric, declared once: bean, attribute, type, tags and meaning. docs/metrics.md is generated from here
+(``kts metrics-docs``) and ``make lint`` fails when it is stale.
+
+Names follow Aiven's plugin wherever it has the metric, so an Aiven user's dashboards keep working; the rows
+marked *ours* come on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOMAIN = "aiven.kafka.server.tieredstorage"
+RSM_TYPE = "remote-storage-manager-metrics"
+CACHE_DOMAIN = f"{DOMAIN}.cache"
+THREAD_POOL_DOMAIN = f"{DOMAIN}.thread-pool"
+CACHE_TYPES = {"chunk": "chunk-cache-metrics", "manifest": "segment-manifest-cache-metrics"}
+CACHE_TYPES["index"] = "segment-indexes-cache-metrics"
+BACKEND_BEANS = {
+    "s3": (f"{DOMAIN}.s3", "s3-client-metrics"),
+    "gcs": (f"{DOMAIN}.gcs", "gcs-client-metrics"),
+    "azure": (f"{DOMAIN}.azure", "azure-blob-storage-client-metrics"),
+}
+
+OBJECT_TYPES = ("log", "indexes", "rsm-manifest")
+"""Aiven's object-type tag values: the suffixes of the three objects of a segment."""
+
+PER_OBJECT = ("", "object-type", "topic", "topic,object-type", "topic,partition", "topic,partition,object-type")
+PER_PARTITION = ("", "topic", "topic,partition")
+
+
+@dataclass(frozen=True)
+class MetricDecl:
+    bean: str
+    attributes: tuple[str, ...]
+    kind: str
+    tags: tuple[str, ...]
+    meaning: str
+    ours: bool = False
+
+
+def _rsm(attrs: tuple[str, ...], kind: str, tags: tuple[str, ...], meaning: str, ours: bool = False) -> MetricDecl:
+    return MetricDecl(f"{DOMAIN}:type={RSM_TYPE}", attrs, kind, tags, meaning, ours)
+
+
+RSM_METRICS = [
+    _rsm(
+        ("object-upload-rate", "object-upload-total"),
+        "rate/total",
+        PER_OBJECT,
+        "Objects uploaded (per second, in all).",
+    ),
+    _rsm(
+        ("object-upload-bytes-rate", "object-upload-bytes-total"),
+        "rate/total",
+        PER_OBJECT,
+        "Bytes of uploaded objects as stored (after compression and encryption).",
+    ),
+    _rsm(
+        ("segment-copy-time-avg", "segment-copy-time-max"),
+        "time (ms)",
+        PER_PARTITION,
+        "Duration of a successful copyLogSegmentData, milliseconds.",
+    ),
+    _rsm(("segment-delete-rate", "segment-delete-total"), "rate/total", PER_PARTITION, "Segments deleted."),
+    _rsm(("segment-delete-bytes-total",), "total", PER_PARTITION, "Size in bytes of the deleted segments."),
+    _rsm(
+        ("segment-delete-errors-rate", "segment-delete-errors-total"),
+        "rate/total",
+        PER_PARTITION,
+        "Deletes that failed (the broker retries them).",
+    ),
+    _rsm(
+        ("segment-delete-time-avg", "segment-delete-time-max"),
+        "time (ms)",
+        PER_PARTITION,
+        "Duration of a successful deleteLogSegmentData, milliseconds.",
+    ),
+    _rsm(
+        ("segment-fetch-requested-bytes-rate", "segment-fetch-requested-bytes-total"),
+        "rate/total",
+        PER_PARTITION,
+        "Bytes the broker asked for in fetchLogSegment (the requested range, whether or not it reads it all).",
+    ),
+    _rsm(
+        ("segment-copy-errors-rate", "segment-copy-errors-total"),
+        "rate/total",
+        PER_PARTITION,
+        "Copies that failed (their partial uploads were deleted).",
+        ours=True,
+    ),
+    _rsm(
+        ("segment-fetch-errors-rate", "segment-fetch-errors-total"),
+        "rate/total",
+        PER_PARTITION,
+        "fetchLogSegment or fetchIndex calls that failed (missing segment, corrupt data, storage error); an "
+        "absent optional index (no transaction index) is not counted.",
+        ours=True,
+    ),
+    _rsm(
+        ("segment-fetch-time-avg", "segment-fetch-time-max"),
+        "time (ms), DEBUG",
+        ("",),
+        "Time to open a fetch stream (manifest load and range planning), milliseconds; recorded only when "
+        "metrics.recording.level is DEBUG or TRACE.",
+        ours=True,
+    ),
+]
+
+_CACHE_ATTRS = [
+    ("cache-hits-total", "Lookups answered from the cache."),
+    ("cache-misses-total", "Lookups that had to load."),
+    ("cache-load-success-total", "Loads that succeeded."),
+    ("cache-load-success-time-total", "Time spent in successful loads, nanoseconds."),
+    ("cache-load-failure-total", "Loads that failed."),
+    ("cache-load-failure-time-total", "Time spent in failed loads, nanoseconds."),
+    ("cache-eviction-total", "Entries evicted (size or retention)."),
+    ("cache-eviction-weight-total", "Weight of the evicted entries (bytes for weighed caches, else entries)."),
+    ("cache-size-total", "Entries held now."),
+]
+_CHUNK_CACHE_OURS = [
+    ("integrity-failures-total", "Chunks whose CRC-32C or AES-GCM tag did not match: corrupt stored data."),
+    ("remote-get-total", "Ranged GETs sent to the store for chunks."),
+    ("remote-get-bytes-total", "Stored bytes fetched by those GETs."),
+    ("coalesced-get-total", "GETs that covered more than one chunk."),
+    ("coalesced-get-bytes-total", "Stored bytes fetched by coalesced GETs."),
+    ("prefetch-hits-total", "Reads answered by a chunk that prefetch loaded."),
+    ("disk-cache-hits-total", "Reads answered by the disk tier (disk chunk cache only)."),
+]
+
+CACHE_METRICS = [
+    MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
+    for t in CACHE_TYPES.values()
+    for name, meaning in _CACHE_ATTRS
+] + [
+    MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
+    for name, meaning in _CHUNK_CACHE_OURS
+]
+
+PULLED_OURS = [
+    MetricDecl(
+        f"{DOMAIN}:type=prefetch-metrics",
+        (name,),
+        "total",
+        ("",),
+        meaning,
+        ours=True,
+    )
+    for name, meaning in [
+        ("prefetch-runs-total", "Prefetch runs started after a read."),
+        ("prefetch-chunks-total", "Chunks loaded ahead."),
+        ("prefetch-cross-segment-total", "Runs that continued into the partition's next segment."),
+        ("prefetch-failures-total", "Prefetch loads that failed (the read itself is unaffected)."),
+    ]
+] + [
+    MetricDecl(f"{DOMAIN}:type={d}-rate-limiter-metrics", (name,), "total", ("",), meaning, ours=True)
+    for d in ("upload", "fetch")
+    for name, meaning in [
+        ("throttle-wait-time-total", f"Time {d}s waited for the rate limit, nanoseconds."),
+        ("throttled-bytes-total", "Bytes that had to wait."),
+        ("rate-limited-bytes-total", "Bytes that passed the limiter."),
+    ]
+]
+
+THREAD_POOL_METRICS = [
+    MetricDecl(f"{THREAD_POOL_DOMAIN}:type=<pool>-thread-pool-metrics", (name,), "gauge", ("",), meaning)
+    for name, meaning in [
+        ("active-thread-count-total", "Threads running a task."),
+        ("parallelism-total", "Maximum threads of the pool."),
+        ("pool-size-total", "Threads started."),
+        ("queued-task-count-total", "Tasks waiting for a thread."),
+    ]
+]
+
+BACKEND_METRICS = [
+    MetricDecl(
+        f"{domain}:type={type_}",
+        attrs,
+        kind,
+        ("",),
+        meaning,
+        ours=ours,
+    )
+    for domain, type_ in BACKEND_BEANS.values()
+    for attrs, kind, meaning, ours in [
+        (
+            ("<operation>-requests-rate", "<operation>-requests-total"),
+            "rate/total",
+            "Requests of one operation sent, retries included (get-object, put-object, upload-part...).",
+            False,
+        ),
+        (("<operation>-time-avg", "<operation>-time-max"), "time (ms)", "Latency of one request attempt.", False),
+        (
+            ("<kind>-errors-rate", "<kind>-errors-total"),
+            "rate/total",
+            "Failed attempts by class: throttling, server, configured-timeout, io, other.",
+            False,
+        ),
+        (("bytes-uploaded-total", "bytes-downloaded-total"), "total", "Payload bytes moved.", True),
+    ]
+]
+
+ALL = RSM_METRICS + CACHE_METRICS + THREAD_POOL_METRICS + BACKEND_METRICS + PULLED_OURS
+
+
+def metrics_docs_markdown() -> str:
+    """The table of every metric (docs/metrics.md holds it between markers)."""
+    rows = ["| Bean | Attribute | Type | Tags | Meaning |", "|---|---|---|---|---|"]
+    for d in ALL:
+        tags = "; ".join(t or "none" for t in d.tags)
+        meaning = d.meaning + (" *(ours)*" if d.ours else "")
+        rows.append(f"| `{d.bean}` | {', '.join(f'`{a}`' for a in d.attributes)} | {d.kind} | {tags} | {meaning} |")
+    return "\n".join(rows)

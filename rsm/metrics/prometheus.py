@@ -1,0 +1,55 @@
+"""The Prometheus endpoint: prometheus-client serves the snapshot through a custom collector.
+
+Each JMX attribute becomes one family named ``kts_<type>_<attribute>`` (``-`` -> ``_``), with the bean's tags
+as labels: ``kts_remote_storage_manager_metrics_object_upload_total{topic="t",partition="0",object_type="log"}``.
+Totals are counters, the rest gauges. Nothing here writes the text format: prometheus-client does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from threading import Thread
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rsm.metrics.snapshot import MetricRow
+
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _name(*parts: str) -> str:
+    return _INVALID.sub("_", "kts_" + "_".join(parts))
+
+
+class SnapshotCollector(Collector):
+    """Reads a fresh snapshot on every scrape."""
+
+    def __init__(self, snapshot: Callable[[], list[MetricRow]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        # One family per name; its samples carry each bean's own tags (the untagged bean has none), which the
+        # text format allows: a dashboard sums or filters by label as it likes.
+        families: dict[str, Metric] = {}
+        for row in self.snapshot():
+            labels = {_INVALID.sub("_", k): v for k, v in row.tags}
+            for attr, value in row.values.items():
+                counter = attr.endswith("-total")
+                name = _name(row.type, attr[: -len("-total")] if counter else attr)
+                family = families.get(name)
+                if family is None:
+                    doc = f"{row.domain}:type={row.type} {attr}"
+                    family = families[name] = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc)
+                family.add_sample(name + "_total" if counter else name, labels, value)
+        return iter(families.values())
+
+
+def serve(snapshot: Callable[[], list[MetricRow]], port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, Thread]:
+    """Start the endpoint on ``host:port`` (0: any free port; read it from ``server.server_port``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    return start_http_server(port, addr=host, registry=registry)

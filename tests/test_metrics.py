@@ -1,0 +1,301 @@
+"""Metrics: the registry's Kafka semantics, exact values after a known workload, a retried backend error seen
+through a real proxy, the Prometheus endpoint scraped over HTTP, and the generated docs table."""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TIP
+from emulators import (  # noqa: F401 - fixtures found by name
+    FIXTURE_FOR,
+    azure_azurite_server,
+    gcs_fake_server,
+    s3_moto_server,
+)
+from fault_proxy import fault_proxy
+from prometheus_client.parser import text_string_to_metric_families
+
+from backends.instrumentation import ERROR_KINDS
+from rsm import (
+    CorruptDataException,
+    IndexType,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageManager,
+)
+from rsm.cli.main import main as kts_main
+from rsm.core.config import unknown_keys
+from rsm.core.object_keys import segment_keys
+from rsm.errors import ConfigException
+from rsm.metadata import TopicIdPartition
+from rsm.metrics.catalog import BACKEND_BEANS
+from rsm.metrics.prometheus import serve
+from rsm.metrics.registry import MetricsConfig, MetricsRegistry
+
+RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
+CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
+MANIFEST_CACHE = "aiven.kafka.server.tieredstorage.cache:type=segment-manifest-cache-metrics"
+CHUNK = 65536
+DETERMINISTIC = {  # one chunk per GET and no background loads: every hit and miss is the test's own doing
+    "chunk.size": str(CHUNK),
+    "fetch.readahead.chunks": "0",
+    "fetch.chunk.cache.prefetch.max.size": "0",
+    "fetch.coalesce.max.bytes": str(CHUNK),
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sensor_follows_kafka_sampled_stat_semantics() -> None:
+    clock = Clock()
+    registry = MetricsRegistry(MetricsConfig(samples=2, window_s=30.0), clock)
+    sensor = registry.sensor("s")
+    assert math.isnan(sensor.avg()) and math.isnan(sensor.max()) and sensor.rate() == 0.0
+    sensor.record(60)
+    # A fresh sensor divides by (samples - 1) full windows, not by the few seconds it has lived.
+    assert sensor.rate() == 60 / 30
+    clock.now += 45
+    sensor.record(30)  # a new window starts: the first is 45 s old
+    assert sensor.rate() == 90 / 45
+    assert sensor.avg() == 45 and sensor.max() == 60 and sensor.total == 90
+    clock.now += 20  # the first window (65 s old) is past samples * window and no longer counts
+    assert sensor.avg() == 30 and sensor.max() == 30 and sensor.rate() == 30 / (20 + 30)
+    clock.now += 60
+    assert math.isnan(sensor.avg()) and sensor.rate() == 0.0 and sensor.total == 90 and sensor.count == 2
+
+
+def test_recording_level_decides_which_sensors_record() -> None:
+    info = MetricsRegistry(MetricsConfig(recording_level="INFO"))
+    debug = MetricsRegistry(MetricsConfig(recording_level="DEBUG"))
+    for registry in (info, debug):
+        registry.sensor("d", "DEBUG").record(5)
+        registry.sensor("i", "INFO").record(5)
+    assert info.sensor("d").total == 0 and info.sensor("i").total == 5
+    assert debug.sensor("d").total == 5 and debug.sensor("i").total == 5
+
+
+def test_metrics_keys_are_validated(make_manager: Callable[..., Any]) -> None:
+    keys = {"metrics.num.samples": "3", "metrics.sample.window.ms": "1000", "metrics.recording.level": "debug"}
+    keys.update({"metrics.prometheus.port": "9404", "metrics.jmx.mirror.domain": "io.kts.tieredstorage"})
+    assert unknown_keys({"chunk.size": "1024", **keys}) == []  # declared: no WARN at configure()
+    m = make_manager(keys)
+    assert m.metrics_registry.config == MetricsConfig(3, 1.0, "DEBUG")
+    assert m.metrics_settings["metrics.prometheus.port"] == 9404
+    with pytest.raises(ConfigException, match="metrics.recording.level"):
+        make_manager({"metrics.recording.level": "LOUD"})
+    with pytest.raises(ConfigException, match="metrics.num.samples"):
+        make_manager({"metrics.num.samples": "0"})
+
+
+def _stored_size(root: Path, key: str) -> int:
+    return (root / key).stat().st_size
+
+
+def test_exact_values_after_a_known_workload(
+    make_manager: Callable[..., Any], segment_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    m: RemoteStorageManager = make_manager(DETERMINISTIC, metrics_recording_level="DEBUG")
+    p8 = TopicIdPartition(TIP.topic_id, TIP.topic, 8)
+    segs = [segment_factory(target_bytes=300_000, seed=s) for s in (31, 32, 33)]
+    metas = [segs[0].to_metadata(TIP), segs[1].to_metadata(TIP), segs[2].to_metadata(p8)]
+    for seg, meta in zip(segs, metas, strict=True):  # N = 3 copies
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    root = tmp_path / "store"
+    sizes = {
+        (meta.topic_id_partition.partition, kind): 0 for meta in metas for kind in ("log", "indexes", "rsm-manifest")
+    }
+    for meta in metas:
+        keys = segment_keys("", meta)
+        p = meta.topic_id_partition.partition
+        sizes[(p, "log")] += _stored_size(root, keys.log)
+        sizes[(p, "indexes")] += _stored_size(root, keys.indexes)
+        sizes[(p, "rsm-manifest")] += _stored_size(root, keys.manifest)
+
+    # M = 4 fetches of segment 0: chunk 0 (miss), chunk 0 again (hit), chunk 1 (miss), chunks 0-1 (2 hits).
+    original = segs[0].log.read_bytes()
+    for start, end in [(0, 99), (10, 20), (CHUNK + 5, CHUNK + 9), (0, CHUNK + 9)]:
+        with m.fetch_log_segment(metas[0], start, end) as f:
+            assert f.read() == original[start : end + 1]
+    # One integrity failure: a flipped byte in chunk 2 of segment 1 as stored.
+    log_path = root / segment_keys("", metas[1]).log
+    raw = bytearray(log_path.read_bytes())
+    raw[2 * CHUNK + 7] ^= 0xFF
+    log_path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptDataException), m.fetch_log_segment(metas[1], 2 * CHUNK, 2 * CHUNK + 10) as f:
+        f.read()
+    # One fetch that cannot start, one absent transaction index (routine, not an error), one delete.
+    with pytest.raises(RemoteStorageException, match="end before start"):
+        m.fetch_log_segment(metas[0], 5, 0)
+    assert segs[0].txn_index is None or segs[0].txn_index.stat().st_size == 0
+    with pytest.raises(RemoteResourceNotFoundException):
+        m.fetch_index(metas[0], IndexType.TRANSACTION)
+    m.delete_log_segment_data(metas[2])
+
+    snap = m.metrics()
+    total = snap[RSM]
+    assert total["object-upload-total"] == 9
+    assert total["object-upload-bytes-total"] == sum(sizes.values())
+    for kind in ("log", "indexes", "rsm-manifest"):
+        bean = snap[f"{RSM},object-type={kind}"]
+        assert bean["object-upload-total"] == 3
+        assert bean["object-upload-bytes-total"] == sizes[(7, kind)] + sizes[(8, kind)]
+        assert snap[f"{RSM},topic=orders,partition=7,object-type={kind}"]["object-upload-total"] == 2
+        assert (
+            snap[f"{RSM},topic=orders,partition=8,object-type={kind}"]["object-upload-bytes-total"] == sizes[(8, kind)]
+        )
+    p7, p8_bean, topic = (
+        snap[f"{RSM},topic=orders,partition=7"],
+        snap[f"{RSM},topic=orders,partition=8"],
+        snap[f"{RSM},topic=orders"],
+    )
+    assert p7["object-upload-total"] == 6 and p8_bean["object-upload-total"] == 3 and topic["object-upload-total"] == 9
+    assert total["segment-copy-time-max"] >= total["segment-copy-time-avg"] > 0
+    requested = 100 + 11 + 5 + (CHUNK + 10) + 11
+    assert total["segment-fetch-requested-bytes-total"] == requested == p7["segment-fetch-requested-bytes-total"]
+    assert p8_bean["segment-fetch-requested-bytes-total"] == 0
+    assert total["segment-fetch-errors-total"] == 1 and p7["segment-fetch-errors-total"] == 1
+    assert total["segment-fetch-time-max"] >= total["segment-fetch-time-avg"] > 0  # DEBUG level records it
+    assert total["segment-delete-total"] == 1 == p8_bean["segment-delete-total"] and p7["segment-delete-total"] == 0
+    assert total["segment-delete-bytes-total"] == segs[2].size == p8_bean["segment-delete-bytes-total"]
+    assert total["segment-delete-errors-total"] == 0 and total["segment-copy-errors-total"] == 0
+    assert total["segment-delete-time-max"] >= total["segment-delete-time-avg"] > 0
+
+    chunk = snap[CHUNK_CACHE]
+    assert (chunk["cache-hits-total"], chunk["cache-misses-total"]) == (3, 3)  # 3rd miss: the corrupt chunk
+    assert chunk["integrity-failures-total"] == 1
+    assert chunk["remote-get-total"] == 3 and chunk["remote-get-bytes-total"] == 3 * CHUNK
+    manifest = snap[MANIFEST_CACHE]
+    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 1 on segment 1.
+    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 5)
+    assert "aiven.kafka.server.tieredstorage.thread-pool:type=transform-thread-pool-metrics" in snap
+
+
+def test_info_level_skips_debug_sensors_and_mirror_domain(
+    make_manager: Callable[..., Any], segment_factory: Any
+) -> None:
+    m = make_manager(DETERMINISTIC, metrics_jmx_mirror_domain="io.kts.tieredstorage")
+    seg = segment_factory(target_bytes=100_000, seed=34)
+    meta = seg.to_metadata(TIP)
+    m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    with m.fetch_log_segment(meta, 0, 9) as f:
+        f.read()
+    snap = m.metrics()
+    assert math.isnan(snap[RSM]["segment-fetch-time-avg"])
+    assert snap[RSM]["segment-fetch-requested-bytes-total"] == 10
+    mirrored = "io.kts.tieredstorage:type=remote-storage-manager-metrics"
+    assert snap[mirrored]["object-upload-total"] == snap[RSM]["object-upload-total"] == 3
+    assert snap["io.kts.tieredstorage.cache:type=chunk-cache-metrics"]["cache-misses-total"] == 1
+
+
+def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory: Any) -> None:  # noqa: F811
+    server = s3_moto_server
+    seg = segment_factory(target_bytes=200_000, seed=35)
+    meta = seg.to_metadata(TIP)
+    log_key = segment_keys("retry/", meta).log
+
+    def fail_first_log_get(method: str, path: str) -> bool:
+        return method == "GET" and path.endswith(log_key.rsplit("/", 1)[-1])
+
+    with fault_proxy(server.endpoint, fail_first_log_get) as proxy:
+        m = RemoteStorageManager()
+        storage = server.config(**{"s3.endpoint.url": proxy.endpoint, "s3.retry.backoff.ms": "10"})
+        m.configure(
+            {
+                **DETERMINISTIC,
+                "key.prefix": "retry/",
+                "storage.backend.class": "s3",
+                **{f"storage.{k}": v for k, v in storage.items()},
+            }
+        )
+        try:
+            m.copy_log_segment_data(meta, seg.to_log_segment_data())
+            with m.fetch_log_segment(meta, 0, 99) as f:
+                assert f.read() == seg.log.read_bytes()[:100]
+            bean = m.metrics()["aiven.kafka.server.tieredstorage.s3:type=s3-client-metrics"]
+            counters = m.backend.metrics()
+        finally:
+            m.close()
+    assert bean["server-errors-total"] == 1 and bean["throttling-errors-total"] == 0
+    # The manifest GET, then the chunk's GET twice (the 500, then the retry): what the proxy saw.
+    gets = [(path.rsplit(".", 1)[-1], status) for method, path, status in proxy.seen if method == "GET"]
+    assert gets == [("rsm-manifest", 200), ("log", 500), ("log", 206)]
+    assert bean["get-object-requests-total"] == len(gets) == counters["get-object-requests"]
+    assert bean["get-object-time-max"] >= bean["get-object-time-avg"] > 0
+    assert bean["put-object-requests-total"] == counters["put-object-requests"] >= 2
+    assert bean["bytes-downloaded-total"] == counters["bytes-downloaded"]
+
+
+def test_prometheus_endpoint_is_scraped_and_parsed(make_manager: Callable[..., Any], segment_factory: Any) -> None:
+    m = make_manager(DETERMINISTIC)
+    seg = segment_factory(target_bytes=100_000, seed=36)
+    m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
+    server, thread = serve(m.metrics_snapshot, 0)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    uploads = families["kts_remote_storage_manager_metrics_object_upload"]
+    assert uploads.type == "counter"
+    values = {tuple(sorted(s.labels.items())): s.value for s in uploads.samples}
+    assert values[()] == 3
+    assert values[(("object_type", "log"), ("partition", "7"), ("topic", "orders"))] == 1
+    assert families["kts_chunk_cache_metrics_cache_misses"].samples[0].value == 0
+    assert families["kts_remote_storage_manager_metrics_object_upload_rate"].type == "gauge"
+
+
+def test_metrics_docs_are_current(tmp_path: Path) -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+    assert kts_main(["metrics-docs", "--check", str(docs)]) == 0
+    stale = tmp_path / "metrics.md"
+    stale.write_text("<!-- metrics-table:begin -->\n| old |\n<!-- metrics-table:end -->\n")
+    assert kts_main(["metrics-docs", "--check", str(stale)]) == 1
+    assert kts_main(["metrics-docs", "--write", str(stale)]) == 0
+    assert kts_main(["metrics-docs", "--check", str(stale)]) == 0
+    assert "`segment-fetch-requested-bytes-rate`" in stale.read_text()
+
+
+@pytest.mark.parametrize("flavour", ["gcs-fake", "azure-azurite"])
+def test_gcs_and_azure_beans_mirror_the_backend_counters(
+    flavour: str, request: pytest.FixtureRequest, segment_factory: Any
+) -> None:
+    server = request.getfixturevalue(FIXTURE_FOR[flavour])
+    seg = segment_factory(target_bytes=200_000, seed=37)
+    meta = seg.to_metadata(TIP)
+    m = RemoteStorageManager()
+    m.configure(
+        {
+            **DETERMINISTIC,
+            "key.prefix": f"metrics-{flavour}/",
+            "storage.backend.class": server.backend,
+            **{f"storage.{k}": v for k, v in server.config().items()},
+        }
+    )
+    try:
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        with m.fetch_log_segment(meta, 0, 99) as f:
+            f.read()
+        m.delete_log_segment_data(meta)
+        domain, type_ = BACKEND_BEANS[server.backend]
+        bean = m.metrics()[f"{domain}:type={type_}"]
+        counters = m.backend.metrics()
+    finally:
+        m.close()
+    requests = {k: v for k, v in counters.items() if k.endswith("-requests")}
+    assert requests and all(bean[f"{k}-total"] == v for k, v in requests.items()), (bean, counters)
+    assert all(bean[f"{kind}-errors-total"] == 0 for kind in ERROR_KINDS)
+    assert bean["bytes-uploaded-total"] == counters["bytes-uploaded"] > 0
