@@ -79,11 +79,31 @@ class StorageBackend(Protocol):
         ...
 
 
+# Ranges up to this size are read into one preallocated buffer; larger ones grow with the bytes that arrive.
+_PREALLOCATE_LIMIT = 8 * 1024 * 1024
+
+
 def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:
-    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says."""
-    out = bytearray(end - start + 1)
-    read_range_into(backend, key, start, end, memoryview(out))
-    return out
+    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says.
+
+    The range comes from a manifest, which may lie: above ``_PREALLOCATE_LIMIT`` the buffer grows only as bytes
+    actually arrive, so memory is bounded by the object's real size, never by the size a manifest claims.
+    """
+    expected = end - start + 1
+    if expected <= _PREALLOCATE_LIMIT:
+        out = bytearray(expected)
+        read_range_into(backend, key, start, end, memoryview(out))
+        return out
+    grown = bytearray()
+    with backend.fetch(key, start, end) as stream:
+        while len(grown) < expected:
+            piece = stream.read(min(_PREALLOCATE_LIMIT, expected - len(grown)))
+            if not piece:
+                break
+            grown += piece
+    if len(grown) != expected:
+        raise InvalidRange(key, start, end, start + len(grown))
+    return grown
 
 
 def read_range_into(backend: StorageBackend, key: str, start: int, end: int, out: memoryview) -> None:
