@@ -14,7 +14,7 @@ import bisect
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import zstandard
 
@@ -192,10 +192,12 @@ class ChunkIndex:
             raise IndexError(f"position {original_position} outside file of {self.original_file_size} bytes")
         return self.chunk(original_position // self.original_chunk_size)
 
-    def chunks_for_range(self, start: int, end_inclusive: int) -> list[Chunk]:
+    def chunks_for_range(self, start: int, end_inclusive: int) -> ChunkRange:
+        """The chunks covering ``[start, end_inclusive]`` as a lazy sequence: a manifest may claim 10^8 chunks,
+        and a fetch must cost only the chunks it actually reads."""
         first = self.chunk_for_position(start).id
         last = self.chunk_for_position(end_inclusive).id
-        return [self.chunk(i) for i in range(first, last + 1)]
+        return ChunkRange(self, first, last + 1)
 
     def chunk_id_for_transformed_position(self, position: int) -> int:
         if self._starts is not None:
@@ -274,3 +276,25 @@ class ChunkIndex:
         except (KeyError, TypeError, ValueError, OverflowError, MemoryError, zstandard.ZstdError) as e:
             raise ChunkIndexError(f"malformed {kind!r} chunkIndex: {type(e).__name__}: {e}") from e
         raise ChunkIndexError(f"unknown chunkIndex type {kind!r} (expected 'fixed' or 'variable')")
+
+
+class ChunkRange(Sequence[Chunk]):
+    """Chunks ``first..end-1`` of an index, each built when it is asked for."""
+
+    def __init__(self, index: ChunkIndex, first: int, end: int) -> None:
+        self._index = index
+        self._ids = range(first, end)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, i: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Chunk]: ...
+
+    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(i, slice):
+            return [self._index.chunk(j) for j in self._ids[i]]
+        return self._index.chunk(self._ids[i])
