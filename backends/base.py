@@ -24,6 +24,10 @@ class KeyNotFound(StorageBackendException):
         super().__init__(f"key {key!r} not found{(' in ' + where) if where else ''}")
 
 
+class InvalidKey(StorageBackendException):
+    """The store refuses the key itself (it could never hold an object under it): nothing exists to clean up."""
+
+
 class InvalidRange(StorageBackendException):
     """A ranged read asked for bytes the object does not have."""
 

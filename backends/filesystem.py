@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import InvalidRange, KeyNotFound, StorageBackendException
-from backends.configdef import ConfigDef, ConfigKey, in_range
+from backends.base import InvalidKey, InvalidRange, KeyNotFound, StorageBackendException
+from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -48,6 +48,42 @@ CONFIG_DEF = ConfigDef().extend(
 )
 
 _COPY_BUFFER = 1024 * 1024
+
+# A key segment longer than a file name may be (255 bytes; Kafka allows 249-character topics, and the directory
+# is '<topic>-<topicId>') is stored as nested directories: every piece but the last ends with CONTINUED.
+CONTINUED = ".~cont"
+_PIECE_BYTES = 200
+# Uploads in progress are written to '<TEMP_PREFIX><name>.<random>' beside their target. The prefix lets
+# ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
+TEMP_PREFIX = ".kts-partial."
+
+
+def _split_long(part: str) -> list[str]:
+    """``part`` as one or more directory/file names of at most ``_PIECE_BYTES`` UTF-8 bytes each (plus marker)."""
+    if len(part.encode()) <= _PIECE_BYTES:
+        return [part]
+    pieces: list[str] = []
+    current = ""
+    for ch in part:
+        if len((current + ch).encode()) > _PIECE_BYTES:
+            pieces.append(current + CONTINUED)
+            current = ""
+        current += ch
+    pieces.append(current)
+    return pieces
+
+
+def _join_pieces(names: list[str]) -> str:
+    """The inverse of splitting: a key from the names on the path below the root."""
+    out: list[str] = []
+    pending = ""
+    for name in names:
+        if name.endswith(CONTINUED):
+            pending += name[: -len(CONTINUED)]
+        else:
+            out.append(pending + name)
+            pending = ""
+    return "/".join(out)
 
 
 class _RangeReader(io.RawIOBase):
@@ -101,8 +137,6 @@ class FileSystemBackend:
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = CONFIG_DEF.parse(configs)
         if values["root"] is None and self.root is None:
-            from backends.configdef import ConfigException
-
             raise ConfigException(
                 "Missing required configuration 'storage.root' for the filesystem backend: "
                 "set it to the directory that should hold the tiered objects"
@@ -111,7 +145,18 @@ class FileSystemBackend:
             self.root = Path(values["root"]).resolve()
             self._root_str = str(self.root)
         assert self.root is not None
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigException(
+                f"Invalid value {values['root']!r} for configuration storage.root: it (or one of its parents) is a "
+                f"file, not a directory; point it at a directory for the tiered objects"
+            ) from None
+        except OSError as e:
+            raise ConfigException(
+                f"Invalid value {values['root']!r} for configuration storage.root: cannot create the directory "
+                f"({e.strerror})"
+            ) from None
         self.fsync = values["fsync.enabled"]
         self.fsync_interval = values["fsync.interval.bytes"]
 
@@ -119,11 +164,16 @@ class FileSystemBackend:
         if self.root is None:
             raise StorageBackendException("filesystem backend used before configure(): storage.root is unset")
         if not key or key.startswith("/") or "\\" in key or "\x00" in key:
-            raise StorageBackendException(f"invalid object key {key!r}: keys are relative '/'-separated paths")
+            raise InvalidKey(f"invalid object key {key!r}: keys are relative '/'-separated paths")
         parts = key.split("/")
         if any(p in ("", ".", "..") for p in parts):
-            raise StorageBackendException(f"invalid object key {key!r}: empty, '.' or '..' path segments")
-        return parts
+            raise InvalidKey(f"invalid object key {key!r}: empty, '.' or '..' path segments")
+        if any(p.endswith(CONTINUED) or p.startswith(TEMP_PREFIX) for p in parts):
+            raise InvalidKey(
+                f"invalid object key {key!r}: a path segment ends with {CONTINUED!r} or starts with {TEMP_PREFIX!r}, "
+                "which the filesystem backend reserves"
+            )
+        return [piece for part in parts for piece in _split_long(part)]
 
     def _path(self, key: str) -> str:
         """The file of ``key`` for uploads and deletes. Its directory must be reached without any symlink (the
@@ -185,7 +235,7 @@ class FileSystemBackend:
         path = self._path(key)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.path.basename(path)}.", dir=directory)
         total = 0
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
@@ -296,10 +346,11 @@ class FileSystemBackend:
         found: list[str] = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
             rel_dir = os.path.relpath(dirpath, self.root)
+            dir_names = [] if rel_dir == "." else rel_dir.split(os.sep)
             for name in filenames:
-                if name.startswith(".") and name.endswith(".tmp"):
+                if name.startswith(TEMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp")):
                     continue
-                key = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+                key = _join_pieces([*dir_names, name])
                 if key.startswith(prefix):
                     found.append(key)
         yield from sorted(found)

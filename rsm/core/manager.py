@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from backends.base import (
+    InvalidKey,
     InvalidRange,
     KeyNotFound,
     StorageBackend,
@@ -366,6 +367,8 @@ class RemoteStorageManager:
             return
         try:
             self.backend.delete_many(keys.all())
+        except InvalidKey as e:  # the store refused the key itself, so nothing can have been stored under it
+            log.debug("nothing to clean up after the refused copy of %s: %s", meta.describe(), e)
         except Exception as e:  # the original error matters more; the broker's delete will retry this
             log.error(
                 "could not delete the partial upload of %s (%s): %s",
