@@ -35,7 +35,7 @@ from backends.cloud import (
 )
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import ResponseStream, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, iter_blocks
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
@@ -482,18 +482,19 @@ class S3Backend(CloudBackend):
             pass
 
     # --- read -------------------------------------------------------------------------------------
-    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+    def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
         self._check_range(key, start, end)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if start != 0 or end is not None:
             kwargs["Range"] = f"bytes={start}-{'' if end is None else end}"
         answer = self._call("get-object", key, lambda: self.client.get_object(**kwargs), start=start, end=end)
         body = answer["Body"]
+        length = answer.get("ContentLength")
+        _check_content_range(key, answer.get("ContentRange"), length, body)
 
         def read(n: int) -> bytes:
             return body.read(None if n < 0 else n)
 
-        length = answer.get("ContentLength")
         return ResponseStream(
             read,
             body.close,
@@ -554,3 +555,19 @@ class S3Backend(CloudBackend):
 
     def __repr__(self) -> str:
         return f"S3Backend(bucket={self.bucket!r})"
+
+
+def _check_content_range(key: str, content_range: str | None, length: Any, body: Any) -> None:
+    """A ranged answer whose Content-Length disagrees with its Content-Range was cut short on the way (a proxy
+    rewrote the length): refuse it as a retriable body failure instead of handing out a short range."""
+    if not content_range or length is None or not content_range.startswith("bytes "):
+        return
+    span = content_range[len("bytes ") :].split("/", 1)[0]
+    first, _, last = span.partition("-")
+    if first.isdigit() and last.isdigit() and int(last) - int(first) + 1 != int(length):
+        body.close()
+        raise BodyReadError(
+            f"S3 get-object of key {key!r}: Content-Length {length} disagrees with Content-Range {content_range!r} "
+            f"(truncated in transit)",
+            True,
+        )
