@@ -9,6 +9,7 @@ the same for every store.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 
@@ -85,6 +86,39 @@ class StorageBackend(Protocol):
 
 # Ranges up to this size are read into one preallocated buffer; larger ones grow with the bytes that arrive.
 _PREALLOCATE_LIMIT = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object with what garbage collection needs: its size and last-modified time (epoch seconds)."""
+
+    key: str
+    size: int
+    modified: float
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """An upload that was started and never finished: an open S3 multipart upload (``kind`` "multipart-upload",
+    ``upload_id`` its id) or a filesystem temp file (``kind`` "temp-file", ``upload_id`` its path below the
+    root). Nothing reads it; only its abort frees the storage it holds."""
+
+    kind: str
+    key: str
+    upload_id: str
+    started: float
+    size: int | None = None
+
+
+class GarbageCapable(Protocol):
+    """Optional backend methods garbage collection uses where a backend has them (checked with ``getattr``):
+    ``list_details`` for object ages, ``list_pending_uploads``/``abort_pending_upload`` for unfinished uploads."""
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]: ...
+
+    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]: ...
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None: ...
 
 
 def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:

@@ -13,11 +13,12 @@ import io
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import InvalidKey, InvalidRange, KeyNotFound, StorageBackendException
+from backends.base import InvalidKey, InvalidRange, KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 
 CONFIG_DEF = ConfigDef().extend(
@@ -42,6 +43,15 @@ CONFIG_DEF = ConfigDef().extend(
             32 * 1024 * 1024,
             "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
             validator=in_range(1024 * 1024, None),
+            group="filesystem",
+        ),
+        ConfigKey(
+            "stale.upload.age.ms",
+            "long",
+            3_600_000,
+            "At configure(), delete the temp files of uploads older than this (a process killed mid-upload left "
+            "them). Keep it well above the longest upload of a segment.",
+            validator=in_range(60_000, None),
             group="filesystem",
         ),
     ]
@@ -159,6 +169,7 @@ class FileSystemBackend:
             ) from None
         self.fsync = values["fsync.enabled"]
         self.fsync_interval = values["fsync.interval.bytes"]
+        self.sweep_temp_files(values["stale.upload.age.ms"] / 1000)
 
     def _parts(self, key: str) -> list[str]:
         if self.root is None:
@@ -354,6 +365,59 @@ class FileSystemBackend:
                 if key.startswith(prefix):
                     found.append(key)
         yield from sorted(found)
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        """``list`` with each object's size and modification time (for garbage collection)."""
+        assert self.root is not None
+        for key in self.list(prefix):
+            try:
+                st = os.stat(self._path(key), follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def list_pending_uploads(self, prefix: str = "") -> Iterator[PendingUpload]:
+        """Temp files of uploads that never finished (a killed process leaves them); ``prefix`` filters by the
+        key they were meant for."""
+        assert self.root is not None
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            dir_names = [] if rel_dir == "." else rel_dir.split(os.sep)
+            for name in filenames:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                target = name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]
+                key = _join_pieces([*dir_names, target])
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                yield PendingUpload("temp-file", key, os.path.join(*dir_names, name), st.st_mtime, st.st_size)
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        """Delete a temp file found by ``list_pending_uploads`` (only such a file: the name is checked)."""
+        assert self.root is not None
+        parts = upload.upload_id.split(os.sep)
+        if not parts[-1].startswith(TEMP_PREFIX) or any(p in ("", ".", "..") for p in parts):
+            raise InvalidKey(f"{upload.upload_id!r} is not a temp file of this backend")
+        path = os.path.join(self._root_str, *parts)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        self._prune_empty_dirs(Path(path).parent)
+
+    def sweep_temp_files(self, older_than_seconds: float) -> int:
+        """Delete temp files older than ``older_than_seconds`` (no live upload runs that long); returns bytes freed."""
+        freed = 0
+        cutoff = time.time() - older_than_seconds
+        for upload in list(self.list_pending_uploads("")):
+            if upload.started < cutoff:
+                self.abort_pending_upload(upload)
+                freed += upload.size or 0
+        return freed
 
     def close(self) -> None:
         pass
