@@ -9,7 +9,6 @@ reliability table (``RELIABILITY_TABLE``, see docs/reliability.md).
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import threading
@@ -20,6 +19,7 @@ import pytest
 from conftest import TIP
 from emulators import StoreServer, s3_moto_server  # noqa: F401,F811 - fixtures are found by name
 from faultproxy import FaultPlan, FaultProxy
+from reliability_table import record_row
 
 from backends.s3 import S3Backend
 from rsm import RemoteStorageException, RemoteStorageManager
@@ -31,14 +31,6 @@ FETCHES = 30
 
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def record_row(row: dict[str, Any]) -> None:
-    """Append one scenario to the JSON-lines table that docs/reliability.md is made from (when asked for)."""
-    target = os.environ.get("RELIABILITY_TABLE")
-    if target:
-        with open(target, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
 
 
 def _manager(server: StoreServer, endpoint: str, prefix: str) -> RemoteStorageManager:
@@ -121,6 +113,7 @@ def test_copies_and_fetches_under_faults(
             "faults": dict(proxy.plan.injected),
             "operations": f"{COPIES} copies ({COPIES - copy_failures} ok), "
             f"{FETCHES} fetches ({FETCHES - fetch_failures} ok)",
+            "outcome": "0 wrong bytes; failed copies left no manifest; no thread or fd leaked",
             "bytes_verified": verified,
             "wrong_bytes": wrong_bytes,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import zstandard
 from conftest import TIP, encryption_configs
+from reliability_table import record_row
 
 from chunking.size_codec import encode_chunk_sizes
 from encryption.keyring import RsaKeyPair, RsaKeyRing
@@ -165,6 +166,17 @@ def test_hostile_manifests_are_corrupt_data_with_bounded_memory(segment_factory:
     for name, outcome in report["results"].items():
         assert "hostile" in outcome or "chunk " in outcome, f"{name}: the message must name the object: {outcome}"
     assert report["peak_rss_bytes"] < PEAK_RSS_LIMIT, report["peak_rss_bytes"]
+    record_row(
+        {
+            "scenario": "hostile manifests (child process, 1.5 GiB address-space limit)",
+            "faults": {"hostile manifest classes": len(PLAIN_CASES)},
+            "operations": f"{len(PLAIN_CASES)} fetches",
+            "outcome": "every one CorruptDataException naming the manifest or chunk",
+            "bytes_verified": 0,
+            "wrong_bytes": 0,
+            "peak_rss_mib": report["peak_rss_bytes"] // 2**20,
+        }
+    )
 
 
 def test_manifest_parser_refuses_each_hostile_class() -> None:
