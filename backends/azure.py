@@ -349,7 +349,7 @@ class AzureBlobBackend(CloudBackend):
         return total
 
     # --- read -------------------------------------------------------------------------------------
-    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+    def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
         self._check_range(key, start, end)
         blob = self.container_client.get_blob_client(key)
         kwargs: dict[str, Any] = {"max_concurrency": 1}

@@ -9,6 +9,7 @@ the same for every store.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 
@@ -22,6 +23,10 @@ class KeyNotFound(StorageBackendException):
     def __init__(self, key: str, where: str = "") -> None:
         self.key = key
         super().__init__(f"key {key!r} not found{(' in ' + where) if where else ''}")
+
+
+class InvalidKey(StorageBackendException):
+    """The store refuses the key itself (it could never hold an object under it): nothing exists to clean up."""
 
 
 class InvalidRange(StorageBackendException):
@@ -79,11 +84,64 @@ class StorageBackend(Protocol):
         ...
 
 
+# Ranges up to this size are read into one preallocated buffer; larger ones grow with the bytes that arrive.
+_PREALLOCATE_LIMIT = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object with what garbage collection needs: its size and last-modified time (epoch seconds)."""
+
+    key: str
+    size: int
+    modified: float
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """An upload that was started and never finished: an open S3 multipart upload (``kind`` "multipart-upload",
+    ``upload_id`` its id) or a filesystem temp file (``kind`` "temp-file", ``upload_id`` its path below the
+    root). Nothing reads it; only its abort frees the storage it holds."""
+
+    kind: str
+    key: str
+    upload_id: str
+    started: float
+    size: int | None = None
+
+
+class GarbageCapable(Protocol):
+    """Optional backend methods garbage collection uses where a backend has them (checked with ``getattr``):
+    ``list_details`` for object ages, ``list_pending_uploads``/``abort_pending_upload`` for unfinished uploads."""
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]: ...
+
+    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]: ...
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None: ...
+
+
 def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:
-    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says."""
-    out = bytearray(end - start + 1)
-    read_range_into(backend, key, start, end, memoryview(out))
-    return out
+    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says.
+
+    The range comes from a manifest, which may lie: above ``_PREALLOCATE_LIMIT`` the buffer grows only as bytes
+    actually arrive, so memory is bounded by the object's real size, never by the size a manifest claims.
+    """
+    expected = end - start + 1
+    if expected <= _PREALLOCATE_LIMIT:
+        out = bytearray(expected)
+        read_range_into(backend, key, start, end, memoryview(out))
+        return out
+    grown = bytearray()
+    with backend.fetch(key, start, end) as stream:
+        while len(grown) < expected:
+            piece = stream.read(min(_PREALLOCATE_LIMIT, expected - len(grown)))
+            if not piece:
+                break
+            grown += piece
+    if len(grown) != expected:
+        raise InvalidRange(key, start, end, start + len(grown))
+    return grown
 
 
 def read_range_into(backend: StorageBackend, key: str, start: int, end: int, out: memoryview) -> None:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.instrumentation import BackendMetrics
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind, RetryPolicy, call_with_retry
+from backends.streaming import BodyReadError, ResumingStream
 
 T = TypeVar("T")
 
@@ -254,12 +256,38 @@ class CloudBackend:
         """Mapper for errors raised while the caller reads a download body."""
 
         def mapper(e: BaseException) -> StorageBackendException:
-            return StorageBackendException(
+            return BodyReadError(
                 f"{self.STORE} {operation} of key {key!r} in {self._where()} failed while reading the body "
-                f"({self._classify(e).value}): {self._describe(e)}"
+                f"({self._classify(e).value}): {self._describe(e)}",
+                self._classify(e).retriable,
             )
 
         return mapper
+
+    def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
+        """One GET of ``[start, end]`` (itself retried until its headers arrive); subclasses implement it."""
+        raise NotImplementedError
+
+    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        """A stream over ``[start, end]`` whose body reads are retried: on a reset, stall or truncation the rest
+        is fetched again from where the body stopped (same policy as every other call)."""
+        first = self._open_checked(key, start, end)
+        return ResumingStream(  # type: ignore[return-value]
+            first, lambda offset: self._open_checked(key, offset, end), start, self._policy, self.instrumentation
+        )
+
+    def _open_checked(self, key: str, start: int, end: int | None) -> BinaryIO:
+        """``_fetch_once``, retried when the answer's headers already show a truncated body."""
+        failures = 0
+        while True:
+            try:
+                return self._fetch_once(key, start, end)
+            except BodyReadError as e:
+                failures += 1
+                self.instrumentation.error("io")
+                if not e.retriable or failures >= self._policy.max_attempts:
+                    raise
+                time.sleep(self._policy.pause(failures, ErrorKind.IO))
 
     @staticmethod
     def _check_range(key: str, start: int, end: int | None) -> None:

@@ -13,12 +13,13 @@ import io
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import InvalidRange, KeyNotFound, StorageBackendException
-from backends.configdef import ConfigDef, ConfigKey, in_range
+from backends.base import InvalidKey, InvalidRange, KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
+from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -44,10 +45,55 @@ CONFIG_DEF = ConfigDef().extend(
             validator=in_range(1024 * 1024, None),
             group="filesystem",
         ),
+        ConfigKey(
+            "stale.upload.age.ms",
+            "long",
+            3_600_000,
+            "At configure(), delete the temp files of uploads older than this (a process killed mid-upload left "
+            "them). Keep it well above the longest upload of a segment.",
+            validator=in_range(60_000, None),
+            group="filesystem",
+        ),
     ]
 )
 
 _COPY_BUFFER = 1024 * 1024
+
+# A key segment longer than a file name may be (255 bytes; Kafka allows 249-character topics, and the directory
+# is '<topic>-<topicId>') is stored as nested directories: every piece but the last ends with CONTINUED.
+CONTINUED = ".~cont"
+_PIECE_BYTES = 200
+# Uploads in progress are written to '<TEMP_PREFIX><name>.<random>' beside their target. The prefix lets
+# ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
+TEMP_PREFIX = ".kts-partial."
+
+
+def _split_long(part: str) -> list[str]:
+    """``part`` as one or more directory/file names of at most ``_PIECE_BYTES`` UTF-8 bytes each (plus marker)."""
+    if len(part.encode()) <= _PIECE_BYTES:
+        return [part]
+    pieces: list[str] = []
+    current = ""
+    for ch in part:
+        if len((current + ch).encode()) > _PIECE_BYTES:
+            pieces.append(current + CONTINUED)
+            current = ""
+        current += ch
+    pieces.append(current)
+    return pieces
+
+
+def _join_pieces(names: list[str]) -> str:
+    """The inverse of splitting: a key from the names on the path below the root."""
+    out: list[str] = []
+    pending = ""
+    for name in names:
+        if name.endswith(CONTINUED):
+            pending += name[: -len(CONTINUED)]
+        else:
+            out.append(pending + name)
+            pending = ""
+    return "/".join(out)
 
 
 class _RangeReader(io.RawIOBase):
@@ -101,8 +147,6 @@ class FileSystemBackend:
     def configure(self, configs: Mapping[str, Any]) -> None:
         values = CONFIG_DEF.parse(configs)
         if values["root"] is None and self.root is None:
-            from backends.configdef import ConfigException
-
             raise ConfigException(
                 "Missing required configuration 'storage.root' for the filesystem backend: "
                 "set it to the directory that should hold the tiered objects"
@@ -111,19 +155,36 @@ class FileSystemBackend:
             self.root = Path(values["root"]).resolve()
             self._root_str = str(self.root)
         assert self.root is not None
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigException(
+                f"Invalid value {values['root']!r} for configuration storage.root: it (or one of its parents) is a "
+                f"file, not a directory; point it at a directory for the tiered objects"
+            ) from None
+        except OSError as e:
+            raise ConfigException(
+                f"Invalid value {values['root']!r} for configuration storage.root: cannot create the directory "
+                f"({e.strerror})"
+            ) from None
         self.fsync = values["fsync.enabled"]
         self.fsync_interval = values["fsync.interval.bytes"]
+        self.sweep_temp_files(values["stale.upload.age.ms"] / 1000)
 
     def _parts(self, key: str) -> list[str]:
         if self.root is None:
             raise StorageBackendException("filesystem backend used before configure(): storage.root is unset")
         if not key or key.startswith("/") or "\\" in key or "\x00" in key:
-            raise StorageBackendException(f"invalid object key {key!r}: keys are relative '/'-separated paths")
+            raise InvalidKey(f"invalid object key {key!r}: keys are relative '/'-separated paths")
         parts = key.split("/")
         if any(p in ("", ".", "..") for p in parts):
-            raise StorageBackendException(f"invalid object key {key!r}: empty, '.' or '..' path segments")
-        return parts
+            raise InvalidKey(f"invalid object key {key!r}: empty, '.' or '..' path segments")
+        if any(p.endswith(CONTINUED) or p.startswith(TEMP_PREFIX) for p in parts):
+            raise InvalidKey(
+                f"invalid object key {key!r}: a path segment ends with {CONTINUED!r} or starts with {TEMP_PREFIX!r}, "
+                "which the filesystem backend reserves"
+            )
+        return [piece for part in parts for piece in _split_long(part)]
 
     def _path(self, key: str) -> str:
         """The file of ``key`` for uploads and deletes. Its directory must be reached without any symlink (the
@@ -185,7 +246,7 @@ class FileSystemBackend:
         path = self._path(key)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.path.basename(path)}.", dir=directory)
         total = 0
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
@@ -296,13 +357,67 @@ class FileSystemBackend:
         found: list[str] = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
             rel_dir = os.path.relpath(dirpath, self.root)
+            dir_names = [] if rel_dir == "." else rel_dir.split(os.sep)
             for name in filenames:
-                if name.startswith(".") and name.endswith(".tmp"):
+                if name.startswith(TEMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp")):
                     continue
-                key = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+                key = _join_pieces([*dir_names, name])
                 if key.startswith(prefix):
                     found.append(key)
         yield from sorted(found)
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        """``list`` with each object's size and modification time (for garbage collection)."""
+        assert self.root is not None
+        for key in self.list(prefix):
+            try:
+                st = os.stat(self._path(key), follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def list_pending_uploads(self, prefix: str = "") -> Iterator[PendingUpload]:
+        """Temp files of uploads that never finished (a killed process leaves them); ``prefix`` filters by the
+        key they were meant for."""
+        assert self.root is not None
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            dir_names = [] if rel_dir == "." else rel_dir.split(os.sep)
+            for name in filenames:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                target = name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]
+                key = _join_pieces([*dir_names, target])
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                yield PendingUpload("temp-file", key, os.path.join(*dir_names, name), st.st_mtime, st.st_size)
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        """Delete a temp file found by ``list_pending_uploads`` (only such a file: the name is checked)."""
+        assert self.root is not None
+        parts = upload.upload_id.split(os.sep)
+        if not parts[-1].startswith(TEMP_PREFIX) or any(p in ("", ".", "..") for p in parts):
+            raise InvalidKey(f"{upload.upload_id!r} is not a temp file of this backend")
+        path = os.path.join(self._root_str, *parts)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        self._prune_empty_dirs(Path(path).parent)
+
+    def sweep_temp_files(self, older_than_seconds: float) -> int:
+        """Delete temp files older than ``older_than_seconds`` (no live upload runs that long); returns bytes freed."""
+        freed = 0
+        cutoff = time.time() - older_than_seconds
+        for upload in list(self.list_pending_uploads("")):
+            if upload.started < cutoff:
+                self.abort_pending_upload(upload)
+                freed += upload.size or 0
+        return freed
 
     def close(self) -> None:
         pass

@@ -404,7 +404,7 @@ class GcsBackend(CloudBackend):
             pass
 
     # --- read -------------------------------------------------------------------------------------
-    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+    def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
         self._check_range(key, start, end)
         headers = {"Accept-Encoding": "identity"}
         if start != 0 or end is not None:

@@ -25,6 +25,9 @@ AIVEN_CLASS_NAMES: dict[str, str] = {
     "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage": "azure",
 }
 
+# The methods of ``backends.base.StorageBackend`` (a Protocol: checked by name, as a user's class need not inherit).
+_REQUIRED_METHODS = ("configure", "upload", "fetch", "delete", "delete_many", "list", "close")
+
 ALLOWED_DOC = "filesystem, s3, gcs, azure, Aiven's Java class names for these, or module:Class"
 
 
@@ -48,6 +51,18 @@ def resolve_backend_class(name: str) -> type[Any]:
         raise ConfigException(
             f"Invalid value {name!r} for configuration storage.backend.class: module {module_name!r} "
             f"has no class {class_name!r}"
+        )
+    # Checked before anything is called: 'os:system' must never run, 'builtins:dict' must not half-work.
+    if not isinstance(cls, type):
+        raise ConfigException(
+            f"Invalid value {name!r} for configuration storage.backend.class: {class_name!r} in {module_name!r} "
+            f"is a {type(cls).__name__}, not a class implementing StorageBackend"
+        )
+    missing = [m for m in _REQUIRED_METHODS if not callable(getattr(cls, m, None))]
+    if missing:
+        raise ConfigException(
+            f"Invalid value {name!r} for configuration storage.backend.class: class {class_name!r} does not "
+            f"implement StorageBackend (missing {', '.join(missing)})"
         )
     return cls
 

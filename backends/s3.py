@@ -17,12 +17,13 @@ import base64
 import configparser
 import datetime
 import hashlib
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import KeyNotFound, StorageBackendException
+from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
 from backends.cloud import (
     CloudBackend,
     common_keys,
@@ -35,7 +36,9 @@ from backends.cloud import (
 )
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import ResponseStream, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, iter_blocks
+
+log = logging.getLogger("backends.s3")
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
@@ -360,7 +363,7 @@ class S3Backend(CloudBackend):
         if isinstance(e, ClientError):
             code = str(e.response.get("Error", {}).get("Code", ""))
             status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if code in ("NoSuchKey", "NotFound") or (code == "404" and status == 404):
+            if code in ("NoSuchKey", "NotFound", "NoSuchUpload") or (code == "404" and status == 404):
                 return ErrorKind.NOT_FOUND
             if code == "InvalidRange" or status == 416:
                 return ErrorKind.INVALID_RANGE
@@ -471,29 +474,86 @@ class S3Backend(CloudBackend):
         return total
 
     def _abort(self, key: str, upload_id: str) -> None:
-        """Best effort: a failed abort leaves parts for the bucket's lifecycle rule, never a visible object."""
+        """Retried like every call; if it still fails, the parts stay invisible (never an object) and the warning
+        says how to free them: garbage collection (``find_garbage``) or the bucket's lifecycle rule."""
         try:
             self._call(
                 "abort-multipart-upload",
                 key,
                 lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
             )
-        except StorageBackendException:
+        except StorageBackendException as e:
+            log.warning(
+                "could not abort the multipart upload %s of key %r in %s (%s); its parts stay billed until garbage "
+                "collection or the bucket's AbortIncompleteMultipartUpload lifecycle rule removes them",
+                upload_id,
+                key,
+                self._where(),
+                e,
+            )
+
+    # --- garbage collection (optional backend methods, see backends.base.GarbageCapable) ---------------
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        def page(token: str | None) -> tuple[list[ObjectInfo], str | None]:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            result = self.client.list_objects_v2(**kwargs)
+            infos = [
+                ObjectInfo(item["Key"], int(item.get("Size", 0)), item["LastModified"].timestamp())
+                for item in result.get("Contents", [])
+            ]
+            return infos, result.get("NextContinuationToken") if result.get("IsTruncated") else None
+
+        return self._paginate("list-objects", prefix, page)  # type: ignore[arg-type]
+
+    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]:
+        """Open multipart uploads under ``prefix`` (what a killed or failed copy left)."""
+
+        def page(token: str | None) -> tuple[list[PendingUpload], str | None]:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                key_marker, _, upload_marker = token.partition("\n")
+                kwargs["KeyMarker"] = key_marker
+                kwargs["UploadIdMarker"] = upload_marker
+            result = self.client.list_multipart_uploads(**kwargs)
+            uploads = [
+                PendingUpload("multipart-upload", u["Key"], u["UploadId"], u["Initiated"].timestamp())
+                for u in result.get("Uploads", [])
+            ]
+            following = None
+            if result.get("IsTruncated"):
+                following = f"{result.get('NextKeyMarker', '')}\n{result.get('NextUploadIdMarker', '')}"
+            return uploads, following
+
+        return self._paginate("list-multipart-uploads", prefix, page)  # type: ignore[arg-type]
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        try:
+            self._call(
+                "abort-multipart-upload",
+                upload.key,
+                lambda: self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=upload.key, UploadId=upload.upload_id
+                ),
+            )
+        except KeyNotFound:  # NoSuchUpload: already completed or aborted
             pass
 
     # --- read -------------------------------------------------------------------------------------
-    def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+    def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
         self._check_range(key, start, end)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if start != 0 or end is not None:
             kwargs["Range"] = f"bytes={start}-{'' if end is None else end}"
         answer = self._call("get-object", key, lambda: self.client.get_object(**kwargs), start=start, end=end)
         body = answer["Body"]
+        length = answer.get("ContentLength")
+        _check_content_range(key, answer.get("ContentRange"), length, body)
 
         def read(n: int) -> bytes:
             return body.read(None if n < 0 else n)
 
-        length = answer.get("ContentLength")
         return ResponseStream(
             read,
             body.close,
@@ -554,3 +614,19 @@ class S3Backend(CloudBackend):
 
     def __repr__(self) -> str:
         return f"S3Backend(bucket={self.bucket!r})"
+
+
+def _check_content_range(key: str, content_range: str | None, length: Any, body: Any) -> None:
+    """A ranged answer whose Content-Length disagrees with its Content-Range was cut short on the way (a proxy
+    rewrote the length): refuse it as a retriable body failure instead of handing out a short range."""
+    if not content_range or length is None or not content_range.startswith("bytes "):
+        return
+    span = content_range[len("bytes ") :].split("/", 1)[0]
+    first, _, last = span.partition("-")
+    if first.isdigit() and last.isdigit() and int(last) - int(first) + 1 != int(length):
+        body.close()
+        raise BodyReadError(
+            f"S3 get-object of key {key!r}: Content-Length {length} disagrees with Content-Range {content_range!r} "
+            f"(truncated in transit)",
+            True,
+        )

@@ -13,11 +13,13 @@ Downloads hand the caller an SDK body; ``ResponseStream`` gives it one interface
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from backends.base import StorageBackendException
 from backends.instrumentation import BackendMetrics
+from backends.retry import Deadline, ErrorKind, RetryPolicy
 
 _READ_PIECE = 8 * 1024 * 1024
 
@@ -61,6 +63,15 @@ def iter_blocks(data: BinaryIO, block_size: int) -> Iterator[tuple[bytes, bool]]
         carry = bytes(peek)
 
 
+class BodyReadError(StorageBackendException):
+    """Reading a download body failed part-way (reset, timeout, truncation); ``retriable`` says whether a new
+    GET of the rest may succeed."""
+
+    def __init__(self, message: str, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
 class ResponseStream(io.RawIOBase):
     """A readable, closeable view over an SDK download body.
 
@@ -102,6 +113,9 @@ class ResponseStream(io.RawIOBase):
             raise self._map_error(e) from e
         if data is None:
             data = b""
+        if not data and n != 0 and self._left:
+            # The connection ended before Content-Length was reached: a truncated body, never a short object.
+            raise BodyReadError(f"download body ended {self._left} bytes before its Content-Length", True)
         if self._left is not None:
             self._left = max(self._left - len(data), 0)
         if self._metrics is not None:
@@ -128,4 +142,74 @@ class ResponseStream(io.RawIOBase):
                 self._close_fn()
             except Exception:  # noqa: BLE001 - closing a broken connection is best effort
                 pass
+        super().close()
+
+
+class ResumingStream(io.RawIOBase):
+    """A download that survives a failed body read: it opens a new GET of the bytes not yet delivered, under the
+    backend's retry policy (attempts, backoff, call timeout), so a reset or truncation mid-body costs a retry,
+    not the caller's whole fetch. Bytes already handed out are never re-read, so nothing is served twice."""
+
+    def __init__(
+        self,
+        first: BinaryIO,
+        reopen: Callable[[int], BinaryIO],
+        start: int,
+        policy: RetryPolicy,
+        metrics: BackendMetrics,
+    ) -> None:
+        super().__init__()
+        self._stream = first
+        self._reopen = reopen
+        self._position = start
+        self._policy = policy
+        self._metrics = metrics
+        self._deadline = Deadline(policy.call_timeout_s)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.closed:
+            raise ValueError("read from a closed stream")
+        failures = 0
+        while True:
+            try:
+                data = self._stream.read(size)
+            except BodyReadError as e:
+                failures += 1
+                if not e.retriable or failures >= self._policy.max_attempts:
+                    e.add_note(f"gave up after {failures} body read attempt(s)")
+                    raise
+                pause = self._policy.pause(failures, ErrorKind.IO)
+                remaining = self._deadline.remaining()
+                if remaining is not None and remaining <= pause:
+                    e.add_note("gave up: call timeout reached while resuming the body")
+                    raise
+                time.sleep(pause)
+                self._stream.close()
+                self._metrics.error("io")
+                self._stream = self._reopen(self._position)
+                continue
+            data = data or b""
+            self._position += len(data)
+            return data
+
+    def readall(self) -> bytes:
+        parts = []
+        while True:
+            chunk = self.read(1024 * 1024)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
         super().close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import bisect
-import itertools
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -22,10 +22,30 @@ from chunking.errors import ChunkingError
 from chunking.size_codec import decode_chunk_sizes, encode_chunk_sizes
 
 MAX_ENCODED_SIZES = 10 * 1024 * 1024
+# Kafka's segments are capped by ``log.segment.bytes``, a Java int: no original file or index is larger.
+MAX_FILE_SIZE = 2**31 - 1
+# The largest ``chunk.size`` the configuration accepts; a manifest claiming more is hostile or corrupt.
+MAX_CHUNK_SIZE = 2**30 - 1
+# A variable index keeps one stored offset per chunk; 2^20 chunks (a 2 GiB segment in 2 KiB chunks) bounds it to
+# 8 MiB whatever the manifest claims. A fixed index needs no per-chunk memory at all.
+MAX_VARIABLE_CHUNKS = 2**20
+# zstd's worst-case expansion (ZSTD_compressBound) plus AES-GCM's IV and tag, with room to spare.
+_TRANSFORM_SLACK = 64 * 1024 + 128
 
 
 class ChunkIndexError(ChunkingError):
     """The chunk index in a manifest is inconsistent or malformed."""
+
+
+def max_transformed_size(original_chunk_size: int) -> int:
+    """The largest stored size a chunk of ``original_chunk_size`` bytes can have after compression and encryption;
+    anything above it cannot have been written by a plugin, so it is refused before a buffer is allocated."""
+    return original_chunk_size + (original_chunk_size >> 8) + _TRANSFORM_SLACK
+
+
+def expected_chunk_count(original_chunk_size: int, original_file_size: int) -> int:
+    """Chunks of a file (an empty file still has one empty chunk, as Aiven writes it)."""
+    return max(1, -(-original_file_size // original_chunk_size))
 
 
 @dataclass(frozen=True)
@@ -47,77 +67,122 @@ class Chunk:
         return self.transformed_position + self.transformed_size
 
 
-class ChunkRange(Sequence[Chunk]):
-    """Chunks ``first..last`` of an index, each built when it is asked for."""
-
-    def __init__(self, index: ChunkIndex, first: int, last: int) -> None:
-        self._index = index
-        self._first = first
-        self._len = last - first + 1
-
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, i: int) -> Chunk: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Chunk]: ...
-
-    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._len))]
-        if i < 0:
-            i += self._len
-        if not 0 <= i < self._len:
-            raise IndexError(f"chunk {i} outside a range of {self._len}")
-        return self._index.chunk(self._first + i)
+def json_int(name: str, value: Any, low: int, high: int) -> int:
+    """A JSON integer in ``[low, high]``: floats (``65536.7``), booleans and strings are refused, not rounded."""
+    if type(value) is not int:
+        raise ChunkIndexError(f"{name} must be an integer, got {type(value).__name__} {str(value)[:40]!r}")
+    if not low <= value <= high:
+        raise ChunkIndexError(f"{name} {value} is outside {low}..{high}")
+    return value
 
 
 class ChunkIndex:
-    """A chunk index over a list of transformed sizes (both encodings share the lookup logic)."""
+    """Where each chunk is stored. A fixed index is pure arithmetic (no per-chunk memory, whatever the chunk
+    count); a variable one keeps a compact array of stored start offsets, bounded by ``MAX_VARIABLE_CHUNKS``."""
 
     def __init__(
         self,
         original_chunk_size: int,
         original_file_size: int,
-        transformed_sizes: list[int],
+        transformed_sizes: Sequence[int],
         nominal_transformed_chunk_size: int | None = None,
     ) -> None:
         """``nominal_transformed_chunk_size`` is the stored size of a *full* chunk; a ``fixed`` index records it
         even when the segment is a single short chunk (it is never used for lookups)."""
-        if original_chunk_size <= 0:
-            raise ChunkIndexError(f"originalChunkSize must be positive, got {original_chunk_size}")
-        if original_file_size < 0:
-            raise ChunkIndexError(f"originalFileSize must not be negative, got {original_file_size}")
-        expected = max(1, -(-original_file_size // original_chunk_size))
+        self._check_sizes(original_chunk_size, original_file_size)
+        expected = expected_chunk_count(original_chunk_size, original_file_size)
         if len(transformed_sizes) != expected:
             raise ChunkIndexError(
                 f"a file of {original_file_size} bytes in chunks of {original_chunk_size} has "
                 f"{expected} chunks, but the index lists {len(transformed_sizes)}"
             )
+        limit = max_transformed_size(original_chunk_size)
+        starts = array("q", [0])
+        total = 0
+        for i, size in enumerate(transformed_sizes):
+            if not 0 <= size <= limit:
+                raise ChunkIndexError(
+                    f"chunk {i} has a stored size of {size} bytes; a chunk of {original_chunk_size} bytes is "
+                    f"stored in 0..{limit}"
+                )
+            total += size
+            starts.append(total)
         self.original_chunk_size = original_chunk_size
         self.original_file_size = original_file_size
-        self.transformed_sizes = list(transformed_sizes)
+        self._count = expected
+        self._starts: array[int] | None = starts
+        self._fixed_size = 0
+        self._final_size = 0
         self.nominal_transformed_chunk_size = (
-            nominal_transformed_chunk_size if nominal_transformed_chunk_size is not None else self.transformed_sizes[0]
+            nominal_transformed_chunk_size if nominal_transformed_chunk_size is not None else transformed_sizes[0]
         )
-        self._starts = [0, *itertools.accumulate(self.transformed_sizes)]
+
+    @staticmethod
+    def _check_sizes(original_chunk_size: int, original_file_size: int) -> None:
+        if not 0 < original_chunk_size <= MAX_CHUNK_SIZE:
+            raise ChunkIndexError(f"originalChunkSize {original_chunk_size} is outside 1..{MAX_CHUNK_SIZE}")
+        if not 0 <= original_file_size <= MAX_FILE_SIZE:
+            raise ChunkIndexError(
+                f"originalFileSize {original_file_size} is outside 0..{MAX_FILE_SIZE} (Kafka's segment size cap)"
+            )
+
+    @classmethod
+    def fixed(
+        cls, original_chunk_size: int, original_file_size: int, transformed_chunk_size: int, final_size: int
+    ) -> ChunkIndex:
+        """A fixed index: every stored chunk has ``transformed_chunk_size`` bytes but the last (``final_size``).
+        Offsets are computed, so a hostile chunk count costs no memory."""
+        cls._check_sizes(original_chunk_size, original_file_size)
+        limit = max_transformed_size(original_chunk_size)
+        for name, value in (
+            ("transformedChunkSize", transformed_chunk_size),
+            ("finalTransformedChunkSize", final_size),
+        ):
+            if not 0 <= value <= limit:
+                raise ChunkIndexError(
+                    f"{name} {value} is outside 0..{limit} for chunks of {original_chunk_size} original bytes"
+                )
+        self = cls.__new__(cls)
+        self.original_chunk_size = original_chunk_size
+        self.original_file_size = original_file_size
+        self._count = expected_chunk_count(original_chunk_size, original_file_size)
+        self._starts = None
+        self._fixed_size = transformed_chunk_size
+        self._final_size = final_size
+        self.nominal_transformed_chunk_size = transformed_chunk_size
+        return self
 
     @property
     def chunk_count(self) -> int:
-        return len(self.transformed_sizes)
+        return self._count
+
+    def _start(self, chunk_id: int) -> int:
+        if self._starts is not None:
+            return self._starts[chunk_id]
+        return chunk_id * self._fixed_size
+
+    def _size(self, chunk_id: int) -> int:
+        if self._starts is not None:
+            return self._starts[chunk_id + 1] - self._starts[chunk_id]
+        return self._final_size if chunk_id == self._count - 1 else self._fixed_size
+
+    @property
+    def transformed_sizes(self) -> list[int]:
+        """Every stored chunk size (materialised on demand; for small indexes, tests and tools)."""
+        return [self._size(i) for i in range(self._count)]
 
     @property
     def transformed_file_size(self) -> int:
-        return self._starts[-1]
+        if self._starts is not None:
+            return self._starts[-1]
+        return (self._count - 1) * self._fixed_size + self._final_size
 
     def chunk(self, chunk_id: int) -> Chunk:
         if not 0 <= chunk_id < self.chunk_count:
             raise IndexError(f"chunk {chunk_id} out of range 0..{self.chunk_count - 1}")
         pos = chunk_id * self.original_chunk_size
         size = max(0, min(self.original_chunk_size, self.original_file_size - pos))
-        return Chunk(chunk_id, pos, size, self._starts[chunk_id], self.transformed_sizes[chunk_id])
+        return Chunk(chunk_id, pos, size, self._start(chunk_id), self._size(chunk_id))
 
     def chunks(self) -> list[Chunk]:
         return [self.chunk(i) for i in range(self.chunk_count)]
@@ -128,20 +193,26 @@ class ChunkIndex:
         return self.chunk(original_position // self.original_chunk_size)
 
     def chunks_for_range(self, start: int, end_inclusive: int) -> ChunkRange:
-        """The chunks covering ``[start, end_inclusive]``, made on demand: the broker opens a stream to the end of
-        the segment for every 1 MiB it reads, so listing every chunk up front would cost more than the read."""
+        """The chunks covering ``[start, end_inclusive]`` as a lazy sequence: a manifest may claim 10^8 chunks,
+        and a fetch must cost only the chunks it actually reads."""
         first = self.chunk_for_position(start).id
         last = self.chunk_for_position(end_inclusive).id
-        return ChunkRange(self, first, last)
+        return ChunkRange(self, first, last + 1)
 
     def chunk_id_for_transformed_position(self, position: int) -> int:
-        return bisect.bisect_right(self._starts, position) - 1
+        if self._starts is not None:
+            return bisect.bisect_right(self._starts, position) - 1
+        if self._fixed_size == 0:
+            return self._count - 1
+        return min(position // self._fixed_size, self._count - 1)
 
     # --- manifest JSON -------------------------------------------------------------------------------------
 
     def is_fixed(self) -> bool:
-        sizes = self.transformed_sizes
-        return len(sizes) <= 1 or all(s == sizes[0] for s in sizes[:-1])
+        if self._starts is None or self._count <= 1:
+            return True
+        first = self._size(0)
+        return all(self._size(i) == first for i in range(self._count - 1))
 
     def to_json(self, variable: bool) -> dict[str, Any]:
         """Aiven's JSON: ``fixed`` (all chunks but the last of one stored size) or ``variable`` (every size)."""
@@ -152,10 +223,8 @@ class ChunkIndex:
                 "type": "fixed",
                 "originalChunkSize": self.original_chunk_size,
                 "originalFileSize": self.original_file_size,
-                "transformedChunkSize": self.transformed_sizes[0]
-                if self.chunk_count > 1
-                else self.nominal_transformed_chunk_size,
-                "finalTransformedChunkSize": self.transformed_sizes[-1],
+                "transformedChunkSize": self._size(0) if self.chunk_count > 1 else self.nominal_transformed_chunk_size,
+                "finalTransformedChunkSize": self._size(self._count - 1),
             }
         encoded = zstandard.ZstdCompressor(write_content_size=True).compress(encode_chunk_sizes(self.transformed_sizes))
         return {
@@ -171,26 +240,61 @@ class ChunkIndex:
             raise ChunkIndexError("chunkIndex must be a JSON object")
         kind = obj.get("type")
         try:
-            c = int(obj["originalChunkSize"])
-            f = int(obj["originalFileSize"])
+            c = json_int("originalChunkSize", obj["originalChunkSize"], 1, MAX_CHUNK_SIZE)
+            f = json_int("originalFileSize", obj["originalFileSize"], 0, MAX_FILE_SIZE)
             if kind == "fixed":
-                t = int(obj["transformedChunkSize"])
-                final = int(obj["finalTransformedChunkSize"])
-                n = max(1, -(-f // c))
-                return ChunkIndex(c, f, [t] * (n - 1) + [final], nominal_transformed_chunk_size=t)
+                t = json_int("transformedChunkSize", obj["transformedChunkSize"], 0, MAX_FILE_SIZE)
+                final = json_int("finalTransformedChunkSize", obj["finalTransformedChunkSize"], 0, MAX_FILE_SIZE)
+                return ChunkIndex.fixed(c, f, t, final)
             if kind == "variable":
-                raw = base64.b64decode(obj["transformedChunks"], validate=True)
+                n = expected_chunk_count(c, f)
+                if n > MAX_VARIABLE_CHUNKS:
+                    raise ChunkIndexError(
+                        f"a variable chunk index of {n} chunks ({f} bytes in chunks of {c}) exceeds the limit of "
+                        f"{MAX_VARIABLE_CHUNKS} chunks; use a larger chunk.size"
+                    )
+                encoded = obj["transformedChunks"]
+                if not isinstance(encoded, str) or len(encoded) > 2 * MAX_ENCODED_SIZES:
+                    raise ChunkIndexError("transformedChunks must be a base64 string of bounded length")
+                raw = base64.b64decode(encoded, validate=True)
                 params = zstandard.get_frame_parameters(raw)
                 if params.content_size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
                     raise ChunkIndexError("transformedChunks zstd frame has no content size")
-                if params.content_size > MAX_ENCODED_SIZES:
+                # The codec's exact size for n values is 13 + (n - 1) * width bytes (8 for one value).
+                limit = min(MAX_ENCODED_SIZES, 13 + (n - 1) * 4)
+                if params.content_size > limit:
                     raise ChunkIndexError(
-                        f"transformedChunks decompresses to {params.content_size} bytes (max {MAX_ENCODED_SIZES})"
+                        f"transformedChunks decompresses to {params.content_size} bytes; {n} chunk sizes take at "
+                        f"most {limit}"
                     )
-                sizes = decode_chunk_sizes(zstandard.ZstdDecompressor().decompress(raw))
-                return ChunkIndex(c, f, sizes)
+                decoded = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
+                if len(decoded) > limit:
+                    raise ChunkIndexError(f"transformedChunks decompresses to more than {limit} bytes")
+                return ChunkIndex(c, f, decode_chunk_sizes(decoded))
         except ChunkIndexError:
             raise
-        except (KeyError, TypeError, ValueError, zstandard.ZstdError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError, MemoryError, zstandard.ZstdError) as e:
             raise ChunkIndexError(f"malformed {kind!r} chunkIndex: {type(e).__name__}: {e}") from e
         raise ChunkIndexError(f"unknown chunkIndex type {kind!r} (expected 'fixed' or 'variable')")
+
+
+class ChunkRange(Sequence[Chunk]):
+    """Chunks ``first..end-1`` of an index, each built when it is asked for."""
+
+    def __init__(self, index: ChunkIndex, first: int, end: int) -> None:
+        self._index = index
+        self._ids = range(first, end)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, i: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Chunk]: ...
+
+    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(i, slice):
+            return [self._index.chunk(j) for j in self._ids[i]]
+        return self._index.chunk(self._ids[i])

@@ -304,6 +304,18 @@ def _read_pem(key: str, path: str) -> bytes:
         ) from None
 
 
+def _check_key_prefix(prefix: str) -> None:
+    """Refuse a prefix no store can hold keys under (../, /x, a//b): configure() fails instead of every copy."""
+    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
+    if prefix and (
+        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise ConfigException(
+            f"Invalid value {prefix!r} for configuration key.prefix: it must be a relative '/'-separated path "
+            f"without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
+        )
+
+
 @dataclass(frozen=True)
 class RsmConfig:
     values: dict[str, Any]
@@ -327,6 +339,7 @@ class RsmConfig:
                 "Invalid value true for configuration compression.heuristic.enabled: it requires "
                 "compression.enabled=true"
             )
+        _check_key_prefix(values["key.prefix"])
         pairs: list[KeyPairSource] = []
         if values["encryption.enabled"]:
             active = values["encryption.key.pair.id"]
@@ -348,6 +361,12 @@ class RsmConfig:
                 )
             for key_id in ids:
                 base = f"encryption.key.pairs.{key_id}."
+                for part in ("public.key", "private.key"):
+                    if raw.get(base + part) and raw.get(base + part + ".file"):
+                        raise ConfigException(
+                            f"Conflicting configuration for key pair {key_id!r}: both {base}{part} (inline) and "
+                            f"{base}{part}.file are set; set only one of them"
+                        )
                 public = raw.get(base + "public.key")
                 private = raw.get(base + "private.key")
                 if public is None and raw.get(base + "public.key.file"):

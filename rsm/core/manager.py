@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from backends.base import (
+    InvalidKey,
     InvalidRange,
     KeyNotFound,
     StorageBackend,
@@ -40,6 +41,7 @@ from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
     INDEX_UPLOAD_ORDER,
+    MAX_MANIFEST_SIZE,
     EncryptionMetadata,
     IntegrityRecord,
     SegmentIndexEntry,
@@ -456,6 +458,8 @@ class RemoteStorageManager:
             return
         try:
             self.backend.delete_many(keys.all())
+        except InvalidKey as e:  # the store refused the key itself, so nothing can have been stored under it
+            log.debug("nothing to clean up after the refused copy of %s: %s", meta.describe(), e)
         except Exception as e:  # the original error matters more; the broker's delete will retry this
             log.error(
                 "could not delete the partial upload of %s (%s): %s",
@@ -504,7 +508,7 @@ class RemoteStorageManager:
     def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
         try:
             with self.backend.fetch(keys.manifest) as f:
-                raw = f.read()
+                raw = f.read(MAX_MANIFEST_SIZE + 1)
         except KeyNotFound:
             raise RemoteResourceNotFoundException(
                 f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found"
@@ -535,9 +539,14 @@ class RemoteStorageManager:
                 )
             try:
                 data_key = self._key_ring.unwrap(manifest.encryption.data_key)
+                cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
             except KeyRingError as e:
                 raise KeyRingException(f"cannot read {meta.describe()}: {e}") from None
-            cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
+            except ValueError as e:  # a key of the wrong length: anyone with the public key can wrap one
+                raise KeyRingException(
+                    f"cannot read {meta.describe()}: the data key in its manifest unwraps to an invalid AES key "
+                    f"({e}); the manifest was not written by this plugin or was tampered with"
+                ) from None
         return ChunkTransformer(manifest.compression, 3, cipher)
 
     def fetch_log_segment(
@@ -744,7 +753,7 @@ class RemoteStorageManager:
             raise ConfigException("key rotation needs encryption.enabled=true and the key ring configured")
         try:
             with self.backend.fetch(manifest_key) as f:
-                raw = f.read()
+                raw = f.read(MAX_MANIFEST_SIZE + 1)
         except KeyNotFound:
             raise RemoteResourceNotFoundException(f"manifest {self._show(manifest_key)} not found") from None
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(manifest_key)}")

@@ -15,9 +15,13 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunking.chunk_index import ChunkIndex, ChunkIndexError
+from chunking.chunk_index import MAX_FILE_SIZE, ChunkIndex, ChunkIndexError, json_int
 from rsm.errors import CorruptDataException
 from rsm.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+# A manifest is a few KiB (a variable index of the largest allowed chunk count stays well under this); anything
+# bigger is refused before it is parsed.
+MAX_MANIFEST_SIZE = 32 * 1024 * 1024
 
 INDEX_JSON_NAMES: dict[IndexType, str] = {
     IndexType.OFFSET: "offset",
@@ -68,15 +72,33 @@ class IntegrityRecord:
 
     @staticmethod
     def from_json(obj: Any) -> IntegrityRecord | None:
-        if not isinstance(obj, dict) or obj.get("algorithm") != "crc32c":
+        """``None`` only when the manifest has no record at all (Aiven's plugin writes none). A record that is
+        present but malformed raises: dropping it would silently turn off the CRC check of every read."""
+        if obj is None:
             return None
-        raw = base64.b64decode(obj["chunks"], validate=True)
+        if not isinstance(obj, dict):
+            raise ValueError(f"integrity must be a JSON object, got {type(obj).__name__}")
+        if obj.get("algorithm") != "crc32c":
+            raise ValueError(f"integrity.algorithm {str(obj.get('algorithm'))[:40]!r} is unknown (expected 'crc32c')")
+        chunks = obj.get("chunks")
+        if not isinstance(chunks, str):
+            raise ValueError("integrity.chunks must be a base64 string")
+        raw = base64.b64decode(chunks, validate=True)
         if len(raw) % 4:
             raise ValueError("integrity.chunks is not a whole number of 32-bit values")
         crcs = list(struct.unpack(f">{len(raw) // 4}I", raw))
+        indexes = obj.get("indexes") or {}
+        if not isinstance(indexes, dict):
+            raise ValueError("integrity.indexes must be a JSON object")
         by_name = {v: k for k, v in INDEX_JSON_NAMES.items()}
-        index_crcs = {by_name[k]: int(v) for k, v in (obj.get("indexes") or {}).items() if k in by_name}
+        index_crcs = {
+            by_name[k]: json_int(f"integrity.indexes.{k}", v, 0, 2**32 - 1) for k, v in indexes.items() if k in by_name
+        }
         return IntegrityRecord(crcs, index_crcs)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a manifest can hold")
 
 
 def metadata_to_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
@@ -155,10 +177,21 @@ class SegmentManifest:
 
     @staticmethod
     def from_json_bytes(data: bytes, what: str = "manifest") -> SegmentManifest:
+        """Parse and bound-check a manifest; every failure is a ``CorruptDataException`` naming ``what``."""
+        if len(data) > MAX_MANIFEST_SIZE:
+            raise CorruptDataException(f"{what} is {len(data)} bytes, more than the {MAX_MANIFEST_SIZE} a manifest has")
         try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptDataException(f"{what} is not valid JSON: {e}") from None
+            doc = json.loads(data, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError, MemoryError, OverflowError) as e:
+            # ValueError covers bad UTF-8, bad JSON and integers past Python's digit limit; deep nesting recurses.
+            raise CorruptDataException(f"{what} is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+        try:
+            return SegmentManifest._from_doc(doc, what)
+        except (RecursionError, MemoryError, OverflowError, AttributeError) as e:
+            raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {str(e)[:200]}") from None
+
+    @staticmethod
+    def _from_doc(doc: Any, what: str) -> SegmentManifest:
         if not isinstance(doc, dict):
             raise CorruptDataException(f"{what} is not a JSON object")
         if doc.get("version") != "1":
@@ -171,7 +204,12 @@ class SegmentManifest:
                 if name not in raw_indexes and t is not IndexType.TRANSACTION:
                     raise KeyError(f"segmentIndexes.{name}")
                 e = raw_indexes.get(name)
-                indexes[t] = None if e is None else SegmentIndexEntry(int(e["position"]), int(e["size"]))
+                if e is None:
+                    indexes[t] = None
+                    continue
+                position = json_int(f"segmentIndexes.{name}.position", e["position"], 0, MAX_FILE_SIZE)
+                size = json_int(f"segmentIndexes.{name}.size", e["size"], 0, MAX_FILE_SIZE)
+                indexes[t] = SegmentIndexEntry(position, size)
             compression = doc["compression"]
             if not isinstance(compression, bool):
                 raise TypeError("compression must be a boolean")
@@ -181,6 +219,8 @@ class SegmentManifest:
                 encryption = EncryptionMetadata(str(enc["dataKey"]), base64.b64decode(enc["aad"], validate=True))
             rlsm = doc.get("remoteLogSegmentMetadata")
             integrity = None
+            if rlsm is not None and not isinstance(rlsm, dict):
+                raise TypeError("remoteLogSegmentMetadata must be a JSON object")
             if isinstance(rlsm, dict):
                 rlsm = dict(rlsm)
                 integrity = IntegrityRecord.from_json(rlsm.pop("integrity", None))
@@ -191,6 +231,6 @@ class SegmentManifest:
                     )
         except CorruptDataException:
             raise
-        except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError) as e:
-            raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {e}") from None
+        except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError, struct.error) as e:
+            raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {str(e)[:300]}") from None
         return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity)

@@ -42,6 +42,10 @@ from rsm.metadata import RemoteLogSegmentMetadata
 
 ChunkKey = tuple[str, int]
 
+MAX_RUN_CHUNKS = 1024
+"""At most this many chunks in one coalesced GET, whatever the chunk size: the run's bookkeeping (a future per
+chunk) stays small even for a manifest of a million tiny chunks."""
+
 
 def _retain(buf: ChunkBuffer) -> None:
     buf.retain()
@@ -52,7 +56,9 @@ def _release(buf: ChunkBuffer) -> None:
 
 
 def _buffer_size(buf: ChunkBuffer) -> int:
-    return buf.size
+    """The memory a cached chunk holds: its whole buffer, however short the chunk (a manifest of 1-byte chunks
+    must not make the tier hold millions of buffers)."""
+    return buf.capacity
 
 
 @dataclass(frozen=True)
@@ -269,7 +275,7 @@ class ChunkCache:
         """``first`` and the chunks after it that are nowhere yet, up to the horizon and the coalescing size."""
         run = [first]
         total = first.transformed_size
-        last = min(horizon, src.index.chunk_count - 1)
+        last = min(horizon, src.index.chunk_count - 1, first.id + MAX_RUN_CHUNKS - 1)
         for chunk_id in range(first.id + 1, last + 1):
             chunk = src.index.chunk(chunk_id)
             key = (src.cache_id, chunk_id)

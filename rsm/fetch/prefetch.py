@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from rsm.fetch.chunk_cache import ChunkCache, SegmentSource
+from rsm.fetch.chunk_cache import MAX_RUN_CHUNKS, ChunkCache, SegmentSource
 
 log = logging.getLogger("rsm.prefetch")
 
@@ -57,14 +57,14 @@ class Prefetcher:
             while current is not None and budget > 0:
                 index = current.index
                 chunk_size = max(1, index.original_chunk_size)
-                horizon = min(index.chunk_count - 1, first_id + -(-budget // chunk_size) - 1)
+                horizon = min(index.chunk_count - 1, first_id + -(-budget // chunk_size) - 1, first_id + MAX_RUN_CHUNKS)
                 for chunk_id in range(first_id, horizon + 1):
                     chunk = index.chunk(chunk_id)
                     budget -= chunk.original_size
                     if self.cache.ensure_cached(current, chunk, horizon, background=True):
                         with self._lock:
                             self.chunks += 1
-                if budget <= 0:
+                if budget <= 0 or horizon < index.chunk_count - 1:  # spent, or the per-run chunk cap was hit
                     break
                 current = self.next_segment(current)
                 first_id = 0

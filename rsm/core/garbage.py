@@ -1,0 +1,138 @@
+"""Garbage collection: find and remove the storage no segment accounts for.
+
+Three kinds of garbage can outlive the copy that made it:
+
+- ``orphan-object``: a ``.log`` or ``.indexes`` object whose segment has no manifest. A copy writes its manifest
+  last, so a copy that died (or whose cleanup failed) leaves these; a copy still running does too, which is why
+  only objects older than the grace period are listed, and why deletion checks again that no manifest appeared.
+- ``multipart-upload``: an S3 multipart upload never completed nor aborted; its parts are invisible and billed.
+- ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
+
+``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
+shows the list and asks before deleting). A backend offers what it can through the optional methods of
+``backends.base.GarbageCapable``; a backend without ``list_details`` cannot date its objects, so orphan objects are
+not listed for it (never deleted on a guess).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from backends.base import PendingUpload, StorageBackendException
+from rsm.core.object_keys import Suffix
+from rsm.errors import RemoteStorageException
+
+if TYPE_CHECKING:
+    from rsm.core.manager import RemoteStorageManager
+
+ORPHAN_OBJECT = "orphan-object"
+MULTIPART_UPLOAD = "multipart-upload"
+TEMP_FILE = "temp-file"
+_SEGMENT_SUFFIXES = tuple(f".{s.value}" for s in Suffix)
+
+
+@dataclass(frozen=True)
+class GarbageItem:
+    """One piece of garbage. ``key`` is the object key (for uploads: the key the upload was for); ``upload`` is set
+    for ``multipart-upload`` and ``temp-file`` items; ``size`` is None where the store does not say."""
+
+    kind: str
+    key: str
+    age_seconds: float
+    size: int | None = None
+    upload: PendingUpload | None = None
+
+
+@dataclass
+class GarbageReport:
+    """What ``delete_garbage`` did: the items removed, the bytes they held (where known), and the failures."""
+
+    deleted: list[GarbageItem] = field(default_factory=list)
+    skipped: list[tuple[GarbageItem, str]] = field(default_factory=list)
+    failed: list[tuple[GarbageItem, str]] = field(default_factory=list)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(item.size or 0 for item in self.deleted)
+
+
+def _main_path(key: str) -> tuple[str, str] | None:
+    for suffix in _SEGMENT_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)], suffix
+    return None
+
+
+def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> list[GarbageItem]:
+    """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
+
+    The grace period must exceed the longest copy (the backend's upload timeout is a good floor): a copy in
+    progress owns objects without a manifest and an open upload, and those must not be listed.
+    """
+    if older_than_seconds < 0:
+        raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
+    backend = manager.backend
+    prefix = manager.config["key.prefix"]
+    now = time.time()
+    items: list[GarbageItem] = []
+    try:
+        list_details = getattr(backend, "list_details", None)
+        if list_details is not None:
+            by_segment: dict[str, list[tuple[str, int, float]]] = {}
+            for info in list_details(prefix):
+                parsed = _main_path(info.key)
+                if parsed is not None:
+                    by_segment.setdefault(parsed[0], []).append((parsed[1], info.size, info.modified))
+            for path, objects in sorted(by_segment.items()):
+                if any(suffix == f".{Suffix.MANIFEST.value}" for suffix, _, _ in objects):
+                    continue
+                for suffix, size, modified in objects:
+                    if now - modified > older_than_seconds:
+                        items.append(GarbageItem(ORPHAN_OBJECT, path + suffix, now - modified, size))
+        list_pending = getattr(backend, "list_pending_uploads", None)
+        if list_pending is not None:
+            for upload in list_pending(prefix):
+                if now - upload.started > older_than_seconds:
+                    items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
+    except StorageBackendException as e:
+        raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
+    return items
+
+
+def delete_garbage(
+    manager: RemoteStorageManager,
+    items: Iterable[GarbageItem],
+    progress: Callable[[GarbageItem], None] | None = None,
+) -> GarbageReport:
+    """Remove ``items`` (from ``find_garbage``), one by one; ``progress`` is called after each item is handled.
+
+    An orphan object whose manifest has appeared since it was listed (a slow copy completed) is skipped, not
+    deleted. A failure on one item is recorded and the others still go.
+    """
+    backend = manager.backend
+    report = GarbageReport()
+    for item in items:
+        try:
+            if item.upload is not None:
+                abort = getattr(backend, "abort_pending_upload", None)
+                if abort is None:
+                    report.failed.append((item, f"{backend} cannot abort uploads"))
+                else:
+                    abort(item.upload)
+                    report.deleted.append(item)
+            else:
+                parsed = _main_path(item.key)
+                manifest = None if parsed is None else parsed[0] + f".{Suffix.MANIFEST.value}"
+                if manifest is not None and any(k == manifest for k in backend.list(manifest)):
+                    report.skipped.append((item, "its segment's manifest exists now (the copy completed)"))
+                else:
+                    backend.delete(item.key)
+                    report.deleted.append(item)
+        except StorageBackendException as e:
+            report.failed.append((item, str(e)))
+        if progress is not None:
+            progress(item)
+    return report
