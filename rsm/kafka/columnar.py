@@ -77,7 +77,22 @@ def iter_log_entries(f: BinaryIO, start_position: int, end_position: int | None)
     after it can be framed.
     """
     pos = start_position
-    read = f.read
+
+    def read(n: int) -> bytes:
+        # Unbuffered on purpose: read-ahead would fetch chunks past the last batch the bounds need.
+        first = f.read(n)
+        if first is None or len(first) == n or not first:
+            return first or b""
+        parts = [first]
+        got = len(first)
+        while got < n:
+            more = f.read(n - got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
     while end_position is None or pos < end_position:
         prefix = read(LOG_OVERHEAD)
         if not prefix:

@@ -51,6 +51,27 @@ READER_KEYS = frozenset(
 )
 
 
+_DISPLAY = {
+    k.lower(): k
+    for k in (
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "includeHeaders",
+        "failOnCorruption",
+        "maxSliceBytes",
+        "maxBatchBytes",
+        "rowsPerBatch",
+    )
+}
+
+
+def _name(key: str) -> str:
+    """The option as users spell it (Spark hands keys over lower-cased)."""
+    return _DISPLAY.get(key, key)
+
+
 class ReadOptionsError(RemoteStorageException):
     """An option of a ``kafka-tiered`` read is missing or malformed; the message names it and its expected form."""
 
@@ -96,7 +117,7 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
         return default
     text = str(raw).strip().lower()
     if text not in ("true", "false"):
-        raise ReadOptionsError(f"option {key} must be true or false, got {raw!r}")
+        raise ReadOptionsError(f"option {_name(key)} must be true or false, got {raw!r}")
     return text == "true"
 
 
@@ -107,9 +128,9 @@ def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ReadOptionsError(f"option {key} must be an integer, got {raw!r}") from None
+        raise ReadOptionsError(f"option {_name(key)} must be an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
-        raise ReadOptionsError(f"option {key} must be at least {minimum}, got {value}")
+        raise ReadOptionsError(f"option {_name(key)} must be at least {minimum}, got {value}")
     return value
 
 
@@ -129,7 +150,7 @@ def _offsets(options: Mapping[str, str], key: str, default: int) -> tuple[int, d
         }
     except (ValueError, AttributeError, TypeError):
         raise ReadOptionsError(
-            f'option {key} must be "earliest", "latest" or JSON like {{"orders": {{"0": 23, "1": -2}}}}, got {raw!r}'
+            f'option {_name(key)} must be "earliest", "latest" or JSON like {{"orders": {{"0": 23, "1": -2}}}}, got {raw!r}'
         ) from None
     return default, per_topic
 

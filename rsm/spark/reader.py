@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import io
 import json
 import logging
 import threading
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 
 _MANAGERS: dict[str, RemoteStorageManager] = {}
 _MANAGERS_LOCK = threading.Lock()
-_STREAM_BUFFER = 1 << 20
 
 
 def _close_managers() -> None:
@@ -118,8 +116,7 @@ def read_slice_columns(
     seg = piece.segment
     out = decoder.new_columns()
     try:
-        raw = manager.fetch_log_segment(seg.metadata_stub(), piece.start_position)
-        with io.BufferedReader(raw, _STREAM_BUFFER) as f:  # type: ignore[arg-type]
+        with manager.fetch_log_segment(seg.metadata_stub(), piece.start_position) as f:
             for position, entry in iter_log_entries(f, piece.start_position, piece.end_position):
                 if not decoder.feed(position, entry, out):
                     break
@@ -132,6 +129,11 @@ def read_slice_columns(
             f"{seg.start_offset}) at byte position {exc.position}: {exc.reason}. The tiered copy is damaged; "
             f"re-tier the segment from a replica if one still has it, or read with failOnCorruption=false to "
             f"skip damaged batches (they are counted and logged)"
+        ) from None
+    except CorruptDataException as exc:
+        raise CorruptDataException(
+            f"{seg.topic}-{seg.partition}: segment {seg.segment_id} (start offset {seg.start_offset}) cannot be "
+            f"read from byte position {piece.start_position}: {exc}"
         ) from None
     finally:
         if stats is not None:
