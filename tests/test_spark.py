@@ -497,7 +497,7 @@ def test_standalone_cluster_reads_from_s3_in_separate_executors(s3_store: Store,
                          .config("spark.executor.cores", "1").config("spark.cores.max", "2")
                          .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
                 register(spark)
-                df = spark.read.format("kafka-tiered").options(**json.loads(sys.argv[1])).load()
+                df = spark.read.format("kafka-tiered").options(**json.load(open(sys.argv[1]))).load()
                 pids = df.rdd.mapPartitions(lambda rows: [(os.getpid(), sum(1 for _ in rows))]).collect()
                 print("RESULT " + json.dumps({{"pids": sorted({{p for p, n in pids if n}}), "rows": df.count(),
                       "driver": os.getpid()}}))
@@ -509,8 +509,11 @@ def test_standalone_cluster_reads_from_s3_in_separate_executors(s3_store: Store,
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "Registered worker" not in logs.read_text(errors="replace"):
             time.sleep(0.5)
+        options_file = tmp_path / "options.json"  # not argv: options carry credentials
+        options_file.write_text(json.dumps(options))
+        options_file.chmod(0o600)
         run = subprocess.run(
-            [sys.executable, str(driver), json.dumps(options)],
+            [sys.executable, str(driver), str(options_file)],
             env=env,
             capture_output=True,
             timeout=240,
