@@ -53,6 +53,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     config = {
+        "chunk.size": str(4 << 20),
         "storage.backend.class": "filesystem",
         "storage.root": str(work / "store"),
         "storage.fsync.enabled": "false",

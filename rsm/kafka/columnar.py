@@ -221,6 +221,10 @@ class LogBatchDecoder:
             if c < 0x80:
                 length = (c >> 1) ^ -(c & 1)
                 pos += 1
+            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
+                c = (c & 0x7F) | (payload[pos + 1] << 7)
+                length = (c >> 1) ^ -(c & 1)
+                pos += 2
             else:
                 length, pos = decode_varint(payload, pos)
             rec_end = pos + length
@@ -231,12 +235,20 @@ class LogBatchDecoder:
             if c < 0x80:
                 ts_delta = (c >> 1) ^ -(c & 1)
                 pos += 1
+            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
+                c = (c & 0x7F) | (payload[pos + 1] << 7)
+                ts_delta = (c >> 1) ^ -(c & 1)
+                pos += 2
             else:
                 ts_delta, pos = decode_varlong(payload, pos)
             c = payload[pos]
             if c < 0x80:
                 off_delta = (c >> 1) ^ -(c & 1)
                 pos += 1
+            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
+                c = (c & 0x7F) | (payload[pos + 1] << 7)
+                off_delta = (c >> 1) ^ -(c & 1)
+                pos += 2
             else:
                 off_delta, pos = decode_varint(payload, pos)
             offset = base_off + off_delta
@@ -248,6 +260,10 @@ class LogBatchDecoder:
             if c < 0x80:
                 n = (c >> 1) ^ -(c & 1)
                 pos += 1
+            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
+                c = (c & 0x7F) | (payload[pos + 1] << 7)
+                n = (c >> 1) ^ -(c & 1)
+                pos += 2
             else:
                 n, pos = decode_varint(payload, pos)
             if n < 0:
@@ -259,6 +275,10 @@ class LogBatchDecoder:
             if c < 0x80:
                 n = (c >> 1) ^ -(c & 1)
                 pos += 1
+            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
+                c = (c & 0x7F) | (payload[pos + 1] << 7)
+                n = (c >> 1) ^ -(c & 1)
+                pos += 2
             else:
                 n, pos = decode_varint(payload, pos)
             if n < 0:

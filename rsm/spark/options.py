@@ -150,7 +150,8 @@ def _offsets(options: Mapping[str, str], key: str, default: int) -> tuple[int, d
         }
     except (ValueError, AttributeError, TypeError):
         raise ReadOptionsError(
-            f'option {_name(key)} must be "earliest", "latest" or JSON like {{"orders": {{"0": 23, "1": -2}}}}, got {raw!r}'
+            f'option {_name(key)} must be "earliest", "latest" or JSON like {{"orders": {{"0": 23, "1": -2}}}}, '
+            f"got {raw!r}"
         ) from None
     return default, per_topic
 
