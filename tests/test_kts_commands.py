@@ -22,7 +22,8 @@ from rsm.core.manager import RemoteStorageManager
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("kts") / "demo"
-    assert main(["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.5", "--chunk-size", "65536"]) == 0
+    args = ["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.5", "--chunk-size", "65536", "--no-spark"]
+    assert main(args) == 0
     return d
 
 
@@ -80,7 +81,21 @@ def test_demo_leaves_a_config_every_command_reads(demo_dir: Path, capsys: pytest
     before = sorted(p.relative_to(demo_dir) for p in (demo_dir / "store").rglob("*") if p.is_file())
     text = props.read_text()
     assert (
-        main(["demo", "--dir", str(demo_dir), "--segments", "3", "--segment-mb", "0.5", "--chunk-size", "65536"]) == 0
+        main(
+            [
+                "demo",
+                "--dir",
+                str(demo_dir),
+                "--segments",
+                "3",
+                "--segment-mb",
+                "0.5",
+                "--chunk-size",
+                "65536",
+                "--no-spark",
+            ]
+        )
+        == 0
     )
     capsys.readouterr()
     assert sorted(p.relative_to(demo_dir) for p in (demo_dir / "store").rglob("*") if p.is_file()) == before
@@ -122,7 +137,10 @@ def test_segment_names_that_match_nothing_say_what_to_do(demo_dir: Path, capsys:
 
 def test_verify_lists_damaged_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "demo"
-    assert main(["demo", "--dir", str(d), "--segments", "2", "--segment-mb", "0.3", "--chunk-size", "65536"]) == 0
+    assert (
+        main(["demo", "--dir", str(d), "--segments", "2", "--segment-mb", "0.3", "--chunk-size", "65536", "--no-spark"])
+        == 0
+    )
     capsys.readouterr()
     props = str(d / "server.properties")
     assert _run(["verify", "--config", props], capsys)[0] == 0
@@ -158,7 +176,10 @@ def test_keys_generate_refuses_sizes_oaep_sha3_512_cannot_use(
 
 def test_keys_rotate_rewraps_resumably(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "demo"
-    assert main(["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.3", "--chunk-size", "65536"]) == 0
+    assert (
+        main(["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.3", "--chunk-size", "65536", "--no-spark"])
+        == 0
+    )
     assert main(["keys", "generate", "--id", "k2", "--bits", "2048", "--out", str(d / "keys")]) == 0
     capsys.readouterr()
     props = str(d / "server.properties")
@@ -291,7 +312,10 @@ def test_demo_against_a_local_emulator_it_starts(
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     d = tmp_path / "demo"
-    assert main(["demo", "--dir", str(d), "--backend", backend, "--segments", "2", "--segment-mb", "0.3"]) == 0
+    assert (
+        main(["demo", "--dir", str(d), "--backend", backend, "--segments", "2", "--segment-mb", "0.3", "--no-spark"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "bytes identical" in out and "no damage" in out and "demo OK" in out
     props = read_properties(d / "server.properties")

@@ -16,10 +16,12 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import os
 import shutil
+import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +47,7 @@ class DemoOptions:
     segment_bytes: int = 2 * 1024 * 1024
     chunk_size: int = 256 * 1024
     transport: str = "auto"  # jvm: through the shim in a real JVM; python: the manager directly; auto: jvm if possible
+    spark: bool = True  # run the Spark example query over the tiered data (when pyspark is installed)
 
 
 @dataclass
@@ -219,9 +222,32 @@ def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMet
     return result
 
 
-# HOOK(spark): the Spark example query over the tiered data. A function (server.properties path) -> printable
-# result, or None when pyspark is not installed; the lead wires rsm.spark's example here.
-SPARK_EXAMPLE_QUERY: Callable[[Path], str | None] | None = None
+def spark_example_query(properties: Path) -> str | None:
+    """The Spark example (``rsm.spark.example``) on ``local[2]`` over the demo's tiered data, read straight
+    from the store with the demo's ``server.properties``; None when pyspark is not installed."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    from rsm.spark.example import example_query
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kts demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
+    try:
+        summary = example_query(spark, {"config.file": str(properties)}, topic=TOPIC.topic, top=3)
+    finally:
+        spark.stop()
+    keys = ", ".join(f"{k} ({n})" for k, n in summary["count_by_key"])
+    return (
+        f"{summary['records']:,} records read by Spark from the store; "
+        f"{summary['time_range']['records']:,} in the middle third of the time span; most frequent keys: {keys}"
+    )
 
 
 def run_demo(opts: DemoOptions) -> int:
@@ -292,9 +318,12 @@ def run_demo(opts: DemoOptions) -> int:
                     _say(f"      DAMAGED {d.object_key}: {d.problem}")
                 return 1
 
-            _say("[6/6] Spark example query")
-            spark_result = SPARK_EXAMPLE_QUERY(properties) if SPARK_EXAMPLE_QUERY is not None else None
-            _say(f"      {spark_result}" if spark_result else "      (not wired in this build)")
+            _say("[6/6] Spark example query (rsm.spark.example on local[2])")
+            if not opts.spark:
+                _say("      skipped (--no-spark)")
+            else:
+                spark_result = spark_example_query(properties)
+                _say(f"      {spark_result}" if spark_result else "      skipped: pyspark is not installed")
 
     top = read.keys.most_common(1)[0] if read.keys else (b"", 0)
     _say("")

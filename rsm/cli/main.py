@@ -16,6 +16,7 @@ import click
 from rsm._version import __version__
 from rsm.cli.browse import cat_command, inspect_command, ls_command
 from rsm.cli.config_check import config_group
+from rsm.cli.gc import gc_command
 from rsm.cli.keys import keys_generate, keys_group, keys_rotate
 from rsm.cli.scrub import verify_command
 
@@ -51,6 +52,7 @@ def cli(verbose: bool) -> None:
     help="jvm: the broker's shim in a real JVM tiers the data; python: the manager directly; auto: jvm when possible",
 )
 @click.option("--size-mb", type=click.FloatRange(0.1, 1024), default=None, help="one segment of this size (old form)")
+@click.option("--spark/--no-spark", default=True, show_default=True, help="run the Spark example query at the end")
 def demo_command(
     workdir: Path,
     backend: str,
@@ -59,6 +61,7 @@ def demo_command(
     chunk_size: int,
     transport: str,
     size_mb: float | None,
+    spark: bool,
 ) -> int:
     """The main job: tier a real Kafka partition (transactions, keys) with compression and encryption, verify
     it, summarise, and leave <dir>/server.properties for every other command."""
@@ -66,7 +69,9 @@ def demo_command(
 
     if size_mb is not None:  # the earlier demo's option: a single segment of that size
         segments, segment_mb = 1, size_mb
-    return run_demo(DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport))
+    return run_demo(
+        DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport, spark)
+    )
 
 
 cli.add_command(keys_group)
@@ -78,8 +83,7 @@ cli.add_command(config_group)
 # The names of earlier releases stay as aliases.
 cli.add_command(keys_rotate, "rewrap")
 cli.add_command(keys_generate, "keygen")
-# `kts gc` (orphans, stale multipart uploads, cache files of deleted segments) plugs in here:
-# cli.add_command(gc_command) with its logic in rsm/core/garbage.py.
+cli.add_command(gc_command)
 
 
 @cli.command("config-docs")

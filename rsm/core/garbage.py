@@ -7,6 +7,8 @@ Three kinds of garbage can outlive the copy that made it:
   only objects older than the grace period are listed, and why deletion checks again that no manifest appeared.
 - ``multipart-upload``: an S3 multipart upload never completed nor aborted; its parts are invisible and billed.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
+- ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
+  another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
 ``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
 shows the list and asks before deleting). A backend offers what it can through the optional methods of
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 ORPHAN_OBJECT = "orphan-object"
 MULTIPART_UPLOAD = "multipart-upload"
 TEMP_FILE = "temp-file"
+CACHE_ENTRY = "cache-entry"
 _SEGMENT_SUFFIXES = tuple(f".{s.value}" for s in Suffix)
 
 
@@ -97,9 +100,22 @@ def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> li
             for upload in list_pending(prefix):
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
+        items.extend(_stale_cache_entries(manager))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
+
+
+def _stale_cache_entries(manager: RemoteStorageManager) -> list[GarbageItem]:
+    cache = manager.chunk_cache
+    if cache is None or cache.disk is None:
+        return []
+    backend = manager.backend
+    return [
+        GarbageItem(CACHE_ENTRY, manifest, 0.0)
+        for manifest in sorted(cache.disk.segment_keys())
+        if not any(k == manifest for k in backend.list(manifest))
+    ]
 
 
 def delete_garbage(
@@ -116,7 +132,11 @@ def delete_garbage(
     report = GarbageReport()
     for item in items:
         try:
-            if item.upload is not None:
+            if item.kind == CACHE_ENTRY:
+                if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
+                    manager.chunk_cache.forget_segment(item.key)
+                report.deleted.append(item)
+            elif item.upload is not None:
                 abort = getattr(backend, "abort_pending_upload", None)
                 if abort is None:
                     report.failed.append((item, f"{backend} cannot abort uploads"))

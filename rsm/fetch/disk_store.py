@@ -89,6 +89,10 @@ class DiskChunkStore:
         """Drop every chunk of a segment (deleted, or copied again): one query on the tag index."""
         return int(self._cache.evict(segment_key, retry=True))
 
+    def segment_keys(self) -> set[str]:
+        """The manifest keys of every segment with chunks on disk (for ``kts gc``: those no longer tiered)."""
+        return {str(key).rsplit("@", 1)[0] for key in self._cache.iterkeys()}
+
     def expire(self) -> int:
         """Remove expired entries now (diskcache otherwise removes them lazily, when it culls on a write)."""
         return int(self._cache.expire(retry=True))

@@ -16,6 +16,7 @@ import gzip
 import io
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -35,9 +36,13 @@ __all__ = [
     "UnsupportedFormat",
     "compute_crc",
     "decode_records",
+    "decode_legacy_entry",
+    "LegacyMessage",
     "decode_varint",
     "decode_varlong",
     "decompress",
+    "DecompressionLimitExceeded",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "encode_varint",
     "encode_varlong",
     "iter_batch_headers",
@@ -507,14 +512,36 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+class DecompressionLimitExceeded(ValueError):
+    """A batch inflates past the caller's cap: a hostile or corrupt batch must not exhaust an executor's memory."""
+
+
+#: Default cap on one batch's decompressed records (Kafka's own batches stay far below; 64 MiB leaves headroom).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 << 20
+
+
+def _over(limit: int, codec: str) -> DecompressionLimitExceeded:
+    return DecompressionLimitExceeded(f"{codec} records inflate beyond the {limit}-byte decompression cap")
+
+
+def _snappy_block_length(block: bytes) -> int:
+    """The uncompressed length a raw snappy block declares (its leading unsigned varint), read before inflating."""
+    n, _ = _decode_unsigned(block, 0, 5)
+    return n
+
+
+def _snappy_decompress(data: bytes, limit: int) -> bytes:
     """Kafka (snappy-java's ``SnappyOutputStream``) writes xerial framing: a 16-byte header, then
-    ``int32 length + raw snappy block`` repeated. Raw (unframed) snappy is accepted too, for other clients."""
+    ``int32 length + raw snappy block`` repeated. Raw (unframed) snappy is accepted too, for other clients.
+    Each block declares its inflated length up front, so the cap is checked before any block is inflated."""
     import snappy  # optional dependency (python-snappy)
 
     if not data.startswith(_XERIAL_MAGIC):
+        if _snappy_block_length(data) > limit:
+            raise _over(limit, "snappy")
         return snappy.decompress(data)
     out: list[bytes] = []
+    total = 0
     pos = 16
     end = len(data)
     while pos < end:
@@ -524,35 +551,65 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if n < 0 or pos + n > end:
             raise ValueError("truncated or invalid xerial snappy block")
-        out.append(snappy.decompress(data[pos : pos + n]))
+        block = data[pos : pos + n]
+        total += _snappy_block_length(block)
+        if total > limit:
+            raise _over(limit, "snappy")
+        out.append(snappy.decompress(block))
         pos += n
     return b"".join(out)
 
 
-def _zstd_decompress(data: bytes) -> bytes:
+def _read_capped(reader: BinaryIO, limit: int, codec: str) -> bytes:
+    """Read a decompressing stream to its end, refusing to hold more than ``limit`` bytes."""
+    data = reader.read(limit + 1)
+    if len(data) > limit:
+        raise _over(limit, codec)
+    return data
+
+
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
     """zstd-jni streams do not record the content size, so decompress as a stream, across frames."""
     import zstandard
 
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
     with reader:
-        return reader.read()
+        return _read_capped(reader, limit, "zstd")  # type: ignore[arg-type]
 
 
-def decompress(codec: int | CompressionType, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress a batch's records section written with Kafka's codec ``codec``."""
+def _gzip_decompress(data: bytes, limit: int) -> bytes:
+    with gzip.GzipFile(fileobj=io.BytesIO(data)) as reader:
+        return _read_capped(reader, limit, "gzip")  # type: ignore[arg-type]
+
+
+def _lz4_decompress(data: bytes, limit: int) -> bytes:
+    import lz4.frame  # optional dependency
+
+    with lz4.frame.LZ4FrameFile(io.BytesIO(data)) as reader:
+        return _read_capped(reader, limit, "lz4")  # type: ignore[arg-type]
+
+
+def decompress(
+    codec: int | CompressionType,
+    data: bytes | bytearray | memoryview,
+    max_size: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
+    """Decompress a batch's records section written with Kafka's codec ``codec``.
+
+    Raises :class:`DecompressionLimitExceeded` when the output would pass ``max_size`` bytes; nothing larger
+    than the cap (plus one read step) is ever held.
+    """
     codec = CompressionType(codec)
     raw = bytes(data)
     if codec is CompressionType.NONE:
         return raw
     if codec is CompressionType.GZIP:
-        return gzip.decompress(raw)
+        return _gzip_decompress(raw, max_size)
     if codec is CompressionType.SNAPPY:
-        return _snappy_decompress(raw)
+        return _snappy_decompress(raw, max_size)
     if codec is CompressionType.LZ4:
-        import lz4.frame  # optional dependency
-
-        return lz4.frame.decompress(raw)
-    return _zstd_decompress(raw)
+        return _lz4_decompress(raw, max_size)
+    return _zstd_decompress(raw, max_size)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -639,7 +696,11 @@ def _parse_records(header: BatchHeader, payload: bytes) -> list[Record]:
 
 
 def decode_records(
-    batch_bytes: bytes | bytearray | memoryview, *, verify: bool = False, position: int = 0
+    batch_bytes: bytes | bytearray | memoryview,
+    *,
+    verify: bool = False,
+    position: int = 0,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> list[Record]:
     """Decode every record of one whole v2 batch (decompressing if needed).
 
@@ -655,7 +716,7 @@ def decode_records(
         raise CorruptRecordBatch("CRC-32C mismatch", position)
     body = view[BATCH_HEADER_SIZE : header.size]
     try:
-        payload = decompress(header.compression, body)
+        payload = decompress(header.compression, body, max_decompressed)
     except Exception as exc:  # codec libraries raise assorted types
         raise CorruptRecordBatch(f"cannot decompress {header.compression_name} records: {exc}", position)
     try:
@@ -685,3 +746,106 @@ def parse_end_txn_marker(value: bytes | None) -> tuple[int, int]:
         raise ValueError("end-transaction marker value must hold version int16 and coordinatorEpoch int32")
     version, coordinator_epoch = _END_TXN_MARKER.unpack_from(value, 0)
     return version, coordinator_epoch
+
+
+# --------------------------------------------------------------------------------------------------------
+# Legacy message sets (magic 0 and 1)
+# --------------------------------------------------------------------------------------------------------
+
+#: ``offset int64, size int32, crc uint32, magic int8, attributes int8``: what every legacy entry starts with.
+_LEGACY_HEAD = struct.Struct(">qiIbb")
+LEGACY_MIN_SIZE = 4 + 1 + 1 + 4 + 4  # crc, magic, attributes, key length, value length (v0, both null)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyMessage:
+    """One record of a magic 0/1 message set, flattened out of its compressed wrapper if it had one.
+
+    ``timestamp`` is -1 for magic 0, which has none; ``timestamp_type`` is 1 for LogAppendTime.
+    """
+
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    magic: int
+
+
+def _legacy_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    if pos + 4 > end:
+        raise ValueError("length field runs past the message")
+    (n,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise ValueError(f"field of {n} bytes runs past the message")
+    return buf[pos : pos + n], pos + n
+
+
+def _legacy_entries(
+    buf: bytes, position: int, verify: bool
+) -> Iterator[tuple[int, int, int, int, bytes | None, bytes | None]]:
+    """``(offset, magic, attributes, timestamp, key, value)`` of each whole entry in a legacy message set."""
+    pos = 0
+    end = len(buf)
+    while pos + LOG_OVERHEAD <= end:
+        offset, size = struct.unpack_from(">qi", buf, pos)
+        if size < LEGACY_MIN_SIZE or pos + LOG_OVERHEAD + size > end:
+            raise CorruptRecordBatch(f"legacy message size {size} is impossible here", position + pos)
+        stop = pos + LOG_OVERHEAD + size
+        _, _, crc, magic, attributes = _LEGACY_HEAD.unpack_from(buf, pos)
+        if magic not in (0, 1):
+            raise CorruptRecordBatch(f"legacy message with magic {magic}", position + pos)
+        if verify and zlib.crc32(memoryview(buf)[pos + 16 : stop]) != crc:
+            raise CorruptRecordBatch("legacy message CRC-32 mismatch", position + pos)
+        cur = pos + 18
+        timestamp = -1
+        if magic == 1:
+            (timestamp,) = struct.unpack_from(">q", buf, cur)
+            cur += 8
+        try:
+            key, cur = _legacy_bytes(buf, cur, stop)
+            value, cur = _legacy_bytes(buf, cur, stop)
+        except ValueError as exc:
+            raise CorruptRecordBatch(f"malformed legacy message: {exc}", position + pos) from None
+        yield offset, magic, attributes, timestamp, key, value
+        pos = stop
+
+
+def decode_legacy_entry(
+    entry: bytes,
+    *,
+    verify: bool = False,
+    position: int = 0,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[LegacyMessage]:
+    """Decode one top-level magic 0/1 entry (a plain message or a compressed wrapper) into its records.
+
+    A wrapper's value is an inner message set. Inner offsets are absolute for magic 0 and relative for magic 1
+    (the wrapper carries the last inner offset); with LogAppendTime a v1 wrapper's timestamp applies to all.
+    ``verify`` checks each message's CRC-32 (over magic..end, as Kafka's ``LegacyRecord`` does).
+    """
+    out: list[LegacyMessage] = []
+    for offset, magic, attributes, timestamp, key, value in _legacy_entries(entry, position, verify):
+        codec = attributes & _CODEC_MASK
+        ts_type = 1 if magic == 1 and attributes & _TIMESTAMP_TYPE_MASK else 0
+        if codec == 0:
+            out.append(LegacyMessage(offset, timestamp, ts_type, key, value, magic))
+            continue
+        if codec > CompressionType.LZ4:
+            raise CorruptRecordBatch(f"codec id {codec} is not valid in a magic {magic} message", position)
+        try:
+            inner_set = decompress(codec, value or b"", max_decompressed)
+        except Exception as exc:  # codec libraries raise assorted types
+            raise CorruptRecordBatch(
+                f"cannot decompress {CompressionType(codec).codec_name} legacy wrapper: {exc}", position
+            ) from None
+        inner = list(_legacy_entries(inner_set, position, verify))
+        last_relative = inner[-1][0] if inner else 0
+        for i_offset, i_magic, _i_attr, i_ts, i_key, i_value in inner:
+            absolute = offset - last_relative + i_offset if magic == 1 else i_offset
+            ts = timestamp if ts_type == 1 else i_ts
+            out.append(LegacyMessage(absolute, ts, ts_type, i_key, i_value, i_magic))
+    return out

@@ -737,3 +737,54 @@ def write_large_segment(
         records_total,
         comp.codec_name,
     )
+
+
+def write_entries_segment(
+    directory: str | os.PathLike[str],
+    entries: Sequence[bytes],
+    *,
+    leader_epochs: Mapping[int, int] | None = None,
+    index_interval_bytes: int = 4096,
+) -> SegmentFiles:
+    """A segment of caller-built entries, in order: v2 batches (``build_batch``) or legacy magic 0/1 message
+    sets, each already carrying its absolute offsets. Indexes, snapshot and checkpoint are derived from them,
+    so odd data (null keys and values, old formats, a chunk-spanning batch) tiers like any segment."""
+    from rsm.kafka.records import decode_legacy_entry, parse_batch_header
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not entries:
+        raise ValueError("a segment needs at least one entry")
+    spans: list[tuple[int, int, int]] = []  # first offset, last offset, max timestamp
+    for entry in entries:
+        if entry[16] == 2:
+            h = parse_batch_header(entry)
+            spans.append((h.base_offset, h.last_offset, h.max_timestamp))
+        else:
+            msgs = decode_legacy_entry(bytes(entry))
+            spans.append((msgs[0].offset, msgs[-1].offset, max(m.timestamp for m in msgs)))
+    base = spans[0][0]
+    idx = _IndexBuilder(index_interval_bytes)
+    log_path = directory / segment_file_name(base, ".log")
+    position = 0
+    with open(log_path, "wb") as f:
+        for entry, (_first, last, max_ts) in zip(entries, spans, strict=True):
+            f.write(entry)
+            idx.add(position, len(entry), last, max_ts)
+            position += len(entry)
+    records = sum(last - first + 1 for first, last, _ in spans)
+    return _finish(
+        directory,
+        base,
+        spans[-1][1],
+        log_path,
+        position,
+        idx,
+        [],
+        [],
+        _sorted_epochs(leader_epochs or {0: base}),
+        False,
+        len(entries),
+        records,
+        "mixed",
+    )

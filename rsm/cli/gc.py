@@ -1,0 +1,62 @@
+"""``kts gc``: list, and with ``--delete`` remove, the storage no tiered segment accounts for.
+
+The logic is ``rsm.core.garbage``; this module parses the grace period, shows the table and asks nothing: a
+dry run is the default, and ``--delete`` is the explicit consent.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+from rich.table import Table
+
+from rsm.cli.progress import progress_bar, stdout
+from rsm.cli.settings import config_options, open_manager
+from rsm.core.garbage import delete_garbage, find_garbage
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``1h``, ``2d`` or plain seconds."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise click.BadParameter(f"{text!r} is not a duration such as 30m, 1h or 2d")
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+@click.command("gc")
+@config_options
+@click.option(
+    "--older-than",
+    default="1h",
+    show_default=True,
+    help="grace period: longer than any copy takes (a copy in progress owns objects without a manifest)",
+)
+@click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
+def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delete: bool) -> int:
+    """Find leftovers of crashed copies (objects without a manifest), stale multipart uploads, temp files and
+    disk-cache chunks of segments no longer tiered; a dry run unless --delete."""
+    grace = parse_duration(older_than)
+    with open_manager(config, sets) as manager:
+        items = find_garbage(manager, grace)
+        table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
+        for item in items:
+            size = "" if item.size is None else f"{item.size:,}"
+            table.add_row(item.kind, item.key, f"{item.age_seconds / 3600:.1f} h", size)
+        stdout.print(table)
+        total = sum(i.size or 0 for i in items)
+        if not delete:
+            stdout.print(f"{len(items)} items, {total:,} bytes; dry run: pass --delete to remove them")
+            return 0
+        with progress_bar("deleting", total=len(items)) as advance:
+            report = delete_garbage(manager, items, progress=lambda item: advance(item.key))
+    stdout.print(
+        f"deleted {len(report.deleted)}, skipped {len(report.skipped)} (their copy completed), "
+        f"failed {len(report.failed)}"
+    )
+    for item, why in report.failed:
+        click.echo(f"FAILED {item.kind} {item.key}: {why}", err=True)
+    return 1 if report.failed else 0

@@ -1,0 +1,205 @@
+"""``spark.read.format("kafka-tiered")``: PySpark's Python Data Source over tiered segments.
+
+The driver plans (lists manifests, resolves overlaps, cuts large segments at batch starts through the remote
+offset index); each :class:`SlicePartition` is pickled to an executor, whose reader fetches only that slice's
+chunks and yields Arrow record batches in the schema of Spark's Kafka source.
+
+Filter pushdown: PySpark refuses a reader that implements ``pushFilters`` while
+``spark.sql.python.filterPushdown.enabled`` is false, so :func:`register` picks the pushdown-capable source when
+that conf is on and the plain one otherwise. Filters on ``partition``, ``offset`` and ``timestamp`` prune
+segments on manifest metadata and start reads mid-segment through the indexes; they are also handed back to
+Spark, which re-checks them on the (already narrowed) rows, so a time-zone subtlety can never drop a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from rsm.spark.options import TieredReadOptions, redact
+from rsm.spark.planning import PushedBounds, SegmentSlice
+from rsm.spark.reader import manager_for, read_slice_columns, to_record_batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+__all__ = ["KafkaTieredDataSource", "KafkaTieredPushdownDataSource", "SlicePartition", "register"]
+
+FORMAT = "kafka-tiered"
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS = ", headers array<struct<key: string, value: binary>>"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+REDACTION_CONF = "spark.sql.redaction.options.regex"
+#: Option keys whose values Spark must mask in plans and the UI (Spark's own default masks only ``url``).
+REDACTION_REGEX = "(?i)url|secret|password|passphrase|private|token|credential|access.key|sas|connection.string"
+
+
+class SlicePartition(InputPartition):
+    """One slice of one segment; plain values only, so it pickles to any executor."""
+
+    def __init__(self, piece: SegmentSlice) -> None:
+        super().__init__(piece)
+        self.piece = piece
+
+    def __repr__(self) -> str:
+        return f"SlicePartition({self.piece.describe()})"
+
+
+class KafkaTieredReader(DataSourceReader):
+    """Plans on the driver and reads a slice per task; carries the options (secrets included) to executors
+    inside the pickled reader, never in partitions, plans or logs."""
+
+    def __init__(self, options: TieredReadOptions) -> None:
+        self.opts = options
+        self.pushed = PushedBounds()
+
+    def __repr__(self) -> str:
+        return f"KafkaTieredReader({self.opts!r}, config={redact(self.opts.plugin_config)})"
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from rsm.spark.planning import plan_slices
+
+        manager = manager_for(self.opts.plugin_config)
+        slices = plan_slices(manager, self.opts, self.pushed)
+        return [SlicePartition(s) for s in slices]  # none: PySpark runs one task with an empty partition
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        piece: SegmentSlice | None = getattr(partition, "piece", None)
+        if piece is None:
+            return
+        manager = manager_for(self.opts.plugin_config)
+        for cols in read_slice_columns(manager, piece, self.opts, self.pushed):
+            yield to_record_batch(cols, piece.topic, piece.partition)
+
+
+def _millis(value: Any) -> tuple[int, int] | None:
+    """``(floor, ceil)`` milliseconds of a filter's timestamp value, or None when it is not a timestamp."""
+    if isinstance(value, dt.datetime):
+        micros = round(value.timestamp() * 1_000_000)
+        return micros // 1000, -(-micros // 1000)
+    return None
+
+
+def _narrow(bounds: PushedBounds, f: Filter) -> PushedBounds:
+    """Bounds tightened by one filter (unchanged for filters on other columns or of other shapes)."""
+    column = getattr(f, "attribute", ())
+    name = column[0] if len(column) == 1 else None
+    value = getattr(f, "value", None)
+    if name == "partition":
+        if isinstance(f, EqualTo) and isinstance(value, int):
+            wanted = frozenset({value})
+        elif isinstance(f, In) and all(isinstance(v, int) for v in value):  # type: ignore[union-attr]
+            wanted = frozenset(value)  # type: ignore[arg-type]
+        else:
+            return bounds
+        keep = wanted if bounds.partitions is None else bounds.partitions & wanted
+        return replace(bounds, partitions=keep)
+    if name == "offset" and isinstance(value, int):
+        lo, hi = bounds.first_offset, bounds.last_offset
+        if isinstance(f, EqualTo):
+            lo, hi = max(lo, value), min(hi, value)
+        elif isinstance(f, GreaterThan):
+            lo = max(lo, value + 1)
+        elif isinstance(f, GreaterThanOrEqual):
+            lo = max(lo, value)
+        elif isinstance(f, LessThan):
+            hi = min(hi, value - 1)
+        elif isinstance(f, LessThanOrEqual):
+            hi = min(hi, value)
+        return replace(bounds, first_offset=lo, last_offset=hi)
+    millis = _millis(value) if name == "timestamp" else None
+    if millis is not None:
+        floor, ceil = millis
+        lo_ts, hi_ts = bounds.min_timestamp, bounds.end_timestamp
+        new_lo: int | None = None
+        new_hi: int | None = None
+        if isinstance(f, EqualTo):
+            new_lo, new_hi = ceil, floor + 1
+        elif isinstance(f, GreaterThan):
+            new_lo = floor + 1
+        elif isinstance(f, GreaterThanOrEqual):
+            new_lo = ceil
+        elif isinstance(f, LessThan):
+            new_hi = ceil
+        elif isinstance(f, LessThanOrEqual):
+            new_hi = floor + 1
+        if new_lo is not None:
+            lo_ts = new_lo if lo_ts is None else max(lo_ts, new_lo)
+        if new_hi is not None:
+            hi_ts = new_hi if hi_ts is None else min(hi_ts, new_hi)
+        return replace(bounds, min_timestamp=lo_ts, end_timestamp=hi_ts)
+    return bounds
+
+
+def pushed_bounds(filters: Iterable[Filter]) -> PushedBounds:
+    bounds = PushedBounds()
+    for f in filters:
+        bounds = _narrow(bounds, f)
+    return bounds
+
+
+class KafkaTieredPushdownReader(KafkaTieredReader):
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - PySpark's name
+        self.pushed = pushed_bounds(filters)
+        # Handed back: Spark re-checks them on rows the reader already narrowed (cheap, and exact by construction).
+        return filters
+
+
+class KafkaTieredDataSource(DataSource):
+    """``spark.read.format("kafka-tiered")`` without filter pushdown."""
+
+    reader_class: type[KafkaTieredReader] = KafkaTieredReader
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _opts(self) -> TieredReadOptions:
+        return TieredReadOptions.from_options(self.options)
+
+    def schema(self) -> str:
+        return SCHEMA + (HEADERS if self._opts().include_headers else "")
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return self.reader_class(self._opts())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({redact(dict(self.options))})"
+
+
+class KafkaTieredPushdownDataSource(KafkaTieredDataSource):
+    """The same source with ``pushFilters`` (needs ``spark.sql.python.filterPushdown.enabled=true``)."""
+
+    reader_class = KafkaTieredPushdownReader
+
+
+def register(spark: SparkSession, *, pushdown: bool | None = None) -> type[KafkaTieredDataSource]:
+    """Register ``kafka-tiered`` with ``spark``; pushdown follows the session's conf unless given.
+
+    Also widens Spark's option-redaction regex so storage secrets and private keys given as options are masked
+    in plans and the UI (Spark masks only ``url`` by default).
+    """
+    if pushdown is None:
+        pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+    current = str(spark.conf.get(REDACTION_CONF, "(?i)url"))
+    if REDACTION_REGEX not in current:
+        spark.conf.set(REDACTION_CONF, REDACTION_REGEX if current == "(?i)url" else f"{current}|{REDACTION_REGEX}")
+    source = KafkaTieredPushdownDataSource if pushdown else KafkaTieredDataSource
+    spark.dataSource.register(source)
+    return source

@@ -1,0 +1,261 @@
+"""Planning a read: which segments, which offsets of each, cut into slices that executors read independently.
+
+Everything here runs once, on the driver (or in the bare reader), and touches only manifests and the small
+offset/time/transaction indexes; no ``.log`` byte is read. The result is a list of :class:`SegmentSlice`,
+plain picklable values that name a segment, a byte range starting at a batch boundary and the offsets to keep.
+
+Overlapping segments (after a leader change, the old leader may have tiered offsets the new leader also
+tiered, with different contents past the divergence point): for each partition, segments are ranked by the
+highest leader epoch they contain, then by the broker's event time; walking that ranking, each segment keeps
+only the offsets no higher-ranked segment covers. The later leader's copy of an offset therefore always wins,
+and every offset is read from exactly one segment (docs/spark.md, "Overlapping segments").
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rsm.core.catalog import TieredSegment
+from rsm.core.manager import RemoteStorageManager
+from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_txn_index
+from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+from rsm.spark.options import TieredReadOptions
+
+__all__ = ["PushedBounds", "SegmentSlice", "plan_slices", "resolve_overlaps"]
+
+_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class PushedBounds:
+    """Bounds from Spark filters on ``partition``, ``offset`` and ``timestamp`` (milliseconds, end exclusive)."""
+
+    partitions: frozenset[int] | None = None
+    first_offset: int = 0
+    last_offset: int = _MAX
+    min_timestamp: int | None = None
+    end_timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class SegmentSlice:
+    """One unit of work: batches of ``segment`` starting in ``[start_position, end_position)``, rows within
+    ``first_offset..last_offset`` (inclusive). ``aborted`` lists ``(producer_id, first, last)`` of aborted
+    transactions touching those offsets, for read_committed."""
+
+    segment: TieredSegment
+    start_position: int
+    end_position: int | None
+    first_offset: int
+    last_offset: int
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def topic(self) -> str:
+        return self.segment.topic
+
+    @property
+    def partition(self) -> int:
+        return self.segment.partition
+
+    def describe(self) -> str:
+        end = "end" if self.end_position is None else str(self.end_position)
+        return f"{self.segment.describe()}, bytes {self.start_position}..{end}"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    segment: TieredSegment
+    meta: RemoteLogSegmentMetadata
+
+    @property
+    def rank(self) -> tuple[int, int, str]:
+        epochs = self.meta.segment_leader_epochs
+        return (max(epochs) if epochs else -1, self.meta.event_timestamp_ms, self.segment.segment_id)
+
+
+def _subtract(lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of ``[lo, hi]`` not covered by the sorted, disjoint intervals ``taken``."""
+    free: list[tuple[int, int]] = []
+    cur = lo
+    for a, b in taken:
+        if b < cur:
+            continue
+        if a > hi:
+            break
+        if a > cur:
+            free.append((cur, a - 1))
+        cur = max(cur, b + 1)
+        if cur > hi:
+            break
+    if cur <= hi:
+        free.append((cur, hi))
+    return free
+
+
+def resolve_overlaps(
+    candidates: Iterable[tuple[TieredSegment, RemoteLogSegmentMetadata]],
+) -> list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]]:
+    """``(segment, meta, first, last)`` ranges of one partition such that each offset appears once, taken
+    from the segment with the highest leader epoch (then the latest event time) that holds it."""
+    ranked = sorted((_Candidate(s, m) for s, m in candidates), key=lambda c: c.rank, reverse=True)
+    taken: list[tuple[int, int]] = []
+    out: list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]] = []
+    for c in ranked:
+        if c.meta.end_offset < c.meta.start_offset:
+            continue  # an empty segment holds no offsets
+        for lo, hi in _subtract(c.meta.start_offset, c.meta.end_offset, taken):
+            out.append((c.segment, c.meta, lo, hi))
+        bisect.insort(taken, (c.meta.start_offset, c.meta.end_offset))
+        taken = _merge(taken)
+    return sorted(out, key=lambda r: r[2])
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for a, b in intervals:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _latest_topic_id(metas: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]) -> str:
+    """A re-created topic has segments under several ids; the current one is the most recently tiered."""
+    best: dict[str, int] = {}
+    for seg, meta in metas:
+        best[seg.topic_id] = max(best.get(seg.topic_id, -1), meta.event_timestamp_ms)
+    return max(best, key=lambda t: (best[t], t))
+
+
+class _Planner:
+    def __init__(self, manager: RemoteStorageManager, opts: TieredReadOptions, pushed: PushedBounds) -> None:
+        self.m = manager
+        self.opts = opts
+        self.pushed = pushed
+
+    def topics(self) -> list[str]:
+        catalog = self.m.catalog()
+        if self.opts.topic_pattern is not None:
+            return [t for t in catalog.topics() if self.opts.matches_topic(t)]
+        return list(self.opts.topics)
+
+    def slices(self) -> list[SegmentSlice]:
+        out: list[SegmentSlice] = []
+        catalog = self.m.catalog()
+        for topic in self.topics():
+            wanted = [
+                s
+                for s in catalog.segments(topic)
+                if (self.opts.partitions is None or s.partition in self.opts.partitions)
+                and (self.pushed.partitions is None or s.partition in self.pushed.partitions)
+            ]
+            if not wanted:
+                continue
+            metas = [(s, self.m.segment_metadata(s)) for s in wanted]
+            topic_id = _latest_topic_id(metas)
+            by_partition: dict[int, list[tuple[TieredSegment, RemoteLogSegmentMetadata]]] = defaultdict(list)
+            for seg, meta in metas:
+                if seg.topic_id == topic_id:
+                    by_partition[seg.partition].append((seg, meta))
+            for partition in sorted(by_partition):
+                out.extend(self._partition(topic, partition, by_partition[partition]))
+        return out
+
+    def _time_bounds(self) -> tuple[int | None, int | None]:
+        lows = [t for t in (self.opts.starting_timestamp, self.pushed.min_timestamp) if t is not None]
+        highs = [t for t in (self.opts.ending_timestamp, self.pushed.end_timestamp) if t is not None]
+        return (max(lows) if lows else None), (min(highs) if highs else None)
+
+    def _partition(
+        self, topic: str, partition: int, segs: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]
+    ) -> list[SegmentSlice]:
+        first, last = self.opts.offset_range(topic, partition)
+        first = max(first, self.pushed.first_offset)
+        last = min(last, self.pushed.last_offset)
+        ts_lo, _ts_hi = self._time_bounds()
+        aborted = self._aborted(segs) if self.opts.read_committed else []
+        out: list[SegmentSlice] = []
+        for seg, meta, lo, hi in resolve_overlaps(segs):
+            lo, hi = max(lo, first), min(hi, last)
+            if lo > hi:
+                continue  # outside the asked offsets: skipped on manifest metadata alone
+            if ts_lo is not None and 0 <= meta.max_timestamp_ms < ts_lo:
+                continue  # every record is older than the lower time bound
+            spans = tuple(a for a in aborted if a[2] >= lo and a[1] <= hi)
+            out.extend(self._cut(seg, meta, lo, hi, ts_lo, spans))
+        return out
+
+    def _aborted(self, segs: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]) -> list[tuple[int, int, int]]:
+        """Aborted transactions of the whole partition: a transaction's records and its ABORT marker may sit
+        in different segments, so each slice is checked against every tiered transaction index."""
+        spans: list[tuple[int, int, int]] = []
+        for seg, _meta in segs:
+            entry = self.m.fetch_manifest(seg.metadata_stub()).segment_indexes.get(IndexType.TRANSACTION)
+            if entry is None or entry.size == 0:
+                continue
+            with self.m.fetch_index(seg.metadata_stub(), IndexType.TRANSACTION) as f:
+                spans.extend((t.producer_id, t.first_offset, t.last_offset) for t in decode_txn_index(f.read()))
+        return spans
+
+    def _offset_index(self, seg: TieredSegment) -> OffsetIndex:
+        with self.m.fetch_index(seg.metadata_stub(), IndexType.OFFSET) as f:
+            return OffsetIndex.from_bytes(f.read(), seg.start_offset)
+
+    def _cut(
+        self,
+        seg: TieredSegment,
+        meta: RemoteLogSegmentMetadata,
+        lo: int,
+        hi: int,
+        ts_lo: int | None,
+        spans: tuple[tuple[int, int, int], ...],
+    ) -> list[SegmentSlice]:
+        size = meta.segment_size_in_bytes
+        limit = self.opts.max_slice_bytes
+        needs_index = lo > meta.start_offset or ts_lo is not None or size > limit
+        if not needs_index:
+            return [SegmentSlice(seg, 0, None, lo, hi, spans)]
+        index = self._offset_index(seg)
+        start = index.lookup(lo).position
+        if ts_lo is not None:
+            with self.m.fetch_index(seg.metadata_stub(), IndexType.TIMESTAMP) as f:
+                ts_offset = TimeIndex.from_bytes(f.read(), seg.start_offset).lookup(ts_lo).offset
+            start = max(start, index.lookup(ts_offset).position)
+        if hi < meta.end_offset:
+            # Entries pair a batch's *last* offset with its start: the first entry past hi may still hold hi,
+            # but every batch after it starts past hi, so the entry after that one bounds the read.
+            nxt = bisect.bisect_right(index.entries, hi, key=lambda e: e.offset) + 1
+            stop = index.entries[nxt].position if nxt < len(index.entries) else size
+        else:
+            stop = size
+        if stop - start <= limit:
+            return [SegmentSlice(seg, start, None if stop == size else stop, lo, hi, spans)]
+        chunk = self.m.fetch_manifest(seg.metadata_stub()).chunk_index.original_chunk_size
+        step = max(chunk, -(-limit // chunk) * chunk)  # whole chunks, so slices rarely share one
+        positions = [e.position for e in index.entries]
+        cuts = [start]
+        target = (start // chunk) * chunk + step
+        while target < stop:
+            i = bisect.bisect_left(positions, target)
+            if i >= len(positions) or positions[i] >= stop:
+                break
+            if positions[i] > cuts[-1]:
+                cuts.append(positions[i])
+            target = max(target + step, (positions[i] // chunk) * chunk + step)
+        bounds = [*cuts, stop]
+        return [
+            SegmentSlice(seg, a, None if b == size else b, lo, hi, spans)
+            for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+
+
+def plan_slices(
+    manager: RemoteStorageManager, opts: TieredReadOptions, pushed: PushedBounds | None = None
+) -> list[SegmentSlice]:
+    """The slices to read for ``opts`` (narrowed by pushed-down filters), in topic/partition/offset order."""
+    return _Planner(manager, opts, pushed or PushedBounds()).slices()

@@ -1,0 +1,535 @@
+"""The ``kafka-tiered`` Spark data source and the bare reader over real tiered segments.
+
+One ``local[2]`` SparkSession serves the module; the standalone-cluster test runs its own driver in a child
+process (a second session cannot share this one's JVM). Rows are compared field by field with the source
+``.log`` files decoded by the reference decoders (tests/spark_data.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import encryption_configs
+from emulators import free_port, s3_moto_server  # noqa: F401 - fixture found by name
+from spark_data import BASE_TS, Dataset, build_dataset
+
+from rsm import RemoteStorageManager
+from rsm.errors import CorruptDataException
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.records import (
+    CompressionType,
+    CorruptRecordBatch,
+    DecompressionLimitExceeded,
+    decode_records,
+    decompress,
+    iter_batches,
+)
+from rsm.kafka.writer import build_batch, write_entries_segment, write_segment
+from rsm.metadata import TopicIdPartition, random_kafka_uuid
+from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
+from rsm.spark.planning import PushedBounds
+from rsm.spark.reader import TieredReader
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark comes with the [spark] extra")  # installed by [all]
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan, LessThanOrEqual  # noqa: E402
+
+from rsm.spark.datasource import pushed_bounds, register  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+CHUNK = "4096"
+Store = tuple[dict[str, str], Dataset]
+
+
+def _plain(tmp: Path) -> dict[str, str]:
+    return {
+        "chunk.size": CHUNK,
+        "storage.backend.class": "filesystem",
+        "storage.root": str(tmp / "store"),
+        "storage.fsync.enabled": "false",
+    }
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors import rsm from this venv
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kts-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def fs_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    tmp = tmp_path_factory.mktemp("spark-fs")
+    config = _plain(tmp)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        ds = build_dataset(m, tmp / "src")
+    return config, ds
+
+
+@pytest.fixture(scope="module")
+def s3_store(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, key_pairs: dict[str, tuple[Path, Path]]
+) -> Store:
+    server = request.getfixturevalue("s3_moto_server")
+    tmp = tmp_path_factory.mktemp("spark-s3")
+    config = {
+        "chunk.size": CHUNK,
+        "key.prefix": f"spark-{random_kafka_uuid()}/",
+        "storage.backend.class": server.backend,
+        **{f"storage.{k}": str(v) for k, v in server.config().items()},
+        **encryption_configs(key_pairs),
+    }
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        ds = build_dataset(m, tmp / "src", with_legacy=False)
+    return config, ds
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    """Rows as the data set spells them (timestamps in epoch ms, bytes as bytes), sorted by topic/partition/offset."""
+    cols = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType"]
+    has_headers = "headers" in df.columns
+    picked = df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect()
+    out = []
+    for r in picked:
+        key = None if r.key is None else bytes(r.key)
+        value = None if r.value is None else bytes(r.value)
+        headers = [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers] if has_headers else []
+        out.append((key, value, r.topic, r.partition, r.offset, r.ts, r.timestampType, headers))
+    return sorted(out, key=lambda x: (x[2], x[3], x[4]))
+
+
+def _read(spark: SparkSession, config: dict[str, str], **options: str) -> Any:
+    return spark.read.format("kafka-tiered").options(**config, **options).load()
+
+
+# --- Spark, local[2] --------------------------------------------------------------------------------------------
+
+
+def test_spark_reads_every_row_on_the_filesystem(spark: SparkSession, fs_store: Store) -> None:
+    config, ds = fs_store
+    df = _read(spark, config, topic="orders,payments", includeHeaders="true", maxSliceBytes="16384")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    got = _rows(df)
+    assert got == ds.rows
+    offsets = [(r[2], r[3], r[4]) for r in got]
+    assert len(offsets) == len(set(offsets)), "an offset was read twice"
+    # The leader change: offsets 100.. of orders-3 come from the new leader's segment, not the old one's.
+    read = {r[1] for r in got if r[2] == "orders" and r[3] == 3}
+    old_tail = {
+        rec.value for h, b in iter_batches(ds.segments["o3-old"].log) for rec in decode_records(b) if rec.offset >= 100
+    }
+    assert old_tail and not old_tail & read
+    assert [r[4] for r in got if r[2] == "orders" and r[3] == 3] == list(range(200))
+
+
+def test_spark_reads_encrypted_segments_from_s3(spark: SparkSession, s3_store: Store) -> None:
+    config, ds = s3_store
+    got = _rows(_read(spark, config, topicPattern="orders|pay.*", includeHeaders="true", maxSliceBytes="16384"))
+    assert got == ds.rows
+
+
+def test_read_committed_drops_exactly_the_aborted_records(spark: SparkSession, fs_store: Store) -> None:
+    config, ds = fs_store
+    got = _rows(_read(spark, config, topic="orders", includeHeaders="true", isolationLevel="read_committed"))
+    expected = [r for r in ds.committed() if r[2] == "orders"]
+    assert ds.aborted and got == expected
+    everything = {(r[2], r[3], r[4]) for r in ds.rows if r[2] == "orders"}
+    assert everything - {(r[2], r[3], r[4]) for r in got} == ds.aborted
+
+
+def test_offsets_json_and_timestamps_bound_the_read(spark: SparkSession, fs_store: Store) -> None:
+    config, ds = fs_store
+    df = _read(
+        spark,
+        config,
+        topic="orders",
+        partitions="0,3",
+        startingOffsets=json.dumps({"orders": {"0": 1010, "3": -2}}),
+        endingOffsets=json.dumps({"orders": {"0": 2005, "3": -1}}),
+    )
+    expected = [
+        r[:7] + ([],) for r in ds.rows if r[2] == "orders" and ((r[3] == 0 and 1010 <= r[4] < 2005) or r[3] == 3)
+    ]
+    assert _rows(df) == expected
+    lo, hi = BASE_TS + 60_000, BASE_TS + 120_000
+    df = _read(spark, config, topic="orders", partitions="0", startingTimestamp=str(lo), endingTimestamp=str(hi))
+    expected = [r[:7] + ([],) for r in ds.rows if r[2] == "orders" and r[3] == 0 and lo <= r[5] < hi]
+    assert expected and _rows(df) == expected
+
+
+def test_pushed_filters_give_the_same_rows(spark: SparkSession, fs_store: Store) -> None:
+    config, ds = fs_store
+    df = _read(spark, config, topic="orders").filter("partition = 0 AND offset >= 2000 AND offset <= 2050")
+    expected = [r[:7] + ([],) for r in ds.rows if r[2] == "orders" and r[3] == 0 and 2000 <= r[4] <= 2050]
+    assert expected and _rows(df) == expected
+    ts = BASE_TS + 180_000
+    df = _read(spark, config, topic="orders").filter(f"partition = 0 AND timestamp >= timestamp_millis({ts})")
+    expected = [r[:7] + ([],) for r in ds.rows if r[2] == "orders" and r[3] == 0 and r[5] >= ts]
+    assert expected and _rows(df) == expected
+
+
+def test_secrets_stay_out_of_plans_and_reprs(
+    spark: SparkSession, fs_store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _ = fs_store
+    secret = "do-not-show-7f3a"
+    options = {**config, "storage.s3.secret.access.key": secret, "encryption.key.pairs.k.private.key": secret}
+    df = _read(spark, options, topic="orders")
+    df.explain(mode="extended")
+    df.explain(mode="formatted")
+    plans = capsys.readouterr().out + df._jdf.queryExecution().toString()
+    assert "kafka-tiered" in plans and secret not in plans
+    opts = TieredReadOptions.from_options({**options, "topic": "orders"})
+    assert secret not in repr(opts) and secret not in repr(TieredReader(opts))
+    assert secret not in json.dumps(redact(options))
+
+
+# --- pushdown, proven by chunks read -----------------------------------------------------------------------------
+
+
+class _CountingBackend:
+    """Counts ranged reads of ``.log`` objects (one per chunk fetched) on a real backend."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.log_reads = 0
+
+    def read_range_into(self, key: str, start: int, end: int, out: Any) -> int:
+        if key.endswith(".log"):
+            self.log_reads += 1
+        return self._inner.read_range_into(key, start, end, out)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _counting_reader(config: dict[str, str], **options: str) -> tuple[TieredReader, _CountingBackend]:
+    m = RemoteStorageManager()
+    m.configure({**config, "fetch.readahead.chunks": "0"})
+    counting = _CountingBackend(m.backend)
+    m._backend = counting  # type: ignore[attr-defined] - instrument the real backend, nothing else changes
+    return TieredReader({**config, **options}, manager=m), counting
+
+
+def test_pushdown_reads_fewer_chunks(fs_store: Store) -> None:
+    config, ds = fs_store
+    full, full_count = _counting_reader(config, topic="orders")
+    n_full = sum(1 for _ in full.records())
+    filters = [EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 1500), LessThanOrEqual(("offset",), 1600)]
+    bounds = pushed_bounds(filters)
+    assert bounds == PushedBounds(frozenset({1}), 1500, 1600)
+    narrow, narrow_count = _counting_reader(config, topic="orders", maxSliceBytes="16384")
+    rows = [(r["offset"], r["value"]) for _, cols in narrow.columns(bounds) for r in _cols_rows(cols)]
+    assert rows == [(r[4], r[1]) for r in ds.rows if r[2] == "orders" and r[3] == 1 and 1500 <= r[4] <= 1600]
+    # The 101 records sit in one or two ~70 KB batches (about 20 of the partition's 4 KiB chunks each), read from
+    # the offset index's entry before them; the full read touches every chunk of the topic.
+    assert 0 < narrow_count.log_reads * 4 < full_count.log_reads, (narrow_count.log_reads, full_count.log_reads)
+    assert n_full == sum(1 for r in ds.rows if r[2] == "orders")
+    # A time bound skips whole segments on the manifest's max timestamp and starts mid-segment via the indexes.
+    late, late_count = _counting_reader(config, topic="orders", partitions="0")
+    late_rows = list(late.columns(pushed_bounds([GreaterThanOrEqual(("timestamp",), _dt(BASE_TS + 240_000))])))
+    assert sum(len(c) for _, c in late_rows) == sum(
+        1 for r in ds.rows if r[2] == "orders" and r[3] == 0 and r[5] >= BASE_TS + 240_000
+    )
+    assert {p.segment.start_offset for p, _ in late_rows} == {4000}
+    assert late_count.log_reads < full_count.log_reads / 3
+    assert pushed_bounds([LessThan(("timestamp",), _dt(BASE_TS + 1))]).end_timestamp == BASE_TS + 1
+
+
+def _dt(ms: int) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _cols_rows(cols: Any) -> Iterator[dict[str, Any]]:
+    for i in range(len(cols)):
+        yield {"offset": cols.offsets[i], "value": cols.values[i]}
+
+
+def test_slices_start_at_batch_boundaries_and_cover_each_batch_once(fs_store: Store) -> None:
+    config, ds = fs_store
+    reader = TieredReader({**config, "topic": "orders", "partitions": "1", "maxSliceBytes": "16384"})
+    slices = reader.plan()
+    files = ds.segments["o1-big"]
+    starts = {h.position for h, _ in iter_batches(files.log)}
+    assert len(slices) > 4
+    assert all(s.start_position in starts for s in slices)
+    assert all(s.start_position % int(CHUNK) < 4096 for s in slices)
+    assert [s.end_position for s in slices[:-1]] == [s.start_position for s in slices[1:]]
+    assert slices[0].start_position == 0 and slices[-1].end_position is None
+    offsets = [r["offset"] for r in reader.records()]
+    assert offsets == sorted(set(offsets)) == [r[4] for r in ds.rows if r[2] == "orders" and r[3] == 1]
+
+
+# --- corruption ----------------------------------------------------------------------------------------------------
+
+
+def test_a_corrupt_chunk_fails_clearly_and_pushdown_never_reads_it(spark: SparkSession, tmp_path: Path) -> None:
+    config = _plain(tmp_path)
+    tip = TopicIdPartition(random_kafka_uuid(), "events", 0)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for base in (0, 5000):
+            files = write_segment(tmp_path / f"s{base}", base_offset=base, num_batches=10, seed=base)
+            m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+    (damaged,) = [p for p in (tmp_path / "store").rglob("*.log") if "00000000000000005000" in p.name]
+    data = bytearray(damaged.read_bytes())
+    data[5000] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    df = _read(spark, config, topic="events")
+    with pytest.raises(Exception) as err:
+        df.count()
+    message = str(err.value)
+    assert "CorruptDataException" in message and "events-0" in message and "chunk 1" in message
+    # Offsets below 5000 live in the healthy segment only: the pushed filter keeps Spark away from the damage.
+    assert df.filter("offset < 5000").count() == files_count(tmp_path / "s0")
+
+
+def files_count(directory: Path) -> int:
+    (log,) = directory.glob("*.log")
+    return sum(h.records_count for h, _ in iter_batches(log) if not h.is_control)
+
+
+def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(tmp_path: Path) -> None:
+    config = _plain(tmp_path)
+    specs = [(BASE_TS + i, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(10)]
+    batches = [build_batch(specs, base_offset=10 * i, codec="lz4") for i in range(4)]
+    bad = bytearray(batches[2])
+    bad[-3] ^= 0x55  # inside the records, covered by the CRC
+    batches[2] = bytes(bad)
+    files = write_entries_segment(tmp_path / "src", batches)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        m.copy_log_segment_data(
+            files.to_metadata(TopicIdPartition(random_kafka_uuid(), "audit", 5)), files.to_log_segment_data()
+        )
+    position = len(batches[0]) + len(batches[1])
+    with pytest.raises(CorruptDataException) as err:
+        list(TieredReader({**config, "topic": "audit"}).records())
+    text = str(err.value)
+    assert "audit-5" in text and f"byte position {position}" in text and "CRC" in text and "failOnCorruption" in text
+    lenient = TieredReader({**config, "topic": "audit", "failOnCorruption": "false"})
+    offsets = [r["offset"] for r in lenient.records()]
+    assert offsets == [o for o in range(40) if not 20 <= o < 30]
+    assert lenient.stats.skipped_batches == 1 and lenient.stats.skipped_positions[0][1] == position
+
+
+def test_decompression_is_capped_for_every_codec() -> None:
+    payload = b"\0" * 300_000
+    import gzip
+
+    import lz4.frame
+    import snappy
+    import zstandard
+
+    compressed = {
+        CompressionType.GZIP: gzip.compress(payload),
+        CompressionType.SNAPPY: snappy.compress(payload),
+        CompressionType.LZ4: lz4.frame.compress(payload),
+        CompressionType.ZSTD: zstandard.ZstdCompressor().compress(payload),
+    }
+    for codec, data in compressed.items():
+        assert decompress(codec, data, 300_000) == payload
+        with pytest.raises(DecompressionLimitExceeded):
+            decompress(codec, data, 100_000)
+    # Through the decoder a bomb is a corrupt batch at its position, never an allocation of the inflated size.
+    specs = [(BASE_TS, None, b"\0" * 200_000, [])]
+    bomb = build_batch(specs, codec="zstd")
+    decoder = LogBatchDecoder(ReadBounds(), max_decompressed=64 << 10)
+    with pytest.raises(CorruptRecordBatch, match="decompression cap"):
+        decoder.feed(123, bomb, decoder.new_columns())
+
+
+# --- options -------------------------------------------------------------------------------------------------------
+
+
+def test_options_are_validated_with_precise_messages(tmp_path: Path) -> None:
+    storage = _plain(tmp_path)
+    cases = {
+        "exactly one of topic": {**storage},
+        "topicPattern": {**storage, "topicPattern": "("},
+        "startingOffsets": {**storage, "topic": "t", "startingOffsets": "{not json"},
+        "isolationLevel": {**storage, "topic": "t", "isolationLevel": "serializable"},
+        "failOnCorruption": {**storage, "topic": "t", "failOnCorruption": "maybe"},
+        "no storage": {"topic": "t"},
+        "config.file": {"topic": "t", "config.file": str(tmp_path / "missing.properties")},
+    }
+    for needle, options in cases.items():
+        with pytest.raises(ReadOptionsError, match=needle.split()[0]):
+            TieredReadOptions.from_options(options)
+
+
+def test_config_file_takes_broker_or_plugin_properties(tmp_path: Path, fs_store: Store) -> None:
+    config, ds = fs_store
+    broker = tmp_path / "server.properties"
+    broker.write_text(
+        "broker.id=1\nremote.log.storage.system.enable=true\n"
+        + "".join(f"rsm.config.{k}={v}\n" for k, v in config.items())
+    )
+    plugin = tmp_path / "plugin.properties"
+    plugin.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    expected = sum(1 for r in ds.rows if r[2] == "payments")
+    for path in (broker, plugin):
+        opts = TieredReadOptions.from_options({"config.file": str(path), "topic": "payments"})
+        assert opts.plugin_config == config
+        assert sum(1 for _ in TieredReader(opts).records()) == expected
+
+
+# --- demo example ---------------------------------------------------------------------------------------------------
+
+
+def test_example_query_summarises_the_demo_questions(spark: SparkSession, fs_store: Store) -> None:
+    from rsm.spark.example import example_query
+
+    config, ds = fs_store
+    summary = example_query(spark, config, topic="orders")
+    orders = [r for r in ds.rows if r[2] == "orders"]
+    assert summary["records"] == len(orders)
+    keys = {r[0] for r in orders}
+
+    def name(k: bytes | None) -> str | None:
+        return None if k is None else k.decode()
+
+    counts = {name(k): sum(1 for r in orders if r[0] == k) for k in keys}
+    top_key, top_n = summary["count_by_key"][0]
+    assert top_n == counts[top_key] == max(counts.values())
+    volume = {name(k): sum(len(r[1] or b"") for r in orders if r[0] == k) for k in keys}
+    assert summary["top_producers_by_bytes"][0][1] == max(volume.values())
+    assert summary["time_range"]["records"] == sum(
+        1 for r in orders if summary["time_range"]["from_ms"] <= r[5] < summary["time_range"]["to_ms"]
+    )
+
+
+# --- a real cluster --------------------------------------------------------------------------------------------------
+
+
+def _spark_class() -> str:
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+@pytest.mark.timeout(300)
+def test_standalone_cluster_reads_from_s3_in_separate_executors(s3_store: Store, tmp_path: Path) -> None:
+    """A master and two workers on 127.0.0.1, started with pyspark's own ``spark-class``; the driver runs in a
+    child process and reports the executor process ids that decoded rows (readers are pickled to them)."""
+    config, ds = s3_store
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOG_DIR": str(tmp_path / "logs"),
+    }
+    master_port, ui = free_port(), free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = tmp_path / "cluster.log"
+    try:
+        with open(logs, "wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        _spark_class(),
+                        "org.apache.spark.deploy.master.Master",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(master_port),
+                        "--webui-port",
+                        str(ui),
+                    ],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            for _ in range(2):
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            _spark_class(),
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            "127.0.0.1",
+                            "--cores",
+                            "1",
+                            "--memory",
+                            "1g",
+                            "--webui-port",
+                            str(free_port()),
+                            f"spark://127.0.0.1:{master_port}",
+                        ],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        driver = tmp_path / "driver.py"
+        driver.write_text(
+            textwrap.dedent(
+                f"""
+                import json, os, sys
+                from pyspark.sql import SparkSession
+                from rsm.spark.datasource import register
+                spark = (SparkSession.builder.master("spark://127.0.0.1:{master_port}")
+                         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+                         .config("spark.executor.cores", "1").config("spark.cores.max", "2")
+                         .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+                register(spark)
+                df = spark.read.format("kafka-tiered").options(**json.load(open(sys.argv[1]))).load()
+                pids = df.rdd.mapPartitions(lambda rows: [(os.getpid(), sum(1 for _ in rows))]).collect()
+                print("RESULT " + json.dumps({{"pids": sorted({{p for p, n in pids if n}}), "rows": df.count(),
+                      "driver": os.getpid()}}))
+                spark.stop()
+                """
+            )
+        )
+        options = {**config, "topic": "orders", "maxSliceBytes": "16384"}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "Registered worker" not in logs.read_text(errors="replace"):
+            time.sleep(0.5)
+        options_file = tmp_path / "options.json"  # not argv: options carry credentials
+        options_file.write_text(json.dumps(options))
+        options_file.chmod(0o600)
+        run = subprocess.run(
+            [sys.executable, str(driver), str(options_file)],
+            env=env,
+            capture_output=True,
+            timeout=240,
+            cwd=str(tmp_path),
+        )
+        lines = [ln for ln in run.stdout.decode().splitlines() if ln.startswith("RESULT ")]
+        assert lines, run.stderr.decode()[-3000:] + logs.read_text(errors="replace")[-2000:]
+        result = json.loads(lines[0][len("RESULT ") :])
+        assert result["rows"] == sum(1 for r in ds.rows if r[2] == "orders")
+        assert result["driver"] not in result["pids"] and len(result["pids"]) >= 2, result
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp_path / "work", ignore_errors=True)
