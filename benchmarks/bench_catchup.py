@@ -39,31 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
+from bench_config import bench_metadata as _meta  # noqa: E402 - benchmarks/ is sys.path[0]
+from bench_config import encryption_config  # noqa: E402
+from bench_config import large_segment_data as _segment_data  # noqa: E402
 
 COALESCE = 16 * 1024 * 1024
-
-
-def _meta(size: int, segment_id: str = "tqimKeZwStOEOwRzT3L5oQ") -> Any:
-    from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-
-    tip = TopicIdPartition("MWJ6FHTfRYy67jzwZdeqSQ", "bench", 0)
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, segment_id), 0, 0, 0, 0, 0, size, {0: 0})
-
-
-def _segment_data(work: Path) -> Any:
-    from rsm.metadata import LogSegmentData
-
-    d = work / "segment"
-    snapshot = next(d.glob("*.snapshot"))
-    return LogSegmentData(
-        d / "00000000000000000000.log",
-        d / "00000000000000000000.index",
-        d / "00000000000000000000.timeindex",
-        None,
-        snapshot,
-        b"0\n1\n0 0\n",
-    )
 
 
 def _configs(work: Path, storage: dict[str, str], chunk: int, cache: str, **extra: str) -> dict[str, str]:

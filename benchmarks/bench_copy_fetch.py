@@ -23,7 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
+from bench_config import bench_metadata as _meta  # noqa: E402 - benchmarks/ is sys.path[0]
+from bench_config import encryption_config  # noqa: E402
+from bench_config import large_segment_data as _segment_data  # noqa: E402
 
 
 def _rss_mb() -> float:
@@ -80,30 +82,6 @@ def _segment(work: Path, size_mb: int):  # type: ignore[no-untyped-def]
     from rsm.kafka.writer import write_large_segment
 
     return write_large_segment(work / "segment", size_mb * 1024 * 1024, seed=7)
-
-
-def _segment_data(work: Path):  # type: ignore[no-untyped-def]
-    """The LogSegmentData of the segment the parent wrote (not rewritten here: a fresh 1 GiB of dirty pages
-    being flushed during the timed copy would measure the disk, not the plugin)."""
-    from rsm.metadata import LogSegmentData
-
-    d = work / "segment"
-    snapshot = next(d.glob("*.snapshot"))
-    return LogSegmentData(
-        d / "00000000000000000000.log",
-        d / "00000000000000000000.index",
-        d / "00000000000000000000.timeindex",
-        None,
-        snapshot,
-        b"0\n1\n0 0\n",
-    )
-
-
-def _meta(size: int):  # type: ignore[no-untyped-def]
-    from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-
-    tip = TopicIdPartition("MWJ6FHTfRYy67jzwZdeqSQ", "bench", 0)
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, "tqimKeZwStOEOwRzT3L5oQ"), 0, 0, 0, 0, 0, size, {0: 0})
 
 
 def phase_copy(work: Path, chunk: int, threads: int) -> dict[str, float]:
