@@ -6,25 +6,15 @@ The properties file is the plugin's configuration (or a broker's server.properti
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-from pyspark.sql import SparkSession
-
-from rsm.spark.example import example_query
+from rsm.spark.example import example_query, local_session
 
 
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kafka-tiered demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
+    spark = local_session("kafka-tiered demo")
     try:
         summary = example_query(
             spark, {"config.file": sys.argv[1]}, topic=sys.argv[2] if len(sys.argv) > 2 else "orders"

@@ -16,9 +16,7 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
-import os
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -226,19 +224,12 @@ def spark_example_query(properties: Path) -> str | None:
     """The Spark example (``rsm.spark.example``) on ``local[2]`` over the demo's tiered data, read straight
     from the store with the demo's ``server.properties``; None when pyspark is not installed."""
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401 - only whether it is installed
     except ImportError:
         return None
-    from rsm.spark.example import example_query
+    from rsm.spark.example import example_query, local_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kts demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
+    spark = local_session("kts demo")
     try:
         summary = example_query(spark, {"config.file": str(properties)}, topic=TOPIC.topic, top=3)
     finally:

@@ -15,7 +15,25 @@ from rsm.spark.datasource import FORMAT, register
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["example_query"]
+__all__ = ["example_query", "local_session"]
+
+
+def local_session(app_name: str) -> SparkSession:
+    """A ``local[2]`` session as the demo and its script use it: no UI, filter pushdown on (so the time-range
+    question prunes segments), executors on this interpreter (which has ``rsm`` installed)."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
 
 
 def example_query(
