@@ -52,6 +52,11 @@ def _manager(server: StoreServer, endpoint: str, prefix: str) -> RemoteStorageMa
         "compression.enabled": "true",
         "storage.backend.class": "s3",
         "fetch.readahead.chunks": "2",
+        # a GET per chunk, nothing cached: every read crosses the faulty proxy (coalescing and the cache would
+        # turn a catch-up into a handful of requests, and 1% of a handful is nothing)
+        "fetch.coalesce.max.bytes": "1",
+        "fetch.chunk.cache.size": "0",
+        "fetch.chunk.cache.prefetch.max.size": "0",
         **{f"storage.{k}": v for k, v in server.config(**{"s3.endpoint.url": endpoint}).items()},
         "storage.s3.api.call.attempt.timeout": "400",
         "storage.s3.retry.max.attempts": "6",

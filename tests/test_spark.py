@@ -227,9 +227,19 @@ class _CountingBackend:
 
 def _counting_reader(config: dict[str, str], **options: str) -> tuple[TieredReader, _CountingBackend]:
     m = RemoteStorageManager()
-    m.configure({**config, "fetch.readahead.chunks": "0"})
+    # one GET per chunk read and no prefetch: the count is then the chunks the reader asked for
+    m.configure(
+        {
+            **config,
+            "fetch.readahead.chunks": "0",
+            "fetch.coalesce.max.bytes": "1",
+            "fetch.chunk.cache.prefetch.max.size": "0",
+        }
+    )
     counting = _CountingBackend(m.backend)
     m._backend = counting  # type: ignore[attr-defined] - instrument the real backend, nothing else changes
+    assert m.chunk_cache is not None
+    m.chunk_cache.backend = counting  # the chunk cache reads through the same backend
     return TieredReader({**config, **options}, manager=m), counting
 
 

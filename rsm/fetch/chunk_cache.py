@@ -170,6 +170,8 @@ class ChunkCache:
     def ensure_cached(self, src: SegmentSource, chunk: Chunk, horizon: int, background: bool = True) -> bool:
         """Bring a chunk into the cache without a reader (prefetch); False when it was there or on its way."""
         key = (src.cache_id, chunk.id)
+        if chunk.original_size > self.buffers().buffer_size:
+            return False  # bigger than our chunks (a foreign manifest): never allocated ahead of a reader
         if self.memory.contains(key) or self.memory.in_flight(key) or self._is_fetching(key):
             return False
         if self.disk is not None and self.disk.contains(src.cache_id, chunk.id):
@@ -276,6 +278,8 @@ class ChunkCache:
         run = [first]
         total = first.transformed_size
         last = min(horizon, src.index.chunk_count - 1, first.id + MAX_RUN_CHUNKS - 1)
+        if first.original_size > self.buffers().buffer_size:
+            return run  # a chunk bigger than ours (a foreign or hostile manifest): alone, decoded by its reader
         for chunk_id in range(first.id + 1, last + 1):
             chunk = src.index.chunk(chunk_id)
             key = (src.cache_id, chunk_id)
