@@ -142,6 +142,9 @@ def test_hostile_manifests_are_corrupt_data_with_bounded_memory(segment_factory:
         "storage.backend.class": "filesystem",
         "storage.root": str(tmp_path / "store"),
         "storage.fsync.enabled": "false",
+        # the chunk cache's memory tier may hold its configured bytes whatever the manifests say; keep that budget
+        # small so the peak measured is what one hostile fetch allocates
+        "fetch.chunk.cache.size": str(8 * 1024 * 1024),
     }
     writer = RemoteStorageManager()
     writer.configure(configs)
