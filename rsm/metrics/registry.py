@@ -201,14 +201,13 @@ class MetricsRegistry:
     def total(self, domain: str, type_: str, tags: Tags, base: str, sensor: Sensor) -> None:
         self.add(domain, type_, tags, f"{base}-total", lambda: sensor.total)
 
-    def time(self, domain: str, type_: str, tags: Tags, base: str, sensor: Sensor, percentiles: bool = True) -> None:
+    def time(self, domain: str, type_: str, tags: Tags, base: str, sensor: Sensor) -> None:
         """``<base>-avg`` and ``<base>-max`` of ``sensor`` (Aiven's), and ``<base>-p50/-p99/-p999`` (ours)."""
         self.add(domain, type_, tags, f"{base}-avg", sensor.avg)
         self.add(domain, type_, tags, f"{base}-max", sensor.max)
-        if percentiles:
-            sensor.keep_histogram()
-            for suffix, q in PERCENTILES:
-                self.add(domain, type_, tags, f"{base}-{suffix}", partial(sensor.percentile, q))
+        sensor.keep_histogram()
+        for suffix, q in PERCENTILES:
+            self.add(domain, type_, tags, f"{base}-{suffix}", partial(sensor.percentile, q))
 
     def beans(self) -> Iterable[tuple[str, str, Tags, dict[str, float]]]:
         """Every bean with its current values (read now, outside the registry's lock)."""
