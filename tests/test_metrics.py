@@ -44,6 +44,7 @@ from rsm.metrics.registry import PERCENTILES, MetricsConfig, MetricsRegistry
 RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
 MANIFEST_CACHE = "aiven.kafka.server.tieredstorage.cache:type=segment-manifest-cache-metrics"
+INDEX_CACHE = "aiven.kafka.server.tieredstorage.cache:type=segment-indexes-cache-metrics"
 CHUNK = 65536
 DETERMINISTIC = {  # one chunk per GET and no background loads: every hit and miss is the test's own doing
     "chunk.size": str(CHUNK),
@@ -259,6 +260,14 @@ def test_exact_values_after_a_known_workload(
     log_path.write_bytes(bytes(raw))
     with pytest.raises(CorruptDataException), m.fetch_log_segment(metas[1], 2 * CHUNK, 2 * CHUNK + 10) as f:
         f.read()
+    # And one in an index: a flipped byte in segment 1's stored offset index.
+    indexes_path = root / segment_keys("", metas[1]).indexes
+    offset_entry = m.fetch_manifest(metas[1]).segment_indexes[IndexType.OFFSET]
+    raw = bytearray(indexes_path.read_bytes())
+    raw[offset_entry.position + 3] ^= 0xFF
+    indexes_path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptDataException, match="index is corrupt"):
+        m.fetch_index(metas[1], IndexType.OFFSET)
     # One fetch that cannot start, one absent transaction index (routine, not an error), one delete.
     with pytest.raises(RemoteStorageException, match="end before start"):
         m.fetch_log_segment(metas[0], 5, 0)
@@ -289,7 +298,8 @@ def test_exact_values_after_a_known_workload(
     requested = 100 + 11 + 5 + (CHUNK + 10) + 11
     assert total["segment-fetch-requested-bytes-total"] == requested == p7["segment-fetch-requested-bytes-total"]
     assert p8_bean["segment-fetch-requested-bytes-total"] == 0
-    assert total["segment-fetch-errors-total"] == 1 and p7["segment-fetch-errors-total"] == 1
+    # the corrupt chunk's fetch and the corrupt index's (the fetch that cannot start never began)
+    assert total["segment-fetch-errors-total"] == 2 and p7["segment-fetch-errors-total"] == 2
     assert total["segment-fetch-time-max"] >= total["segment-fetch-time-avg"] > 0  # DEBUG level records it
     assert total["segment-delete-total"] == 1 == p8_bean["segment-delete-total"] and p7["segment-delete-total"] == 0
     assert total["segment-delete-bytes-total"] == segs[2].size == p8_bean["segment-delete-bytes-total"]
@@ -312,9 +322,12 @@ def test_exact_values_after_a_known_workload(
     assert (chunk["cache-hits-total"], chunk["cache-misses-total"]) == (3, 3)  # 3rd miss: the corrupt chunk
     assert chunk["integrity-failures-total"] == 1
     assert chunk["remote-get-total"] == 3 and chunk["remote-get-bytes-total"] == 3 * CHUNK
+    assert snap[INDEX_CACHE]["integrity-failures-total"] == 1
+    assert snap[INDEX_CACHE]["cache-load-failure-total"] == 1  # a corrupt index is never cached
     manifest = snap[MANIFEST_CACHE]
-    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 1 on segment 1.
-    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 5)
+    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 3 on segment 1 (the
+    # fetch, the test's own fetch_manifest, the corrupt index).
+    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 7)
     assert "aiven.kafka.server.tieredstorage.thread-pool:type=transform-thread-pool-metrics" in snap
 
 

@@ -162,14 +162,27 @@ _CHUNK_CACHE_OURS = [
     ("disk-cache-hits-total", "Reads answered by the disk tier (disk chunk cache only)."),
 ]
 
-CACHE_METRICS = [
-    MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
-    for t in CACHE_TYPES.values()
-    for name, meaning in _CACHE_ATTRS
-] + [
-    MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
-    for name, meaning in _CHUNK_CACHE_OURS
-]
+CACHE_METRICS = (
+    [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
+        for t in CACHE_TYPES.values()
+        for name, meaning in _CACHE_ATTRS
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
+        for name, meaning in _CHUNK_CACHE_OURS
+    ]
+    + [
+        MetricDecl(
+            f"{CACHE_DOMAIN}:type={CACHE_TYPES['index']}",
+            ("integrity-failures-total",),
+            "total",
+            ("",),
+            "Indexes whose CRC-32C or AES-GCM tag did not match when loaded: corrupt stored data.",
+            ours=True,
+        )
+    ]
+)
 
 PULLED_OURS = [
     MetricDecl(
