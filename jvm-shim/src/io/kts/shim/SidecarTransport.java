@@ -80,6 +80,9 @@ final class SidecarTransport implements Transport {
     }
 
     private void onExit(SidecarProcess p) {
+        // A sidecar that was killed (OOM killer, kill -9) could not remove its socket file: without this, every
+        // death would leave one behind in the socket directory for the life of the broker.
+        p.removeSocket();
         if (closed || p != current) return;
         LOG.log(Level.WARNING, "Python sidecar pid {0} died ({1}); restarting it", String.valueOf(p.pid), p.exitDescription());
         scheduleRestart(p);
