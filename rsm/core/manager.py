@@ -507,10 +507,10 @@ class RemoteStorageManager:
             f"manifest {self._show(keys.manifest)}",
         )
 
-    def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
+    def _read_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> bytes:
         try:
             with self.backend.fetch(keys.manifest) as f:
-                raw = f.read(MAX_MANIFEST_SIZE + 1)
+                return f.read(MAX_MANIFEST_SIZE + 1)
         except KeyNotFound:
             raise RemoteResourceNotFoundException(
                 f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found"
@@ -519,7 +519,22 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"cannot read the manifest {self._show(keys.manifest)} of {meta.describe()}: {e}"
             ) from e
-        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(keys.manifest)}")
+
+    def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
+        what = f"manifest {self._show(keys.manifest)}"
+        raw = self._read_manifest(keys, meta)
+        try:
+            manifest = SegmentManifest.from_json_bytes(raw, what)
+        except CorruptDataException as first:
+            # A manifest is read whole, without a range: a body cut short in transit whose Content-Length was
+            # rewritten to match (a proxy, a middlebox) looks like a complete short object at the HTTP level, and
+            # only parsing tells. One more read separates that from a stored object that is really corrupt.
+            again = self._read_manifest(keys, meta)
+            if again == raw:
+                raise
+            manifest = SegmentManifest.from_json_bytes(again, what)
+            log.warning("%s was damaged in transit on the first read (%s); a second read parsed", what, first)
+            raw = again
         tag = manifest.encryption.aad.hex() if manifest.encryption is not None else f"{crc32c(raw):08x}"
         return LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta), f"{keys.manifest}@{tag}")
 
