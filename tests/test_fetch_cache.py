@@ -216,15 +216,19 @@ def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pa
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
+@pytest.mark.parametrize("check", ["gcm", "crc32c"])
 def test_damaged_disk_entry_is_dropped_and_fetched_again(
-    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, damage: str
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, damage: str, check: str
 ) -> None:
+    """Encrypted chunks are checked by their GCM tag when read back from disk, plain ones by the manifest's CRC."""
     cache_dir = tmp_path / "c"
     # no compression: stored chunks are ~64 KiB, so diskcache keeps each in its own file
-    m = _manager(
-        make_manager,
-        key_pairs,
+    m = make_manager(
+        encryption_configs(key_pairs) if check == "gcm" else {},
+        chunk_size=CHUNK,
         compression_enabled=False,
+        fetch_coalesce_max_bytes=512 * 1024,
+        fetch_chunk_cache_prefetch_max_size=0,
         fetch_chunk_cache_class="disk",
         fetch_chunk_cache_path=str(cache_dir),
         fetch_chunk_cache_memory_size=0,

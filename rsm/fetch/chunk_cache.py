@@ -208,6 +208,7 @@ class ChunkCache:
         try:
             if src.transformer.is_identity:
                 if len(stored) != chunk.original_size:
+                    self._count_integrity_failure()  # a torn disk entry or a short object: the CRC cannot run
                     raise CorruptDataException(
                         f"{what}: the manifest says the chunk is stored untransformed, but gives "
                         f"{len(stored)} stored bytes for {chunk.original_size} original ones"
