@@ -364,7 +364,7 @@ class GcsBackend(CloudBackend):
                     state["done"] = True
                     return
                 if response.status_code != 308:
-                    raise _error_from(response)
+                    raise self._session_error(key, response)
                 state["held"] = min(max(_persisted_end(response) - offset, 0), len(block))
             state["ask_first"] = True
             held = int(state["held"])
@@ -382,13 +382,24 @@ class GcsBackend(CloudBackend):
                 state["done"] = True
                 return
             if response.status_code != 308:
-                raise _error_from(response)
+                raise self._session_error(key, response)
             if last or _persisted_end(response) < offset + len(block):
                 raise _IncompleteChunk(f"session holds {_persisted_end(response)} of {offset + len(block)} bytes")
             state["ask_first"] = False
 
         self._call("resumable-chunk-upload", key, attempt, deadline=deadline, key_read=False)
         self.instrumentation.bytes_uploaded(len(block))
+
+    def _session_error(self, key: str, response: Any) -> Exception:
+        """A 404 on a session URI means the session is gone (expired, cancelled, or completed by an earlier
+        attempt whose answer was lost), never that the bucket is missing; only a new upload can go on."""
+        if response.status_code == 404:
+            return StorageBackendException(
+                f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the upload session is gone "
+                f"(HTTP 404: expired, cancelled, or completed by an attempt whose answer was lost); the copy must "
+                f"upload the object again"
+            )
+        return _error_from(response)
 
     def _discard_truncated(self, key: str, response: Any) -> None:
         """Delete an object a broken server committed early, but only that generation of it."""
