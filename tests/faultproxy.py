@@ -86,7 +86,8 @@ class FaultPlan:
 
     ``match(method, path)`` narrows the requests that may be faulted and ``limit`` caps how many are (``rate=1,
     faults=("server-error",), limit=1`` fails exactly the first matching request). ``seen`` records every request
-    as (method, path, status the client got, or the fault that cut it off).
+    as (method, path, status): the status the server answered (even when the proxy then broke the body on its
+    way to the client), the proxy's own answer, or ``"reset-upload"`` when the server never answered.
     """
 
     rate: float
@@ -183,11 +184,15 @@ class FaultProxy:
 
     def stop(self) -> None:
         async def shutdown() -> None:
+            """Close the listener, then cancel every exchange and wait for them: an exchange cancelled mid-stall
+            must run its ``finally`` (closing both sockets) before the loop goes, or its sockets linger until a
+            garbage collection and read as leaked fds."""
             assert self._server is not None
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -283,12 +288,11 @@ class FaultProxy:
                 framing,
             )
             half = resp_body[: len(resp_body) // 2]
+            self.plan.seen.append((method, path, int(status)))
             if fault is None or not resp_body or not resp_head.startswith(b"HTTP/1.1 2"):
-                self.plan.seen.append((method, path, int(status)))
                 client_w.write(resp_head + resp_body)
                 await client_w.drain()
                 return keep_alive
-            self.plan.seen.append((method, path, fault))
             if fault == "truncate-length":
                 client_w.write(_set_headers(resp_head[:-4], (b"content-length",), [b"Content-Length: %d" % len(half)]))
                 client_w.write(half)
