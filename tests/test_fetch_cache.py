@@ -380,6 +380,41 @@ def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, ke
     assert gets.count == before
 
 
+@pytest.mark.parametrize("cache_class", ["disk", "memory"])
+def test_each_chunk_is_decoded_once_and_never_evicted_unread(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, cache_class: str
+) -> None:
+    """A coalesced GET decodes the chunks after the one asked for in the background; a reader that got to one
+    first must not see it decoded a second time, and no more is decoded ahead than the memory tier can keep
+    until the reader comes (a quarter of it), so nothing decoded is evicted unread and fetched again."""
+    tier = 16 * CHUNK
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_class=cache_class,
+        fetch_chunk_cache_path=str(tmp_path / "cc"),
+        fetch_chunk_cache_size=tier if cache_class == "memory" else 64 * 1024 * 1024,
+        fetch_chunk_cache_memory_size=tier,
+        fetch_coalesce_max_bytes=64 * 1024 * 1024,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    chunks = m.fetch_manifest(meta).chunk_index.chunk_count
+    assert chunks > 2 * 16, "the segment must be bigger than the memory tier for this test to mean anything"
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read() == original
+    assert m.chunk_cache.wait_idle()
+    stats = m.chunk_cache.stats()
+    assert stats["cache-load-success-total"] == chunks, stats
+    if cache_class == "memory":
+        # no disk tier to hold the rest of a run: GETs are cut at what may be decoded ahead (4 chunks here)
+        assert gets.count >= math.ceil(chunks / 5), gets.calls
+    else:
+        assert gets.count == 1, gets.calls
+
+
 def test_index_cache_and_single_unwrap(segment: Any, make_manager: Any, key_pairs: Any) -> None:
     from rsm import IndexType
 
