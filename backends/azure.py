@@ -4,7 +4,8 @@ Uploads stream: a source that fits in one ``azure.upload.block.size`` block goes
 anything larger is staged block by block (in parallel on a bounded thread pool, at most
 ``azure.upload.concurrency`` blocks in flight) and made visible at once by Put Block List. Staged blocks
 are invisible until that commit, so a failed upload never shows a partial blob (and never disturbs an
-existing blob under the key); uncommitted blocks are discarded by the service after a week.
+existing blob under the key); uncommitted blocks are discarded by the service after a week, and garbage
+collection lists and deletes the blobs that hold nothing else (``list_pending_uploads``).
 
 Block ids carry a random per-upload tag, so two uploads racing on one key never commit each other's
 blocks. SDK retries are off (``retry_total=0``): ``backends.retry`` applies the same policy as for S3/GCS.
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, BinaryIO
 
-from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from backends.base import InvalidRange, KeyNotFound, PendingUpload, StorageBackendException
 from backends.cloud import (
     STORAGE_PREFIX,
     CloudBackend,
@@ -33,11 +34,13 @@ from backends.cloud import (
 )
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import ResponseStream, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
 MIN_BLOCK_SIZE = 100 * 1024
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 DELETE_BATCH = 256  # blob batch limit
+UNCOMMITTED_BLOCKS = "uncommitted-blocks"
+"""``PendingUpload.kind`` of a blob that holds only staged, never committed blocks."""
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -111,7 +114,9 @@ CONFIG_DEF = ConfigDef().extend(
             "azure.download.chunk.size",
             "int",
             4 * 1024 * 1024,
-            "Bytes fetched per GET while a download stream is read (also the most held in memory).",
+            "No longer used: a download is one ranged GET read off the connection as the caller reads, so memory "
+            "follows the caller's reads, and a broken body resumes under azure.retry.*. Still accepted so "
+            "existing configurations parse.",
             validator=in_range(64 * 1024, None),
             group="azure",
         ),
@@ -126,6 +131,15 @@ CONFIG_DEF = ConfigDef().extend(
         *common_keys("azure", "azure"),
     ]
 )
+
+
+def _error_code(e: Any) -> str:
+    """The storage error code (``BlobNotFound``, ``ServerBusy``...): the SDK's high-level calls set
+    ``error_code``; the raw Get Blob call leaves it in the ``x-ms-error-code`` header of the answer."""
+    code = getattr(e, "error_code", None)
+    if not code and getattr(e, "response", None) is not None:
+        code = e.response.headers.get("x-ms-error-code")
+    return str(code or "")
 
 
 class AzureBlobBackend(CloudBackend):
@@ -204,8 +218,6 @@ class AzureBlobBackend(CloudBackend):
             "retry_total": 0,
             "max_single_put_size": self.block_size,
             "max_block_size": self.block_size,
-            "max_single_get_size": values["azure.download.chunk.size"],
-            "max_chunk_get_size": values["azure.download.chunk.size"],
             "connection_timeout": attempt_s,
             "read_timeout": attempt_s,
         }
@@ -259,17 +271,18 @@ class AzureBlobBackend(CloudBackend):
             if text:
                 message = text[0]
             notes = getattr(e, "__notes__", None) or []
-            return f"HTTP {e.status_code} {e.error_code or ''}: {message}".strip() + (
+            return f"HTTP {e.status_code} {_error_code(e)}: {message}".strip() + (
                 f" [{'; '.join(notes)}]" if notes else ""
             )
         return describe_error(e)
 
     def _classify(self, e: BaseException) -> ErrorKind:
+        import urllib3.exceptions
         from azure.core import exceptions as az
 
         if isinstance(e, az.HttpResponseError) and e.status_code is not None:
             status = int(e.status_code)
-            code = str(e.error_code or "")
+            code = _error_code(e)
             if status == 404:
                 return ErrorKind.OTHER if code == "ContainerNotFound" else ErrorKind.NOT_FOUND
             if status == 416 or code == "InvalidRange":
@@ -281,10 +294,34 @@ class AzureBlobBackend(CloudBackend):
             if status >= 500:
                 return ErrorKind.SERVER
             return ErrorKind.OTHER
-        if isinstance(e, (az.ServiceRequestTimeoutError, az.ServiceResponseTimeoutError, TimeoutError)):
+        if isinstance(e, az.HttpResponseError):
+            # No status: the SDK wraps a body that broke while streaming ("Unable to stream download": a reset
+            # or read timeout surfacing as requests' ChunkedEncodingError). Nothing was answered, so it is a
+            # transport failure whatever the wrapped error says, and a new GET may succeed.
+            inner = e.inner_exception
+            kind = self._classify(inner) if isinstance(inner, BaseException) and inner is not e else ErrorKind.IO
+            return ErrorKind.IO if kind is ErrorKind.OTHER else kind
+        if isinstance(
+            e,
+            (
+                az.ServiceRequestTimeoutError,
+                az.ServiceResponseTimeoutError,
+                TimeoutError,
+                urllib3.exceptions.TimeoutError,
+            ),
+        ):
             return ErrorKind.TIMEOUT
-        if isinstance(e, (az.ServiceRequestError, az.ServiceResponseError, az.IncompleteReadError, OSError)):
-            return ErrorKind.IO
+        if isinstance(
+            e,
+            (
+                az.ServiceRequestError,
+                az.ServiceResponseError,
+                az.IncompleteReadError,
+                OSError,
+                urllib3.exceptions.HTTPError,
+            ),
+        ):
+            return ErrorKind.IO  # urllib3's own errors come from reading a body off the connection
         return ErrorKind.OTHER
 
     # --- upload -----------------------------------------------------------------------------------
@@ -350,26 +387,53 @@ class AzureBlobBackend(CloudBackend):
 
     # --- read -------------------------------------------------------------------------------------
     def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
+        """One ranged Get Blob whose body is read straight off the connection.
+
+        ``download_blob`` is not used: its downloader retries a broken body itself, three times with fixed
+        1-second sleeps and whatever ``retry_total`` says, then raises a status-less ``HttpResponseError``. Here a
+        broken body is a ``BodyReadError``, resumed by ``CloudBackend.fetch`` under this backend's retry policy
+        like on S3 and GCS. The request always carries a range (``bytes=0-`` for a whole blob), so the answer's
+        Content-Range tells whether its Content-Length was cut in transit.
+        """
         self._check_range(key, start, end)
         blob = self.container_client.get_blob_client(key)
-        kwargs: dict[str, Any] = {"max_concurrency": 1}
-        if start != 0 or end is not None:
-            kwargs["offset"] = start
-            kwargs["length"] = None if end is None else end - start + 1
-        downloader = self._call("blob-get", key, lambda: blob.download_blob(**kwargs), start=start, end=end)
-        if "offset" in kwargs and downloader.size == 0:
-            # Azure answers 416 here; Azurite answers 206 "bytes 5-4/5" for a start exactly at the size.
+        wanted = f"bytes={start}-{'' if end is None else end}"
+
+        def keep(pipeline_response: Any, _body: Any, _headers: Any) -> Any:
+            return pipeline_response.http_response
+
+        def attempt() -> Any:
+            from azure.core.exceptions import HttpResponseError
+
+            try:
+                return blob._client.blob.download(range=wanted, cls=keep)  # noqa: SLF001 - see the docstring
+            except HttpResponseError as e:
+                if e.status_code == 416 and start == 0 and end is None:
+                    return blob._client.blob.download(cls=keep)  # noqa: SLF001 - an empty blob has no byte 0
+                raise
+
+        response = self._call("blob-get", key, attempt, start=start, end=end)
+        raw = response.internal_response.raw
+        headers = response.headers
+        length, content_range = headers.get("Content-Length"), headers.get("Content-Range")
+        try:
+            check_answer_length(f"Azure blob-get of key {key!r} in {self._where()}", length, content_range)
+        except BodyReadError:
+            response.close()
+            raise
+        if length == "0" and (start != 0 or end is not None):
+            response.close()  # Azure answers 416 here; Azurite answers 206 "bytes 5-4/5" for a start at the size
             raise InvalidRange(key, start, end)
 
         def read(n: int) -> bytes:
-            return bytes(downloader.read(n))
+            return raw.read(None if n < 0 else n) or b""
 
         return ResponseStream(
             read,
-            lambda: None,
+            response.close,
             self._stream_error("blob-get", key),  # type: ignore[return-value]
             self.instrumentation,
-            length=downloader.size,
+            length=int(length) if length and length.isdigit() else None,
         )
 
     # --- delete / list ----------------------------------------------------------------------------
@@ -417,6 +481,43 @@ class AzureBlobBackend(CloudBackend):
             return names, pages.continuation_token
 
         return self._paginate("blob-list", prefix, page)
+
+    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]:
+        """Blobs under ``prefix`` that hold only uncommitted blocks: a staged upload whose Put Block List never
+        came (a killed copy, or one whose staging failed). They are invisible to reads and listings, yet billed
+        until the service discards them a week later. ``upload_id`` is the blob's ETag (informational)."""
+        committed = set(self.list(prefix))
+
+        def page(token: str | None) -> tuple[list[PendingUpload], str | None]:
+            pages = self.container_client.list_blobs(
+                name_starts_with=prefix or None, include=["uncommittedblobs"]
+            ).by_page(continuation_token=token)
+            uploads = [
+                PendingUpload(
+                    UNCOMMITTED_BLOCKS,
+                    b.name,
+                    str(b.etag or ""),
+                    (b.creation_time or b.last_modified).timestamp(),
+                )
+                for b in next(pages)
+                if b.name not in committed
+            ]
+            return uploads, pages.continuation_token
+
+        return self._paginate("blob-list-uncommitted", prefix, page)  # type: ignore[arg-type]
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        """Delete a blob found by ``list_pending_uploads`` unless it has been committed since (a slow copy
+        finished): then it is an object, no longer a pending upload. (A conditional delete on the listed ETag
+        would close the remaining window, but Azurite does not match ETags of uncommitted blobs; the grace
+        period of garbage collection, longer than any copy, is what keeps a live upload out of the list.)"""
+        if any(k == upload.key for k in self.list(upload.key)):
+            return
+        blob = self.container_client.get_blob_client(upload.key)
+        try:
+            self._call("blob-delete-uncommitted", upload.key, lambda: blob.delete_blob())
+        except KeyNotFound:  # discarded by the service already
+            pass
 
     def close(self) -> None:
         self._close_worker_pool()

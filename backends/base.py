@@ -100,8 +100,9 @@ class ObjectInfo:
 @dataclass(frozen=True)
 class PendingUpload:
     """An upload that was started and never finished: an open S3 multipart upload (``kind`` "multipart-upload",
-    ``upload_id`` its id) or a filesystem temp file (``kind`` "temp-file", ``upload_id`` its path below the
-    root). Nothing reads it; only its abort frees the storage it holds."""
+    ``upload_id`` its id), an Azure blob of uncommitted blocks (``kind`` "uncommitted-blocks", ``upload_id`` its
+    ETag) or a filesystem temp file (``kind`` "temp-file", ``upload_id`` its path below the root). Nothing reads
+    it; only its abort frees the storage it holds."""
 
     kind: str
     key: str

@@ -16,6 +16,7 @@ are disabled everywhere; ``backends.retry`` applies the same policy as for the o
 from __future__ import annotations
 
 import json
+import logging
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
@@ -33,7 +34,9 @@ from backends.cloud import (
 )
 from backends.configdef import ConfigDef, ConfigKey
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import ResponseStream, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
+
+log = logging.getLogger("backends.gcs")
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
@@ -329,7 +332,7 @@ class GcsBackend(CloudBackend):
                 self._send_chunk(key, session_uri, offset, block, last, deadline)
                 offset += len(block)
         except BaseException as e:
-            self._cancel(session_uri)
+            self._cancel(key, session_uri)
             if isinstance(e, DeadlineExceeded):
                 raise self._map_error("resumable upload", key, e) from e
             raise  # our mapped errors, and the source's own exceptions, unchanged
@@ -361,7 +364,7 @@ class GcsBackend(CloudBackend):
                     state["done"] = True
                     return
                 if response.status_code != 308:
-                    raise _error_from(response)
+                    raise self._session_error(key, response)
                 state["held"] = min(max(_persisted_end(response) - offset, 0), len(block))
             state["ask_first"] = True
             held = int(state["held"])
@@ -379,13 +382,24 @@ class GcsBackend(CloudBackend):
                 state["done"] = True
                 return
             if response.status_code != 308:
-                raise _error_from(response)
+                raise self._session_error(key, response)
             if last or _persisted_end(response) < offset + len(block):
                 raise _IncompleteChunk(f"session holds {_persisted_end(response)} of {offset + len(block)} bytes")
             state["ask_first"] = False
 
         self._call("resumable-chunk-upload", key, attempt, deadline=deadline, key_read=False)
         self.instrumentation.bytes_uploaded(len(block))
+
+    def _session_error(self, key: str, response: Any) -> Exception:
+        """A 404 on a session URI means the session is gone (expired, cancelled, or completed by an earlier
+        attempt whose answer was lost), never that the bucket is missing; only a new upload can go on."""
+        if response.status_code == 404:
+            return StorageBackendException(
+                f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the upload session is gone "
+                f"(HTTP 404: expired, cancelled, or completed by an attempt whose answer was lost); the copy must "
+                f"upload the object again"
+            )
+        return _error_from(response)
 
     def _discard_truncated(self, key: str, response: Any) -> None:
         """Delete an object a broken server committed early, but only that generation of it."""
@@ -396,12 +410,26 @@ class GcsBackend(CloudBackend):
         except Exception:  # noqa: BLE001 - best effort; the upload fails either way
             pass
 
-    def _cancel(self, uri: str) -> None:
-        """Best effort: an unfinished session never becomes an object and expires after a week anyway."""
+    def _cancel(self, key: str, uri: str) -> None:
+        """Cancel the session, retried like every call (GCS answers a cancel with 499). GCS has no call that lists
+        open sessions, so a session this leaves open cannot be found later; it holds no object and GCS discards
+        it after a week, which the warning says."""
+
+        def attempt() -> None:
+            response = self.session.delete(uri, timeout=self._timeout)
+            if response.status_code not in (200, 204, 404, 410, 499):
+                raise _error_from(response)
+
         try:
-            self.session.delete(uri, timeout=self._timeout)
-        except Exception:  # noqa: BLE001
-            pass
+            self._call("resumable-upload-cancel", key, attempt, key_read=False)
+        except StorageBackendException as e:
+            log.warning(
+                "could not cancel the resumable upload session of key %r in %s (%s); it holds no object and GCS "
+                "discards it after a week",
+                key,
+                self._where(),
+                e,
+            )
 
     # --- read -------------------------------------------------------------------------------------
     def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
@@ -421,12 +449,25 @@ class GcsBackend(CloudBackend):
             return response
 
         response = self._call("object-get", key, attempt, start=start, end=end)
+        length = response.headers.get("Content-Length")
+        stored = None
+        if response.headers.get("X-Goog-Stored-Content-Encoding", "identity") == "identity":
+            stored = response.headers.get("X-Goog-Stored-Content-Length")  # real GCS says it; fake-gcs does not
+        try:
+            check_answer_length(
+                f"GCS object-get of key {key!r} in {self._where()}",
+                length,
+                response.headers.get("Content-Range"),
+                stored,
+            )
+        except BodyReadError:
+            response.close()
+            raise
         raw = response.raw
 
         def read(n: int) -> bytes:
             return raw.read(None if n < 0 else n) or b""
 
-        length = response.headers.get("Content-Length")
         return ResponseStream(
             read,
             response.close,

@@ -36,7 +36,7 @@ from backends.cloud import (
 )
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import BodyReadError, ResponseStream, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
 log = logging.getLogger("backends.s3")
 
@@ -551,7 +551,11 @@ class S3Backend(CloudBackend):
         answer = self._call("get-object", key, lambda: self.client.get_object(**kwargs), start=start, end=end)
         body = answer["Body"]
         length = answer.get("ContentLength")
-        _check_content_range(key, answer.get("ContentRange"), length, body)
+        try:
+            check_answer_length(f"S3 get-object of key {key!r}", length, answer.get("ContentRange"))
+        except BodyReadError:
+            body.close()
+            raise
 
         def read(n: int) -> bytes:
             return body.read(None if n < 0 else n)
@@ -616,19 +620,3 @@ class S3Backend(CloudBackend):
 
     def __repr__(self) -> str:
         return f"S3Backend(bucket={self.bucket!r})"
-
-
-def _check_content_range(key: str, content_range: str | None, length: Any, body: Any) -> None:
-    """A ranged answer whose Content-Length disagrees with its Content-Range was cut short on the way (a proxy
-    rewrote the length): refuse it as a retriable body failure instead of handing out a short range."""
-    if not content_range or length is None or not content_range.startswith("bytes "):
-        return
-    span = content_range[len("bytes ") :].split("/", 1)[0]
-    first, _, last = span.partition("-")
-    if first.isdigit() and last.isdigit() and int(last) - int(first) + 1 != int(length):
-        body.close()
-        raise BodyReadError(
-            f"S3 get-object of key {key!r}: Content-Length {length} disagrees with Content-Range {content_range!r} "
-            f"(truncated in transit)",
-            True,
-        )

@@ -72,6 +72,28 @@ class BodyReadError(StorageBackendException):
         self.retriable = retriable
 
 
+def check_answer_length(what: str, length: Any, content_range: str | None, stored_size: Any = None) -> None:
+    """Refuse an answer whose Content-Length disagrees with what the store says it is sending: the span of its
+    Content-Range (a ranged GET), or the object's stored size (a whole-object GET, where the store says it).
+
+    A proxy that cuts a body and rewrites Content-Length to match leaves a well-formed short answer that no
+    socket error reveals; handing it out would serve a short range (or fail the caller's parse). The failure is a
+    retriable ``BodyReadError``, so the GET is made again. ``what`` names the operation and key for the message.
+    """
+    if length is None or not str(length).isdigit():
+        return
+    expected: int | None = None
+    if content_range and content_range.startswith("bytes "):
+        first, _, last = content_range[len("bytes ") :].split("/", 1)[0].partition("-")
+        if first.isdigit() and last.isdigit():
+            expected = int(last) - int(first) + 1
+    elif stored_size is not None and str(stored_size).isdigit():
+        expected = int(stored_size)
+    if expected is not None and expected != int(length):
+        source = f"Content-Range {content_range!r}" if content_range else f"the stored size {stored_size}"
+        raise BodyReadError(f"{what}: Content-Length {length} disagrees with {source} (truncated in transit)", True)
+
+
 class ResponseStream(io.RawIOBase):
     """A readable, closeable view over an SDK download body.
 

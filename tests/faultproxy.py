@@ -1,49 +1,105 @@
-"""A fault-injecting HTTP/1.1 proxy for the reliability tests: it sits between the plugin and a real S3 server.
+"""A fault-injecting HTTP/1.1 reverse proxy for the reliability and metrics tests: it sits between the plugin and a
+real storage server (moto, fake-gcs-server, Azurite).
 
-It understands just enough HTTP (request and response heads, Content-Length framing) to break an exchange at
-the places a flaky network breaks it, at a configured rate, chosen with a seeded RNG:
+It understands just enough HTTP to break an exchange at the places a flaky network breaks it, chosen with a seeded
+RNG at a configured rate (or for the requests a ``match`` picks, at most ``limit`` times):
 
-- ``slowdown``: answers 503 SlowDown itself (the server never sees the request);
+- ``slowdown``: answers the store's throttling error itself (the server never sees the request): S3 503 SlowDown,
+  GCS 429 rateLimitExceeded, Azure 503 ServerBusy;
+- ``server-error``: answers the store's 500 internal error itself;
 - ``reset-upload``: forwards half of a request body, then resets the connection;
 - ``reset-body``: forwards the response head and half of the body, then resets;
 - ``stall``: forwards half of the body, then goes silent past the client's attempt timeout;
 - ``truncate``: half of the body with the original Content-Length, then a clean close;
 - ``truncate-length``: half of the body with Content-Length rewritten to match it, then a clean close.
 
-Everything runs on one asyncio loop in a daemon thread bound to 127.0.0.1, and ``stop()`` closes it.
+Bodies are framed by Content-Length, chunked transfer-coding (Go's and Node's servers use it for JSON and XML
+answers; the proxy de-chunks them and forwards a Content-Length body, as an HTTP/1.1 intermediary may) or the end
+of the connection. Each request gets its own upstream connection (``Connection: close``), and a ``Location``
+naming the upstream (a GCS resumable-upload session) is rewritten to the proxy, so every later request of the
+session crosses it too. Everything runs on one asyncio loop in a daemon thread bound to 127.0.0.1; ``stop()``
+closes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 import struct
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FAULTS = ("slowdown", "reset-upload", "reset-body", "stall", "truncate", "truncate-length")
-_SLOWDOWN = (
-    b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-)
-_SLOWDOWN_BODY = (
-    b"<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-)
+"""What a rate-driven plan injects by default (``server-error`` is asked for by name)."""
+
+
+def _xml_error(code: str, message: str) -> bytes:
+    return (
+        f"<?xml version='1.0' encoding='utf-8'?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+    )
+
+
+def _gcs_error(status: int, reason: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": status, "message": message, "errors": [{"reason": reason}]}}).encode()
+
+
+# dialect -> fault -> (status line, extra headers, content type, body): each store's own way to say it
+_ANSWERS: dict[str, dict[str, tuple[bytes, bytes, bytes, bytes]]] = {
+    "s3": {
+        "slowdown": (b"503 Slow Down", b"", b"application/xml", _xml_error("SlowDown", "Please reduce your rate.")),
+        "server-error": (
+            b"500 Internal Server Error",
+            b"",
+            b"application/xml",
+            _xml_error("InternalError", "injected"),
+        ),
+    },
+    "gcs": {
+        "slowdown": (b"429 Too Many Requests", b"", b"application/json", _gcs_error(429, "rateLimitExceeded", "slow")),
+        "server-error": (b"500 Internal Server Error", b"", b"application/json", _gcs_error(500, "backendError", "x")),
+    },
+    "azure": {
+        "slowdown": (
+            b"503 The server is busy.",
+            b"x-ms-error-code: ServerBusy\r\n",
+            b"application/xml",
+            _xml_error("ServerBusy", "The server is busy."),
+        ),
+        "server-error": (
+            b"500 Internal Server Error",
+            b"x-ms-error-code: InternalError\r\n",
+            b"application/xml",
+            _xml_error("InternalError", "injected"),
+        ),
+    },
+}
+_ANSWERED = ("slowdown", "server-error")
 
 
 @dataclass
 class FaultPlan:
-    """Which faults to inject and how often (per request), and how long a stall lasts."""
+    """Which faults to inject and how often (per request), and how long a stall lasts.
+
+    ``match(method, path)`` narrows the requests that may be faulted and ``limit`` caps how many are (``rate=1,
+    faults=("server-error",), limit=1`` fails exactly the first matching request). ``seen`` records every request
+    as (method, path, status): the status the server answered (even when the proxy then broke the body on its
+    way to the client), the proxy's own answer, or ``"reset-upload"`` when the server never answered.
+    """
 
     rate: float
     faults: tuple[str, ...] = FAULTS
     stall_s: float = 3.0
     seed: int = 12
-    only_paths_containing: bytes | None = None  # fault only requests whose request line contains this
-    limit: int | None = None  # inject at most this many faults in all
+    dialect: str = "s3"
+    match: Callable[[str, str], bool] | None = None
+    limit: int | None = None
     injected: Counter[str] = field(default_factory=Counter)
     requests: int = 0
+    seen: list[tuple[str, str, int | str]] = field(default_factory=list)
 
 
 def _header(head: bytes, name: bytes) -> bytes | None:
@@ -54,12 +110,34 @@ def _header(head: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def _replace_length(head: bytes, length: int) -> bytes:
-    lines = [
-        b"Content-Length: %d" % length if line.lower().startswith(b"content-length:") else line
-        for line in head.split(b"\r\n")
-    ]
-    return b"\r\n".join(lines)
+def _set_headers(head: bytes, drop: tuple[bytes, ...], add: list[bytes]) -> bytes:
+    """``head`` without the headers named in ``drop`` (lower case), with the ``add`` lines appended."""
+    lines = head.split(b"\r\n")
+    kept = [lines[0]] + [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in drop]
+    return b"\r\n".join(kept + add) + b"\r\n\r\n"
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body, de-chunked (trailers are read and dropped)."""
+    parts = []
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            while await reader.readuntil(b"\r\n") != b"\r\n":
+                pass
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
+async def _read_body(reader: asyncio.StreamReader, head: bytes, *, response: bool) -> bytes:
+    if (_header(head, b"transfer-encoding") or b"").lower().endswith(b"chunked"):
+        return await _read_chunked(reader)
+    length = _header(head, b"content-length")
+    if length is not None:
+        return await reader.readexactly(int(length)) if int(length) else b""
+    return await reader.read() if response else b""
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -71,11 +149,17 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 class FaultProxy:
-    """``FaultProxy(upstream_port, plan)``; ``url`` is what the plugin's endpoint should be."""
+    """``FaultProxy(upstream, plan)`` with ``upstream`` a port or an ``http://127.0.0.1:port[/...]`` URL; ``url``
+    is what the plugin's endpoint should be (the upstream URL's path, e.g. Azurite's account, is kept)."""
 
-    def __init__(self, upstream_port: int, plan: FaultPlan) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream: int | str, plan: FaultPlan) -> None:
+        if isinstance(upstream, int):
+            self.upstream_port, self._path = upstream, ""
+        else:
+            authority, _, path = upstream.removeprefix("http://").partition("/")
+            self.upstream_port, self._path = int(authority.rsplit(":", 1)[1]), "/" + path if path else ""
         self.plan = plan
+        self._answers = _ANSWERS[plan.dialect]
         self._rng = random.Random(plan.seed)
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -89,7 +173,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self._path}"
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -100,31 +184,54 @@ class FaultProxy:
 
     def stop(self) -> None:
         async def shutdown() -> None:
+            """Close the listener, then cancel every exchange and wait for them: an exchange cancelled mid-stall
+            must run its ``finally`` (closing both sockets) before the loop goes, or its sockets linger until a
+            garbage collection and read as leaked fds."""
             assert self._server is not None
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
 
-    def _pick(self, request_line: bytes, has_request_body: bool) -> str | None:
+    def _pick(self, method: str, path: str, has_request_body: bool) -> str | None:
         with self._lock:
             self.plan.requests += 1
-            if self._rng.random() >= self.plan.rate:
-                return None
-            wanted = self.plan.only_paths_containing
-            if wanted is not None and wanted not in request_line:
+            if self.plan.match is not None and not self.plan.match(method, path):
                 return None
             if self.plan.limit is not None and sum(self.plan.injected.values()) >= self.plan.limit:
                 return None
+            if self._rng.random() >= self.plan.rate:
+                return None
             choices = [f for f in self.plan.faults if f != "reset-upload" or has_request_body]
+            if not choices:
+                return None
             fault = self._rng.choice(choices)
             self.plan.injected[fault] += 1
             return fault
+
+    def _answer(self, fault: str) -> bytes:
+        status, extra, content_type, body = self._answers[fault]
+        return b"HTTP/1.1 %s\r\n%sContent-Type: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+            status,
+            extra,
+            content_type,
+            len(body),
+            body,
+        )
+
+    def _rewrite_location(self, head: bytes) -> bytes:
+        location = _header(head, b"location")
+        upstream = b"//127.0.0.1:%d" % self.upstream_port
+        if location is None or upstream not in location:
+            return head
+        moved = location.replace(upstream, b"//127.0.0.1:%d" % self.port)
+        return _set_headers(head[:-4], (b"location",), [b"Location: " + moved])
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
@@ -144,18 +251,24 @@ class FaultProxy:
         if (_header(head, b"expect") or b"").lower() == b"100-continue":
             client_w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await client_w.drain()
-            head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.lower().startswith(b"expect:"))
-        length = int(_header(head, b"content-length") or 0)
-        body = await client_r.readexactly(length) if length else b""
-        is_head = head.startswith(b"HEAD ")
-        fault = self._pick(head.split(b"\r\n", 1)[0], bool(body))
-        if fault == "slowdown":
-            client_w.write(_SLOWDOWN % (len(_SLOWDOWN_BODY), _SLOWDOWN_BODY))
+        body = await _read_body(client_r, head, response=False)
+        method, path = (part.decode("latin-1") for part in head.split(b" ", 2)[:2])
+        keep_alive = (_header(head, b"connection") or b"").lower() != b"close"
+        head = _set_headers(
+            head[:-4],
+            (b"expect", b"connection", b"transfer-encoding", b"content-length", b"keep-alive"),
+            [b"Content-Length: %d" % len(body), b"Connection: close"] if body else [b"Connection: close"],
+        )
+        fault = self._pick(method, path, bool(body))
+        if fault in _ANSWERED:
+            self.plan.seen.append((method, path, int(self._answers[fault][0][:3])))
+            client_w.write(self._answer(fault))
             await client_w.drain()
             return False
         up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         try:
             if fault == "reset-upload":
+                self.plan.seen.append((method, path, fault))
                 up_w.write(head + body[: len(body) // 2])
                 await up_w.drain()
                 _reset(client_w)
@@ -163,17 +276,26 @@ class FaultProxy:
             up_w.write(head + body)
             await up_w.drain()
             resp_head = await up_r.readuntil(b"\r\n\r\n")
+            while resp_head[9:10] == b"1":  # an interim 1xx answer: the real one follows
+                resp_head = await up_r.readuntil(b"\r\n\r\n")
             status = resp_head[9:12]
-            no_body = is_head or status in (b"204", b"304")
-            resp_len = 0 if no_body else int(_header(resp_head, b"content-length") or 0)
-            resp_body = await up_r.readexactly(resp_len) if resp_len else b""
+            no_body = method == "HEAD" or status in (b"204", b"304")
+            resp_body = b"" if no_body else await _read_body(up_r, resp_head, response=True)
+            framing = [] if no_body else [b"Content-Length: %d" % len(resp_body)]
+            resp_head = _set_headers(
+                self._rewrite_location(resp_head)[:-4],
+                (b"connection", b"keep-alive", b"transfer-encoding") + (() if no_body else (b"content-length",)),
+                framing,
+            )
             half = resp_body[: len(resp_body) // 2]
+            self.plan.seen.append((method, path, int(status)))
             if fault is None or not resp_body or not resp_head.startswith(b"HTTP/1.1 2"):
                 client_w.write(resp_head + resp_body)
                 await client_w.drain()
-                return _header(resp_head, b"connection") != b"close"
+                return keep_alive
             if fault == "truncate-length":
-                client_w.write(_replace_length(resp_head, len(half)) + half)
+                client_w.write(_set_headers(resp_head[:-4], (b"content-length",), [b"Content-Length: %d" % len(half)]))
+                client_w.write(half)
                 await client_w.drain()
                 return False
             client_w.write(resp_head + half)

@@ -1,8 +1,8 @@
-"""Crashes leave nothing unaccounted for: kill -9 mid-copy (filesystem and S3), then garbage collection.
+"""Crashes leave nothing unaccounted for: kill -9 mid-copy (filesystem, S3 and Azure), then garbage collection.
 
 After the kill no segment is visible as complete, ``find_garbage`` lists what the dead copy left (temp files,
-objects without a manifest, open multipart uploads), ``delete_garbage`` removes it all, and a retry of the same
-segment id reads back exactly.
+objects without a manifest, open multipart uploads, Azure blobs of uncommitted blocks), ``delete_garbage`` removes
+it all, and a retry of the same segment id reads back exactly.
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ from typing import Any
 
 import pytest
 from conftest import TIP
-from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
+from emulators import (  # noqa: F401 - fixtures are found by name
+    FIXTURE_FOR,
+    StoreServer,
+    azure_azurite_server,
+    s3_moto_server,
+)
 
+from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend
 from backends.filesystem import TEMP_PREFIX, FileSystemBackend
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
@@ -145,42 +151,62 @@ def test_orphan_is_skipped_once_its_manifest_appears(tmp_path: Path) -> None:
         m.close()
 
 
+def _part_sent(direct: Any, prefix: str) -> bool:
+    """The dead copy has stored part of its upload: an S3 multipart upload with a part, or an Azure blob with a
+    staged block (Azure lists a blob with uncommitted blocks only once a block is staged)."""
+    uploads = list(direct.list_pending_uploads(prefix))
+    if not uploads or not isinstance(direct, S3Backend):
+        return bool(uploads)
+    parts = direct.client.list_parts(Bucket=direct.bucket, Key=uploads[0].key, UploadId=uploads[0].upload_id)
+    return bool(parts.get("Parts"))
+
+
+# flavour -> (backend, the settings that make a 24 MiB segment a many-part upload sent one part at a time, kind)
+UNFINISHED = {
+    "s3-moto": (
+        S3Backend,
+        {"s3.multipart.upload.part.size": str(5 * 1024 * 1024), "s3.multipart.upload.concurrency": "1"},
+        MULTIPART_UPLOAD,
+    ),
+    "azure-azurite": (
+        AzureBlobBackend,
+        {"azure.upload.block.size": str(1024 * 1024), "azure.upload.concurrency": "1"},
+        UNCOMMITTED_BLOCKS,
+    ),
+}
+
+
 @pytest.mark.timeout(180)
-def test_kill_mid_multipart_copy_on_s3(
-    s3_moto_server: StoreServer,  # noqa: F811
+@pytest.mark.parametrize("flavour", list(UNFINISHED))
+def test_kill_mid_multipart_copy(
+    flavour: str,
+    request: pytest.FixtureRequest,
     segment_factory: Any,
     tmp_path: Path,
 ) -> None:
+    """kill -9 while a copy's upload is half sent: S3 keeps the multipart upload open, Azure keeps the staged
+    blocks of a blob never committed. Garbage collection lists and removes either."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    backend_class, settings, kind = UNFINISHED[flavour]
     seg = segment_factory(target_bytes=24 * 1024 * 1024, seed=9, value_style="random")
-    prefix = "crash-s3/"
+    prefix = f"crash-{flavour}/"
     configs = {
         "chunk.size": "1048576",
         "key.prefix": prefix,
-        "storage.backend.class": "s3",
-        "storage.s3.multipart.upload.part.size": str(5 * 1024 * 1024),
-        "storage.s3.multipart.upload.concurrency": "1",
-        **{f"storage.{k}": v for k, v in s3_moto_server.config().items()},
+        "storage.backend.class": server.backend,
+        **{f"storage.{k}": v for k, v in server.config(**settings).items()},
     }
-    direct = S3Backend()
-    direct.configure(s3_moto_server.config())
+    direct = backend_class()
+    direct.configure(server.config())
     meta = seg.to_metadata(TIP)
-
-    def part_sent() -> bool:
-        uploads = list(direct.list_pending_uploads(prefix))
-        return bool(uploads) and bool(
-            direct.client.list_parts(Bucket=direct.bucket, Key=uploads[0].key, UploadId=uploads[0].upload_id).get(
-                "Parts"
-            )
-        )
-
     try:
-        _kill_mid_copy(configs, seg, meta, tmp_path, part_sent)
+        _kill_mid_copy(configs, seg, meta, tmp_path, lambda: _part_sent(direct, prefix))
         assert not [k for k in direct.list(prefix) if k.endswith(".rsm-manifest")]
         m = RemoteStorageManager()
         m.configure(configs)
         try:
             items = find_garbage(m, 0)
-            assert MULTIPART_UPLOAD in {i.kind for i in items}
+            assert kind in {i.kind for i in items}
             report = delete_garbage(m, items)
             assert report.failed == []
             assert list(direct.list_pending_uploads(prefix)) == []

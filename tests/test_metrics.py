@@ -18,7 +18,7 @@ from emulators import (  # noqa: F401 - fixtures found by name
     gcs_fake_server,
     s3_moto_server,
 )
-from fault_proxy import fault_proxy
+from faultproxy import FaultPlan, FaultProxy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -356,12 +356,14 @@ def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory:
     meta = seg.to_metadata(TIP)
     log_key = segment_keys("retry/", meta).log
 
-    def fail_first_log_get(method: str, path: str) -> bool:
-        return method == "GET" and path.endswith(log_key.rsplit("/", 1)[-1])
+    def is_log_get(method: str, path: str) -> bool:
+        return method == "GET" and path.split("?", 1)[0].endswith(log_key.rsplit("/", 1)[-1])
 
-    with fault_proxy(server.endpoint, fail_first_log_get) as proxy:
+    plan = FaultPlan(1.0, faults=("server-error",), match=is_log_get, limit=1)  # the first log GET gets a 500
+    proxy = FaultProxy(server.endpoint, plan)
+    try:
         m = RemoteStorageManager()
-        storage = server.config(**{"s3.endpoint.url": proxy.endpoint, "s3.retry.backoff.ms": "10"})
+        storage = server.config(**{"s3.endpoint.url": proxy.url, "s3.retry.backoff.ms": "10"})
         m.configure(
             {
                 **DETERMINISTIC,
@@ -378,9 +380,11 @@ def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory:
             counters = m.backend.metrics()
         finally:
             m.close()
+    finally:
+        proxy.stop()
     assert bean["server-errors-total"] == 1 and bean["throttling-errors-total"] == 0
     # The manifest GET, then the chunk's GET twice (the 500, then the retry): what the proxy saw.
-    gets = [(path.rsplit(".", 1)[-1], status) for method, path, status in proxy.seen if method == "GET"]
+    gets = [(path.split("?", 1)[0].rsplit(".", 1)[-1], status) for method, path, status in plan.seen if method == "GET"]
     assert gets == [("rsm-manifest", 200), ("log", 500), ("log", 206)]
     assert bean["get-object-requests-total"] == len(gets) == counters["get-object-requests"]
     assert bean["get-object-time-max"] >= bean["get-object-time-avg"] > 0

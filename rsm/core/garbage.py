@@ -6,6 +6,9 @@ Three kinds of garbage can outlive the copy that made it:
   last, so a copy that died (or whose cleanup failed) leaves these; a copy still running does too, which is why
   only objects older than the grace period are listed, and why deletion checks again that no manifest appeared.
 - ``multipart-upload``: an S3 multipart upload never completed nor aborted; its parts are invisible and billed.
+- ``uncommitted-blocks``: an Azure blob holding only staged blocks, never committed; likewise invisible and billed
+  (until the service drops them after a week). GCS has no call that lists open resumable sessions, so none is
+  listed there; an abandoned session holds no object and GCS drops it after a week.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
