@@ -8,6 +8,7 @@ process (a second session cannot share this one's JVM). Rows are compared field 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -323,7 +324,11 @@ def files_count(directory: Path) -> int:
     return sum(h.records_count for h, _ in iter_batches(log) if not h.is_control)
 
 
-def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(tmp_path: Path) -> None:
+def _segment_with_a_bad_crc(tmp_path: Path) -> tuple[dict[str, str], int, str]:
+    """Topic ``audit`` partition 5: four lz4 batches of 10 records, the third with a flipped byte under its CRC.
+
+    Returns the plugin config, the damaged batch's byte position and the tiered segment's id.
+    """
     config = _plain(tmp_path)
     specs = [(BASE_TS + i, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(10)]
     batches = [build_batch(specs, base_offset=10 * i, codec="lz4") for i in range(4)]
@@ -336,15 +341,64 @@ def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(tmp_p
         m.copy_log_segment_data(
             files.to_metadata(TopicIdPartition(random_kafka_uuid(), "audit", 5)), files.to_log_segment_data()
         )
-    position = len(batches[0]) + len(batches[1])
+    (piece,) = TieredReader({**config, "topic": "audit"}).plan()
+    return config, len(batches[0]) + len(batches[1]), piece.segment.segment_id
+
+
+def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, position, segment_id = _segment_with_a_bad_crc(tmp_path)
     with pytest.raises(CorruptDataException) as err:
         list(TieredReader({**config, "topic": "audit"}).records())
     text = str(err.value)
-    assert "audit-5" in text and f"byte position {position}" in text and "CRC" in text and "failOnCorruption" in text
+    assert "audit-5" in text and f"segment {segment_id}" in text and f"byte position {position}" in text
+    assert "CRC" in text and "failOnCorruption" in text
     lenient = TieredReader({**config, "topic": "audit", "failOnCorruption": "false"})
-    offsets = [r["offset"] for r in lenient.records()]
+    with caplog.at_level(logging.WARNING, logger="rsm.spark.reader"):
+        offsets = [r["offset"] for r in lenient.records()]
     assert offsets == [o for o in range(40) if not 20 <= o < 30]
-    assert lenient.stats.skipped_batches == 1 and lenient.stats.skipped_positions[0][1] == position
+    assert lenient.stats.skipped_batches == 1
+    (skipped,) = lenient.stats.skipped
+    assert (skipped.topic, skipped.partition, skipped.segment_id, skipped.position) == (
+        "audit",
+        5,
+        segment_id,
+        position,
+    )
+    assert "CRC" in skipped.reason
+    (warning,) = [r for r in caplog.records if r.name == "rsm.spark.reader" and r.levelno == logging.WARNING]
+    message = warning.getMessage()
+    assert f"audit-5: segment {segment_id}" in message and f"byte position {position}" in message
+    assert "1 batch(es) skipped so far" in message
+
+
+def test_spark_skips_a_bad_batch_with_a_warning_or_fails_naming_it(spark: SparkSession, tmp_path: Path) -> None:
+    config, position, segment_id = _segment_with_a_bad_crc(tmp_path)
+    with pytest.raises(Exception) as err:
+        _read(spark, config, topic="audit").count()
+    text = str(err.value)
+    assert "CorruptDataException" in text and "audit-5" in text and f"segment {segment_id}" in text
+    assert f"byte position {position}" in text
+    # PySpark 4.1+ collects Python workers' log records into python_worker_logs when asked to.
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")
+    try:
+        rows = _read(spark, config, topic="audit", failOnCorruption="false").select("offset", "value").collect()
+        logs = (
+            spark.tvf.python_worker_logs()
+            .filter("logger = 'rsm.spark.reader' AND level = 'WARNING'")
+            .select("msg")
+            .collect()
+        )
+    finally:
+        spark.conf.unset("spark.sql.pyspark.worker.logging.enabled")
+    assert sorted((r.offset, bytes(r.value)) for r in rows) == [
+        (o, f"v{o % 10}".encode()) for o in range(40) if not 20 <= o < 30
+    ]
+    mine = [r.msg for r in logs if f"segment {segment_id}" in r.msg]
+    assert len(mine) == 1, [r.msg for r in logs]
+    assert f"audit-5: segment {segment_id}" in mine[0] and f"byte position {position}" in mine[0]
+    assert "1 batch(es) skipped so far" in mine[0]
 
 
 def test_decompression_is_capped_for_every_codec() -> None:
