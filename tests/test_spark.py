@@ -27,15 +27,17 @@ from spark_data import BASE_TS, Dataset, build_dataset
 from rsm import RemoteStorageManager
 from rsm.errors import CorruptDataException
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.indexes import decode_producer_snapshot
 from rsm.kafka.records import (
     CompressionType,
+    ControlRecordType,
     CorruptRecordBatch,
     DecompressionLimitExceeded,
     decode_records,
     decompress,
     iter_batches,
 )
-from rsm.kafka.writer import build_batch, write_entries_segment, write_segment
+from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment, write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds
@@ -158,6 +160,90 @@ def test_read_committed_drops_exactly_the_aborted_records(spark: SparkSession, f
     assert ds.aborted and got == expected
     everything = {(r[2], r[3], r[4]) for r in ds.rows if r[2] == "orders"}
     assert everything - {(r[2], r[3], r[4]) for r in got} == ds.aborted
+
+
+def _ledger_segments(tmp_path: Path, config: dict[str, str]) -> tuple[SegmentFiles, SegmentFiles]:
+    """Topic ``ledger``, partition 0, two tiered segments written as a broker would.
+
+    Producers 7001 and 7002 are transactional, plain batches have no producer. Segment A (0..20): plain
+    0-4, 7001's transaction T1 at 5-9 (its ABORT lands in segment B), 7002's T2 at 10-14 committed at 15,
+    plain 16-20. Segment B (21..52): plain 21-25, ABORT of T1 at 26, 7002's T3 at 27-31 committed at 32,
+    plain 33-37, then 7001's T4 at 38-42, plain 43-47 and 7002's T5 at 48-52, both still open when the
+    tiered data ends (their markers are not tiered yet), so the last stable offset is 38.
+    """
+    tx = {7001: 0, 7002: 0}
+
+    def data(base: int, pid: int = -1) -> bytes:
+        specs = [(BASE_TS + base + i, f"k{base + i}".encode(), f"v{base + i}".encode(), []) for i in range(5)]
+        if pid < 0:
+            return build_batch(specs, base_offset=base)
+        seq, tx[pid] = tx[pid], tx[pid] + 5
+        return build_batch(
+            specs, base_offset=base, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True
+        )
+
+    def marker(kind: ControlRecordType, offset: int, pid: int) -> bytes:
+        return build_control_batch(
+            kind, base_offset=offset, timestamp_ms=BASE_TS + offset, producer_id=pid, producer_epoch=0
+        )
+
+    a = write_entries_segment(
+        tmp_path / "ledger-a",
+        [data(0), data(5, 7001), data(10, 7002), marker(ControlRecordType.COMMIT, 15, 7002), data(16)],
+    )
+    b = write_entries_segment(
+        tmp_path / "ledger-b",
+        [
+            data(21),
+            marker(ControlRecordType.ABORT, 26, 7001),
+            data(27, 7002),
+            marker(ControlRecordType.COMMIT, 32, 7002),
+            data(33),
+            data(38, 7001),
+            data(43),
+            data(48, 7002),
+        ],
+        open_transactions={7001: 5},
+    )
+    tip = TopicIdPartition(random_kafka_uuid(), "ledger", 0)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for files in (a, b):
+            m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+    return a, b
+
+
+def test_read_committed_honours_later_aborts_and_stops_at_undecided_transactions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = _plain(tmp_path)
+    a, b = _ledger_segments(tmp_path, config)
+    # The broker-side files say what the reader must find: T1's abort is indexed by the later segment only,
+    # and the producer snapshot at B's end holds T4 and T5 open.
+    assert a.aborted_txns == () and [(t.producer_id, t.first_offset, t.last_offset) for t in b.aborted_txns] == [
+        (7001, 5, 26)
+    ]
+    open_txns = {
+        e.producer_id: e.current_txn_first_offset for e in decode_producer_snapshot(b.producer_snapshot.read_bytes())
+    }
+    assert open_txns == {7001: 38, 7002: 48}
+    data_offsets = [o for o in range(53) if o not in (15, 26, 32)]
+    committed = [*range(0, 5), *range(10, 15), *range(16, 21), *range(21, 26), *range(27, 32), *range(33, 38)]
+
+    uncommitted = TieredReader({**config, "topic": "ledger"})
+    assert [r["offset"] for r in uncommitted.records()] == data_offsets
+    reader = TieredReader({**config, "topic": "ledger", "isolationLevel": "read_committed"})
+    assert [r["offset"] for r in reader.records()] == committed
+    assert reader.stats.aborted_batches == 1  # T1's batch, dropped on the later segment's transaction index
+    # A read that starts inside segment A still learns of T1's abort from segment B's index.
+    assert [r["offset"] for r in reader.records(first_offset=5, last_offset=12)] == [10, 11, 12]
+    # Past the last stable offset nothing is returned, not even records outside any transaction (43-47).
+    assert list(reader.records(first_offset=38)) == []
+
+    got = _read(spark, config, topic="ledger", isolationLevel="read_committed").select("offset", "value").collect()
+    assert sorted((r.offset, bytes(r.value)) for r in got) == [(o, f"v{o}".encode()) for o in committed]
+    pushed = _read(spark, config, topic="ledger", isolationLevel="read_committed").filter("offset >= 30")
+    assert sorted(r.offset for r in pushed.select("offset").collect()) == [30, 31, *range(33, 38)]
 
 
 def test_offsets_json_and_timestamps_bound_the_read(spark: SparkSession, fs_store: Store) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
-from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_txn_index
+from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_producer_snapshot, decode_txn_index
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 from rsm.spark.options import TieredReadOptions
 
@@ -178,9 +178,15 @@ class _Planner:
         first = max(first, self.pushed.first_offset)
         last = min(last, self.pushed.last_offset)
         ts_lo, _ts_hi = self._time_bounds()
-        aborted = self._aborted(segs) if self.opts.read_committed else []
+        ranges = resolve_overlaps(segs)
+        aborted: list[tuple[int, int, int]] = []
+        if self.opts.read_committed and ranges:
+            aborted = self._aborted(segs)
+            stable = self._last_stable_offset(ranges[-1][0])
+            if stable is not None:
+                last = min(last, stable - 1)  # undecided transactions: nothing from their first offset on
         out: list[SegmentSlice] = []
-        for seg, meta, lo, hi in resolve_overlaps(segs):
+        for seg, meta, lo, hi in ranges:
             lo, hi = max(lo, first), min(hi, last)
             if lo > hi:
                 continue  # outside the asked offsets: skipped on manifest metadata alone
@@ -201,6 +207,23 @@ class _Planner:
             with self.m.fetch_index(seg.metadata_stub(), IndexType.TRANSACTION) as f:
                 spans.extend((t.producer_id, t.first_offset, t.last_offset) for t in decode_txn_index(f.read()))
         return spans
+
+    def _last_stable_offset(self, last_segment: TieredSegment) -> int | None:
+        """The first offset of the earliest transaction still open at the end of the tiered data, if any.
+
+        A transaction whose COMMIT or ABORT marker is not tiered yet is undecided here, and a read_committed
+        consumer never reads past the last stable offset (the first offset of the earliest open transaction),
+        so neither do we. The producer snapshot tiered with the partition's last segment is the producer state
+        at its end: its ``currentTxnFirstOffset`` fields name exactly the transactions without a tiered marker.
+        """
+        stub = last_segment.metadata_stub()
+        entry = self.m.fetch_manifest(stub).segment_indexes.get(IndexType.PRODUCER_SNAPSHOT)
+        if entry is None or entry.size == 0:
+            return None  # no producer state tiered (KIP-405 requires it): no transaction is known to be open
+        with self.m.fetch_index(stub, IndexType.PRODUCER_SNAPSHOT) as f:
+            firsts = [e.current_txn_first_offset for e in decode_producer_snapshot(f.read())]
+        open_firsts = [o for o in firsts if o >= 0]
+        return min(open_firsts) if open_firsts else None
 
     def _offset_index(self, seg: TieredSegment) -> OffsetIndex:
         with self.m.fetch_index(seg.metadata_stub(), IndexType.OFFSET) as f:
