@@ -266,6 +266,80 @@ def test_offsets_json_and_timestamps_bound_the_read(spark: SparkSession, fs_stor
     assert expected and _rows(df) == expected
 
 
+def _clock_segments(tmp_path: Path, config: dict[str, str]) -> None:
+    """Topic ``clock``: timestamps that go back, as producers' CreateTime may.
+
+    Partition 0, segment A (0..9): 0-4 at T+0..4, 5-9 at T+10..14. Segment B (10..29): 10-14 at T+100..104,
+    15-19 at T+50..54 (older than the batch before), 20-24 at T+200..204, 25-29 at T+120..124. Partition 1
+    (0..4) at T+0..4. Every batch is indexed, so lookups start mid-segment from the time index.
+    """
+    stamps = {0: 0, 5: 10, 10: 100, 15: 50, 20: 200, 25: 120}
+
+    def data(base: int) -> bytes:
+        first = BASE_TS + stamps[base]
+        specs = [(first + i, f"k{base + i}".encode(), f"v{base + i}".encode(), []) for i in range(5)]
+        return build_batch(specs, base_offset=base)
+
+    segments = [
+        (0, write_entries_segment(tmp_path / "clock-a", [data(0), data(5)], index_interval_bytes=1)),
+        (0, write_entries_segment(tmp_path / "clock-b", [data(b) for b in (10, 15, 20, 25)], index_interval_bytes=1)),
+        (1, write_entries_segment(tmp_path / "clock-p1", [data(0)], index_interval_bytes=1)),
+    ]
+    topic_id = random_kafka_uuid()
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for partition, files in segments:
+            m.copy_log_segment_data(
+                files.to_metadata(TopicIdPartition(topic_id, "clock", partition)), files.to_log_segment_data()
+            )
+
+
+def test_timestamps_bound_offsets_per_partition_as_kafkas_offsets_for_times(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = _plain(tmp_path)
+    _clock_segments(tmp_path, config)
+    t = BASE_TS
+
+    def offsets(**options: str) -> list[tuple[int, int]]:
+        reader = TieredReader({**config, "topic": "clock", **options})
+        return [(r["partition"], r["offset"]) for r in reader.records()]
+
+    p0 = list(range(30))
+    # The start is the first offset whose timestamp is >= the bound; later, older records (15-19) are kept.
+    assert offsets(startingTimestamp=str(t + 100)) == [(0, o) for o in range(10, 30)]
+    # Offset order, not time order: 17 has T+52, but 10 (T+100) is the first offset at or after T+52.
+    assert offsets(startingTimestamp=str(t + 52), partitions="0") == [(0, o) for o in range(10, 30)]
+    # Mid-batch in the first segment, and a partition whose records are all older reads nothing.
+    assert offsets(startingTimestamp=str(t + 12)) == [(0, o) for o in range(7, 30)]
+    assert offsets(startingTimestamp=str(t + 3)) == [(0, o) for o in range(3, 30)] + [(1, 3), (1, 4)]
+    # The end is exclusive: the first offset at or after T+150 is 20, so 25-29 (T+120) are not read.
+    assert offsets(endingTimestamp=str(t + 150), partitions="0") == [(0, o) for o in range(20)]
+    assert offsets(startingTimestamp=str(t + 100), endingTimestamp=str(t + 200)) == [(0, o) for o in range(10, 20)]
+    # No record that recent: an empty read for a start, the end of the tiered data for an end.
+    assert offsets(startingTimestamp=str(t + 10_000)) == []
+    assert offsets(endingTimestamp=str(t + 10_000)) == [(0, o) for o in p0] + [(1, o) for o in range(5)]
+    # As in Spark's Kafka source, a timestamp bound takes precedence over the offsets option.
+    assert offsets(startingTimestamp=str(t + 100), startingOffsets="earliest", partitions="0")[0] == (0, 10)
+
+    # A pushed filter on `timestamp` still selects rows by their own timestamps.
+    reader = TieredReader({**config, "topic": "clock", "partitions": "0"})
+    pushed = pushed_bounds([GreaterThanOrEqual(("timestamp",), _dt(t + 100))])
+    kept = [o for _, cols in reader.columns(pushed) for o in cols.offsets]
+    assert kept == [*range(10, 15), *range(20, 30)]
+
+    df = _read(spark, config, topic="clock", startingTimestamp=str(t + 100), endingTimestamp=str(t + 200))
+    got = sorted(
+        (r.partition, r.offset, r.ts)
+        for r in df.selectExpr("partition", "offset", "unix_millis(timestamp) AS ts").collect()
+    )
+    assert got == [
+        (0, o, t + stamps) for o, stamps in zip(range(10, 20), [*range(100, 105), *range(50, 55)], strict=True)
+    ]
+    filtered = df.filter(f"timestamp >= timestamp_millis({t + 100})").select("offset").collect()
+    assert sorted(r.offset for r in filtered) == list(range(10, 15))
+
+
 def test_pushed_filters_give_the_same_rows(spark: SparkSession, fs_store: Store) -> None:
     config, ds = fs_store
     df = _read(spark, config, topic="orders").filter("partition = 0 AND offset >= 2000 AND offset <= 2050")

@@ -116,13 +116,13 @@ def read_slice_columns(
 ) -> Iterator[Columns]:
     """Columns of about ``opts.rows_per_batch`` rows each, for one slice."""
     pushed = pushed or PushedBounds()
-    lows = [t for t in (opts.starting_timestamp, pushed.min_timestamp) if t is not None]
-    highs = [t for t in (opts.ending_timestamp, pushed.end_timestamp) if t is not None]
+    # startingTimestamp/endingTimestamp are already offsets in the slice (planning); only pushed filters on
+    # `timestamp` select rows by their timestamps.
     bounds = ReadBounds(
         max(piece.first_offset, pushed.first_offset),
         min(piece.last_offset, pushed.last_offset),
-        max(lows) if lows else None,
-        min(highs) if highs else None,
+        pushed.min_timestamp,
+        pushed.end_timestamp,
     )
     aborted: dict[int, list[tuple[int, int]]] | None = None
     if opts.read_committed:
