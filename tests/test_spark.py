@@ -606,6 +606,101 @@ def test_options_are_validated_with_precise_messages(tmp_path: Path) -> None:
             TieredReadOptions.from_options(options)
 
 
+def test_option_keys_are_case_insensitive_for_reader_and_plugin_keys(fs_store: Store, tmp_path: Path) -> None:
+    config, ds = fs_store
+    shouted = {k.upper(): v for k, v in config.items()}
+    opts = TieredReadOptions.from_options(
+        {
+            **shouted,
+            "TOPIC": "orders",
+            "Partitions": "0",
+            "STARTINGOFFSETS": json.dumps({"orders": {"0": 1010}}),
+            "endingoffsets": json.dumps({"orders": {"0": 1020}}),
+            "IsolationLevel": "read_committed",
+            "INCLUDEHEADERS": "true",
+        }
+    )
+    assert opts.plugin_config == config  # the plugin gets its keys in their declared spelling
+    assert (opts.topics, opts.partitions, opts.read_committed, opts.include_headers) == (
+        ("orders",),
+        frozenset({0}),
+        True,
+        True,
+    )
+    assert [r["offset"] for r in TieredReader(opts).records()] == list(range(1010, 1020))
+    # One key in two cases is one key: the same value is fine, two different values are refused.
+    assert TieredReadOptions.from_options({**config, "topic": "orders", "TOPIC": "orders"}).topics == ("orders",)
+    with pytest.raises(ReadOptionsError, match=r"isolationLevel is given twice.*'isolationLevel' and 'ISOLATIONLEVEL'"):
+        TieredReadOptions.from_options(
+            {**config, "topic": "t", "isolationLevel": "read_committed", "ISOLATIONLEVEL": "read_uncommitted"}
+        )
+    with pytest.raises(ReadOptionsError, match="storage.root is given twice, as 'storage.root' and 'STORAGE.ROOT'"):
+        TieredReadOptions.from_options({**config, "topic": "t", "STORAGE.ROOT": str(tmp_path / "elsewhere")})
+
+
+def test_unknown_option_keys_name_the_closest_key(fs_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    config, ds = fs_store
+    # A near miss of a reader option would read other data than asked: refused, naming the option.
+    for typo, meant in (
+        ("startingOffset", "startingOffsets"),
+        ("partition", "partitions"),
+        ("isolation", "isolationLevel"),
+    ):
+        with pytest.raises(ReadOptionsError, match=f"'{typo}' is not an option.*did you mean {meant}\\?"):
+            TieredReadOptions.from_options({**config, "topic": "orders", typo: "0"})
+    # Spark Kafka source options that would change what is read, unsupported here: refused with ours named.
+    with pytest.raises(ReadOptionsError, match="startingOffsetsByTimestamp.*startingTimestamp"):
+        TieredReadOptions.from_options({**config, "topic": "orders", "startingOffsetsByTimestamp": "{}"})
+    with pytest.raises(ReadOptionsError, match="assign.*topic and partitions"):
+        TieredReadOptions.from_options({**config, "assign": json.dumps({"orders": [0]})})
+    # A plugin-key typo and a Kafka source job's consumer settings: logged (closest key named) and dropped.
+    caplog.set_level(logging.WARNING, logger="rsm.spark.options")
+    opts = TieredReadOptions.from_options(
+        {
+            **config,
+            "topic": "payments",
+            "storage.fsync.enabledd": "false",
+            "kafka.bootstrap.servers": "broker:9092",
+            "failOnDataLoss": "false",
+        }
+    )
+    assert opts.plugin_config == config
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rsm.spark.options"]
+    assert any("storage.fsync.enabledd" in w and "Did you mean 'storage.fsync.enabled'?" in w for w in warnings), (
+        warnings
+    )
+    assert any("kafka.bootstrap.servers" in w and "ignored" in w for w in warnings), warnings
+    assert any("failondataloss" in w and "ignored" in w for w in warnings), warnings
+    assert sum(1 for _ in TieredReader(opts).records()) == sum(1 for r in ds.rows if r[2] == "payments")
+
+
+def test_spark_lower_cased_keys_still_find_a_mixed_case_key_pair(
+    spark: SparkSession, tmp_path: Path, key_pairs: dict[str, tuple[Path, Path]]
+) -> None:
+    """Spark hands option keys over lower-cased; the key-pair id inside them gets its case back from the ring."""
+    pub, priv = key_pairs["kek1"]
+    config = {
+        **_plain(tmp_path),
+        "encryption.enabled": "true",
+        "encryption.key.pair.id": "SparkKey",
+        "encryption.key.pairs": "SparkKey",
+        "encryption.key.pairs.SparkKey.public.key.file": str(pub),
+        "encryption.key.pairs.SparkKey.private.key.file": str(priv),
+    }
+    files = write_segment(tmp_path / "enc", num_batches=3, records_per_batch=(5, 5), seed=3)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        m.copy_log_segment_data(
+            files.to_metadata(TopicIdPartition(random_kafka_uuid(), "sealed", 0)), files.to_log_segment_data()
+        )
+    expected = [(r.offset, r.value) for _, body in iter_batches(files.log.read_bytes()) for r in decode_records(body)]
+    lowered = {k.lower(): v for k, v in config.items()}
+    assert TieredReadOptions.from_options({**lowered, "topic": "sealed"}).plugin_config == config
+    assert [(r["offset"], r["value"]) for r in TieredReader({**lowered, "topic": "sealed"}).records()] == expected
+    got = _read(spark, config, Topic="sealed", STARTINGOFFSETS="earliest").select("offset", "value").collect()
+    assert sorted((r.offset, bytes(r.value)) for r in got) == expected
+
+
 def test_config_file_takes_broker_or_plugin_properties(tmp_path: Path, fs_store: Store) -> None:
     config, ds = fs_store
     broker = tmp_path / "server.properties"
