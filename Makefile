@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs
+.PHONY: setup demo test lint bench docs reliability-table
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,3 +36,10 @@ bench: setup
 docs: $(STAMP)
 	$(BIN)/kts config-docs --write README.md
 	$(BIN)/kts metrics-docs --write docs/metrics.md
+
+# The rows of docs/reliability.md's results table, measured on this machine (paste the printed table there).
+reliability-table: setup
+	rm -f reliability-rows.jsonl
+	RELIABILITY_TABLE=$(CURDIR)/reliability-rows.jsonl $(BIN)/python -m pytest -p no:cacheprovider -q \
+		tests/test_hostile_manifests.py tests/test_faults.py tests/test_soak.py
+	$(BIN)/python tests/reliability_table.py reliability-rows.jsonl

@@ -316,7 +316,9 @@ class S3Backend(CloudBackend):
             connect_timeout=attempt_s,
             read_timeout=attempt_s,
             retries={"total_max_attempts": 1, "mode": "standard"},
-            max_pool_connections=max(10, 2 * self.concurrency + 2),
+            # Broker threads (remote log readers, copiers), prefetch and part uploads share one client: a pool
+            # below their count drops connections and reconnects (TLS) under load; AWS's Java SDK keeps 50.
+            max_pool_connections=max(50, 2 * self.concurrency + 2),
             s3={"addressing_style": addressing},
             request_checksum_calculation=checksum_mode,
             response_checksum_validation=checksum_mode,

@@ -2,7 +2,7 @@
 # The metrics where a Kafka operator looks: a real broker (KAFKA_HOME, Kafka 3.6+) with JMX on 127.0.0.1 tiers
 # a topic through our shim (sidecar transport), a consumer reads it back from remote storage, and Kafka's own
 # JmxTool reads our beans under Aiven's names. Passes when object-upload-total,
-# segment-fetch-requested-bytes-total and the chunk cache's misses are above zero. Not part of CI (needs Kafka).
+# segment-fetch-requested-bytes-total, the chunk cache's misses and our segment-copy-time-p99 are above zero. Not part of CI (needs Kafka).
 #
 #   KAFKA_HOME=/path/to/kafka bash demo/broker-jmx-check.sh      # KEEP=1 keeps the scratch folder
 set -euo pipefail
@@ -133,13 +133,13 @@ jmx() {  # JmxTool in its own JVM: the broker's JMX_PORT must not leak into it
 sleep 6  # the shim looks for new beans every 5 s; a snapshot is at most 1 s old
 RSM_BEAN='aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics'
 CACHE_BEAN='aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics'
-OUT="$(jmx "$RSM_BEAN" object-upload-total,segment-fetch-requested-bytes-total,segment-copy-time-avg)"
+OUT="$(jmx "$RSM_BEAN" object-upload-total,segment-fetch-requested-bytes-total,segment-copy-time-avg,segment-copy-time-p99)"
 OUT="$OUT"$'\n'"$(jmx "$CACHE_BEAN" cache-hits-total,cache-misses-total)"
 OUT="$OUT"$'\n'"$(jmx "$RSM_BEAN,topic=tiered,partition=0,object-type=log" object-upload-total)"
 echo "$OUT" | sed 's/^/[broker-jmx]   /'
 value() { echo "$OUT" | grep -F "$1" | head -1 | sed 's/.*=//'; }
 positive() { "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1] or 0) > 0 else 1)' "$1"; }
-for attr in object-upload-total segment-fetch-requested-bytes-total cache-misses-total; do
+for attr in object-upload-total segment-fetch-requested-bytes-total cache-misses-total segment-copy-time-p99; do
   v="$(value ":$attr=")"
   positive "${v:-0}" || { cat "$WORK/jmxtool.err" >&2; fail "$attr is '${v}' (expected > 0)"; }
 done

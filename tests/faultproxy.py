@@ -40,6 +40,8 @@ class FaultPlan:
     faults: tuple[str, ...] = FAULTS
     stall_s: float = 3.0
     seed: int = 12
+    only_paths_containing: bytes | None = None  # fault only requests whose request line contains this
+    limit: int | None = None  # inject at most this many faults in all
     injected: Counter[str] = field(default_factory=Counter)
     requests: int = 0
 
@@ -109,10 +111,15 @@ class FaultProxy:
         self._thread.join(10)
         self._loop.close()
 
-    def _pick(self, has_request_body: bool) -> str | None:
+    def _pick(self, request_line: bytes, has_request_body: bool) -> str | None:
         with self._lock:
             self.plan.requests += 1
             if self._rng.random() >= self.plan.rate:
+                return None
+            wanted = self.plan.only_paths_containing
+            if wanted is not None and wanted not in request_line:
+                return None
+            if self.plan.limit is not None and sum(self.plan.injected.values()) >= self.plan.limit:
                 return None
             choices = [f for f in self.plan.faults if f != "reset-upload" or has_request_body]
             fault = self._rng.choice(choices)
@@ -141,7 +148,7 @@ class FaultProxy:
         length = int(_header(head, b"content-length") or 0)
         body = await client_r.readexactly(length) if length else b""
         is_head = head.startswith(b"HEAD ")
-        fault = self._pick(bool(body))
+        fault = self._pick(head.split(b"\r\n", 1)[0], bool(body))
         if fault == "slowdown":
             client_w.write(_SLOWDOWN % (len(_SLOWDOWN_BODY), _SLOWDOWN_BODY))
             await client_w.drain()

@@ -23,7 +23,7 @@ from faultproxy import FaultPlan, FaultProxy
 from reliability_table import record_row
 
 from backends.s3 import S3Backend
-from rsm import RemoteStorageException, RemoteStorageManager
+from rsm import CorruptDataException, RemoteStorageException, RemoteStorageManager
 from rsm.core.garbage import MULTIPART_UPLOAD, delete_garbage, find_garbage
 from rsm.core.object_keys import segment_keys
 
@@ -159,3 +159,43 @@ def test_proxy_really_breaks_an_unretried_client(s3_moto_server: StoreServer) ->
     finally:
         b.close()
         proxy.stop()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("truncated_reads", [1, None], ids=["once-in-transit", "every-read"])
+def test_manifest_truncated_with_matching_length(
+    truncated_reads: int | None,
+    s3_moto_server: StoreServer,  # noqa: F811
+    segment_factory: Any,
+) -> None:
+    """A manifest body cut in half with Content-Length rewritten to match is a complete, short object at the HTTP
+    level. Damaged once in transit, a second read recovers it and the fetch is exact; damaged on every read (as a
+    stored corrupt manifest would be), the fetch fails with CorruptDataException naming the manifest."""
+    seg = segment_factory(target_bytes=300_000, seed=7)
+    prefix = f"manifest-cut-{truncated_reads}/"
+    meta = seg.to_metadata(TIP, "manifestcutAAAAAAAAAAA")
+    writer = _manager(s3_moto_server, s3_moto_server.endpoint, prefix)
+    try:
+        writer.copy_log_segment_data(meta, seg.to_log_segment_data())
+    finally:
+        writer.close()
+    plan = FaultPlan(1.0, faults=("truncate-length",), only_paths_containing=b".rsm-manifest", limit=truncated_reads)
+    proxy = FaultProxy(int(s3_moto_server.endpoint.rsplit(":", 1)[1]), plan)
+    m = _manager(s3_moto_server, proxy.url, prefix)
+    try:
+        if truncated_reads is None:
+            with pytest.raises(CorruptDataException, match=r"manifest .*\.rsm-manifest is not valid JSON"):
+                m.fetch_log_segment(meta, 0)
+            assert plan.injected["truncate-length"] == 2, "the manifest should be read exactly twice"
+        else:
+            with m.fetch_log_segment(meta, 0) as f:
+                assert f.read() == seg.log.read_bytes()
+            assert plan.injected["truncate-length"] == 1
+    finally:
+        m.close()
+        proxy.stop()
+        gc = _manager(s3_moto_server, s3_moto_server.endpoint, prefix)
+        try:
+            gc.delete_log_segment_data(meta)
+        finally:
+            gc.close()

@@ -216,15 +216,19 @@ def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pa
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
+@pytest.mark.parametrize("check", ["gcm", "crc32c"])
 def test_damaged_disk_entry_is_dropped_and_fetched_again(
-    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, damage: str
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, damage: str, check: str
 ) -> None:
+    """Encrypted chunks are checked by their GCM tag when read back from disk, plain ones by the manifest's CRC."""
     cache_dir = tmp_path / "c"
     # no compression: stored chunks are ~64 KiB, so diskcache keeps each in its own file
-    m = _manager(
-        make_manager,
-        key_pairs,
+    m = make_manager(
+        encryption_configs(key_pairs) if check == "gcm" else {},
+        chunk_size=CHUNK,
         compression_enabled=False,
+        fetch_coalesce_max_bytes=512 * 1024,
+        fetch_chunk_cache_prefetch_max_size=0,
         fetch_chunk_cache_class="disk",
         fetch_chunk_cache_path=str(cache_dir),
         fetch_chunk_cache_memory_size=0,
@@ -378,6 +382,41 @@ def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, ke
     with m.fetch_log_segment(meta, 2 * CHUNK) as f:
         f.read(CHUNK)
     assert gets.count == before
+
+
+@pytest.mark.parametrize("cache_class", ["disk", "memory"])
+def test_each_chunk_is_decoded_once_and_never_evicted_unread(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, cache_class: str
+) -> None:
+    """A coalesced GET decodes the chunks after the one asked for in the background; a reader that got to one
+    first must not see it decoded a second time, and no more is decoded ahead than the memory tier can keep
+    until the reader comes (a quarter of it), so nothing decoded is evicted unread and fetched again."""
+    tier = 16 * CHUNK
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_class=cache_class,
+        fetch_chunk_cache_path=str(tmp_path / "cc"),
+        fetch_chunk_cache_size=tier if cache_class == "memory" else 64 * 1024 * 1024,
+        fetch_chunk_cache_memory_size=tier,
+        fetch_coalesce_max_bytes=64 * 1024 * 1024,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    chunks = m.fetch_manifest(meta).chunk_index.chunk_count
+    assert chunks > 2 * 16, "the segment must be bigger than the memory tier for this test to mean anything"
+    gets = GetCounter(m.backend)
+    with m.fetch_log_segment(meta, 0) as f:
+        assert f.read() == original
+    assert m.chunk_cache.wait_idle()
+    stats = m.chunk_cache.stats()
+    assert stats["cache-load-success-total"] == chunks, stats
+    if cache_class == "memory":
+        # no disk tier to hold the rest of a run: GETs are cut at what may be decoded ahead (4 chunks here)
+        assert gets.count >= math.ceil(chunks / 5), gets.calls
+    else:
+        assert gets.count == 1, gets.calls
 
 
 def test_index_cache_and_single_unwrap(segment: Any, make_manager: Any, key_pairs: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import urllib.request
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from emulators import (  # noqa: F401 - fixtures found by name
     s3_moto_server,
 )
 from fault_proxy import fault_proxy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.instrumentation import ERROR_KINDS
@@ -34,12 +37,14 @@ from rsm.core.object_keys import segment_keys
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition
 from rsm.metrics.catalog import BACKEND_BEANS
+from rsm.metrics.histogram import TIME_MS, LogBuckets
 from rsm.metrics.prometheus import serve
-from rsm.metrics.registry import MetricsConfig, MetricsRegistry
+from rsm.metrics.registry import PERCENTILES, MetricsConfig, MetricsRegistry
 
 RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
 MANIFEST_CACHE = "aiven.kafka.server.tieredstorage.cache:type=segment-manifest-cache-metrics"
+INDEX_CACHE = "aiven.kafka.server.tieredstorage.cache:type=segment-indexes-cache-metrics"
 CHUNK = 65536
 DETERMINISTIC = {  # one chunk per GET and no background loads: every hit and miss is the test's own doing
     "chunk.size": str(CHUNK),
@@ -73,6 +78,127 @@ def test_sensor_follows_kafka_sampled_stat_semantics() -> None:
     assert sensor.avg() == 30 and sensor.max() == 30 and sensor.rate() == 30 / (20 + 30)
     clock.now += 60
     assert math.isnan(sensor.avg()) and sensor.rate() == 0.0 and sensor.total == 90 and sensor.count == 2
+
+
+ERR = TIME_MS.relative_error
+PCT = [f"-{suffix}" for suffix, _ in PERCENTILES]
+
+
+def nearest_rank(values: list[float], permille: int) -> float:
+    """The exact quantile: the ceil(q * n)-th smallest value, in exact arithmetic."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(Fraction(permille, 1000) * len(ordered))) - 1]
+
+
+def within(estimate: float, exact: float, error: float = ERR) -> bool:
+    return abs(estimate - exact) <= error * exact * (1 + 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(TIME_MS.low, TIME_MS.high, allow_nan=False), min_size=1, max_size=300),
+    st.integers(0, 1000),
+    st.sampled_from([0.001, 0.01, 0.05]),
+)
+def test_log_buckets_report_every_quantile_within_the_relative_error(
+    values: list[float], permille: int, error: float
+) -> None:
+    buckets = LogBuckets(error, TIME_MS.low, TIME_MS.high)
+    counts: dict[int, int] = {}
+    for v in values:
+        counts[buckets.index(v)] = counts.get(buckets.index(v), 0) + 1
+    (estimate,) = buckets.quantiles([counts], [permille / 1000])
+    exact = nearest_rank(values, permille)
+    assert within(estimate, exact, error)
+    assert len(counts) <= buckets.size
+    # A sensor reports the same, capped by the exact maximum (which only brings it closer).
+    sensor = MetricsRegistry(clock=Clock()).sensor("s")
+    sensor.keep_histogram(buckets)
+    for v in values:
+        sensor.record(v)
+    assert within(sensor.percentile(permille / 1000), exact, error) and sensor.percentile(permille / 1000) <= max(
+        values
+    )
+
+
+def test_log_buckets_outside_their_range_and_empty() -> None:
+    assert TIME_MS.size == 1153  # 1 us .. 10**7 ms at 1 %: the most entries one window can hold
+    assert TIME_MS.index(0.0) == TIME_MS.index(-3.0) == TIME_MS.index(math.nan) == TIME_MS.index(TIME_MS.low) == 0
+    assert TIME_MS.value(0) == TIME_MS.low
+    assert TIME_MS.index(1e12) == TIME_MS.index(1e300) == TIME_MS.top
+    assert within(TIME_MS.value(TIME_MS.top), TIME_MS.high)
+    assert all(math.isnan(v) for v in TIME_MS.quantiles([{}, {}], [0.5, 0.99]))
+    with pytest.raises(ValueError, match="relative_error"):
+        LogBuckets(0.0)
+    with pytest.raises(ValueError, match="low < high"):
+        LogBuckets(0.01, 5.0, 1.0)
+
+
+def test_time_percentiles_after_known_durations() -> None:
+    clock = Clock()
+    registry = MetricsRegistry(MetricsConfig(samples=2, window_s=30.0), clock)
+    sensor = registry.sensor("copy")
+    registry.time("d", "t", (), "copy-time", sensor)
+    bean = lambda: next(values for _, _, _, values in registry.beans())  # noqa: E731
+    assert all(math.isnan(bean()[f"copy-time{p}"]) for p in ["-avg", "-max", *PCT])  # nothing recorded yet
+    durations = [float(ms) for ms in range(1, 1001)]  # 1 .. 1000 ms, shuffled
+    for ms in durations[::2] + durations[1::2]:
+        sensor.record(ms)
+    values = bean()
+    assert within(values["copy-time-p50"], 500) and within(values["copy-time-p99"], 990)
+    assert within(values["copy-time-p999"], 999)
+    assert values["copy-time-max"] == 1000 and values["copy-time-avg"] == 500.5
+    # One value: every percentile is it (the bucket's value is capped by the exact maximum when above it).
+    single = registry.sensor("single")
+    registry.time("d", "single", (), "x", single)
+    single.record(0.25)
+    assert all(within(single.percentile(q), 0.25) and single.percentile(q) <= 0.25 for _, q in PERCENTILES)
+    # Zero durations (a clock too coarse to see them) read as zero, not as the lowest bucket's bound.
+    zero = registry.sensor("zero")
+    zero.keep_histogram()
+    zero.record(0.0)
+    assert zero.percentile(0.5) == 0.0
+    # A sensor without a histogram (a rate, a total) has no percentiles.
+    assert math.isnan(registry.sensor("plain").percentile(0.5))
+
+
+def test_percentiles_cover_the_live_windows_only() -> None:
+    clock = Clock()
+    registry = MetricsRegistry(MetricsConfig(samples=2, window_s=30.0), clock)
+    sensor = registry.sensor("fetch")
+    registry.time("d", "t", (), "fetch-time", sensor)
+    for _ in range(900):
+        sensor.record(10.0)
+    clock.now += 35  # a new window: the first is still live (35 s < 2 x 30 s)
+    for _ in range(100):
+        sensor.record(200.0)
+    assert within(sensor.percentile(0.5), 10) and within(sensor.percentile(0.99), 200)
+    assert within(sensor.percentile(0.9), 10) and within(sensor.percentile(0.901), 200)
+    clock.now += 30  # the first window is 65 s old: past samples x window, its 900 values drop out
+    assert within(sensor.percentile(0.5), 200) and sensor.avg() == 200
+    clock.now += 30  # the second window expires too: NaN, exactly when avg and max are
+    assert math.isnan(sensor.percentile(0.5)) and math.isnan(sensor.avg()) and math.isnan(sensor.max())
+    sensor.record(3.0)  # the expired window is reused from empty
+    assert within(sensor.percentile(0.999), 3) and sensor.percentile(0.999) <= 3
+
+
+def test_histogram_memory_is_bounded_whatever_the_event_rate() -> None:
+    clock = Clock()
+    registry = MetricsRegistry(MetricsConfig(samples=3, window_s=30.0), clock)
+    sensor = registry.sensor("get")
+    registry.time("d", "t", (), "get-time", sensor)
+    for k in range(60_000):  # 60 000 distinct durations from 1 ns to far past the top bucket
+        sensor.record(1e-6 * 1.0005**k)
+    hists = sensor._hists  # noqa: SLF001 - the bound is the point of the test
+    assert hists is not None and len(hists) == 3
+    assert sum(len(h) for h in hists) <= TIME_MS.size
+    assert sum(sum(h.values()) for h in hists) == sensor.count == 60_000
+
+
+def check_percentiles(bean: dict[str, float], base: str) -> None:
+    """A time metric with values: its percentiles are numbers, in order, between 0 and its maximum."""
+    p50, p99, p999 = (bean[f"{base}{p}"] for p in PCT)
+    assert 0 <= p50 <= p99 <= p999 <= bean[f"{base}-max"], bean
 
 
 def test_recording_level_decides_which_sensors_record() -> None:
@@ -134,6 +260,14 @@ def test_exact_values_after_a_known_workload(
     log_path.write_bytes(bytes(raw))
     with pytest.raises(CorruptDataException), m.fetch_log_segment(metas[1], 2 * CHUNK, 2 * CHUNK + 10) as f:
         f.read()
+    # And one in an index: a flipped byte in segment 1's stored offset index.
+    indexes_path = root / segment_keys("", metas[1]).indexes
+    offset_entry = m.fetch_manifest(metas[1]).segment_indexes[IndexType.OFFSET]
+    raw = bytearray(indexes_path.read_bytes())
+    raw[offset_entry.position + 3] ^= 0xFF
+    indexes_path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptDataException, match="index is corrupt"):
+        m.fetch_index(metas[1], IndexType.OFFSET)
     # One fetch that cannot start, one absent transaction index (routine, not an error), one delete.
     with pytest.raises(RemoteStorageException, match="end before start"):
         m.fetch_log_segment(metas[0], 5, 0)
@@ -164,20 +298,36 @@ def test_exact_values_after_a_known_workload(
     requested = 100 + 11 + 5 + (CHUNK + 10) + 11
     assert total["segment-fetch-requested-bytes-total"] == requested == p7["segment-fetch-requested-bytes-total"]
     assert p8_bean["segment-fetch-requested-bytes-total"] == 0
-    assert total["segment-fetch-errors-total"] == 1 and p7["segment-fetch-errors-total"] == 1
+    # the corrupt chunk's fetch and the corrupt index's (the fetch that cannot start never began)
+    assert total["segment-fetch-errors-total"] == 2 and p7["segment-fetch-errors-total"] == 2
     assert total["segment-fetch-time-max"] >= total["segment-fetch-time-avg"] > 0  # DEBUG level records it
     assert total["segment-delete-total"] == 1 == p8_bean["segment-delete-total"] and p7["segment-delete-total"] == 0
     assert total["segment-delete-bytes-total"] == segs[2].size == p8_bean["segment-delete-bytes-total"]
     assert total["segment-delete-errors-total"] == 0 and total["segment-copy-errors-total"] == 0
     assert total["segment-delete-time-max"] >= total["segment-delete-time-avg"] > 0
+    for base in ("segment-copy-time", "segment-fetch-time", "segment-delete-time"):
+        check_percentiles(total, base)
+    check_percentiles(p7, "segment-copy-time")
+    # Partition 8 copied and deleted one segment each: every percentile is that one duration (within 1 %).
+    for base in ("segment-copy-time", "segment-delete-time"):
+        one = p8_bean[f"{base}-max"]
+        assert p8_bean[f"{base}-avg"] == one and all(within(p8_bean[base + p], one) for p in PCT)
+    assert all(math.isnan(p7["segment-delete-time" + p]) for p in PCT)  # p7 deleted nothing: NaN, as its avg
+    assert math.isnan(p7["segment-delete-time-avg"])
+    # 3 copies: the median is the middle one, p99 and p999 the slowest (the 3rd of 3).
+    assert within(total["segment-copy-time-p999"], total["segment-copy-time-max"])
+    assert within(total["segment-copy-time-p99"], total["segment-copy-time-max"])
 
     chunk = snap[CHUNK_CACHE]
     assert (chunk["cache-hits-total"], chunk["cache-misses-total"]) == (3, 3)  # 3rd miss: the corrupt chunk
     assert chunk["integrity-failures-total"] == 1
     assert chunk["remote-get-total"] == 3 and chunk["remote-get-bytes-total"] == 3 * CHUNK
+    assert snap[INDEX_CACHE]["integrity-failures-total"] == 1
+    assert snap[INDEX_CACHE]["cache-load-failure-total"] == 1  # a corrupt index is never cached
     manifest = snap[MANIFEST_CACHE]
-    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 1 on segment 1.
-    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 5)
+    # 6 calls on segment 0 (4 fetches, the failed one, which loads it first, the index) and 3 on segment 1 (the
+    # fetch, the test's own fetch_manifest, the corrupt index).
+    assert (manifest["cache-misses-total"], manifest["cache-hits-total"]) == (2, 7)
     assert "aiven.kafka.server.tieredstorage.thread-pool:type=transform-thread-pool-metrics" in snap
 
 
@@ -192,6 +342,8 @@ def test_info_level_skips_debug_sensors_and_mirror_domain(
         f.read()
     snap = m.metrics()
     assert math.isnan(snap[RSM]["segment-fetch-time-avg"])
+    assert all(math.isnan(snap[RSM]["segment-fetch-time" + p]) for p in PCT)  # DEBUG sensor at INFO: NaN alike
+    check_percentiles(snap[RSM], "segment-copy-time")
     assert snap[RSM]["segment-fetch-requested-bytes-total"] == 10
     mirrored = "io.kts.tieredstorage:type=remote-storage-manager-metrics"
     assert snap[mirrored]["object-upload-total"] == snap[RSM]["object-upload-total"] == 3
@@ -232,6 +384,8 @@ def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory:
     assert gets == [("rsm-manifest", 200), ("log", 500), ("log", 206)]
     assert bean["get-object-requests-total"] == len(gets) == counters["get-object-requests"]
     assert bean["get-object-time-max"] >= bean["get-object-time-avg"] > 0
+    check_percentiles(bean, "get-object-time")
+    assert bean["get-object-time-p50"] > 0
     assert bean["put-object-requests-total"] == counters["put-object-requests"] >= 2
     assert bean["bytes-downloaded-total"] == counters["bytes-downloaded"]
 
@@ -256,6 +410,14 @@ def test_prometheus_endpoint_is_scraped_and_parsed(make_manager: Callable[..., A
     assert values[(("object_type", "log"), ("partition", "7"), ("topic", "orders"))] == 1
     assert families["kts_chunk_cache_metrics_cache_misses"].samples[0].value == 0
     assert families["kts_remote_storage_manager_metrics_object_upload_rate"].type == "gauge"
+    snap = m.metrics()[RSM]
+    for p in ("p50", "p99", "p999"):  # one gauge per percentile, the value the snapshot holds
+        family = families[f"kts_remote_storage_manager_metrics_segment_copy_time_{p}"]
+        assert family.type == "gauge"
+        value = next(s.value for s in family.samples if not s.labels)
+        assert value == snap[f"segment-copy-time-{p}"] and 0 < value <= snap["segment-copy-time-max"]
+    fetch_p99 = families["kts_remote_storage_manager_metrics_segment_fetch_time_p99"].samples
+    assert len(fetch_p99) == 1 and math.isnan(fetch_p99[0].value)  # nothing fetched: NaN, like the average
 
 
 def test_metrics_docs_are_current(tmp_path: Path) -> None:
@@ -299,3 +461,6 @@ def test_gcs_and_azure_beans_mirror_the_backend_counters(
     assert requests and all(bean[f"{k}-total"] == v for k, v in requests.items()), (bean, counters)
     assert all(bean[f"{kind}-errors-total"] == 0 for kind in ERROR_KINDS)
     assert bean["bytes-uploaded-total"] == counters["bytes-uploaded"] > 0
+    timed = [k[: -len("-requests")] for k in requests]
+    for op in timed:  # every operation that ran has its latency percentiles
+        check_percentiles(bean, f"{op}-time")

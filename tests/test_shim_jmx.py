@@ -4,6 +4,7 @@ ObjectNames with the values the Python registry holds; a read burst costs one sn
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 import urllib.request
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JD
 
 RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
+DEBUG = {"metrics.recording.level": "DEBUG"}  # the per-fetch timing (and its percentiles) is a DEBUG sensor
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +128,14 @@ def check_beans(rsm: Any, segments: list[jt.SpecSegment]) -> None:
     assert attr(RSM, "segment-fetch-requested-bytes-total") == 200
     assert attr(f"{RSM},topic={tip.topic}", "segment-fetch-requested-bytes-total") == 200
     assert attr(CHUNK_CACHE, "cache-misses-total") == 1 and attr(CHUNK_CACHE, "cache-hits-total") == 1
+    # Our percentiles next to Aiven's avg and max, on the untagged and the per-partition beans.
+    partition = f"{RSM},topic={tip.topic},partition={tip.partition}"
+    for bean, base in [(RSM, "segment-copy-time"), (partition, "segment-copy-time"), (RSM, "segment-fetch-time")]:
+        p50, p99, p999, top = (attr(bean, f"{base}-{s}") for s in ("p50", "p99", "p999", "max"))
+        assert 0 < p50 <= p99 <= p999 <= top, (bean, base, p50, p99, p999, top)
+        # 2 copies, 2 fetches: p99 is the slower of the two, within the buckets' 1 %.
+        assert abs(p99 - top) <= 0.01 * top
+    assert math.isnan(attr(RSM, "segment-delete-time-p99"))  # nothing deleted: NaN, as its avg
     for name in names:  # every attribute of every bean, still the same burst
         info = server().getMBeanInfo(jpype.JClass("javax.management.ObjectName")(name))
         for a in info.getAttributes():
@@ -142,7 +152,11 @@ def scrape(port: int) -> dict[str, Any]:
 
 def test_mbeans_and_prometheus_over_sidecar(jvm: None, segments: list[jt.SpecSegment], tmp_path: Path) -> None:
     port = free_port()
-    rsm = shim(jt.base_config(tmp_path / "store", **{"jvm.transport": "sidecar", "metrics.prometheus.port": str(port)}))
+    rsm = shim(
+        jt.base_config(
+            tmp_path / "store", **{"jvm.transport": "sidecar", "metrics.prometheus.port": str(port)}, **DEBUG
+        )
+    )
     try:
         assert str(rsm.transportName()) == "sidecar"
         exercise(rsm, segments)
@@ -152,6 +166,8 @@ def test_mbeans_and_prometheus_over_sidecar(jvm: None, segments: list[jt.SpecSeg
         assert untagged == [3 * len(segments)]  # JMX reads lag by up to the 1 s snapshot age: compared below
         misses = families["kts_chunk_cache_metrics_cache_misses"].samples
         assert [s.value for s in misses] == [1]
+        p99 = families["kts_remote_storage_manager_metrics_segment_copy_time_p99"]
+        assert p99.type == "gauge" and [s.value > 0 for s in p99.samples if not s.labels] == [True]
         check_beans(rsm, segments)
         with pytest.raises(OSError):  # the endpoint went away with the sidecar
             scrape(port)
@@ -164,7 +180,7 @@ def test_mbeans_in_process(jvm: None, segments: list[jt.SpecSegment], tmp_path: 
 
     jvm_inprocess.install(adopt_hooks=False)
     try:
-        rsm = shim(jt.base_config(tmp_path / "store", **{"jvm.transport": "inprocess"}))
+        rsm = shim(jt.base_config(tmp_path / "store", **{"jvm.transport": "inprocess"}, **DEBUG))
         try:
             assert str(rsm.transportName()) == "in-process"
             exercise(rsm, segments)

@@ -59,7 +59,11 @@ def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
 
 
 def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
-    cfg = jt.base_config(tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200"})
+    sockets = tmp_path / "sock"
+    sockets.mkdir()
+    cfg = jt.base_config(
+        tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200", "jvm.sidecar.socket.dir": str(sockets)}
+    )
     cmd = [
         "java",
         "-cp",
@@ -96,6 +100,8 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
     assert any("restarting it" in x for x in err.splitlines()), "no log line about the restart"
     assert lines[-1] == "CLOSED"
     assert not alive(pid2), "close() left the restarted sidecar running"
+    # the killed sidecar could not remove its socket file: the shim must, or every death leaves one behind
+    assert list(sockets.iterdir()) == []
 
 
 def test_close_stops_the_sidecar_and_removes_its_socket(tmp_path: Path) -> None:

@@ -113,6 +113,8 @@ class RemoteStorageManager:
         self._background: ThreadPoolExecutor | None = None
         self.manifest_cache: TimedLru[str, LoadedManifest] = TimedLru("segment-manifest", 0, None)
         self.index_cache: TimedLru[tuple[str, IndexType], bytes] = TimedLru("segment-indexes", 0, None, weigher=len)
+        self.index_integrity_failures = 0  # indexes whose GCM tag or CRC-32C did not match (the index cache's bean)
+        self._integrity_lock = threading.Lock()
         self.chunk_cache: ChunkCache | None = None
         self.prefetcher: Prefetcher | None = None
         self.upload_rate_limiter: RateLimiter | None = None
@@ -245,7 +247,7 @@ class RemoteStorageManager:
         sources: list[Pulled] = fetch_path_sources(
             self.chunk_cache,
             self.manifest_cache,
-            self.index_cache,
+            _IndexCacheStats(self),
             self.prefetcher,
             {"upload": self.upload_rate_limiter, "fetch": self.fetch_rate_limiter},
             self.thread_pools,
@@ -505,10 +507,10 @@ class RemoteStorageManager:
             f"manifest {self._show(keys.manifest)}",
         )
 
-    def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
+    def _read_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> bytes:
         try:
             with self.backend.fetch(keys.manifest) as f:
-                raw = f.read(MAX_MANIFEST_SIZE + 1)
+                return f.read(MAX_MANIFEST_SIZE + 1)
         except KeyNotFound:
             raise RemoteResourceNotFoundException(
                 f"{meta.describe()} is not in remote storage: manifest {self._show(keys.manifest)} not found"
@@ -517,7 +519,22 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"cannot read the manifest {self._show(keys.manifest)} of {meta.describe()}: {e}"
             ) from e
-        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self._show(keys.manifest)}")
+
+    def _load_manifest(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:
+        what = f"manifest {self._show(keys.manifest)}"
+        raw = self._read_manifest(keys, meta)
+        try:
+            manifest = SegmentManifest.from_json_bytes(raw, what)
+        except CorruptDataException as first:
+            # A manifest is read whole, without a range: a body cut short in transit whose Content-Length was
+            # rewritten to match (a proxy, a middlebox) looks like a complete short object at the HTTP level, and
+            # only parsing tells. One more read separates that from a stored object that is really corrupt.
+            again = self._read_manifest(keys, meta)
+            if again == raw:
+                raise
+            manifest = SegmentManifest.from_json_bytes(again, what)
+            log.warning("%s was damaged in transit on the first read (%s); a second read parsed", what, first)
+            raw = again
         tag = manifest.encryption.aad.hex() if manifest.encryption is not None else f"{crc32c(raw):08x}"
         return LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta), f"{keys.manifest}@{tag}")
 
@@ -708,12 +725,18 @@ class RemoteStorageManager:
         try:
             data = cipher.decrypt(stored, what) if cipher is not None else stored
         except DecryptionError as e:
-            raise CorruptDataException(str(e)) from None
+            self._count_index_integrity_failure()
+            raise CorruptDataException(f"{e}; the stored index is corrupt (run kts verify)") from None
         integrity = loaded.manifest.integrity
         expected = integrity.index_crcs.get(index_type) if integrity is not None else None
         if expected is not None and crc32c(data) != expected:
-            raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt")
+            self._count_index_integrity_failure()
+            raise CorruptDataException(f"{what}: CRC-32C mismatch; the stored index is corrupt (run kts verify)")
         return bytes(data)
+
+    def _count_index_integrity_failure(self) -> None:
+        with self._integrity_lock:
+            self.index_integrity_failures += 1
 
     # --- delete ----------------------------------------------------------------------------------------------------
 
@@ -772,3 +795,16 @@ class RemoteStorageManager:
         self.backend.upload(manifest_key, self._throttled(manifest.to_json_bytes()))
         self.manifest_cache.invalidate(manifest_key)
         return RewrapResult(old_id, True)
+
+
+class _IndexCacheStats:
+    """The index cache's bean: the LRU's own counters and the indexes that failed their integrity check."""
+
+    def __init__(self, manager: RemoteStorageManager) -> None:
+        self._manager = manager
+
+    def stats(self) -> dict[str, float]:
+        return {
+            **self._manager.index_cache.stats(),
+            "integrity-failures-total": self._manager.index_integrity_failures,
+        }

@@ -100,11 +100,18 @@ class ChunkCache:
         )
         self.disk = disk
         self.coalesce_bytes = coalesce_bytes
+        # Decoded bytes a coalesced GET may put in the memory tier ahead of any reader: a quarter of the tier, so
+        # what is decoded ahead is still there when the reader comes (16 MiB stored is ~64 MiB decoded, as big
+        # as the whole default tier). With a disk tier the rest of the run waits there, still encoded.
+        self.decode_ahead_bytes = memory_bytes // 4
         self.background = background
         self.get_timeout_s = get_timeout_s
         self.rate_limiter = rate_limiter
         self._lock = threading.Lock()
         self._fetching: dict[ChunkKey, Future[memoryview]] = {}
+        # Chunks of a GET in flight that a reader already took to decode itself: their background decode would
+        # be a second one (the reader's copy may even be evicted by then). Emptied as each chunk settles.
+        self._taken: set[ChunkKey] = set()
         self._prefetched: set[ChunkKey] = set()
         self.gets = 0
         self.get_bytes = 0
@@ -201,6 +208,7 @@ class ChunkCache:
         try:
             if src.transformer.is_identity:
                 if len(stored) != chunk.original_size:
+                    self._count_integrity_failure()  # a torn disk entry or a short object: the CRC cannot run
                     raise CorruptDataException(
                         f"{what}: the manifest says the chunk is stored untransformed, but gives "
                         f"{len(stored)} stored bytes for {chunk.original_size} original ones"
@@ -249,6 +257,8 @@ class ChunkCache:
         # a chunk whose GET just finished is found in one place or the other.
         with self._lock:
             pending = self._fetching.get(key)
+            if pending is not None:
+                self._taken.add(key)
         if pending is not None:
             planned()
             return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
@@ -262,7 +272,9 @@ class ChunkCache:
         run = self._plan_run(src, chunk, horizon) if use_disk else [chunk]
         with self._lock:
             pending = self._fetching.get(key)
-            if pending is None:
+            if pending is not None:
+                self._taken.add(key)
+            else:
                 run = [c for c in itertools.takewhile(lambda c: (src.cache_id, c.id) not in self._fetching, run)]
                 futures: dict[int, Future[memoryview]] = {c.id: Future() for c in run}
                 for c in run:
@@ -277,6 +289,7 @@ class ChunkCache:
         """``first`` and the chunks after it that are nowhere yet, up to the horizon and the coalescing size."""
         run = [first]
         total = first.transformed_size
+        decoded = 0  # of the chunks after the first: without a disk tier, only what may be decoded ahead
         last = min(horizon, src.index.chunk_count - 1, first.id + MAX_RUN_CHUNKS - 1)
         if first.original_size > self.buffers().buffer_size:
             return run  # a chunk bigger than ours (a foreign or hostile manifest): alone, decoded by its reader
@@ -285,12 +298,15 @@ class ChunkCache:
             key = (src.cache_id, chunk_id)
             if total + chunk.transformed_size > self.coalesce_bytes:
                 break
+            if self.disk is None and decoded + chunk.original_size > self.decode_ahead_bytes:
+                break
             if self.memory.contains(key) or self.memory.in_flight(key):
                 break
             if self.disk is not None and self.disk.contains(src.cache_id, chunk_id):
                 break
             run.append(chunk)
             total += chunk.transformed_size
+            decoded += chunk.original_size
         return run
 
     def _fetch_run(
@@ -306,19 +322,26 @@ class ChunkCache:
             with self._lock:
                 for c in run:
                     self._fetching.pop((src.cache_id, c.id), None)
+                    self._taken.discard((src.cache_id, c.id))
             for f in futures.values():
                 f.set_exception(e)
             raise
         for c in run:
             futures[c.id].set_result(blob[c.transformed_position - start : c.transformed_end - start])
+        ahead = 0
         for i, c in enumerate(run):
+            decode = i > 0 and ahead + c.original_size <= self.decode_ahead_bytes
+            ahead += c.original_size if decode else 0
             try:
-                self.background.submit(self._settle, src, c, futures[c.id].result(), i > 0)
+                self.background.submit(self._settle, src, c, futures[c.id].result(), decode)
             except RuntimeError:  # the plugin is closing
                 self._settle(src, c, futures[c.id].result(), False)
 
     def _settle(self, src: SegmentSource, chunk: Chunk, stored: memoryview, decode: bool) -> None:
+        key = (src.cache_id, chunk.id)
         try:
+            with self._lock:
+                decode = decode and key not in self._taken
             if decode:  # first: a reader may be waiting for it; the disk copy is for later
                 self._decode_in_background(src, chunk, stored, prefetched=False)
             if self.disk is not None:
@@ -327,7 +350,8 @@ class ChunkCache:
             pass
         finally:
             with self._lock:
-                self._fetching.pop((src.cache_id, chunk.id), None)
+                self._fetching.pop(key, None)
+                self._taken.discard(key)
 
     def _get(self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool) -> bytearray:
         if end == start:
@@ -360,8 +384,8 @@ class ChunkCache:
     ) -> None:
         """Decode a chunk nobody is waiting for yet into the memory tier; a reader that claimed it first wins."""
         key = (src.cache_id, chunk.id)
-        future, mine = self.memory.claim(key)
-        if not mine:
+        future = self.memory.claim_missing(key)
+        if future is None:  # a reader got there first (or it is still cached): decoding again is waste
             return
         started = time.perf_counter_ns()
         buf = self.buffers().take(chunk.original_size)

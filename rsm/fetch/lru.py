@@ -154,6 +154,18 @@ class TimedLru(Generic[K, V]):
             self._loading[key] = future
             return future, True
 
+    def claim_missing(self, key: K) -> Future[V] | None:
+        """Claim a load only when ``key`` is neither cached nor loading: for work done ahead of any reader, which
+        must never redo what a reader already did. Does not refresh the entry's recency."""
+        with self._lock:
+            item = self._items.get(key)
+            live = item is not None and (self.retention_s is None or self._clock() - item[2] <= self.retention_s)
+            if live or key in self._loading:
+                return None
+            future: Future[V] = Future()
+            self._loading[key] = future
+            return future
+
     def in_flight(self, key: K) -> bool:
         with self._lock:
             return key in self._loading

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rsm.metrics.histogram import TIME_MS
+from rsm.metrics.registry import PERCENTILES
+
 DOMAIN = "aiven.kafka.server.tieredstorage"
 RSM_TYPE = "remote-storage-manager-metrics"
 CACHE_DOMAIN = f"{DOMAIN}.cache"
@@ -38,6 +41,17 @@ class MetricDecl:
     ours: bool = False
 
 
+def _percentiles(base: str) -> tuple[str, ...]:
+    return tuple(f"{base}-{suffix}" for suffix, _ in PERCENTILES)
+
+
+_ERROR = f"{TIME_MS.relative_error:.0%}"
+PERCENTILE_NOTE = (
+    f"Windowed percentiles over the same windows as -avg and -max, within {_ERROR} (relative) of the exact "
+    "value from 1 us to 2.8 h, never above -max; NaN when -avg is."
+)
+
+
 def _rsm(attrs: tuple[str, ...], kind: str, tags: tuple[str, ...], meaning: str, ours: bool = False) -> MetricDecl:
     return MetricDecl(f"{DOMAIN}:type={RSM_TYPE}", attrs, kind, tags, meaning, ours)
 
@@ -61,6 +75,13 @@ RSM_METRICS = [
         PER_PARTITION,
         "Duration of a successful copyLogSegmentData, milliseconds.",
     ),
+    _rsm(
+        _percentiles("segment-copy-time"),
+        "time percentiles (ms)",
+        PER_PARTITION,
+        f"Duration of a successful copyLogSegmentData: median and tail. {PERCENTILE_NOTE}",
+        ours=True,
+    ),
     _rsm(("segment-delete-rate", "segment-delete-total"), "rate/total", PER_PARTITION, "Segments deleted."),
     _rsm(("segment-delete-bytes-total",), "total", PER_PARTITION, "Size in bytes of the deleted segments."),
     _rsm(
@@ -74,6 +95,13 @@ RSM_METRICS = [
         "time (ms)",
         PER_PARTITION,
         "Duration of a successful deleteLogSegmentData, milliseconds.",
+    ),
+    _rsm(
+        _percentiles("segment-delete-time"),
+        "time percentiles (ms)",
+        PER_PARTITION,
+        f"Duration of a successful deleteLogSegmentData: median and tail. {PERCENTILE_NOTE}",
+        ours=True,
     ),
     _rsm(
         ("segment-fetch-requested-bytes-rate", "segment-fetch-requested-bytes-total"),
@@ -104,6 +132,13 @@ RSM_METRICS = [
         "metrics.recording.level is DEBUG or TRACE.",
         ours=True,
     ),
+    _rsm(
+        _percentiles("segment-fetch-time"),
+        "time percentiles (ms), DEBUG",
+        ("",),
+        f"Time to open a fetch stream: median and tail (DEBUG, as above). {PERCENTILE_NOTE}",
+        ours=True,
+    ),
 ]
 
 _CACHE_ATTRS = [
@@ -127,14 +162,27 @@ _CHUNK_CACHE_OURS = [
     ("disk-cache-hits-total", "Reads answered by the disk tier (disk chunk cache only)."),
 ]
 
-CACHE_METRICS = [
-    MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
-    for t in CACHE_TYPES.values()
-    for name, meaning in _CACHE_ATTRS
-] + [
-    MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
-    for name, meaning in _CHUNK_CACHE_OURS
-]
+CACHE_METRICS = (
+    [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
+        for t in CACHE_TYPES.values()
+        for name, meaning in _CACHE_ATTRS
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
+        for name, meaning in _CHUNK_CACHE_OURS
+    ]
+    + [
+        MetricDecl(
+            f"{CACHE_DOMAIN}:type={CACHE_TYPES['index']}",
+            ("integrity-failures-total",),
+            "total",
+            ("",),
+            "Indexes whose CRC-32C or AES-GCM tag did not match when loaded: corrupt stored data.",
+            ours=True,
+        )
+    ]
+)
 
 PULLED_OURS = [
     MetricDecl(
@@ -189,6 +237,12 @@ BACKEND_METRICS = [
             False,
         ),
         (("<operation>-time-avg", "<operation>-time-max"), "time (ms)", "Latency of one request attempt.", False),
+        (
+            _percentiles("<operation>-time"),
+            "time percentiles (ms)",
+            f"Latency of one request attempt: median and tail. {PERCENTILE_NOTE}",
+            True,
+        ),
         (
             ("<kind>-errors-rate", "<kind>-errors-total"),
             "rate/total",

@@ -19,8 +19,16 @@ final class Conn {
     final int generation;
     /** The sidecar's region when this connection told it so (see Wire.OP_SHARED_MEMORY_MAPPED), else null. */
     final ByteBuffer sharedMemory;
-    private final ByteBuffer in = ByteBuffer.allocateDirect(BUFFER_SIZE);
-    private final ByteBuffer ack = ByteBuffer.allocateDirect(1);
+    /*
+     * Heap buffers, not direct ones: a connection lives only as long as one stream when the broker closes it early,
+     * and a direct buffer's native memory is returned only when a GC happens to collect its owner. Under a soak
+     * every early close left 256 KiB of native memory waiting for an old-generation collection (+60 MiB a minute,
+     * bounded only by MaxDirectMemorySize, i.e. the heap size). The JDK reads a socket into a heap buffer through
+     * its per-thread cached direct buffer, so the native memory stays bounded by the broker's threads; fetched
+     * bytes mostly arrive through the shared-memory region anyway, and only frames and inline pieces pass here.
+     */
+    private final ByteBuffer in = ByteBuffer.allocate(BUFFER_SIZE);
+    private final ByteBuffer ack = ByteBuffer.allocate(1);
     volatile long deadlineNanos;
     volatile boolean timedOut;
 

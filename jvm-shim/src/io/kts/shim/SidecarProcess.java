@@ -246,20 +246,21 @@ final class SidecarProcess {
                     String.valueOf(pid), String.valueOf(timeoutMs));
             kill();
         }
-        try {
-            Files.deleteIfExists(socket);
-        } catch (IOException e) {
-            // best effort
-        }
+        removeSocket();
     }
 
     void kill() {
         process.destroyForcibly();
         waitQuietly(process, 5000);
+        removeSocket();
+    }
+
+    /** Deletes the socket file; the listening process is gone or going, so nothing can connect to it any more. */
+    void removeSocket() {
         try {
             Files.deleteIfExists(socket);
         } catch (IOException e) {
-            // best effort
+            LOG.log(Level.WARNING, "cannot remove the sidecar socket {0}: {1}", socket, Wire.describe(e));
         }
     }
 

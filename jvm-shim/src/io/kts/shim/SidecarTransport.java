@@ -80,7 +80,14 @@ final class SidecarTransport implements Transport {
     }
 
     private void onExit(SidecarProcess p) {
+        // A sidecar that was killed (OOM killer, kill -9) could not remove its socket file: without this, every
+        // death would leave one behind in the socket directory for the life of the broker.
+        p.removeSocket();
         if (closed || p != current) return;
+        // Idle connections to the dead sidecar are useless; closing them now also drops their references to its
+        // shared-memory mapping, so a GC can unmap it (tmpfs pages stay allocated while anything maps them).
+        Conn c;
+        while ((c = idle.pollFirst()) != null) c.close();
         LOG.log(Level.WARNING, "Python sidecar pid {0} died ({1}); restarting it", String.valueOf(p.pid), p.exitDescription());
         scheduleRestart(p);
     }
