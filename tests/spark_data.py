@@ -8,6 +8,7 @@ expected rows come from decoding the source ``.log`` files with the reference de
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,96 @@ def iter_batches_any(log: Path) -> list[tuple[Any, bytes]]:
     return out
 
 
+_XXH_P1, _XXH_P2, _XXH_P3, _XXH_P4, _XXH_P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32, the hash of lz4 frame checksums (kept here so the tests need no binding for it)."""
+    n, pos = len(data), 0
+    if n >= 16:
+        acc = [
+            (seed + _XXH_P1 + _XXH_P2) & _M32,
+            (seed + _XXH_P2) & _M32,
+            seed & _M32,
+            (seed - _XXH_P1) & _M32,
+        ]
+        while pos + 16 <= n:
+            for i in range(4):
+                (lane,) = struct.unpack_from("<I", data, pos + 4 * i)
+                acc[i] = (_rotl((acc[i] + lane * _XXH_P2) & _M32, 13) * _XXH_P1) & _M32
+            pos += 16
+        h = (_rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)) & _M32
+    else:
+        h = (seed + _XXH_P5) & _M32
+    h = (h + n) & _M32
+    while pos + 4 <= n:
+        (lane,) = struct.unpack_from("<I", data, pos)
+        h = (_rotl((h + lane * _XXH_P3) & _M32, 17) * _XXH_P4) & _M32
+        pos += 4
+    while pos < n:
+        h = (_rotl((h + data[pos] * _XXH_P5) & _M32, 11) * _XXH_P1) & _M32
+        pos += 1
+    h ^= h >> 15
+    h = (h * _XXH_P2) & _M32
+    h ^= h >> 13
+    h = (h * _XXH_P3) & _M32
+    return h ^ (h >> 16)
+
+
+def kafka_lz4_frame(payload: bytes, *, broken_header_checksum: bool) -> bytes:
+    """An lz4 frame as Kafka's ``KafkaLZ4BlockOutputStream`` writes it: flags 0x60 (version 1, independent
+    blocks, no checksums, no content size), 64 KiB blocks, a block that does not shrink stored raw (size with
+    the high bit set), then the end mark. For magic 0 Kafka hashed the header checksum over the frame magic,
+    flags and block descriptor instead of the descriptors alone (``broken_header_checksum``)."""
+    import lz4.block
+
+    header = struct.pack("<I", 0x184D2204) + bytes([0x60, 0x40])
+    hashed = header if broken_header_checksum else header[4:]
+    out = bytearray(header + bytes([(xxh32(hashed) >> 8) & 0xFF]))
+    for start in range(0, len(payload), 64 << 10):
+        block = payload[start : start + (64 << 10)]
+        packed = lz4.block.compress(block, store_size=False)
+        if len(packed) < len(block):
+            out += struct.pack("<I", len(packed)) + packed
+        else:
+            out += struct.pack("<I", len(block) | 0x80000000) + block
+    return bytes(out + struct.pack("<I", 0))
+
+
+def kafka_lz4_wrapper(
+    magic: int,
+    base_offset: int,
+    specs: list[tuple[int, bytes | None, bytes | None]],
+    *,
+    broken_header_checksum: bool | None = None,
+) -> bytes:
+    """A magic 0/1 lz4 wrapper message as a Kafka broker stores it: the inner message set (absolute offsets for
+    magic 0, relative for magic 1) in a Kafka lz4 frame, the broken header checksum for magic 0, and the wrapper
+    carrying the last absolute offset (and for magic 1 the largest inner timestamp, CreateTime)."""
+    inner = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 24)
+    for i, (ts, key, value) in enumerate(specs):
+        inner.append(i if magic == 1 else base_offset + i, ts, key, value)
+    broken = magic == 0 if broken_header_checksum is None else broken_header_checksum
+    frame = kafka_lz4_frame(bytes(inner.build()), broken_header_checksum=broken)
+    timestamp = struct.pack(">q", max(ts for ts, _, _ in specs)) if magic == 1 else b""
+    body = bytes([magic, 3]) + timestamp + struct.pack(">i", -1) + struct.pack(">i", len(frame)) + frame
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", base_offset + len(specs) - 1, len(message)) + message
+
+
 def legacy_entry(
     magic: int, codec: int, base_offset: int, specs: list[tuple[int, bytes | None, bytes | None]]
 ) -> bytes:
     """A magic 0/1 message set as a broker stores it: absolute offsets, or for a compressed v1 wrapper
-    relative inner offsets and the wrapper carrying the last absolute offset."""
+    relative inner offsets and the wrapper carrying the last absolute offset. lz4 wrappers are framed as
+    Kafka's own writer frames them (:func:`kafka_lz4_wrapper`)."""
+    if codec == 3:
+        return kafka_lz4_wrapper(magic, base_offset, specs)
     relative = magic == 1 and codec != 0
     b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 24)
     for i, (ts, key, value) in enumerate(specs):
@@ -138,7 +224,8 @@ def build_dataset(manager: Any, workdir: Path, *, with_legacy: bool = True) -> D
             legacy_entry(1, 0, 18, legacy),
             legacy_entry(1, 1, 23, legacy),  # v1 gzip wrapper, relative inner offsets
             legacy_entry(1, 2, 28, legacy),  # v1 snappy
-            legacy_entry(1, 3, 33, legacy),  # v1 lz4
+            legacy_entry(1, 3, 33, legacy),  # v1 lz4, Kafka's frame
+            legacy_entry(0, 3, 38, legacy),  # v0 lz4, Kafka's frame with its broken header checksum
         ]
     tier("o2-odd", write_entries_segment(workdir / "o2", entries), "orders", 2)
     # orders-3: a leader change. The old leader (epoch 0) tiered 0..N; the new leader (epoch 1) diverged at

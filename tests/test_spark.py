@@ -8,6 +8,7 @@ process (a second session cannot share this one's JVM). Rows are compared field 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -26,15 +27,17 @@ from spark_data import BASE_TS, Dataset, build_dataset
 from rsm import RemoteStorageManager
 from rsm.errors import CorruptDataException
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.indexes import decode_producer_snapshot
 from rsm.kafka.records import (
     CompressionType,
+    ControlRecordType,
     CorruptRecordBatch,
     DecompressionLimitExceeded,
     decode_records,
     decompress,
     iter_batches,
 )
-from rsm.kafka.writer import build_batch, write_entries_segment, write_segment
+from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment, write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds
@@ -159,6 +162,90 @@ def test_read_committed_drops_exactly_the_aborted_records(spark: SparkSession, f
     assert everything - {(r[2], r[3], r[4]) for r in got} == ds.aborted
 
 
+def _ledger_segments(tmp_path: Path, config: dict[str, str]) -> tuple[SegmentFiles, SegmentFiles]:
+    """Topic ``ledger``, partition 0, two tiered segments written as a broker would.
+
+    Producers 7001 and 7002 are transactional, plain batches have no producer. Segment A (0..20): plain
+    0-4, 7001's transaction T1 at 5-9 (its ABORT lands in segment B), 7002's T2 at 10-14 committed at 15,
+    plain 16-20. Segment B (21..52): plain 21-25, ABORT of T1 at 26, 7002's T3 at 27-31 committed at 32,
+    plain 33-37, then 7001's T4 at 38-42, plain 43-47 and 7002's T5 at 48-52, both still open when the
+    tiered data ends (their markers are not tiered yet), so the last stable offset is 38.
+    """
+    tx = {7001: 0, 7002: 0}
+
+    def data(base: int, pid: int = -1) -> bytes:
+        specs = [(BASE_TS + base + i, f"k{base + i}".encode(), f"v{base + i}".encode(), []) for i in range(5)]
+        if pid < 0:
+            return build_batch(specs, base_offset=base)
+        seq, tx[pid] = tx[pid], tx[pid] + 5
+        return build_batch(
+            specs, base_offset=base, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True
+        )
+
+    def marker(kind: ControlRecordType, offset: int, pid: int) -> bytes:
+        return build_control_batch(
+            kind, base_offset=offset, timestamp_ms=BASE_TS + offset, producer_id=pid, producer_epoch=0
+        )
+
+    a = write_entries_segment(
+        tmp_path / "ledger-a",
+        [data(0), data(5, 7001), data(10, 7002), marker(ControlRecordType.COMMIT, 15, 7002), data(16)],
+    )
+    b = write_entries_segment(
+        tmp_path / "ledger-b",
+        [
+            data(21),
+            marker(ControlRecordType.ABORT, 26, 7001),
+            data(27, 7002),
+            marker(ControlRecordType.COMMIT, 32, 7002),
+            data(33),
+            data(38, 7001),
+            data(43),
+            data(48, 7002),
+        ],
+        open_transactions={7001: 5},
+    )
+    tip = TopicIdPartition(random_kafka_uuid(), "ledger", 0)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for files in (a, b):
+            m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+    return a, b
+
+
+def test_read_committed_honours_later_aborts_and_stops_at_undecided_transactions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = _plain(tmp_path)
+    a, b = _ledger_segments(tmp_path, config)
+    # The broker-side files say what the reader must find: T1's abort is indexed by the later segment only,
+    # and the producer snapshot at B's end holds T4 and T5 open.
+    assert a.aborted_txns == () and [(t.producer_id, t.first_offset, t.last_offset) for t in b.aborted_txns] == [
+        (7001, 5, 26)
+    ]
+    open_txns = {
+        e.producer_id: e.current_txn_first_offset for e in decode_producer_snapshot(b.producer_snapshot.read_bytes())
+    }
+    assert open_txns == {7001: 38, 7002: 48}
+    data_offsets = [o for o in range(53) if o not in (15, 26, 32)]
+    committed = [*range(0, 5), *range(10, 15), *range(16, 21), *range(21, 26), *range(27, 32), *range(33, 38)]
+
+    uncommitted = TieredReader({**config, "topic": "ledger"})
+    assert [r["offset"] for r in uncommitted.records()] == data_offsets
+    reader = TieredReader({**config, "topic": "ledger", "isolationLevel": "read_committed"})
+    assert [r["offset"] for r in reader.records()] == committed
+    assert reader.stats.aborted_batches == 1  # T1's batch, dropped on the later segment's transaction index
+    # A read that starts inside segment A still learns of T1's abort from segment B's index.
+    assert [r["offset"] for r in reader.records(first_offset=5, last_offset=12)] == [10, 11, 12]
+    # Past the last stable offset nothing is returned, not even records outside any transaction (43-47).
+    assert list(reader.records(first_offset=38)) == []
+
+    got = _read(spark, config, topic="ledger", isolationLevel="read_committed").select("offset", "value").collect()
+    assert sorted((r.offset, bytes(r.value)) for r in got) == [(o, f"v{o}".encode()) for o in committed]
+    pushed = _read(spark, config, topic="ledger", isolationLevel="read_committed").filter("offset >= 30")
+    assert sorted(r.offset for r in pushed.select("offset").collect()) == [30, 31, *range(33, 38)]
+
+
 def test_offsets_json_and_timestamps_bound_the_read(spark: SparkSession, fs_store: Store) -> None:
     config, ds = fs_store
     df = _read(
@@ -177,6 +264,80 @@ def test_offsets_json_and_timestamps_bound_the_read(spark: SparkSession, fs_stor
     df = _read(spark, config, topic="orders", partitions="0", startingTimestamp=str(lo), endingTimestamp=str(hi))
     expected = [r[:7] + ([],) for r in ds.rows if r[2] == "orders" and r[3] == 0 and lo <= r[5] < hi]
     assert expected and _rows(df) == expected
+
+
+def _clock_segments(tmp_path: Path, config: dict[str, str]) -> None:
+    """Topic ``clock``: timestamps that go back, as producers' CreateTime may.
+
+    Partition 0, segment A (0..9): 0-4 at T+0..4, 5-9 at T+10..14. Segment B (10..29): 10-14 at T+100..104,
+    15-19 at T+50..54 (older than the batch before), 20-24 at T+200..204, 25-29 at T+120..124. Partition 1
+    (0..4) at T+0..4. Every batch is indexed, so lookups start mid-segment from the time index.
+    """
+    stamps = {0: 0, 5: 10, 10: 100, 15: 50, 20: 200, 25: 120}
+
+    def data(base: int) -> bytes:
+        first = BASE_TS + stamps[base]
+        specs = [(first + i, f"k{base + i}".encode(), f"v{base + i}".encode(), []) for i in range(5)]
+        return build_batch(specs, base_offset=base)
+
+    segments = [
+        (0, write_entries_segment(tmp_path / "clock-a", [data(0), data(5)], index_interval_bytes=1)),
+        (0, write_entries_segment(tmp_path / "clock-b", [data(b) for b in (10, 15, 20, 25)], index_interval_bytes=1)),
+        (1, write_entries_segment(tmp_path / "clock-p1", [data(0)], index_interval_bytes=1)),
+    ]
+    topic_id = random_kafka_uuid()
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for partition, files in segments:
+            m.copy_log_segment_data(
+                files.to_metadata(TopicIdPartition(topic_id, "clock", partition)), files.to_log_segment_data()
+            )
+
+
+def test_timestamps_bound_offsets_per_partition_as_kafkas_offsets_for_times(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = _plain(tmp_path)
+    _clock_segments(tmp_path, config)
+    t = BASE_TS
+
+    def offsets(**options: str) -> list[tuple[int, int]]:
+        reader = TieredReader({**config, "topic": "clock", **options})
+        return [(r["partition"], r["offset"]) for r in reader.records()]
+
+    p0 = list(range(30))
+    # The start is the first offset whose timestamp is >= the bound; later, older records (15-19) are kept.
+    assert offsets(startingTimestamp=str(t + 100)) == [(0, o) for o in range(10, 30)]
+    # Offset order, not time order: 17 has T+52, but 10 (T+100) is the first offset at or after T+52.
+    assert offsets(startingTimestamp=str(t + 52), partitions="0") == [(0, o) for o in range(10, 30)]
+    # Mid-batch in the first segment, and a partition whose records are all older reads nothing.
+    assert offsets(startingTimestamp=str(t + 12)) == [(0, o) for o in range(7, 30)]
+    assert offsets(startingTimestamp=str(t + 3)) == [(0, o) for o in range(3, 30)] + [(1, 3), (1, 4)]
+    # The end is exclusive: the first offset at or after T+150 is 20, so 25-29 (T+120) are not read.
+    assert offsets(endingTimestamp=str(t + 150), partitions="0") == [(0, o) for o in range(20)]
+    assert offsets(startingTimestamp=str(t + 100), endingTimestamp=str(t + 200)) == [(0, o) for o in range(10, 20)]
+    # No record that recent: an empty read for a start, the end of the tiered data for an end.
+    assert offsets(startingTimestamp=str(t + 10_000)) == []
+    assert offsets(endingTimestamp=str(t + 10_000)) == [(0, o) for o in p0] + [(1, o) for o in range(5)]
+    # As in Spark's Kafka source, a timestamp bound takes precedence over the offsets option.
+    assert offsets(startingTimestamp=str(t + 100), startingOffsets="earliest", partitions="0")[0] == (0, 10)
+
+    # A pushed filter on `timestamp` still selects rows by their own timestamps.
+    reader = TieredReader({**config, "topic": "clock", "partitions": "0"})
+    pushed = pushed_bounds([GreaterThanOrEqual(("timestamp",), _dt(t + 100))])
+    kept = [o for _, cols in reader.columns(pushed) for o in cols.offsets]
+    assert kept == [*range(10, 15), *range(20, 30)]
+
+    df = _read(spark, config, topic="clock", startingTimestamp=str(t + 100), endingTimestamp=str(t + 200))
+    got = sorted(
+        (r.partition, r.offset, r.ts)
+        for r in df.selectExpr("partition", "offset", "unix_millis(timestamp) AS ts").collect()
+    )
+    assert got == [
+        (0, o, t + stamps) for o, stamps in zip(range(10, 20), [*range(100, 105), *range(50, 55)], strict=True)
+    ]
+    filtered = df.filter(f"timestamp >= timestamp_millis({t + 100})").select("offset").collect()
+    assert sorted(r.offset for r in filtered) == list(range(10, 15))
 
 
 def test_pushed_filters_give_the_same_rows(spark: SparkSession, fs_store: Store) -> None:
@@ -323,7 +484,11 @@ def files_count(directory: Path) -> int:
     return sum(h.records_count for h, _ in iter_batches(log) if not h.is_control)
 
 
-def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(tmp_path: Path) -> None:
+def _segment_with_a_bad_crc(tmp_path: Path) -> tuple[dict[str, str], int, str]:
+    """Topic ``audit`` partition 5: four lz4 batches of 10 records, the third with a flipped byte under its CRC.
+
+    Returns the plugin config, the damaged batch's byte position and the tiered segment's id.
+    """
     config = _plain(tmp_path)
     specs = [(BASE_TS + i, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(10)]
     batches = [build_batch(specs, base_offset=10 * i, codec="lz4") for i in range(4)]
@@ -336,15 +501,64 @@ def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(tmp_p
         m.copy_log_segment_data(
             files.to_metadata(TopicIdPartition(random_kafka_uuid(), "audit", 5)), files.to_log_segment_data()
         )
-    position = len(batches[0]) + len(batches[1])
+    (piece,) = TieredReader({**config, "topic": "audit"}).plan()
+    return config, len(batches[0]) + len(batches[1]), piece.segment.segment_id
+
+
+def test_a_bad_batch_crc_fails_with_its_position_or_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, position, segment_id = _segment_with_a_bad_crc(tmp_path)
     with pytest.raises(CorruptDataException) as err:
         list(TieredReader({**config, "topic": "audit"}).records())
     text = str(err.value)
-    assert "audit-5" in text and f"byte position {position}" in text and "CRC" in text and "failOnCorruption" in text
+    assert "audit-5" in text and f"segment {segment_id}" in text and f"byte position {position}" in text
+    assert "CRC" in text and "failOnCorruption" in text
     lenient = TieredReader({**config, "topic": "audit", "failOnCorruption": "false"})
-    offsets = [r["offset"] for r in lenient.records()]
+    with caplog.at_level(logging.WARNING, logger="rsm.spark.reader"):
+        offsets = [r["offset"] for r in lenient.records()]
     assert offsets == [o for o in range(40) if not 20 <= o < 30]
-    assert lenient.stats.skipped_batches == 1 and lenient.stats.skipped_positions[0][1] == position
+    assert lenient.stats.skipped_batches == 1
+    (skipped,) = lenient.stats.skipped
+    assert (skipped.topic, skipped.partition, skipped.segment_id, skipped.position) == (
+        "audit",
+        5,
+        segment_id,
+        position,
+    )
+    assert "CRC" in skipped.reason
+    (warning,) = [r for r in caplog.records if r.name == "rsm.spark.reader" and r.levelno == logging.WARNING]
+    message = warning.getMessage()
+    assert f"audit-5: segment {segment_id}" in message and f"byte position {position}" in message
+    assert "1 batch(es) skipped so far" in message
+
+
+def test_spark_skips_a_bad_batch_with_a_warning_or_fails_naming_it(spark: SparkSession, tmp_path: Path) -> None:
+    config, position, segment_id = _segment_with_a_bad_crc(tmp_path)
+    with pytest.raises(Exception) as err:
+        _read(spark, config, topic="audit").count()
+    text = str(err.value)
+    assert "CorruptDataException" in text and "audit-5" in text and f"segment {segment_id}" in text
+    assert f"byte position {position}" in text
+    # PySpark 4.1+ collects Python workers' log records into python_worker_logs when asked to.
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")
+    try:
+        rows = _read(spark, config, topic="audit", failOnCorruption="false").select("offset", "value").collect()
+        logs = (
+            spark.tvf.python_worker_logs()
+            .filter("logger = 'rsm.spark.reader' AND level = 'WARNING'")
+            .select("msg")
+            .collect()
+        )
+    finally:
+        spark.conf.unset("spark.sql.pyspark.worker.logging.enabled")
+    assert sorted((r.offset, bytes(r.value)) for r in rows) == [
+        (o, f"v{o % 10}".encode()) for o in range(40) if not 20 <= o < 30
+    ]
+    mine = [r.msg for r in logs if f"segment {segment_id}" in r.msg]
+    assert len(mine) == 1, [r.msg for r in logs]
+    assert f"audit-5: segment {segment_id}" in mine[0] and f"byte position {position}" in mine[0]
+    assert "1 batch(es) skipped so far" in mine[0]
 
 
 def test_decompression_is_capped_for_every_codec() -> None:
@@ -390,6 +604,101 @@ def test_options_are_validated_with_precise_messages(tmp_path: Path) -> None:
     for needle, options in cases.items():
         with pytest.raises(ReadOptionsError, match=needle.split()[0]):
             TieredReadOptions.from_options(options)
+
+
+def test_option_keys_are_case_insensitive_for_reader_and_plugin_keys(fs_store: Store, tmp_path: Path) -> None:
+    config, ds = fs_store
+    shouted = {k.upper(): v for k, v in config.items()}
+    opts = TieredReadOptions.from_options(
+        {
+            **shouted,
+            "TOPIC": "orders",
+            "Partitions": "0",
+            "STARTINGOFFSETS": json.dumps({"orders": {"0": 1010}}),
+            "endingoffsets": json.dumps({"orders": {"0": 1020}}),
+            "IsolationLevel": "read_committed",
+            "INCLUDEHEADERS": "true",
+        }
+    )
+    assert opts.plugin_config == config  # the plugin gets its keys in their declared spelling
+    assert (opts.topics, opts.partitions, opts.read_committed, opts.include_headers) == (
+        ("orders",),
+        frozenset({0}),
+        True,
+        True,
+    )
+    assert [r["offset"] for r in TieredReader(opts).records()] == list(range(1010, 1020))
+    # One key in two cases is one key: the same value is fine, two different values are refused.
+    assert TieredReadOptions.from_options({**config, "topic": "orders", "TOPIC": "orders"}).topics == ("orders",)
+    with pytest.raises(ReadOptionsError, match=r"isolationLevel is given twice.*'isolationLevel' and 'ISOLATIONLEVEL'"):
+        TieredReadOptions.from_options(
+            {**config, "topic": "t", "isolationLevel": "read_committed", "ISOLATIONLEVEL": "read_uncommitted"}
+        )
+    with pytest.raises(ReadOptionsError, match="storage.root is given twice, as 'storage.root' and 'STORAGE.ROOT'"):
+        TieredReadOptions.from_options({**config, "topic": "t", "STORAGE.ROOT": str(tmp_path / "elsewhere")})
+
+
+def test_unknown_option_keys_name_the_closest_key(fs_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    config, ds = fs_store
+    # A near miss of a reader option would read other data than asked: refused, naming the option.
+    for typo, meant in (
+        ("startingOffset", "startingOffsets"),
+        ("partition", "partitions"),
+        ("isolation", "isolationLevel"),
+    ):
+        with pytest.raises(ReadOptionsError, match=f"'{typo}' is not an option.*did you mean {meant}\\?"):
+            TieredReadOptions.from_options({**config, "topic": "orders", typo: "0"})
+    # Spark Kafka source options that would change what is read, unsupported here: refused with ours named.
+    with pytest.raises(ReadOptionsError, match="startingOffsetsByTimestamp.*startingTimestamp"):
+        TieredReadOptions.from_options({**config, "topic": "orders", "startingOffsetsByTimestamp": "{}"})
+    with pytest.raises(ReadOptionsError, match="assign.*topic and partitions"):
+        TieredReadOptions.from_options({**config, "assign": json.dumps({"orders": [0]})})
+    # A plugin-key typo and a Kafka source job's consumer settings: logged (closest key named) and dropped.
+    caplog.set_level(logging.WARNING, logger="rsm.spark.options")
+    opts = TieredReadOptions.from_options(
+        {
+            **config,
+            "topic": "payments",
+            "storage.fsync.enabledd": "false",
+            "kafka.bootstrap.servers": "broker:9092",
+            "failOnDataLoss": "false",
+        }
+    )
+    assert opts.plugin_config == config
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rsm.spark.options"]
+    assert any("storage.fsync.enabledd" in w and "Did you mean 'storage.fsync.enabled'?" in w for w in warnings), (
+        warnings
+    )
+    assert any("kafka.bootstrap.servers" in w and "ignored" in w for w in warnings), warnings
+    assert any("failondataloss" in w and "ignored" in w for w in warnings), warnings
+    assert sum(1 for _ in TieredReader(opts).records()) == sum(1 for r in ds.rows if r[2] == "payments")
+
+
+def test_spark_lower_cased_keys_still_find_a_mixed_case_key_pair(
+    spark: SparkSession, tmp_path: Path, key_pairs: dict[str, tuple[Path, Path]]
+) -> None:
+    """Spark hands option keys over lower-cased; the key-pair id inside them gets its case back from the ring."""
+    pub, priv = key_pairs["kek1"]
+    config = {
+        **_plain(tmp_path),
+        "encryption.enabled": "true",
+        "encryption.key.pair.id": "SparkKey",
+        "encryption.key.pairs": "SparkKey",
+        "encryption.key.pairs.SparkKey.public.key.file": str(pub),
+        "encryption.key.pairs.SparkKey.private.key.file": str(priv),
+    }
+    files = write_segment(tmp_path / "enc", num_batches=3, records_per_batch=(5, 5), seed=3)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        m.copy_log_segment_data(
+            files.to_metadata(TopicIdPartition(random_kafka_uuid(), "sealed", 0)), files.to_log_segment_data()
+        )
+    expected = [(r.offset, r.value) for _, body in iter_batches(files.log.read_bytes()) for r in decode_records(body)]
+    lowered = {k.lower(): v for k, v in config.items()}
+    assert TieredReadOptions.from_options({**lowered, "topic": "sealed"}).plugin_config == config
+    assert [(r["offset"], r["value"]) for r in TieredReader({**lowered, "topic": "sealed"}).records()] == expected
+    got = _read(spark, config, Topic="sealed", STARTINGOFFSETS="earliest").select("offset", "value").collect()
+    assert sorted((r.offset, bytes(r.value)) for r in got) == expected
 
 
 def test_config_file_takes_broker_or_plugin_properties(tmp_path: Path, fs_store: Store) -> None:

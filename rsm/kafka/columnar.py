@@ -122,8 +122,9 @@ class LogBatchDecoder:
 
     ``aborted`` maps producer id to ``(first_offset, last_offset)`` spans of its aborted transactions (the
     transaction index): a transactional batch of that producer inside a span is dropped, and control batches
-    are always dropped. With ``fail_on_corruption=False`` a damaged batch is skipped and counted in
-    ``skipped_batches`` (with its positions in ``skipped_positions``) instead of raising.
+    are always dropped. With ``fail_on_corruption=False`` a damaged batch is skipped instead of raising: it is
+    counted in ``skipped_batches`` and its error (position and reason) kept in ``skipped``, so the caller can
+    report every skipped batch as it happens rather than only a total at the end.
     """
 
     def __init__(
@@ -143,7 +144,7 @@ class LogBatchDecoder:
         self.fail_on_corruption = fail_on_corruption
         self.max_decompressed = max_decompressed
         self.skipped_batches = 0
-        self.skipped_positions: list[int] = []
+        self.skipped: list[CorruptRecordBatch] = []
         self.control_batches = 0
         self.aborted_batches = 0
         self.batches = 0
@@ -168,7 +169,7 @@ class LogBatchDecoder:
         if self.fail_on_corruption:
             raise exc
         self.skipped_batches += 1
-        self.skipped_positions.append(exc.position)
+        self.skipped.append(exc)
         return True
 
     def _feed(self, position: int, entry: bytes, out: Columns) -> bool:

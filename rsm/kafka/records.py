@@ -41,6 +41,7 @@ __all__ = [
     "decode_varint",
     "decode_varlong",
     "decompress",
+    "lz4_legacy_v0_decompress",
     "DecompressionLimitExceeded",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "encode_varint",
@@ -589,6 +590,60 @@ def _lz4_decompress(data: bytes, limit: int) -> bytes:
         return _read_capped(reader, limit, "lz4")  # type: ignore[arg-type]
 
 
+_LZ4_FRAME_MAGIC = 0x184D2204
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def lz4_legacy_v0_decompress(data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Inflate the lz4 frame of a magic 0 wrapper, whose header checksum Kafka computed over the wrong bytes.
+
+    Kafka's ``KafkaLZ4BlockOutputStream`` hashed the frame magic along with the flag and block descriptors for
+    magic 0 messages (the 0.8/0.9 format), and its reader skips that byte for magic 0 only; a standard lz4 frame
+    reader refuses it. The frame is therefore walked here block by block, ignoring the header checksum byte
+    (as Kafka does for magic 0, so a correct one is fine too) while every other field is checked. The
+    message's CRC-32 already covers the whole frame. Linked blocks decode against the previous 64 KiB.
+    """
+    import lz4.block  # optional dependency
+
+    if len(data) < 7 or int.from_bytes(data[:4], "little") != _LZ4_FRAME_MAGIC:
+        raise ValueError("not an lz4 frame (bad magic number)")
+    flg, bd = data[4], data[5]
+    if flg >> 6 != 1:
+        raise ValueError(f"lz4 frame version {flg >> 6} is not 1")
+    if flg & 0x02 or bd & 0x8F:
+        raise ValueError("lz4 frame descriptor has reserved bits set")
+    block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 0x07)
+    if block_max is None:
+        raise ValueError(f"lz4 frame block size id {(bd >> 4) & 0x07} is not 4..7")
+    independent = bool(flg & 0x20)
+    block_checksum = 4 if flg & 0x10 else 0
+    pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0) + 1  # content size, dict id, header checksum
+    out = bytearray()
+    while True:
+        if pos + 4 > len(data):
+            raise ValueError("lz4 frame ends without its end mark")
+        size = int.from_bytes(data[pos : pos + 4], "little")
+        pos += 4
+        if size == 0:
+            break  # end mark; a content checksum may follow, covered by the message CRC already
+        stored = bool(size & 0x80000000)
+        size &= 0x7FFFFFFF
+        if size > block_max or pos + size + block_checksum > len(data):
+            raise ValueError(f"lz4 block of {size} bytes runs past the frame or its {block_max}-byte maximum")
+        block = data[pos : pos + size]
+        pos += size + block_checksum
+        if stored:
+            chunk = block
+        elif independent or not out:
+            chunk = lz4.block.decompress(block, uncompressed_size=block_max)
+        else:
+            chunk = lz4.block.decompress(block, uncompressed_size=block_max, dict=bytes(out[-(64 << 10) :]))
+        if len(out) + len(chunk) > limit:
+            raise _over(limit, "lz4")
+        out += chunk
+    return bytes(out)
+
+
 def decompress(
     codec: int | CompressionType,
     data: bytes | bytearray | memoryview,
@@ -837,7 +892,12 @@ def decode_legacy_entry(
         if codec > CompressionType.LZ4:
             raise CorruptRecordBatch(f"codec id {codec} is not valid in a magic {magic} message", position)
         try:
-            inner_set = decompress(codec, value or b"", max_decompressed)
+            if codec == CompressionType.LZ4 and magic == 0:
+                inner_set = lz4_legacy_v0_decompress(value or b"", max_decompressed)
+            else:
+                inner_set = decompress(codec, value or b"", max_decompressed)
+        except DecompressionLimitExceeded as exc:
+            raise CorruptRecordBatch(str(exc), position) from None
         except Exception as exc:  # codec libraries raise assorted types
             raise CorruptRecordBatch(
                 f"cannot decompress {CompressionType(codec).codec_name} legacy wrapper: {exc}", position

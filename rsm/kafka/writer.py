@@ -745,21 +745,46 @@ def write_entries_segment(
     *,
     leader_epochs: Mapping[int, int] | None = None,
     index_interval_bytes: int = 4096,
+    open_transactions: Mapping[int, int] | None = None,
 ) -> SegmentFiles:
-    """A segment of caller-built entries, in order: v2 batches (``build_batch``) or legacy magic 0/1 message
-    sets, each already carrying its absolute offsets. Indexes, snapshot and checkpoint are derived from them,
-    so odd data (null keys and values, old formats, a chunk-spanning batch) tiers like any segment."""
-    from rsm.kafka.records import decode_legacy_entry, parse_batch_header
+    """A segment of caller-built entries, in order: v2 batches (``build_batch``, ``build_control_batch``) or
+    legacy magic 0/1 message sets, each already carrying its absolute offsets. Indexes, transaction index,
+    producer snapshot and checkpoint are derived from them as a broker would, so odd data (null keys and
+    values, old formats, a chunk-spanning batch, transactions left open or ended in a later segment) tiers like
+    any segment. ``open_transactions`` (producer id -> first offset) are transactions an earlier segment left
+    open: an ABORT marker here for one of them lists that first offset in this segment's ``.txnindex``."""
+    from rsm.kafka.records import decode_legacy_entry, decode_records, parse_batch_header, parse_control_key
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if not entries:
         raise ValueError("a segment needs at least one entry")
     spans: list[tuple[int, int, int]] = []  # first offset, last offset, max timestamp
+    producers: dict[int, _Producer] = {}
+    txn_first = dict(open_transactions or {})
+    aborted: list[AbortedTxn] = []
+    transactional = bool(txn_first)
     for entry in entries:
         if entry[16] == 2:
             h = parse_batch_header(entry)
             spans.append((h.base_offset, h.last_offset, h.max_timestamp))
+            if h.producer_id < 0:
+                continue
+            p = producers.setdefault(h.producer_id, _Producer(h.producer_id, h.producer_epoch))
+            p.epoch, p.timestamp = h.producer_epoch, h.max_timestamp
+            if h.is_transactional:
+                transactional = True
+            if h.is_control:  # a marker ends the producer's transaction (ProducerStateManager's rule)
+                first = txn_first.pop(h.producer_id, None)
+                (record,) = decode_records(entry)
+                if first is not None and parse_control_key(record.key)[1] == ControlRecordType.ABORT:
+                    lso = min(txn_first.values(), default=h.base_offset + 1)
+                    aborted.append(AbortedTxn(h.producer_id, first, h.base_offset, lso))
+                continue
+            if h.is_transactional:
+                txn_first.setdefault(h.producer_id, h.base_offset)
+            p.last_seq = h.last_sequence
+            p.last_offset, p.offset_delta = h.last_offset, h.last_offset_delta
         else:
             msgs = decode_legacy_entry(bytes(entry))
             spans.append((msgs[0].offset, msgs[-1].offset, max(m.timestamp for m in msgs)))
@@ -773,6 +798,8 @@ def write_entries_segment(
             idx.add(position, len(entry), last, max_ts)
             position += len(entry)
     records = sum(last - first + 1 for first, last, _ in spans)
+    for pid, first in txn_first.items():
+        producers.setdefault(pid, _Producer(pid, 0)).txn_first_offset = first
     return _finish(
         directory,
         base,
@@ -780,10 +807,10 @@ def write_entries_segment(
         log_path,
         position,
         idx,
-        [],
-        [],
+        aborted,
+        [p.snapshot() for p in producers.values()],
         _sorted_epochs(leader_epochs or {0: base}),
-        False,
+        transactional,
         len(entries),
         records,
         "mixed",

@@ -1,8 +1,12 @@
 """The options of a ``kafka-tiered`` read, parsed once and validated before any listing starts.
 
-Two kinds of keys arrive mixed in one map (Spark hands ``.option(...)`` values over lower-cased): the reader's
-own (what to read) and the plugin's (where the objects are and how to decrypt them). Every key that is not a
-reader option goes to the plugin, so the storage and encryption keys are exactly the broker's. ``config.file``
+Two kinds of keys arrive mixed in one map: the reader's own (what to read) and the plugin's (where the objects
+are and how to decrypt them). Every key that is not a reader option goes to the plugin, so the storage and
+encryption keys are exactly the broker's. Keys are case-insensitive, as everywhere in Spark (PySpark hands the
+options over with lower-cased keys): reader options are matched lower-cased, and plugin keys are given back
+their declared spelling, key-pair ids included (restored from the ids listed in ``encryption.key.pairs``).
+A key nothing reads fails the read when it is a near miss of a reader option (a mistyped bound would otherwise
+read the wrong data) and is logged with the closest known key otherwise, as the plugin does. ``config.file``
 names a properties file readable on every executor: a broker's ``server.properties`` (only its
 ``rsm.config.*`` keys are taken, prefix stripped, as Kafka does) or a plugin-only file; options given
 directly override the file. Secrets never leave this module in clear: ``repr`` and :func:`redact` mask them.
@@ -10,15 +14,26 @@ directly override the file. Secrets never leave this module in clear: ``repr`` a
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsm.core.config import known_key_names, unknown_keys
 from rsm.errors import RemoteStorageException
 
-__all__ = ["EARLIEST", "LATEST", "ReadOptionsError", "TieredReadOptions", "plugin_config_from", "redact"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "ReadOptionsError",
+    "TieredReadOptions",
+    "canonical_plugin_keys",
+    "plugin_config_from",
+    "redact",
+]
 
 #: Spark's Kafka source spells "from the first offset" as -2 and "to the end" as -1 in offset JSON.
 EARLIEST = -2
@@ -27,7 +42,7 @@ BROKER_PREFIX = "rsm.config."
 _SECRET = re.compile(r"secret|password|passphrase|private|token|credential|access\.key|sas|connection\.string|\.pem")
 REDACTED = "*****(redacted)"
 
-#: The reader's own option names (lower case; Spark lower-cases option keys).
+#: The reader's own option names, lower case: every lookup lower-cases the key first.
 READER_KEYS = frozenset(
     {
         "topic",
@@ -51,9 +66,41 @@ READER_KEYS = frozenset(
 )
 
 
+#: Options of Spark's Kafka source that mean nothing for a batch read of tiered data: accepted (so a job written
+#: for that source runs unchanged) and logged as ignored. ``kafka.*`` consumer settings are ignored likewise.
+KAFKA_SOURCE_IGNORED = frozenset(
+    {
+        "failondataloss",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "groupidprefix",
+        "kafkaconsumer.polltimeoutms",
+        "fetchoffset.numretries",
+        "fetchoffset.retryintervalms",
+        "startingoffsetsbytimestampstrategy",
+    }
+)
+
+#: Options of Spark's Kafka source that would change *what* is read but are not supported: refused, naming ours.
+KAFKA_SOURCE_REFUSED = {
+    "assign": "give topic and partitions instead",
+    "startingoffsetsbytimestamp": "give startingTimestamp (one timestamp for every partition) instead",
+    "endingoffsetsbytimestamp": "give endingTimestamp (one timestamp for every partition) instead",
+}
+
+log = logging.getLogger(__name__)
+
 _DISPLAY = {
     k.lower(): k
     for k in (
+        "topicPattern",
+        "subscribePattern",
+        "isolationLevel",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
         "startingOffsets",
         "endingOffsets",
         "startingTimestamp",
@@ -96,13 +143,123 @@ def _read_properties(path: str) -> dict[str, str]:
     return props
 
 
+def _lowered(options: Mapping[str, Any]) -> dict[str, str]:
+    """Keys lower-cased; one key given twice in different cases with different values is refused."""
+    out: dict[str, str] = {}
+    spelled: dict[str, str] = {}
+    for key, value in options.items():
+        low = str(key).lower()
+        if low in out and out[low] != str(value):
+            raise ReadOptionsError(
+                f"option {_name(low)} is given twice, as {spelled[low]!r} and {key!r}, with different values "
+                f"({out[low]!r} and {str(value)!r}); option keys are case-insensitive, give it once"
+            )
+        out[low], spelled[low] = str(value), str(key)
+    return out
+
+
+def _id_templates() -> list[tuple[str, str]]:
+    """``(before, after)`` around ``<id>`` of every declared key with a key-pair id in it."""
+    return [tuple(n.split("<id>", 1)) for n in known_key_names() if "<id>" in n]  # type: ignore[misc]
+
+
+def canonical_plugin_keys(config: Mapping[str, str], context: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Plugin keys in their declared spelling, whatever case they came in.
+
+    The plugin reads its keys case-sensitively, as Kafka does, but Spark lower-cases option keys: a declared
+    key is matched ignoring case, and a key-pair id inside ``encryption.key.pairs.<id>.*`` gets back the case it
+    has in the ``encryption.key.pairs`` list (values keep their case). Keys the plugin does not declare (a custom
+    backend's ``storage.*`` keys) pass unchanged. ``context`` is configuration merged under ``config`` (a
+    ``config.file``): its backend class and key-pair ids count when ``config`` lacks them.
+    """
+    lowered = {k.lower(): v for k, v in (context or {}).items()} | {k.lower(): v for k, v in config.items()}
+    backend = lowered.get("storage.backend.class") or "filesystem"
+    declared = {n.lower(): n for n in known_key_names(backend) if "<id>" not in n}
+    ids: dict[str, str | None] = {}
+    for raw_id in [*lowered.get("encryption.key.pairs", "").split(","), lowered.get("encryption.key.pair.id", "")]:
+        key_id = raw_id.strip()
+        if key_id:
+            previous = ids.setdefault(key_id.lower(), key_id)
+            if previous is not None and previous != key_id:
+                ids[key_id.lower()] = None  # two ids differ only in case: a lower-cased key cannot tell them apart
+    templates = _id_templates()
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        low = key.lower()
+        name = declared.get(low, key)
+        if low not in declared:
+            for before, after in templates:
+                middle = low[len(before) : len(low) - len(after)]
+                if low.startswith(before) and low.endswith(after) and middle and "." not in middle:
+                    if middle not in ids:
+                        break  # an id not on the key ring: left as given, the plugin reports it
+                    key_id = ids[middle]
+                    if key_id is None:
+                        raise ReadOptionsError(
+                            f"option {key!r} names a key pair whose id differs from another only in case; Spark "
+                            "lower-cases option keys, so give these keys through config.file"
+                        )
+                    name = before + key_id + after
+                    break
+        if name in out and out[name] != value:
+            raise ReadOptionsError(
+                f"plugin key {name!r} is given twice in different cases with different values; give it once"
+            )
+        out[name] = value
+    return out
+
+
+def _closest(key: str, candidates: list[str]) -> str | None:
+    found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` (from ``config.file``) overlaid with the options meant for the plugin, in its spelling, with
+    Kafka-source leftovers and option keys nothing reads dropped (``base``'s own are left to the plugin).
+
+    A key nothing reads fails when it is closest to one of the reader's own options (``startingOffset``,
+    ``partition``), since ignoring it would silently read other data; otherwise it is logged once with the
+    closest known key and dropped, so the plugin does not repeat the warning on every executor.
+    """
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        low = key.lower()
+        if low in READER_KEYS:
+            continue
+        if low in KAFKA_SOURCE_REFUSED:
+            raise ReadOptionsError(
+                f"option {_name(low)} of Spark's Kafka source is not supported by kafka-tiered: "
+                f"{KAFKA_SOURCE_REFUSED[low]}"
+            )
+        if low in KAFKA_SOURCE_IGNORED or low.startswith("kafka."):
+            log.warning("option %s of Spark's Kafka source means nothing for tiered data and is ignored", low)
+            continue
+        given[key] = str(value)  # as spelled: a custom backend's own keys are not ours to re-case
+    overlay = canonical_plugin_keys(given, base)
+    config = {**base, **overlay}
+    unread = {u.key: u for u in unknown_keys(config) if u.key in overlay}
+    if not unread:
+        return config
+    plugin_names = known_key_names(config.get("storage.backend.class") or "filesystem")
+    for key, unknown in unread.items():
+        closest = _closest(key.lower(), sorted(READER_KEYS) + [n.lower() for n in plugin_names])
+        if closest in READER_KEYS:
+            raise ReadOptionsError(
+                f"option {key!r} is not an option of kafka-tiered (nor a plugin key); did you mean {_name(closest)}?"
+            )
+        log.warning("option %r is ignored by kafka-tiered: %s", key, unknown.message())
+        del config[key]
+    return config
+
+
 def plugin_config_from(options: Mapping[str, str]) -> dict[str, str]:
     """The plugin's configuration: ``config.file`` first, then every non-reader option on top."""
-    lowered = {k.lower(): v for k, v in options.items()}
+    lowered = _lowered(options)
     config: dict[str, str] = {}
     if lowered.get("config.file"):
-        config.update(_read_properties(lowered["config.file"]))
-    config.update({k: str(v) for k, v in options.items() if k.lower() not in READER_KEYS})
+        config.update(canonical_plugin_keys(_read_properties(lowered["config.file"])))
+    config = _plugin_options(options, config)
     if "storage.backend.class" not in config:
         raise ReadOptionsError(
             "no storage is configured for the kafka-tiered read: give the plugin's storage options "
@@ -179,7 +336,8 @@ class TieredReadOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TieredReadOptions:
-        o = {k.lower(): str(v) for k, v in options.items()}
+        o = _lowered(options)
+        plugin_config = plugin_config_from(options)  # first: an option nothing reads is reported before any other check
         names = o.get("topic") or o.get("subscribe") or ""
         topics = tuple(t.strip() for t in names.split(",") if t.strip())
         pattern = o.get("topicpattern") or o.get("subscribepattern")
@@ -210,7 +368,7 @@ class TieredReadOptions:
         if isolation not in ("read_uncommitted", "read_committed"):
             raise ReadOptionsError(f"isolationLevel must be read_uncommitted or read_committed, got {isolation!r}")
         return cls(
-            plugin_config=plugin_config_from(options),
+            plugin_config=plugin_config,
             topics=topics,
             topic_pattern=pattern or None,
             partitions=partitions,

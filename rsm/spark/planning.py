@@ -20,7 +20,10 @@ from dataclasses import dataclass
 
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
-from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_txn_index
+from rsm.errors import CorruptDataException
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_producer_snapshot, decode_txn_index
+from rsm.kafka.records import CorruptRecordBatch
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 from rsm.spark.options import TieredReadOptions
 
@@ -166,21 +169,33 @@ class _Planner:
                 out.extend(self._partition(topic, partition, by_partition[partition]))
         return out
 
-    def _time_bounds(self) -> tuple[int | None, int | None]:
-        lows = [t for t in (self.opts.starting_timestamp, self.pushed.min_timestamp) if t is not None]
-        highs = [t for t in (self.opts.ending_timestamp, self.pushed.end_timestamp) if t is not None]
-        return (max(lows) if lows else None), (min(highs) if highs else None)
-
     def _partition(
         self, topic: str, partition: int, segs: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]
     ) -> list[SegmentSlice]:
         first, last = self.opts.offset_range(topic, partition)
+        ranges = resolve_overlaps(segs)
+        # startingTimestamp/endingTimestamp become offsets, as in Spark's Kafka source (and take precedence
+        # over startingOffsets/endingOffsets there too); only pushed filters on `timestamp` filter rows.
+        if self.opts.starting_timestamp is not None:
+            found = self._offset_for_time(ranges, self.opts.starting_timestamp)
+            if found is None:
+                return []  # no tiered record that recent: the start is the end of the tiered data
+            first = found
+        if self.opts.ending_timestamp is not None:
+            found = self._offset_for_time(ranges, self.opts.ending_timestamp)
+            if found is not None:
+                last = found - 1  # exclusive; no match means up to the end of the tiered data
         first = max(first, self.pushed.first_offset)
         last = min(last, self.pushed.last_offset)
-        ts_lo, _ts_hi = self._time_bounds()
-        aborted = self._aborted(segs) if self.opts.read_committed else []
+        ts_lo = self.pushed.min_timestamp
+        aborted: list[tuple[int, int, int]] = []
+        if self.opts.read_committed and ranges:
+            aborted = self._aborted(segs)
+            stable = self._last_stable_offset(ranges[-1][0])
+            if stable is not None:
+                last = min(last, stable - 1)  # undecided transactions: nothing from their first offset on
         out: list[SegmentSlice] = []
-        for seg, meta, lo, hi in resolve_overlaps(segs):
+        for seg, meta, lo, hi in ranges:
             lo, hi = max(lo, first), min(hi, last)
             if lo > hi:
                 continue  # outside the asked offsets: skipped on manifest metadata alone
@@ -201,6 +216,68 @@ class _Planner:
             with self.m.fetch_index(seg.metadata_stub(), IndexType.TRANSACTION) as f:
                 spans.extend((t.producer_id, t.first_offset, t.last_offset) for t in decode_txn_index(f.read()))
         return spans
+
+    def _last_stable_offset(self, last_segment: TieredSegment) -> int | None:
+        """The first offset of the earliest transaction still open at the end of the tiered data, if any.
+
+        A transaction whose COMMIT or ABORT marker is not tiered yet is undecided here, and a read_committed
+        consumer never reads past the last stable offset (the first offset of the earliest open transaction),
+        so neither do we. The producer snapshot tiered with the partition's last segment is the producer state
+        at its end: its ``currentTxnFirstOffset`` fields name exactly the transactions without a tiered marker.
+        """
+        stub = last_segment.metadata_stub()
+        entry = self.m.fetch_manifest(stub).segment_indexes.get(IndexType.PRODUCER_SNAPSHOT)
+        if entry is None or entry.size == 0:
+            return None  # no producer state tiered (KIP-405 requires it): no transaction is known to be open
+        with self.m.fetch_index(stub, IndexType.PRODUCER_SNAPSHOT) as f:
+            firsts = [e.current_txn_first_offset for e in decode_producer_snapshot(f.read())]
+        open_firsts = [o for o in firsts if o >= 0]
+        return min(open_firsts) if open_firsts else None
+
+    def _offset_for_time(
+        self, ranges: list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]], timestamp: int
+    ) -> int | None:
+        """Kafka's ``offsetsForTimes`` over the tiered data: the earliest offset whose timestamp is >= ``timestamp``.
+
+        Segments are walked in offset order; one whose max timestamp is below the target is skipped on its
+        manifest, and the first that may hold it is searched from its time index on (the scan reads only the
+        chunks from there to the first match).
+        """
+        for seg, meta, lo, hi in ranges:
+            if 0 <= meta.max_timestamp_ms < timestamp:
+                continue
+            found = self._first_offset_at(seg, lo, hi, timestamp)
+            if found is not None:
+                return found
+        return None
+
+    def _first_offset_at(self, seg: TieredSegment, lo: int, hi: int, timestamp: int) -> int | None:
+        stub = seg.metadata_stub()
+        with self.m.fetch_index(stub, IndexType.TIMESTAMP) as f:
+            # Strictly below the target: every record up to that entry's offset is older than the target.
+            from_offset = TimeIndex.from_bytes(f.read(), seg.start_offset).lookup(timestamp - 1).offset
+        start = self._offset_index(seg).lookup(max(lo, from_offset)).position
+        decoder = LogBatchDecoder(
+            ReadBounds(lo, hi, timestamp, None),
+            fail_on_corruption=self.opts.fail_on_corruption,
+            max_decompressed=self.opts.max_batch_bytes,
+        )
+        out = decoder.new_columns()
+        try:
+            with self.m.fetch_log_segment(stub, start) as f:
+                for position, entry in iter_log_entries(f, start, None):
+                    more = decoder.feed(position, entry, out)
+                    if len(out):
+                        return out.offsets[0]
+                    if not more:
+                        break
+        except CorruptRecordBatch as exc:
+            raise CorruptDataException(
+                f"{seg.describe()}: corrupt record batch at byte position {exc.position} while looking up the "
+                f"offset for timestamp {timestamp}: {exc.reason}. Re-tier the segment from a replica, or read "
+                f"with failOnCorruption=false to skip damaged batches"
+            ) from None
+        return None
 
     def _offset_index(self, seg: TieredSegment) -> OffsetIndex:
         with self.m.fetch_index(seg.metadata_stub(), IndexType.OFFSET) as f:
@@ -224,7 +301,8 @@ class _Planner:
         start = index.lookup(lo).position
         if ts_lo is not None:
             with self.m.fetch_index(seg.metadata_stub(), IndexType.TIMESTAMP) as f:
-                ts_offset = TimeIndex.from_bytes(f.read(), seg.start_offset).lookup(ts_lo).offset
+                # ts_lo - 1: an entry equal to the bound may follow older records that also equal it
+                ts_offset = TimeIndex.from_bytes(f.read(), seg.start_offset).lookup(ts_lo - 1).offset
             start = max(start, index.lookup(ts_offset).position)
         if hi < meta.end_offset:
             # Entries pair a batch's *last* offset with its start: the first entry past hi may still hold hi,

@@ -31,7 +31,7 @@ from rsm.spark.planning import PushedBounds, SegmentSlice, plan_slices
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ReadStats", "TieredReader", "manager_for", "read_slice_columns", "to_record_batch"]
+__all__ = ["ReadStats", "SkippedBatch", "TieredReader", "manager_for", "read_slice_columns", "to_record_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -65,23 +65,46 @@ def manager_for(config: Mapping[str, str]) -> RemoteStorageManager:
         return m
 
 
+@dataclass(frozen=True)
+class SkippedBatch:
+    """A damaged batch skipped under ``failOnCorruption=false``: enough to find it again and re-tier or inspect it."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    segment_start_offset: int
+    position: int
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.topic}-{self.partition}: segment {self.segment_id} (start offset {self.segment_start_offset}), "
+            f"byte position {self.position}: {self.reason}"
+        )
+
+
 @dataclass
 class ReadStats:
-    """What a read did: rows kept, batches decoded, control and aborted batches dropped, damaged ones skipped."""
+    """What a read did: rows kept, batches decoded, control and aborted batches dropped, damaged ones skipped.
+
+    ``skipped`` is the corruption report: one :class:`SkippedBatch` per batch skipped, in reading order, so a
+    lenient read never loses data silently.
+    """
 
     rows: int = 0
     batches: int = 0
     control_batches: int = 0
     aborted_batches: int = 0
-    skipped_batches: int = 0
-    skipped_positions: list[tuple[str, int]] = field(default_factory=list)
+    skipped: list[SkippedBatch] = field(default_factory=list)
 
-    def add(self, decoder: LogBatchDecoder, where: str) -> None:
+    @property
+    def skipped_batches(self) -> int:
+        return len(self.skipped)
+
+    def add(self, decoder: LogBatchDecoder) -> None:
         self.batches += decoder.batches
         self.control_batches += decoder.control_batches
         self.aborted_batches += decoder.aborted_batches
-        self.skipped_batches += decoder.skipped_batches
-        self.skipped_positions.extend((where, p) for p in decoder.skipped_positions)
 
 
 def read_slice_columns(
@@ -93,13 +116,13 @@ def read_slice_columns(
 ) -> Iterator[Columns]:
     """Columns of about ``opts.rows_per_batch`` rows each, for one slice."""
     pushed = pushed or PushedBounds()
-    lows = [t for t in (opts.starting_timestamp, pushed.min_timestamp) if t is not None]
-    highs = [t for t in (opts.ending_timestamp, pushed.end_timestamp) if t is not None]
+    # startingTimestamp/endingTimestamp are already offsets in the slice (planning); only pushed filters on
+    # `timestamp` select rows by their timestamps.
     bounds = ReadBounds(
         max(piece.first_offset, pushed.first_offset),
         min(piece.last_offset, pushed.last_offset),
-        max(lows) if lows else None,
-        min(highs) if highs else None,
+        pushed.min_timestamp,
+        pushed.end_timestamp,
     )
     aborted: dict[int, list[tuple[int, int]]] | None = None
     if opts.read_committed:
@@ -115,10 +138,14 @@ def read_slice_columns(
     )
     seg = piece.segment
     out = decoder.new_columns()
+    reported = 0
     try:
         with manager.fetch_log_segment(seg.metadata_stub(), piece.start_position) as f:
             for position, entry in iter_log_entries(f, piece.start_position, piece.end_position):
-                if not decoder.feed(position, entry, out):
+                more = decoder.feed(position, entry, out)
+                if decoder.skipped_batches > reported:
+                    reported = _report_skipped(piece, decoder, reported, stats)
+                if not more:
                     break
                 if len(out) >= opts.rows_per_batch:
                     yield out
@@ -137,16 +164,33 @@ def read_slice_columns(
         ) from None
     finally:
         if stats is not None:
-            stats.add(decoder, piece.describe())
-        if decoder.skipped_batches:
-            log.warning(
-                "%s: skipped %d damaged batch(es) at byte positions %s (failOnCorruption=false)",
-                piece.describe(),
-                decoder.skipped_batches,
-                decoder.skipped_positions[:20],
-            )
+            stats.add(decoder)
     if len(out):
         yield out
+
+
+def _report_skipped(piece: SegmentSlice, decoder: LogBatchDecoder, reported: int, stats: ReadStats | None) -> int:
+    """Log (and record in ``stats``) the batches the decoder skipped since ``reported``; returns the new count.
+
+    One WARNING per batch, as it is skipped: Spark's Python data sources have no task metrics, so the executor
+    log (or ``python_worker_logs`` with ``spark.sql.pyspark.worker.logging.enabled``) is where a lenient Spark
+    read reports its losses; the running count tells how many this task has dropped so far.
+    """
+    seg = piece.segment
+    for exc in decoder.skipped[reported:]:
+        reported += 1
+        skipped = SkippedBatch(seg.topic, seg.partition, seg.segment_id, seg.start_offset, exc.position, exc.reason)
+        if stats is not None:
+            stats.skipped.append(skipped)
+        log.warning(
+            "skipped damaged record batch (failOnCorruption=false) in %s; %d batch(es) skipped so far by the task "
+            "reading bytes %d..%s",
+            skipped.describe(),
+            reported,
+            piece.start_position,
+            "end" if piece.end_position is None else piece.end_position,
+        )
+    return reported
 
 
 def _schema(include_headers: bool) -> pa.Schema:
