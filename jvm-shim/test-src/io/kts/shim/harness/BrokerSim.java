@@ -592,19 +592,9 @@ public final class BrokerSim {
 
     /** {@code java -cp ... BrokerSim <shimClass> <logDir> <topicId> <topic> <partition> <fetches> <threads> -- k=v...} */
     public static void main(String[] args) {
-        Map<String, Object> config = new HashMap<>();
-        List<String> pos = new ArrayList<>();
-        boolean kv = false;
-        for (String a : args) {
-            if (a.equals("--")) {
-                kv = true;
-            } else if (kv) {
-                int eq = a.indexOf('=');
-                config.put(a.substring(0, eq), a.substring(eq + 1));
-            } else {
-                pos.add(a);
-            }
-        }
+        Harness.Args parsed = new Harness.Args(args, 0);
+        Map<String, Object> config = parsed.config;
+        List<String> pos = parsed.positional;
         int code = 0;
         try {
             System.out.println(run(pos.get(0), config, pos.get(1), pos.get(2), pos.get(3),

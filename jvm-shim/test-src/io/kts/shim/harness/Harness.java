@@ -404,22 +404,32 @@ public final class Harness {
         System.out.flush();
     }
 
+    /** A harness program's command line: positional words, then {@code --}, then the shim's {@code key=value} config. */
+    static final class Args {
+        final List<String> positional = new ArrayList<>();
+        final Map<String, Object> config = new HashMap<>();
+
+        Args(String[] args, int from) {
+            boolean kv = false;
+            for (int i = from; i < args.length; i++) {
+                if (args[i].equals("--")) {
+                    kv = true;
+                } else if (kv) {
+                    int eq = args[i].indexOf('=');
+                    config.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+                } else {
+                    positional.add(args[i]);
+                }
+            }
+        }
+    }
+
     /** `java -cp ... Harness <mode> <shimClass> <specFile> [threads rounds] -- key=value...` */
     public static void main(String[] args) throws Exception {
         String mode = args[0];
-        Map<String, Object> config = new HashMap<>();
-        List<String> pos = new ArrayList<>();
-        boolean kv = false;
-        for (int i = 1; i < args.length; i++) {
-            if (args[i].equals("--")) {
-                kv = true;
-            } else if (kv) {
-                int eq = args[i].indexOf('=');
-                config.put(args[i].substring(0, eq), args[i].substring(eq + 1));
-            } else {
-                pos.add(args[i]);
-            }
-        }
+        Args parsed = new Args(args, 1);
+        Map<String, Object> config = parsed.config;
+        List<String> pos = parsed.positional;
         try {
             switch (mode) {
                 case "lifecycle":

@@ -616,19 +616,9 @@ public final class Soak {
     }
 
     public static void main(String[] args) {
-        Map<String, Object> config = new HashMap<>();
-        List<String> pos = new ArrayList<>();
-        boolean kv = false;
-        for (String a : args) {
-            if (a.equals("--")) {
-                kv = true;
-            } else if (kv) {
-                int eq = a.indexOf('=');
-                config.put(a.substring(0, eq), a.substring(eq + 1));
-            } else {
-                pos.add(a);
-            }
-        }
+        Harness.Args parsed = new Harness.Args(args, 0);
+        Map<String, Object> config = parsed.config;
+        List<String> pos = parsed.positional;
         int code = 0;
         try {
             String result = run(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
