@@ -51,7 +51,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:  # ~130 MB of segments and store
+        _run(args, Path(tmp))
+
+
+def _run(args: argparse.Namespace, work: Path) -> None:
     config = {
         "chunk.size": str(4 << 20),
         "storage.backend.class": "filesystem",
