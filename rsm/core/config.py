@@ -12,7 +12,7 @@ import importlib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -454,6 +454,12 @@ class UnknownKey:
         return f"{text} Did you mean '{self.closest}'?" if self.closest else text
 
 
+def closest_name(key: str, names: Iterable[str]) -> str | None:
+    """The name most like ``key`` (difflib, the bar at 0.6), for "did you mean" hints; None when none is close."""
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     """The supplied keys nothing reads, each with the closest known key (difflib) where one is close."""
     backend_class = str(configs.get("storage.backend.class") or CORE.keys["storage.backend.class"].default)
@@ -473,8 +479,7 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
             (b for b in ("filesystem", "s3", "gcs", "azure") if b != backend_class and key in known_key_names(b)),
             None,
         )
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-        out.append(UnknownKey(key, close[0] if close else None, other))
+        out.append(UnknownKey(key, closest_name(key, names), other))
     return out
 
 

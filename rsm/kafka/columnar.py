@@ -143,7 +143,7 @@ class LogBatchDecoder:
     ``aborted`` maps producer id to ``(first_offset, last_offset)`` spans of its aborted transactions (the
     transaction index): a transactional batch of that producer inside a span is dropped, and control batches
     are always dropped. With ``fail_on_corruption=False`` a damaged batch is skipped instead of raising: it is
-    counted in ``skipped_batches`` and its error (position and reason) kept in ``skipped``, so the caller can
+    kept in ``skipped`` (its error: position and reason; ``skipped_batches`` counts them), so the caller can
     report every skipped batch as it happens rather than only a total at the end.
     """
 
@@ -166,11 +166,14 @@ class LogBatchDecoder:
         self.verify = verify_crc
         self.fail_on_corruption = fail_on_corruption
         self.max_decompressed = max_decompressed
-        self.skipped_batches = 0
         self.skipped: list[CorruptRecordBatch] = []
         self.control_batches = 0
         self.aborted_batches = 0
         self.batches = 0
+
+    @property
+    def skipped_batches(self) -> int:
+        return len(self.skipped)
 
     def new_columns(self) -> Columns:
         return Columns(headers=[] if self.include_headers else None)
@@ -191,7 +194,6 @@ class LogBatchDecoder:
     def _damaged(self, exc: CorruptRecordBatch) -> bool:
         if self.fail_on_corruption:
             raise exc
-        self.skipped_batches += 1
         self.skipped.append(exc)
         return True
 

@@ -14,7 +14,6 @@ directly override the file. Secrets never leave this module in clear: ``repr`` a
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import re
@@ -22,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.core.config import known_key_names, unknown_keys
+from rsm.core.config import closest_name, known_key_names, unknown_keys
 from rsm.errors import RemoteStorageException
 
 __all__ = [
@@ -209,11 +208,6 @@ def canonical_plugin_keys(config: Mapping[str, str], context: Mapping[str, str] 
     return out
 
 
-def _closest(key: str, candidates: list[str]) -> str | None:
-    found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
 def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
     """``base`` (from ``config.file``) overlaid with the options meant for the plugin, in its spelling, with
     Kafka-source leftovers and option keys nothing reads dropped (``base``'s own are left to the plugin).
@@ -243,7 +237,7 @@ def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict
         return config
     plugin_names = known_key_names(config.get("storage.backend.class") or "filesystem")
     for key, unknown in unread.items():
-        closest = _closest(key.lower(), sorted(READER_KEYS) + [n.lower() for n in plugin_names])
+        closest = closest_name(key.lower(), sorted(READER_KEYS) + [n.lower() for n in plugin_names])
         if closest in READER_KEYS:
             raise ReadOptionsError(
                 f"option {key!r} is not an option of kafka-tiered (nor a plugin key); did you mean {_name(closest)}?"
