@@ -70,7 +70,7 @@ class TimedLru(Generic[K, V]):
         if item is None:
             return None
         value, weight, last = item
-        if self.retention_s is not None and now - last > self.retention_s:
+        if self._expired(last, now):
             del self._items[key]
             self._weight -= weight
             self._dropped(value)
@@ -81,6 +81,9 @@ class TimedLru(Generic[K, V]):
         self._items[key] = (value, weight, now)
         self._items.move_to_end(key)
         return value
+
+    def _expired(self, last_used: float, now: float) -> bool:
+        return self.retention_s is not None and now - last_used > self.retention_s
 
     def _dropped(self, value: V) -> None:
         if self._on_drop is not None:
@@ -159,8 +162,7 @@ class TimedLru(Generic[K, V]):
         must never redo what a reader already did. Does not refresh the entry's recency."""
         with self._lock:
             item = self._items.get(key)
-            live = item is not None and (self.retention_s is None or self._clock() - item[2] <= self.retention_s)
-            if live or key in self._loading:
+            if (item is not None and not self._expired(item[2], self._clock())) or key in self._loading:
                 return None
             future: Future[V] = Future()
             self._loading[key] = future
