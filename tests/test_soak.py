@@ -34,6 +34,7 @@ import pytest
 from emulators import StoreServer, s3_moto_server  # noqa: F401,F811 - fixtures are found by name
 from faultproxy import FaultPlan, FaultProxy
 from reliability_table import record_row
+from test_faults import open_uploads
 
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
@@ -81,16 +82,6 @@ def _config(server: StoreServer, endpoint: str, sockets: Path) -> dict[str, str]
         "storage.s3.retry.backoff.max.ms": "200",
         "storage.s3.multipart.upload.part.size": str(5 * 1024 * 1024),
     }
-
-
-def open_uploads(server: StoreServer) -> list[Any]:
-    """Open multipart uploads under the soak's prefix, asked of moto directly (not through the proxy)."""
-    b = S3Backend()
-    b.configure(server.config())
-    try:
-        return list(b.list_pending_uploads(PREFIX))
-    finally:
-        b.close()
 
 
 # --- /proc sampling -----------------------------------------------------------------------------------------------
@@ -338,7 +329,7 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     for seg_id in failed_ids:
         assert not [k for k in manifests if f"-{seg_id}." in k], f"refused copy {seg_id} left a manifest"
     assert manifests == [], f"manifests left after every segment was deleted: {manifests[:5]}"
-    open_before_gc = len(open_uploads(s3_moto_server))
+    open_before_gc = len(open_uploads(s3_moto_server, PREFIX))
     gc = RemoteStorageManager()
     gc.configure(
         {k: v for k, v in _config(s3_moto_server, s3_moto_server.endpoint, sockets).items() if not k.startswith("jvm.")}
@@ -353,7 +344,7 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     finally:
         gc.close()
     assert left == [], f"objects left after gc: {left[:5]}"
-    assert open_uploads(s3_moto_server) == [], "a multipart upload is still open after gc"
+    assert open_uploads(s3_moto_server, PREFIX) == [], "a multipart upload is still open after gc"
 
     # --- memory, fds and threads stayed flat ---------------------------------------------------------------------
     timed = [s for s in samples if run.started_at - t0 <= s.t <= run.draining_at - t0]
