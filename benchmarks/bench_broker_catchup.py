@@ -10,7 +10,13 @@ comes through the plugin's ``fetchLogSegment``.
 Needs a Kafka distribution: ``KAFKA_HOME`` (``../shared/tools/build-kafka-ref.sh`` assembles one). Without it
 the script says so and exits 0; it is not part of CI.
 
-    KAFKA_HOME=~/refs/kafka python benchmarks/bench_broker_catchup.py [--mb 229] [--transport sidecar|inprocess]
+    KAFKA_HOME=~/refs/kafka python benchmarks/bench_broker_catchup.py [--mb 229] [--rounds 3]
+        [--transport sidecar|inprocess] [--cache memory|disk] [--only local|ours] [--pyspy FILE]
+
+Besides the rate, each plugin's run reports the consumer's average fetch latency (what the remote read adds to
+every 1 MiB fetch), the CPU each process spent per MB read (broker JVM, our Python sidecar, the consumer), and
+how many cores were busy on average: a catch-up that keeps every core busy is bound by CPU per MB, not by
+latency, and the comparison then is between CPU budgets.
 
 Target (issue 9): ours >= LocalTieredStorage despite decrypting and decompressing.
 """
@@ -24,11 +30,13 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -101,7 +109,47 @@ rlmm.config.remote.log.metadata.topic.replication.factor=1
 {plugin}"""
 
 
-def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str = "memory") -> float:
+def _tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) of ``root`` and each descendant, keyed by a short name: the broker JVM, and
+    the Python sidecar when there is one."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    pids = [root]
+    while pids:
+        pid = pids.pop()
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            children = [c for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = "sidecar" if b"rsm.jvm.sidecar" in cmd else "broker"
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        pids += [int(c) for c in children]
+    return out
+
+
+def _sidecar_pid(root: int) -> int:
+    for t in Path(f"/proc/{root}/task").iterdir():
+        for c in (t / "children").read_text().split():
+            if b"rsm.jvm.sidecar" in Path(f"/proc/{c}/cmdline").read_bytes():
+                return int(c)
+    raise RuntimeError("no sidecar")
+
+
+class Run(NamedTuple):
+    """One catch-up: perf-test's rate (with the consumer group join) and its fetch-only rate, MB/s; the
+    consumer's average fetch latency, ms; CPU seconds per process during the read; cores busy on average."""
+
+    mbs: float
+    fetch_mbs: float
+    fetch_latency_ms: float
+    cpu: dict[str, float]
+    cores: float
+
+
+def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: str | None = None) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
     broker_port, controller_port = _free_ports(2)
     boot = f"127.0.0.1:{broker_port}"
@@ -157,20 +205,48 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str = "memor
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{kind}: segments were not tiered in time; see {work / 'logs'}")
             time.sleep(1)
+        before = _tree_cpu(broker.pid)
+        children_before = os.times()
+        spy = None
+        if pyspy and kind == "ours" and transport == "sidecar":
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(_sidecar_pid(broker.pid)), "-o", pyspy, "--format", "raw"]
+                + ["--rate", "250", "--threads", "--nonblocking"]
+            )
+            time.sleep(1)  # py-spy attaches
+        started = time.monotonic()
         res = subprocess.run(
             [bin_ / "kafka-consumer-perf-test.sh", "--bootstrap-server", boot, "--topic", "t"]
-            + ["--messages", str(records), "--timeout", "120000", "--fetch-size", "1048576"],
+            + ["--messages", str(records), "--timeout", "120000", "--fetch-size", "1048576", "--print-metrics"],
             check=True,
             capture_output=True,
             text=True,
             env=env,
         )
-        header, row = [line for line in res.stdout.splitlines() if line.strip()][-2:]
+        elapsed = time.monotonic() - started
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
+        after = _tree_cpu(broker.pid)
+        children_after = os.times()
+        cpu = {k: v - before.get(k, 0.0) for k, v in after.items()}
+        cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
+            children_before.children_user + children_before.children_system
+        )
+        lines = res.stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+        header, row = lines[at], lines[at + 1]
         fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")], strict=False))
-        mbs = float(fields["MB.sec"])
+        latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", res.stdout)
         if re.search(r"ERROR", (work / "logs" / "server.log").read_text(errors="replace")):
             print(f"  note: {kind}: ERROR lines in {work / 'logs' / 'server.log'}")
-        return mbs * 1.048576  # perf-test's MB is MiB
+        return Run(
+            float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
+            float(fields["fetch.MB.sec"]) * 1.048576,
+            float(latency.group(1)) if latency else float("nan"),
+            cpu,
+            sum(cpu.values()) / elapsed,
+        )
     finally:
         os.killpg(broker.pid, signal.SIGTERM)
         try:
@@ -186,20 +262,46 @@ def main() -> int:
     p.add_argument("--mb", type=int, default=229, help="topic size in MB")
     p.add_argument("--transport", choices=["sidecar", "inprocess"], default="sidecar")
     p.add_argument("--cache", choices=["memory", "disk"], default="memory", help="our fetch.chunk.cache.class")
+    p.add_argument("--only", action="append", choices=["local", "ours"], help="run only this plugin (repeatable)")
+    p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
+    p.add_argument("--pyspy", metavar="FILE", help="record the sidecar with py-spy (raw format) during the read")
     args = p.parse_args()
     home = os.environ.get("KAFKA_HOME")
     if not home or not (Path(home) / "bin" / "kafka-server-start.sh").exists():
         print("KAFKA_HOME does not name a Kafka distribution: skipped (../shared/tools/build-kafka-ref.sh makes one)")
         return 0
     kafka = Path(home)
-    local = run_one("local", kafka, args.mb, args.transport)
-    ours = run_one("ours", kafka, args.mb, args.transport, args.cache)
-    print(f"catch-up of a {args.mb} MB topic (8 MiB segments) from remote storage, kafka-consumer-perf-test:")
-    print(f"  LocalTieredStorage (plain files)            {local:7.1f} MB/s")
+    runs: dict[str, list[Run]] = {}
+    for _ in range(args.rounds):  # alternating, so a change in the machine's load hits both alike
+        for kind in args.only or ["local", "ours"]:
+            runs.setdefault(kind, []).append(run_one(kind, kafka, args.mb, args.transport, args.cache, args.pyspy))
+    labels = {
+        "local": "LocalTieredStorage (plain files)",
+        "ours": f"ours ({args.transport}, zstd + AES, {args.cache} cache)",
+    }
+
+    def median(kind: str, field: str) -> float:
+        return statistics.median(getattr(r, field) for r in runs[kind])
+
     print(
-        f"  ours ({args.transport}, zstd + AES, {args.cache} cache)  {ours:7.1f} MB/s = {ours / local:.2f}x "
-        "LocalTieredStorage"
+        f"catch-up of a {args.mb} MB topic (8 MiB segments) from remote storage, kafka-consumer-perf-test, "
+        f"median of {args.rounds} round(s):"
     )
+    for kind, rs in runs.items():
+        ratio = ""
+        if kind != "local" and "local" in runs:
+            ratio = (
+                f" = {median(kind, 'mbs') / median('local', 'mbs'):.2f}x LocalTieredStorage"
+                f" (fetch-only {median(kind, 'fetch_mbs') / median('local', 'fetch_mbs'):.2f}x)"
+            )
+        print(f"  {labels[kind]:<44} {median(kind, 'mbs'):7.1f} MB/s{ratio}")
+        print(f"  {'':<46}each round: " + ", ".join(f"{r.mbs:.1f}" for r in rs))
+        cpu = {k: statistics.median(r.cpu.get(k, 0.0) for r in rs) * 1000 / args.mb for k in rs[0].cpu}
+        print(
+            f"  {'':<46}fetch latency {median(kind, 'fetch_latency_ms'):.2f} ms; CPU ms per MB: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items()))
+            + f" = {sum(cpu.values()):.1f}; cores busy {median(kind, 'cores'):.2f} of {os.cpu_count()}"
+        )
     return 0
 
 

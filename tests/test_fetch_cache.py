@@ -19,6 +19,7 @@ from conftest import TIP, encryption_configs
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
 from rsm import RemoteStorageException
+from rsm.core.manager import PLANNING_WAIT_S
 from rsm.core.object_keys import segment_keys
 from rsm.fetch.rate_limit import RateLimiter
 
@@ -382,6 +383,38 @@ def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, ke
     with m.fetch_log_segment(meta, 2 * CHUNK) as f:
         f.read(CHUNK)
     assert gets.count == before
+
+
+def test_warm_chunks_skip_the_thread_pool(
+    segment: Any, make_manager: Any, key_pairs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk the memory tier holds is handed to the stream at once, without a task on the transform pool (a
+    thread hand-off is most of a warm broker fetch's latency on a busy host). A chunk missing between two held
+    ones is loaded as usual, without waiting for the plan of a chunk the loader never saw."""
+    m = _manager(make_manager, key_pairs, fetch_chunk_cache_size=64 * 1024 * 1024)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    assert broker_read(m, meta, len(original)) == original  # everything is in the memory tier now
+    pool = m._pool()
+    submitted: list[Any] = []
+
+    class CountingPool:
+        def submit(self, fn: Any, *args: Any) -> Any:
+            submitted.append(args)
+            return pool.submit(fn, *args)
+
+    monkeypatch.setattr(m, "_pool", CountingPool)
+    assert broker_read(m, meta, len(original), step=CHUNK + 1000) == original
+    assert submitted == []
+    cache_id = m._load(meta).cache_id
+    for chunk_id in (2, 4):
+        m.chunk_cache.memory.invalidate((cache_id, chunk_id))
+    started = time.monotonic()
+    with m.fetch_log_segment(meta, CHUNK) as f:
+        assert f.read(4 * CHUNK) == original[CHUNK : 5 * CHUNK]
+    assert time.monotonic() - started < PLANNING_WAIT_S / 2  # chunk 4's load did not wait for chunk 3's plan
+    assert [chunk.id for (chunk,) in submitted] == [2, 4]
 
 
 @pytest.mark.parametrize("cache_class", ["disk", "memory"])

@@ -351,6 +351,63 @@ def test_corrupt_chunk_mid_stream_errors_after_the_references_and_leaks_nothing(
     assert served.pool.region_free == 2
 
 
+CANCEL = _HDR.pack(1, wire.OP_CANCEL_STREAM)
+
+
+@pytest.mark.parametrize("ack_first", [False, True], ids=["instead-of-the-ack", "after-an-ack"])
+def test_cancel_stops_the_stream_and_keeps_the_connection(served: Any, ack_first: bool) -> None:
+    """What the shim does when the broker closes a stream early: a cancel in place of the next acknowledgement;
+    the sidecar stops, ends the stream, gives the region back and serves the next request on the connection."""
+    c = served.connect()
+    c.fetch(served.meta, 0, None)
+    assert c.recv(1) == b"\x00"
+    assert c.i32() == -2
+    _, first = struct.unpack(">qi", c.recv(12))
+    c.sock.sendall((b"\x01" if ack_first else b"") + CANCEL)
+    seen = first
+    while (n := c.i32()) != 0:  # what the sidecar sent before it read the cancel, then the end frame
+        assert n == -2 or n > 0, n
+        seen += struct.unpack(">qi", c.recv(12))[1] if n == -2 else len(c.recv(n))
+    assert seen < len(served.original), "the stream went on to its end"
+    c.ping()
+    assert served.pool.region_free == 2
+    c.fetch(served.meta, 0, None)
+    data, _, _, err = c.read_stream(hold_acks=False)
+    assert err is None and data == served.original
+
+
+def test_cancel_after_the_end_was_sent_gives_the_references_back(served: Any) -> None:
+    """The broker closed after the last piece but before reading the end frame: the cancel arrives while the
+    sidecar waits for that piece's acknowledgement."""
+    c = served.connect()
+    c.fetch(served.meta, 0, BS - 1)
+    assert c.recv(1) == b"\x00" and c.i32() == -2
+    c.recv(12)
+    assert c.i32() == 0
+    assert served.pool.region_free == 1
+    c.sock.sendall(CANCEL)
+    c.ping()
+    assert served.pool.region_free == 2
+
+
+def test_a_cancel_without_a_stream_is_ignored(served: Any) -> None:
+    c = served.connect()
+    c.sock.sendall(CANCEL)
+    c.ping()
+
+
+def test_the_last_acknowledgement_and_the_next_request_in_one_send(served: Any) -> None:
+    """The sidecar reads acknowledgements one per outstanding piece, never into the request that follows."""
+    c = served.connect()
+    c.fetch(served.meta, 0, BS - 1)
+    assert c.recv(1) == b"\x00" and c.i32() == -2
+    c.recv(12)
+    assert c.i32() == 0
+    c.sock.sendall(b"\x01" + _HDR.pack(1, wire.OP_PING))
+    assert c.recv(1) == b"\x00"
+    assert served.pool.region_free == 2
+
+
 # --- the sidecar process and its file --------------------------------------------------------------------------
 
 

@@ -76,8 +76,8 @@ log = logging.getLogger("rsm")
 register_known_keys(METRICS_CONFIG_DEF)
 
 PLANNING_WAIT_S = 1.0
-"""At most this long a read-ahead load waits for the previous chunk's plan: a safety net, since a cancelled
-load counts as planned and planning itself does no I/O."""
+"""At most this long a read-ahead load waits for the previous chunk's plan: a safety net, since planning itself
+does no I/O."""
 
 
 @dataclass
@@ -604,7 +604,8 @@ class RemoteStorageManager:
         chunks = index.chunks_for_range(start_position, end)
         src = self._source(loaded, meta)
         prefetcher = self.prefetcher
-        load, cancelled = self._chunk_loader(src, chunks[-1].id)
+        load, found = self._chunk_loader(src, chunks[-1].id)
+        cache = self.chunk_cache
         return SegmentStream(
             chunks,
             start_position,
@@ -614,7 +615,8 @@ class RemoteStorageManager:
             self.config["fetch.readahead.chunks"],
             meta.describe(),
             on_close=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
-            on_cancel=cancelled,
+            lookup=(lambda chunk: cache.lookup(src, chunk)) if cache is not None else None,
+            on_found=found,
         )  # type: ignore[return-value]
 
     def _source(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata) -> SegmentSource:
@@ -634,35 +636,41 @@ class RemoteStorageManager:
     def _chunk_loader(
         self, src: SegmentSource, horizon: int
     ) -> tuple[Callable[[Chunk], ChunkBuffer], Callable[[Chunk], None]]:
-        """The stream's loader, and what the stream calls for a load it cancelled before it ran.
+        """The stream's loader, and what the stream calls for a chunk it found decoded without the loader.
 
         Loads run in parallel, but each waits until the previous chunk of the stream is planned (planning does
         no I/O), so the first missing chunk starts the coalesced GET and the read-ahead joins it instead of
-        racing it with GETs of its own. A cancelled load counts as planned, so nobody waits for it."""
+        racing it with GETs of its own. A chunk found in memory counts as planned, so nobody waits for it."""
         cache = self.chunk_cache
         assert cache is not None
-        turns: dict[int, threading.Event] = {}
-        turns_lock = threading.Lock()
+        planned: set[int] = set()
+        waiting: dict[int, threading.Event] = {}  # an event only for a chunk somebody waits for
+        lock = threading.Lock()
 
-        def turn(chunk_id: int) -> threading.Event:
-            with turns_lock:
-                return turns.setdefault(chunk_id, threading.Event())
+        def mark_planned(chunk_id: int) -> None:
+            with lock:
+                planned.add(chunk_id)
+                event = waiting.pop(chunk_id, None)
+            if event is not None:
+                event.set()
 
         def load(chunk: Chunk) -> ChunkBuffer:
-            with turns_lock:
-                first = not turns
-            if not first:
-                turn(chunk.id - 1).wait(PLANNING_WAIT_S)
-            planned = turn(chunk.id)
+            with lock:
+                first = not planned and not waiting
+                previous = chunk.id - 1
+                event = None if first or previous in planned else waiting.setdefault(previous, threading.Event())
+                waiting.setdefault(chunk.id, threading.Event())  # this load has started: the next one is not first
+            if event is not None:
+                event.wait(PLANNING_WAIT_S)
             try:
-                return cache.load(src, chunk, horizon, planned.set)
+                return cache.load(src, chunk, horizon, lambda: mark_planned(chunk.id))
             finally:
-                planned.set()
+                mark_planned(chunk.id)
 
-        def cancelled(chunk: Chunk) -> None:
-            turn(chunk.id).set()
+        def found(chunk: Chunk) -> None:
+            mark_planned(chunk.id)
 
-        return load, cancelled
+        return load, found
 
     def _next_source(self, src: SegmentSource) -> SegmentSource | None:
         """The partition's segment that follows ``src`` (for prefetch across the border), or None."""

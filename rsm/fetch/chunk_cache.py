@@ -157,6 +157,15 @@ class ChunkCache:
             raise
         return buf
 
+    def lookup(self, src: SegmentSource, chunk: Chunk) -> ChunkBuffer | None:
+        """The decoded chunk when the memory tier has it (a reference the caller must ``release``), else None
+        without counting a miss: the caller then loads it, and the load counts."""
+        key = (src.cache_id, chunk.id)
+        buf = self.memory.get_with(key, _retain, count_miss=False)
+        if buf is not None:
+            self._note_hit(key)
+        return buf
+
     def _load_claimed(
         self, src: SegmentSource, chunk: Chunk, horizon: int, future: Future[bool], planned: Callable[[], None]
     ) -> ChunkBuffer:

@@ -92,11 +92,11 @@ class TimedLru(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self.get_with(key, None)
 
-    def get_with(self, key: K, on_hit: Callable[[V], None] | None) -> V | None:
+    def get_with(self, key: K, on_hit: Callable[[V], None] | None, count_miss: bool = True) -> V | None:
         with self._lock:
             value = self._lookup(key, self._clock())
             if value is None:
-                self.misses += 1
+                self.misses += count_miss
             else:
                 self.hits += 1
                 if on_hit is not None:

@@ -23,6 +23,7 @@ from chunking.chunk_index import Chunk
 from rsm.errors import RemoteStorageException
 
 ChunkLoader = Callable[[Chunk], ChunkBuffer]
+ChunkLookup = Callable[[Chunk], "ChunkBuffer | None"]
 
 
 class Piece(NamedTuple):
@@ -56,17 +57,25 @@ class SegmentStream(io.RawIOBase):
         readahead: int,
         describe: str,
         on_close: Callable[[int], None] | None = None,
-        on_cancel: Callable[[Chunk], None] | None = None,
+        lookup: ChunkLookup | None = None,
+        on_found: Callable[[Chunk], None] | None = None,
     ) -> None:
         """``on_close`` learns the id of the last chunk the reader reached, once, when the stream closes after
-        reading something (the plugin starts its prefetch from there). ``on_cancel`` learns of each scheduled
-        load that was cancelled before it ran (the loader orders its loads and must not wait for that one)."""
+        reading something (the plugin starts its prefetch from there).
+
+        ``lookup`` answers at once for a chunk that is already decoded (the memory tier), with a buffer the
+        stream then owns, or None. Such a chunk never goes through ``loader`` on the executor: a warm broker
+        fetch costs no thread hand-off, which on a busy broker host is what a fetch's latency is made of.
+        ``on_found`` learns of each chunk found that way (the loader orders its loads and must not wait for a
+        chunk it will never see)."""
         super().__init__()
         self._on_close = on_close
-        self._on_cancel = on_cancel
+        self._lookup = lookup
+        self._on_found = on_found
         self._chunks = chunks
         self._next_to_schedule = 0
-        self._pending: collections.deque[tuple[Chunk, Future[ChunkBuffer]]] = collections.deque()
+        # Each scheduled chunk: its load in flight, or the buffer ``lookup`` found (no future needed).
+        self._pending: collections.deque[tuple[Chunk, Future[ChunkBuffer] | ChunkBuffer]] = collections.deque()
         self._loader = loader
         self._executor = executor
         self._readahead = max(0, readahead)
@@ -86,7 +95,13 @@ class SegmentStream(io.RawIOBase):
     def _schedule(self, in_flight: int) -> None:
         while self._next_to_schedule < len(self._chunks) and len(self._pending) < in_flight:
             chunk = self._chunks[self._next_to_schedule]
-            self._pending.append((chunk, self._executor.submit(self._loader, chunk)))
+            found = self._lookup(chunk) if self._lookup is not None else None
+            if found is None:
+                self._pending.append((chunk, self._executor.submit(self._loader, chunk)))
+            else:
+                self._pending.append((chunk, found))
+                if self._on_found is not None:
+                    self._on_found(chunk)
             self._next_to_schedule += 1
 
     def _advance(self) -> bool:
@@ -98,10 +113,10 @@ class SegmentStream(io.RawIOBase):
             self._drop_current()  # at the end: the last buffer goes back now, not at close()
             return False
         self._schedule(self._readahead + 1)  # the chunk needed now, plus the read-ahead window
-        _, future = self._pending.popleft()
+        _, scheduled = self._pending.popleft()
         chunk = self._chunks[self._consumed_chunks]
         try:
-            data = future.result()
+            data = scheduled if isinstance(scheduled, ChunkBuffer) else scheduled.result()
         except RemoteStorageException as e:
             self._fail(e)
             raise
@@ -191,9 +206,11 @@ class SegmentStream(io.RawIOBase):
 
     def _cancel_pending(self) -> None:
         while self._pending:
-            _, future = self._pending.popleft()
-            if not future.cancel():  # running or done: its buffer comes back when it finishes
-                future.add_done_callback(_release_result)
+            _, scheduled = self._pending.popleft()
+            if isinstance(scheduled, ChunkBuffer):
+                scheduled.release()
+            elif not scheduled.cancel():  # running or done: its buffer comes back when it finishes
+                scheduled.add_done_callback(_release_result)
 
     def close(self) -> None:
         if not self.closed:

@@ -28,6 +28,7 @@ OP_PING = 5
 OP_SHUTDOWN = 6
 OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection
 OP_METRICS = 8  # reply: status, i32 n, n bytes of rsm.metrics.snapshot.to_lines
+OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the stream, then end it as usual
 
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1

@@ -17,6 +17,12 @@ inline (``i32 n`` and n bytes, sent straight from the decoded chunk with ``sendm
 the sidecar's shared-memory region (``rsm.jvm.shared_region``), a reference ``i32 -2, i64 offset, i32 length``
 into it: the chunk was decoded there and the shim copies it out, then answers one ack byte so the buffer can
 be reused. At most ``SHM_WINDOW`` references are unacknowledged per stream.
+
+The broker closes a stream after about 1 MiB, long before its end. On a shared-memory stream the shim then
+sends a cancel frame (``OP_CANCEL_STREAM``) in place of the next acknowledgement: the sidecar stops, gives back
+the buffers it had referenced, ends the stream with the usual end frame and waits for the next request on the
+same connection. The shim reads up to that end frame before reusing the connection, so a broker fetch costs
+no connection set-up and no new thread here, which on a busy broker host is most of a warm fetch's latency.
 """
 
 from __future__ import annotations
@@ -53,7 +59,12 @@ _I32 = struct.Struct(">i")
 _END = _I32.pack(0)
 _MID_STREAM_ERROR = _I32.pack(-1)
 _SHARED_PIECE = struct.Struct(">iqi")  # -2, offset in the region, length
+_ACK = 1
+_CANCEL_FRAME = _HDR.pack(1, wire.OP_CANCEL_STREAM)
 SHM_WINDOW = 2
+
+_GOING, _CANCELLED, _GONE = range(3)
+"""What the shim said about a stream so far: nothing that stops it, a cancel, or it closed the connection."""
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -118,6 +129,8 @@ class Sidecar:
                 if op == wire.OP_SHARED_MEMORY_MAPPED:
                     shared = self.region is not None
                     continue
+                if op == wire.OP_CANCEL_STREAM:
+                    continue  # the stream it was meant for had already ended: nothing to stop
                 self.dispatch(sock, op, body, view, shared)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             return  # the shim closed a stream early or the broker went away: nothing to answer
@@ -233,66 +246,83 @@ class Sidecar:
 
     def _stream_pieces(self, sock: socket.socket, stream: SegmentStream, what: str, shared: bool) -> None:
         """A segment stream without copies in Python: region pieces by reference, the others from the chunk
-        buffer itself. A region buffer is given back only when the shim acknowledged it or the connection is
-        gone (the shim reads on the thread that closes, so a closed connection means it stopped reading)."""
+        buffer itself. A region buffer is given back only when the shim acknowledged it, cancelled the stream
+        or closed the connection (the shim reads on the thread that closes, so after a cancel or a close it
+        reads no more)."""
         outstanding: collections.deque[ChunkBuffer] = collections.deque()
         head = b"\x00"
-        connection_gone = False
+        state = _GOING
+        ended = False  # an error frame was sent: it ends the stream by itself
         try:
             while True:
+                if outstanding:  # acknowledgements so far, or a cancel; waits only when the window is full
+                    state = self._replies(sock, outstanding, len(outstanding) > SHM_WINDOW)
+                    if state != _GOING:
+                        break
                 try:
                     piece = stream.take_piece()
                 except Exception as e:
                     self._log_failure(what, e)
                     sock.sendall((_MID_STREAM_ERROR if not head else b"") + _error_frame(e))
-                    head = b""
+                    ended = True
                     break
                 if piece is None:
-                    sock.sendall(head + _END)
-                    head = b""
                     break
                 buf = piece.buffer
                 if shared and buf.region_offset is not None:
                     outstanding.append(buf)
                     sock.sendall(head + _SHARED_PIECE.pack(-2, buf.region_offset + piece.offset, piece.length))
-                    while len(outstanding) > SHM_WINDOW:
-                        if not self._await_ack(sock):
-                            connection_gone = True
-                            return
-                        outstanding.popleft().release()
                 else:
                     try:
                         _send_parts(sock, (head + _I32.pack(piece.length), piece.view))
                     finally:
                         buf.release()
                 head = b""
-            while outstanding:  # the shim acknowledges every reference before it reads the end or the error
-                if not self._await_ack(sock):
-                    connection_gone = True
-                    return
-                outstanding.popleft().release()
+            if state == _GONE:
+                return
+            if not ended:
+                sock.sendall(head + _END)
+            while outstanding and state == _GOING:  # every reference is acknowledged before the end is read
+                state = self._replies(sock, outstanding, True)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-            connection_gone = True
+            state = _GONE
             raise
         finally:
-            if connection_gone:
+            if state != _GOING:
                 while outstanding:
                     outstanding.popleft().release()
             elif outstanding:  # an unexpected failure: the shim may still read them, so they are not reused
                 log.error("%s: %d shared-memory buffer(s) withheld after an unexpected error", what, len(outstanding))
 
     @staticmethod
-    def _await_ack(sock: socket.socket) -> bool:
-        """One acknowledged region piece; False when the shim closed the connection instead."""
-        try:
-            ack = _recv_exact(sock, 1)
-        except (ConnectionResetError, ConnectionAbortedError):
-            return False
-        if ack is None:
-            return False
-        if ack != b"\x01":
-            raise wire.WireError(f"expected a shared-memory acknowledgement, got {ack!r}")
-        return True
+    def _replies(sock: socket.socket, outstanding: collections.deque[ChunkBuffer], wait: bool) -> int:
+        """Take in what the shim sent since the last look: acknowledgements (each gives back the oldest
+        outstanding buffer) and possibly a cancel. Blocks only while ``wait`` and the window is still full.
+
+        Never reads more bytes than there are outstanding pieces: the shim sends one acknowledgement per piece
+        and, after the last one, may already send its next request, which belongs to the request loop."""
+        while outstanding:
+            try:
+                n = len(outstanding)
+                data = sock.recv(n) if wait else sock.recv(n, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return _GOING
+            except (ConnectionResetError, ConnectionAbortedError):
+                return _GONE
+            if not data:
+                return _GONE
+            for i, byte in enumerate(data):
+                if byte == _ACK and outstanding:
+                    outstanding.popleft().release()
+                    continue
+                rest = data[i:]  # nothing follows a cancel: the shim waits for the stream's end
+                if byte == _CANCEL_FRAME[0] and len(rest) < len(_CANCEL_FRAME):
+                    rest += _recv_exact(sock, len(_CANCEL_FRAME) - len(rest)) or b""
+                if rest == _CANCEL_FRAME:
+                    return _CANCELLED
+                raise wire.WireError(f"expected an acknowledgement or a cancel from the shim, got {rest!r}")
+            wait = wait and len(outstanding) > SHM_WINDOW
+        return _GOING
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -386,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
     args = parser.parse_args(argv)
 
+    if os.environ.get("KTS_SWITCH"):
+        sys.setswitchinterval(float(os.environ["KTS_SWITCH"]))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     stdin = sys.stdin.buffer

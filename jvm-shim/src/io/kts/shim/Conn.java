@@ -31,6 +31,9 @@ final class Conn {
     private final ByteBuffer ack = ByteBuffer.allocate(1);
     volatile long deadlineNanos;
     volatile boolean timedOut;
+    /** A stream on this connection was cancelled: its remaining frames must be read before the next request. */
+    boolean draining;
+    long drainingSinceNanos;
 
     private Conn(SocketChannel channel, int generation, ByteBuffer sharedMemory) {
         this.channel = channel;
@@ -51,6 +54,90 @@ final class Conn {
         } catch (IOException e) {
             ch.close();
             throw e;
+        }
+    }
+
+    /** Stops the stream in progress (see Wire.OP_CANCEL_STREAM); the connection is then {@link #draining}. */
+    void cancelStream() throws IOException {
+        send(ByteBuffer.allocate(5).putInt(1).put(Wire.OP_CANCEL_STREAM).flip());
+        draining = true;
+        drainingSinceNanos = System.nanoTime();
+    }
+
+    /** Result of {@link #drain}. */
+    static final int DRAINED = 1, DRAIN_PENDING = 0, DRAIN_FAILED = -1;
+
+    /**
+     * Reads what a cancelled stream still sent, without blocking: {@link #DRAINED} once its end (or error)
+     * frame is in, {@link #DRAIN_PENDING} when the sidecar has not answered the cancel yet (it may be finishing
+     * a chunk load), {@link #DRAIN_FAILED} when the connection is broken or the stream went on with inline bytes
+     * (not worth reading through: the connection is closed instead).
+     */
+    int drain() {
+        try {
+            channel.configureBlocking(false);
+            try {
+                while (true) {
+                    int r = skipFrames();
+                    if (r != DRAIN_PENDING) {
+                        draining = r != DRAINED;
+                        return r;
+                    }
+                    in.compact();
+                    int n;
+                    try {
+                        n = channel.read(in);
+                    } finally {
+                        in.flip();
+                    }
+                    if (n < 0) return DRAIN_FAILED;
+                    if (n == 0) return DRAIN_PENDING;
+                }
+            } finally {
+                channel.configureBlocking(true);
+            }
+        } catch (IOException e) {
+            return DRAIN_FAILED;
+        }
+    }
+
+    /** Consumes whole stream frames from the buffer up to the stream's end; a partial frame is left in place. */
+    private int skipFrames() {
+        while (true) {
+            int start = in.position();
+            if (in.remaining() < 4) return DRAIN_PENDING;
+            int n = in.getInt();
+            if (n == Wire.PIECE_SHARED) {
+                if (in.remaining() < 12) {
+                    in.position(start);
+                    return DRAIN_PENDING;
+                }
+                in.position(in.position() + 12);
+            } else if (n == 0) {
+                return DRAINED;
+            } else if (n == -1) {  // an error ended the stream: u8 status, u16 + type, i32 + message
+                if (in.remaining() < 3) {
+                    in.position(start);
+                    return DRAIN_PENDING;
+                }
+                in.get();
+                int typeLength = in.getShort() & 0xFFFF;
+                if (in.remaining() < typeLength + 4) {
+                    in.position(start);
+                    return DRAIN_PENDING;
+                }
+                in.position(in.position() + typeLength);
+                int messageLength = Math.max(0, in.getInt());
+                if (11 + typeLength + messageLength > in.capacity()) return DRAIN_FAILED;
+                if (in.remaining() < messageLength) {
+                    in.position(start);
+                    return DRAIN_PENDING;
+                }
+                in.position(in.position() + messageLength);
+                return DRAINED;
+            } else {
+                return DRAIN_FAILED;
+            }
         }
     }
 

@@ -166,6 +166,12 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         return t instanceof SidecarTransport ? ((SidecarTransport) t).sidecarPid() : -1;
     }
 
+    /** Connections the shim opened to its sidecar so far, or -1 (in-process): for tests and diagnostics. */
+    public long sidecarConnectionsOpened() {
+        Transport t = transport;
+        return t instanceof SidecarTransport ? ((SidecarTransport) t).connectionsOpened() : -1;
+    }
+
     /** Metrics snapshots taken from Python so far (-1 before configure()): for tests and diagnostics. */
     public long metricsRequests() {
         MetricsBeans b = beans;

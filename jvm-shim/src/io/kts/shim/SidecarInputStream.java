@@ -113,12 +113,27 @@ final class SidecarInputStream extends InputStream {
         return sharedLeft > 0 ? sharedLeft : Math.min(chunkLeft, c.buffered());
     }
 
+    /**
+     * The broker closes after about 1 MiB, mid-stream. Between shared-memory pieces the connection is cancelled
+     * and kept (its remaining frames are tiny and read before its next use); in the middle of an inline piece,
+     * or without the region, closing it is the only way to stop the sidecar.
+     */
     @Override
     public void close() {
         if (closed) return;
         closed = true;
         Conn c = conn;
         conn = null;
-        if (c != null) transport.discard(c);
+        if (c == null) return;
+        if (c.sharedMemory != null && chunkLeft == 0) {
+            try {
+                c.cancelStream();
+                transport.release(c);
+                return;
+            } catch (IOException e) {
+                // fall through: the connection is broken anyway
+            }
+        }
+        transport.discard(c);
     }
 }

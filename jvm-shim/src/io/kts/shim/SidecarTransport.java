@@ -7,6 +7,8 @@ import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
 import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -15,6 +17,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
@@ -36,6 +39,7 @@ final class SidecarTransport implements Transport {
     private final ConcurrentLinkedDeque<Conn> idle = new ConcurrentLinkedDeque<>();
     private final Set<Conn> inUse = ConcurrentHashMap.newKeySet();
     private final AtomicInteger generations = new AtomicInteger();
+    private final AtomicLong connectionsOpened = new AtomicLong();
     private final ScheduledExecutorService watchdog;
     private volatile SidecarProcess current;
     private volatile boolean closed;
@@ -172,13 +176,27 @@ final class SidecarTransport implements Transport {
     private Conn acquire(String op) throws RemoteStorageException {
         SidecarProcess p = live(op);
         Conn c;
+        List<Conn> answering = null;  // cancelled streams the sidecar is still ending
         while ((c = idle.pollFirst()) != null) {
-            if (c.generation == p.generation && c.isOpen()) break;
+            if (c.generation == p.generation && c.isOpen()) {
+                int drained = c.draining ? c.drain() : Conn.DRAINED;
+                if (drained == Conn.DRAINED) break;
+                boolean overdue = System.nanoTime() - c.drainingSinceNanos > settings.requestTimeoutMs * 1_000_000L;
+                if (drained == Conn.DRAIN_PENDING && !overdue) {  // a sidecar stuck on a load must not keep a slot
+                    if (answering == null) answering = new ArrayList<>(2);
+                    answering.add(c);
+                    continue;
+                }
+            }
             c.close();
+        }
+        if (answering != null) {
+            for (Conn a : answering) idle.offerLast(a);
         }
         if (c == null) {
             try {
                 c = Conn.open(p);
+                connectionsOpened.incrementAndGet();
             } catch (IOException e) {
                 throw failure(op, null, p, e);
             }
@@ -188,7 +206,7 @@ final class SidecarTransport implements Transport {
         return c;
     }
 
-    /** Returns a connection whose frames are complete, so the next call can reuse it. */
+    /** Returns a connection whose frames are complete, or whose cancelled stream is draining, for reuse. */
     void release(Conn c) {
         c.disarm();
         inUse.remove(c);
@@ -366,6 +384,11 @@ final class SidecarTransport implements Transport {
 
     private void simple(String op, ByteBuffer req) throws RemoteStorageException {
         release(exchange(op, req, settings.requestTimeoutMs));
+    }
+
+    /** Connections opened to sidecars so far: early-closed streams should not add to it (tests, diagnostics). */
+    long connectionsOpened() {
+        return connectionsOpened.get();
     }
 
     /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */

@@ -29,6 +29,11 @@ final class Wire {
     static final byte OP_SHARED_MEMORY_MAPPED = 7;
     /** Reply: status, i32 n, n bytes of metrics lines ({@link MetricsBeans#parse}). */
     static final byte OP_METRICS = 8;
+    /**
+     * No reply: sent in place of an acknowledgement when the broker closes a shared-memory stream early. The
+     * sidecar stops, ends the stream with its usual end frame, and the connection serves the next request.
+     */
+    static final byte OP_CANCEL_STREAM = 9;
 
     /** Stream frame: the next piece is in the shared-memory region (i64 offset, i32 length follow). */
     static final int PIECE_SHARED = -2;

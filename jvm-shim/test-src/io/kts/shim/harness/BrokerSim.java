@@ -493,6 +493,7 @@ public final class BrokerSim {
         Stats st = new Stats();
         int customCount = 0;
         int customBytes = 0;
+        long connections;
         RemoteStorageManager rsm = Harness.create(className, config);
         ExecutorService pool = Executors.newFixedThreadPool(threads, r -> {
             Thread t = new Thread(r, "remote-log-reader");
@@ -577,6 +578,7 @@ public final class BrokerSim {
                 expectNotFound(() -> rsm.fetchIndex(s.meta, IndexType.OFFSET),
                         "segment " + s.base + ": fetchIndex(OFFSET) after delete");
             }
+            connections = connectionsOpened(rsm);
         } finally {
             pool.shutdownNow();
             rsm.close();
@@ -584,10 +586,19 @@ public final class BrokerSim {
         double secs = (System.nanoTime() - t0) / 1e9;
         return String.format("OK brokersim segments_copied=%d offsets=%d-%d custom_metadata=%d custom_bytes=%d"
                         + " fetches=%d timestamp_lookups=%d early_closes=%d threads=%d bytes_verified=%d"
-                        + " index_checks=%d deleted=%d seconds=%.2f",
+                        + " index_checks=%d deleted=%d connections=%d seconds=%.2f",
                 segs.size(), segs.get(0).base, segs.get(segs.size() - 1).end, customCount, customBytes,
                 st.fetches.get(), st.timestampLookups.get(), st.earlyCloses.get(), threads, st.bytes.get(),
-                st.indexChecks.get(), segs.size(), secs);
+                st.indexChecks.get(), segs.size(), connections, secs);
+    }
+
+    /** Connections the shim opened to its sidecar (-1 in-process, or for a shim without the counter). */
+    static long connectionsOpened(RemoteStorageManager rsm) {
+        try {
+            return (Long) rsm.getClass().getMethod("sidecarConnectionsOpened").invoke(rsm);
+        } catch (ReflectiveOperationException e) {
+            return -1;
+        }
     }
 
     /** {@code java -cp ... BrokerSim <shimClass> <logDir> <topicId> <topic> <partition> <fetches> <threads> -- k=v...} */
