@@ -604,7 +604,7 @@ class RemoteStorageManager:
         chunks = index.chunks_for_range(start_position, end)
         src = self._source(loaded, meta)
         prefetcher = self.prefetcher
-        load, found = self._chunk_loader(src, chunks[-1].id)
+        load, found = self._chunk_loader(src, chunks[0].id, chunks[-1].id)
         cache = self.chunk_cache
         return SegmentStream(
             chunks,
@@ -634,13 +634,14 @@ class RemoteStorageManager:
         )
 
     def _chunk_loader(
-        self, src: SegmentSource, horizon: int
+        self, src: SegmentSource, first_id: int, horizon: int
     ) -> tuple[Callable[[Chunk], ChunkBuffer], Callable[[Chunk], None]]:
         """The stream's loader, and what the stream calls for a chunk it found decoded without the loader.
 
         Loads run in parallel, but each waits until the previous chunk of the stream is planned (planning does
         no I/O), so the first missing chunk starts the coalesced GET and the read-ahead joins it instead of
-        racing it with GETs of its own. A chunk found in memory counts as planned, so nobody waits for it."""
+        racing it with GETs of its own. The stream's first chunk (``first_id``) waits for nothing, and a chunk
+        found in memory counts as planned, so nobody waits for it."""
         cache = self.chunk_cache
         assert cache is not None
         planned: set[int] = set()
@@ -655,11 +656,11 @@ class RemoteStorageManager:
                 event.set()
 
         def load(chunk: Chunk) -> ChunkBuffer:
+            previous = chunk.id - 1
             with lock:
-                first = not planned and not waiting
-                previous = chunk.id - 1
-                event = None if first or previous in planned else waiting.setdefault(previous, threading.Event())
-                waiting.setdefault(chunk.id, threading.Event())  # this load has started: the next one is not first
+                event = None
+                if chunk.id > first_id and previous not in planned:
+                    event = waiting.setdefault(previous, threading.Event())
             if event is not None:
                 event.wait(PLANNING_WAIT_S)
             try:
