@@ -233,9 +233,12 @@ final class SidecarTransport implements Transport {
         }
         if (closed) return new RemoteStorageException(op + ": the RemoteStorageManager was closed", e);
         try {
-            p.process.onExit().get(300, TimeUnit.MILLISECONDS);  // a dying child closes sockets before it is reaped
-        } catch (Exception ignored) {
-            // still alive, or we were interrupted: report what we know
+            // A dying child closes its sockets before it is reaped. waitFor, not onExit().get(): each onExit()
+            // is an async stage, and on a 2-core host (common pool parallelism 1) every async stage is a new
+            // thread, so a sidecar kill made every failing broker call start one (the soak saw +13 threads).
+            p.process.waitFor(300, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException interrupted) {
+            Thread.currentThread().interrupt();  // report what we know; the caller's thread keeps its interrupt
         }
         if (!p.isAlive()) {
             scheduleRestart(p);
