@@ -578,7 +578,7 @@ public final class BrokerSim {
                 expectNotFound(() -> rsm.fetchIndex(s.meta, IndexType.OFFSET),
                         "segment " + s.base + ": fetchIndex(OFFSET) after delete");
             }
-            connections = connectionsOpened(rsm);
+            connections = Harness.diagnostic(rsm, "sidecarConnectionsOpened");  // -1 in-process
         } finally {
             pool.shutdownNow();
             rsm.close();
@@ -592,30 +592,11 @@ public final class BrokerSim {
                 st.indexChecks.get(), segs.size(), connections, secs);
     }
 
-    /** Connections the shim opened to its sidecar (-1 in-process, or for a shim without the counter). */
-    static long connectionsOpened(RemoteStorageManager rsm) {
-        try {
-            return (Long) rsm.getClass().getMethod("sidecarConnectionsOpened").invoke(rsm);
-        } catch (ReflectiveOperationException e) {
-            return -1;
-        }
-    }
-
     /** {@code java -cp ... BrokerSim <shimClass> <logDir> <topicId> <topic> <partition> <fetches> <threads> -- k=v...} */
     public static void main(String[] args) {
         Harness.Args parsed = new Harness.Args(args, 0);
-        Map<String, Object> config = parsed.config;
         List<String> pos = parsed.positional;
-        int code = 0;
-        try {
-            System.out.println(run(pos.get(0), config, pos.get(1), pos.get(2), pos.get(3),
-                    Integer.parseInt(pos.get(4)), Integer.parseInt(pos.get(5)), Integer.parseInt(pos.get(6))));
-        } catch (Throwable t) {
-            System.out.println("ERROR " + t.getClass().getName() + " | " + t.getMessage());
-            t.printStackTrace();
-            code = 1;
-        }
-        System.out.flush();
-        System.exit(code);
+        Harness.report(() -> run(pos.get(0), parsed.config, pos.get(1), pos.get(2), pos.get(3),
+                Integer.parseInt(pos.get(4)), Integer.parseInt(pos.get(5)), Integer.parseInt(pos.get(6))));
     }
 }

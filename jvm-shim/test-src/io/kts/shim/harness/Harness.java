@@ -311,8 +311,36 @@ public final class Harness {
         }
     }
 
+    /** One of the shim's public diagnostic counters ({@code sidecarPid}, {@code sidecarConnectionsOpened}). */
+    static long diagnostic(RemoteStorageManager rsm, String method) throws ReflectiveOperationException {
+        return (Long) rsm.getClass().getMethod(method).invoke(rsm);
+    }
+
     static long pid(RemoteStorageManager rsm) throws Exception {
-        return (Long) rsm.getClass().getMethod("sidecarPid").invoke(rsm);
+        return diagnostic(rsm, "sidecarPid");
+    }
+
+    /**
+     * The {@code main} of a driver program: prints the line {@code body} returns, or an ERROR line (and the
+     * stack trace on stderr) when it throws, then exits 0 or 1. Lines are printed under System.out's lock,
+     * because a driver's own threads may still be printing.
+     */
+    static void report(Callable<String> body) {
+        int code = 0;
+        try {
+            String result = body.call();
+            synchronized (System.out) {
+                System.out.println(result);
+            }
+        } catch (Throwable t) {
+            synchronized (System.out) {
+                System.out.println("ERROR " + t.getClass().getName() + " | " + t.getMessage());
+            }
+            t.printStackTrace();
+            code = 1;
+        }
+        System.out.flush();
+        System.exit(code);
     }
 
     /**

@@ -617,23 +617,8 @@ public final class Soak {
 
     public static void main(String[] args) {
         Harness.Args parsed = new Harness.Args(args, 0);
-        Map<String, Object> config = parsed.config;
         List<String> pos = parsed.positional;
-        int code = 0;
-        try {
-            String result = run(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
-                    Double.parseDouble(pos.get(3)), Long.parseLong(pos.get(4)));
-            synchronized (System.out) {
-                System.out.println(result);
-            }
-        } catch (Throwable t) {
-            synchronized (System.out) {
-                System.out.println("ERROR " + t.getClass().getName() + " | " + t.getMessage());
-            }
-            t.printStackTrace();
-            code = 1;
-        }
-        System.out.flush();
-        System.exit(code);
+        Harness.report(() -> run(pos.get(0), parsed.config, pos.get(1), Integer.parseInt(pos.get(2)),
+                Double.parseDouble(pos.get(3)), Long.parseLong(pos.get(4))));
     }
 }
