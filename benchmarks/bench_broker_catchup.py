@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -109,11 +110,10 @@ rlmm.config.remote.log.metadata.topic.replication.factor=1
 {plugin}"""
 
 
-def _tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds (user + system) of ``root`` and each descendant, keyed by a short name: the broker JVM, and
-    the Python sidecar when there is one."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
+def _process_tree(root: int) -> Iterator[tuple[int, str, str]]:
+    """``root`` and its descendants (children of any thread, as the JVM starts the sidecar from one): pid, a short
+    name (``sidecar`` for our Python sidecar, else ``broker``) and the /proc stat line. Processes that exit
+    meanwhile are skipped."""
     pids = [root]
     while pids:
         pid = pids.pop()
@@ -123,19 +123,22 @@ def _tree_cpu(root: int) -> dict[str, float]:
             children = [c for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        name = "sidecar" if b"rsm.jvm.sidecar" in cmd else "broker"
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        yield pid, "sidecar" if b"rsm.jvm.sidecar" in cmd else "broker", stat
         pids += [int(c) for c in children]
+
+
+def _tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the broker JVM and, when there is one, the Python sidecar."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for _, name, stat in _process_tree(root):
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 
 
 def _sidecar_pid(root: int) -> int:
-    for t in Path(f"/proc/{root}/task").iterdir():
-        for c in (t / "children").read_text().split():
-            if b"rsm.jvm.sidecar" in Path(f"/proc/{c}/cmdline").read_bytes():
-                return int(c)
-    raise RuntimeError("no sidecar")
+    return next(pid for pid, name, _ in _process_tree(root) if name == "sidecar")
 
 
 class Run(NamedTuple):
@@ -224,11 +227,11 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: 
             env=env,
         )
         elapsed = time.monotonic() - started
+        after = _tree_cpu(broker.pid)
+        children_after = os.times()  # before py-spy is reaped: its CPU is not the consumer's
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
-        after = _tree_cpu(broker.pid)
-        children_after = os.times()
         cpu = {k: v - before.get(k, 0.0) for k, v in after.items()}
         cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
             children_before.children_user + children_before.children_system
