@@ -604,8 +604,7 @@ class RemoteStorageManager:
         chunks = index.chunks_for_range(start_position, end)
         src = self._source(loaded, meta)
         prefetcher = self.prefetcher
-        load, found = self._chunk_loader(src, chunks[0].id, chunks[-1].id)
-        cache = self.chunk_cache
+        load, lookup, found = self._chunk_loader(src, chunks[0].id, chunks[-1].id)
         return SegmentStream(
             chunks,
             start_position,
@@ -615,7 +614,7 @@ class RemoteStorageManager:
             self.config["fetch.readahead.chunks"],
             meta.describe(),
             on_close=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
-            lookup=(lambda chunk: cache.lookup(src, chunk)) if cache is not None else None,
+            lookup=lookup,
             on_found=found,
         )  # type: ignore[return-value]
 
@@ -635,8 +634,9 @@ class RemoteStorageManager:
 
     def _chunk_loader(
         self, src: SegmentSource, first_id: int, horizon: int
-    ) -> tuple[Callable[[Chunk], ChunkBuffer], Callable[[Chunk], None]]:
-        """The stream's loader, and what the stream calls for a chunk it found decoded without the loader.
+    ) -> tuple[Callable[[Chunk], ChunkBuffer], Callable[[Chunk], ChunkBuffer | None], Callable[[Chunk], None]]:
+        """The stream's loader, its look-up of chunks already decoded (the memory tier), and what the stream
+        calls for a chunk it found that way.
 
         Loads run in parallel, but each waits until the previous chunk of the stream is planned (planning does
         no I/O), so the first missing chunk starts the coalesced GET and the read-ahead joins it instead of
@@ -668,10 +668,13 @@ class RemoteStorageManager:
             finally:
                 mark_planned(chunk.id)
 
+        def lookup(chunk: Chunk) -> ChunkBuffer | None:
+            return cache.lookup(src, chunk)
+
         def found(chunk: Chunk) -> None:
             mark_planned(chunk.id)
 
-        return load, found
+        return load, lookup, found
 
     def _next_source(self, src: SegmentSource) -> SegmentSource | None:
         """The partition's segment that follows ``src`` (for prefetch across the border), or None."""
