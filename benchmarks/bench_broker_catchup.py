@@ -79,7 +79,8 @@ def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache
         f"rsm.config.fetch.chunk.cache.prefetch.max.size={os.environ.get('BENCH_PREFETCH', 33554432)}",
         f"rsm.config.jvm.transport={transport}",
     ]
-    lines += [f"rsm.config.{k}={v}" for k, v in encryption_config(work).items()]
+    if kind == "ours":  # "ours-plain" stores chunks as they are: the transport's cost without the transform's
+        lines += [f"rsm.config.{k}={v}" for k, v in encryption_config(work).items()]
     if transport == "sidecar":
         lines.append(f"remote.log.storage.manager.class.path={ROOT / 'rsm' / '_jars'}/*")
     return "\n".join(lines) + "\n"
@@ -169,7 +170,7 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: 
         capture_output=True,
         env=env,
     )
-    if kind == "ours" and transport == "inprocess":
+    if kind != "local" and transport == "inprocess":
         cmd = [sys.executable, "-m", "rsm.cli.main", "kafka-server-start", str(props)]
         env["KAFKA_HOME"] = str(kafka)
     else:
@@ -211,7 +212,7 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: 
         before = _tree_cpu(broker.pid)
         children_before = os.times()
         spy = None
-        if pyspy and kind == "ours" and transport == "sidecar":
+        if pyspy and kind != "local" and transport == "sidecar":
             spy = subprocess.Popen(
                 ["py-spy", "record", "-p", str(_sidecar_pid(broker.pid)), "-o", pyspy, "--format", "raw"]
                 + ["--rate", "250", "--threads", "--nonblocking"]
@@ -265,7 +266,12 @@ def main() -> int:
     p.add_argument("--mb", type=int, default=229, help="topic size in MB")
     p.add_argument("--transport", choices=["sidecar", "inprocess"], default="sidecar")
     p.add_argument("--cache", choices=["memory", "disk"], default="memory", help="our fetch.chunk.cache.class")
-    p.add_argument("--only", action="append", choices=["local", "ours"], help="run only this plugin (repeatable)")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=["local", "ours", "ours-plain"],
+        help="run only this plugin (repeatable); ours-plain: ours without compression and encryption",
+    )
     p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
     p.add_argument("--pyspy", metavar="FILE", help="record the sidecar with py-spy (raw format) during the read")
     args = p.parse_args()
@@ -281,6 +287,7 @@ def main() -> int:
     labels = {
         "local": "LocalTieredStorage (plain files)",
         "ours": f"ours ({args.transport}, zstd + AES, {args.cache} cache)",
+        "ours-plain": f"ours ({args.transport}, no transform, {args.cache} cache)",
     }
 
     def median(kind: str, field: str) -> float:

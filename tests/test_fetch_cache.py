@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are f
 from rsm import RemoteStorageException
 from rsm.core.manager import PLANNING_WAIT_S
 from rsm.core.object_keys import segment_keys
+from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 
 CHUNK = 65536
@@ -348,6 +350,57 @@ def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any
     assert m.prefetcher.stats()["prefetch-hits-total"] >= 1
 
 
+def test_prefetch_follows_a_stream_that_stays_open(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    """The JVM shim keeps a broker's stream open from one fetch to the next: prefetch must follow its reader as
+    it moves on through the segment, not wait for a close that does not come."""
+    m = _manager(
+        make_manager,
+        key_pairs,
+        fetch_chunk_cache_prefetch_max_size=2 * CHUNK,
+        fetch_coalesce_max_bytes=1,
+        fetch_readahead_chunks=0,
+    )
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    cache_id = m._load(meta).cache_id
+    original = segment.log.read_bytes()
+    f = m.fetch_log_segment(meta, 0)
+    try:
+        assert f.read(CHUNK) == original[:CHUNK]
+        assert m.prefetcher.stats()["prefetch-runs-total"] == 0  # the first chunk: the stream plans its own loads
+        assert f.read(3 * CHUNK) == original[CHUNK : 4 * CHUNK]  # on through chunks 1, 2 and 3, still open
+        assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_id, i)) for i in (4, 5)))
+        assert not m.chunk_cache.memory.contains((cache_id, 7))
+    finally:
+        f.close()
+    # chunks 1, 2 and 3 reached, one run each; the close adds none (nor did chunk 0)
+    assert wait_until(lambda: m.prefetcher.stats()["prefetch-runs-total"] == 3)
+    time.sleep(0.2)
+    assert m.prefetcher.stats()["prefetch-runs-total"] == 3
+
+
+def test_prefetch_reports_merge_while_their_run_waits(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    """A reader reports every chunk it reaches; with tiny chunks (a hostile manifest's 1-byte chunks) that is
+    thousands of reports, which must not queue thousands of runs: they merge into the one not started yet."""
+    m = _manager(make_manager, key_pairs, fetch_coalesce_max_bytes=1)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    src = m._source(m._load(meta), meta)
+    gate = threading.Event()
+    pool = ThreadPoolExecutor(1)
+    try:
+        pool.submit(gate.wait, 10)  # the pool is busy: the first run waits, later reports join it
+        prefetcher = Prefetcher(m.chunk_cache, 2 * CHUNK, pool, lambda _: None)
+        for k in range(50):
+            prefetcher.after_read(src, k % 5)  # the furthest chunk reached is 4
+        gate.set()
+    finally:
+        pool.shutdown(wait=True)
+    assert prefetcher.stats()["prefetch-runs-total"] == 1
+    assert all(m.chunk_cache.memory.contains((src.cache_id, i)) for i in (5, 6))
+    assert not m.chunk_cache.memory.contains((src.cache_id, 7))
+
+
 def test_prefetch_continues_into_the_next_segment(
     segment_factory: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
 ) -> None:
@@ -366,7 +419,10 @@ def test_prefetch_continues_into_the_next_segment(
     gets = GetCounter(m.backend)
     with m.fetch_log_segment(meta_b, 0) as f:
         assert f.read(2 * CHUNK) == b.log.read_bytes()[: 2 * CHUNK]
-    assert gets.count == 0
+    # The reader's two chunks came from the cache. (Its progress starts the next prefetch, which may GET what
+    # follows: only the stored bytes of chunks 0 and 1 must not have been read.)
+    read_chunks_end = m._load(meta_b).manifest.chunk_index.chunk(1).transformed_end
+    assert [c for c in gets.calls if c[0] < read_chunks_end] == []
 
 
 def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, key_pairs: Any) -> None:

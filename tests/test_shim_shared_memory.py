@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,58 @@ def test_create_makes_an_owner_only_file_of_whole_buffers(tmp_path: Path) -> Non
 def test_create_is_disabled_below_two_buffers(tmp_path: Path, total: int) -> None:
     assert SharedRegion.create(total, BS, directory=tmp_path) is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_create_allocates_the_whole_region_up_front(tmp_path: Path) -> None:
+    """Allocated at start, not page by page as fetches first write: a first write of each page would cost a
+    fault on the broker's fetch path, and on a too-small /dev/shm a SIGBUS that kills the sidecar."""
+    region = SharedRegion.create(4 * BS, BS, directory=tmp_path)
+    assert region is not None
+    try:
+        assert region.path.stat().st_blocks * 512 >= region.size == 4 * BS
+    finally:
+        region.unlink()
+
+
+class _Free:
+    """os.statvfs of a filesystem with ``free`` bytes available."""
+
+    def __init__(self, free: int) -> None:
+        self.f_bavail, self.f_frsize = free // 4096, 4096
+
+
+@pytest.mark.parametrize(("free", "buffers"), [(3 * BS + 4096, 3), (2 * BS, 2), (2 * BS - 4096, 0)])
+def test_create_shrinks_the_region_to_the_free_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, free: int, buffers: int
+) -> None:
+    """A Docker container's /dev/shm is 64 MiB: a 128 MiB region is cut to what fits, with a warning that says
+    what to change; below two chunks it is off."""
+    monkeypatch.setattr("rsm.jvm.shared_region.os.statvfs", lambda _: _Free(free))
+    region = SharedRegion.create(8 * BS, BS, directory=tmp_path)
+    if buffers == 0:
+        assert region is None and list(tmp_path.iterdir()) == []
+        assert "shared memory disabled" in caplog.text and "--shm-size" in caplog.text
+        return
+    assert region is not None
+    try:
+        assert region.size == buffers * BS and region.pool.region_buffers == buffers
+        assert f"shrunk to {buffers} chunks" in caplog.text and "jvm.sidecar.shared.memory.bytes" in caplog.text
+    finally:
+        region.unlink()
+
+
+def test_create_is_disabled_when_the_space_cannot_be_allocated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process took the space between the check and the allocation: off, and no file left behind."""
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("rsm.jvm.shared_region.os.posix_fallocate", full)
+    assert SharedRegion.create(4 * BS, BS, directory=tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+    assert "shared memory disabled" in caplog.text and "No space left" in caplog.text
 
 
 def test_create_is_disabled_without_the_directory(tmp_path: Path) -> None:
@@ -161,12 +214,14 @@ class ShimClient:
         blob = wire.encode_metadata(meta)
         self.send(wire.OP_FETCH, _I32.pack(len(blob)) + blob + _I32.pack(start) + _I32.pack(-1 if end is None else end))
 
-    def read_stream(self, hold_acks: bool) -> tuple[bytes, list[str], list[int], str | None]:
+    def read_stream(self, hold_acks: bool, mid_stream: bool = False) -> tuple[bytes, list[str], list[int], str | None]:
         """The body of a stream: the bytes, the kind of each piece ('ref'/'inline'), the referenced offsets and
         the error if it ended with one. With ``hold_acks`` every reference is acknowledged only at the end, so
-        the sidecar cannot reuse those buffers while the stream goes on."""
-        status = self.recv(1)[0]
-        assert status == 0, self.error()
+        the sidecar cannot reuse those buffers while the stream goes on. ``mid_stream``: the status and some
+        pieces were read already."""
+        if not mid_stream:
+            status = self.recv(1)[0]
+            assert status == 0, self.error()
         data = bytearray()
         kinds: list[str] = []
         offsets: list[int] = []
@@ -352,6 +407,7 @@ def test_corrupt_chunk_mid_stream_errors_after_the_references_and_leaks_nothing(
 
 
 CANCEL = _HDR.pack(1, wire.OP_CANCEL_STREAM)
+RSM_BEAN = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 
 
 @pytest.mark.parametrize("ack_first", [False, True], ids=["instead-of-the-ack", "after-an-ack"])
@@ -374,6 +430,26 @@ def test_cancel_stops_the_stream_and_keeps_the_connection(served: Any, ack_first
     c.fetch(served.meta, 0, None)
     data, _, _, err = c.read_stream(hold_acks=False)
     assert err is None and data == served.original
+
+
+def test_cancel_is_heard_while_the_stream_goes_on_inline(served: Any) -> None:
+    """Every reference acknowledged and the region taken (the next pieces travel inline): the cancel must still
+    stop the stream, not let it run to the end for a shim that stopped reading it."""
+    held = served.pool.take(BS)  # one of the two region buffers: chunk 0 gets the other, the rest go inline
+    try:
+        c = served.connect()
+        c.fetch(served.meta, 0, None)
+        assert c.recv(1) == b"\x00" and c.i32() == -2
+        _, seen = struct.unpack(">qi", c.recv(12))
+        c.sock.sendall(b"\x01" + CANCEL)
+        while (n := c.i32()) != 0:
+            assert n > 0, n  # inline pieces only, up to the end frame
+            seen += len(c.recv(n))
+        assert seen < len(served.original), "the stream went on to its end"
+        c.ping()
+    finally:
+        held.release()
+    assert served.pool.region_free == 2
 
 
 def test_cancel_after_the_end_was_sent_gives_the_references_back(served: Any) -> None:
@@ -406,6 +482,49 @@ def test_the_last_acknowledgement_and_the_next_request_in_one_send(served: Any) 
     c.sock.sendall(b"\x01" + _HDR.pack(1, wire.OP_PING))
     assert c.recv(1) == b"\x00"
     assert served.pool.region_free == 2
+
+
+def _requested_bytes(manager: Any) -> float:
+    return manager.metrics()[RSM_BEAN]["segment-fetch-requested-bytes-total"]
+
+
+def test_a_kept_stream_goes_on_after_resume_notices(served: Any) -> None:
+    """What the shim does when the broker's next fetch starts inside the piece its last fetch stopped in: it
+    reads on, and tells the sidecar with a notice between its acknowledgements (sent here split across
+    sends, as a socket may deliver it). The stream goes on unchanged, and each notice counts as a fetch of the
+    rest of the segment."""
+    c = served.connect()
+    size = len(served.original)
+    before = _requested_bytes(served.manager)
+    c.fetch(served.meta, 0, None)
+    assert c.recv(1) == b"\x00" and c.i32() == -2
+    offset, length = struct.unpack(">qi", c.recv(12))
+    data = bytearray(c.region[offset : offset + length])
+    notices = [1000, BS]  # back inside the piece, then exactly at its end
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(notices[0])[:2])
+    time.sleep(0.05)  # the sidecar holds half a notice: it must wait for the rest, not misread it
+    c.sock.sendall(_I32.pack(notices[0])[2:] + bytes([wire.STREAM_RESUMED]) + _I32.pack(notices[1]) + b"\x01")
+    rest, _, _, err = c.read_stream(hold_acks=False, mid_stream=True)
+    assert err is None and bytes(data) + rest == served.original
+    c.ping()
+    assert served.pool.region_free == 2
+    after = _requested_bytes(served.manager)
+    assert after - before == size + sum(size - n for n in notices)
+
+
+def test_a_resume_notice_for_a_manager_without_the_hook_is_harmless(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's manager class (python.manager.class) need not have ``record_resumed_fetch``."""
+    monkeypatch.delattr(type(served.manager), "record_resumed_fetch")
+    c = served.connect()
+    c.fetch(served.meta, 0, None)
+    assert c.recv(1) == b"\x00" and c.i32() == -2
+    offset, length = struct.unpack(">qi", c.recv(12))
+    first = bytes(c.region[offset : offset + length])
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(5) + b"\x01")
+    rest, _, _, err = c.read_stream(hold_acks=False, mid_stream=True)
+    assert err is None and first + rest == served.original
 
 
 # --- the sidecar process and its file --------------------------------------------------------------------------

@@ -58,6 +58,37 @@ def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
     assert not list((tmp_path / "store").rglob("*.log")), "delete left segment objects behind"
 
 
+def _summary(line: str, prefix: str) -> dict[str, int]:
+    assert line.startswith(prefix), line
+    return {k: int(v) for k, v in (kv.split("=", 1) for kv in line.split()[2:])}
+
+
+def test_streams_closed_early_are_kept_bounded_and_expire(spec: Path, tmp_path: Path) -> None:
+    """The broker's next fetch of a segment goes on with the stream its previous fetch closed (no request to
+    the sidecar), for at most jvm.sidecar.kept.streams streams, and not past jvm.sidecar.kept.stream.idle.ms."""
+    cfg = jt.base_config(
+        tmp_path / "store", **{"jvm.sidecar.kept.streams": "2", "jvm.sidecar.kept.stream.idle.ms": "300"}
+    )
+    r = harness("kept", str(spec), "1500", config=cfg)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    s = _summary(r.stdout.strip().splitlines()[-1], "OK kept ")
+    assert s["segments"] == 4
+    assert s["kept_after_closes"] == 2  # the two newest; the oldest two were cancelled
+    assert s["resumed"] == 2  # ... and only those two go on; the others opened anew (bytes checked either way)
+    assert s["resumed_bounded"] == 0  # a bounded fetch never takes a kept stream: it would end too late
+    assert s["kept_after_idle"] == 0
+    assert s["resumed_after_idle"] == 0
+    assert s["connections"] <= 4  # cancelled streams give their connections back to the pool
+
+
+def test_kept_streams_off(spec: Path, tmp_path: Path) -> None:
+    r = harness("kept", str(spec), "0", config=jt.base_config(tmp_path / "store", **{"jvm.sidecar.kept.streams": "0"}))
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    s = _summary(r.stdout.strip().splitlines()[-1], "OK kept ")
+    assert s["kept_after_closes"] == 0 and s["resumed"] == 0
+    assert s["connections"] <= 2  # cancelled and pooled (a second one while the sidecar ends the first stream)
+
+
 def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
     sockets = tmp_path / "sock"
     sockets.mkdir()

@@ -582,6 +582,14 @@ class RemoteStorageManager:
         self.rsm_metrics.fetch_requested(tip.topic, tip.partition, requested, time.monotonic() - started)
         return stream
 
+    def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
+        """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same
+        segment (see ``rsm.jvm.sidecar``): no stream was opened here, but the broker asked for the rest of the
+        segment from ``start_position``, and the fetch metrics count it like any other."""
+        tip = meta.topic_id_partition
+        requested = max(0, meta.segment_size_in_bytes - start_position)
+        self.rsm_metrics.fetch_requested(tip.topic, tip.partition, requested, None)
+
     def _open_log_segment(
         self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
@@ -613,7 +621,7 @@ class RemoteStorageManager:
             self._pool(),
             self.config["fetch.readahead.chunks"],
             meta.describe(),
-            on_close=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
+            on_progress=(lambda last: prefetcher.after_read(src, last)) if prefetcher is not None else None,
             lookup=lookup,
             on_found=found,
         )  # type: ignore[return-value]

@@ -1,11 +1,11 @@
-"""Prefetch: after a fetch ends, load what the same consumer will ask for next.
+"""Prefetch: as a fetch goes on and when it ends, load what the same consumer will ask for next.
 
 A lagging consumer reads a partition front to back, and the broker reopens a stream for every fetch request.
-When a stream closes after reading up to chunk k, the chunks after k, up to ``fetch.chunk.cache.prefetch.max.size``
-bytes, are brought into the chunk cache in the background. When the segment ends before the budget does, the
-prefetch goes on into the **next segment of the same partition** (the plugin finds it by listing the partition's
-manifests), so a consumer crossing a segment border does not stall on a cold first chunk. Aiven's prefetch stops
-at the border.
+When a stream's reader reaches chunk k (moving on to it, or closing there), the chunks after k, up to
+``fetch.chunk.cache.prefetch.max.size`` bytes, are brought into the chunk cache in the background. When the
+segment ends before the budget does, the prefetch goes on into the **next segment of the same partition** (the
+plugin finds it by listing the partition's manifests), so a consumer crossing a segment border does not stall
+on a cold first chunk. Aiven's prefetch stops at the border.
 
 Prefetch runs on its own small pool and, with a fetch rate limit, yields to readers a broker thread waits for.
 It is best effort: a failure is logged and ends that prefetch, it never reaches a reader.
@@ -38,15 +38,30 @@ class Prefetcher:
         self.chunks = 0
         self.cross_segment = 0
         self.failures = 0
+        # Per segment copy: the furthest chunk read whose run has not started yet. A reader reports every chunk
+        # it moves on to; with tiny chunks that is thousands of reports, and they must not become thousands of
+        # runs (each holding its own plan) queued behind each other: reports merge into the one waiting run.
+        self._waiting: dict[str, int] = {}
 
     def after_read(self, src: SegmentSource, last_chunk_id: int) -> None:
         """A reader is done up to ``last_chunk_id`` (included, possibly still loading)."""
         if self.max_bytes <= 0:
             return
-        try:
-            self.executor.submit(self._run, src, last_chunk_id + 1)
-        except RuntimeError:  # the plugin is closing: nothing to prefetch for
+        with self._lock:
+            queued = src.cache_id in self._waiting
+            self._waiting[src.cache_id] = max(last_chunk_id, self._waiting.get(src.cache_id, -1))
+        if queued:
             return
+        try:
+            self.executor.submit(self._run_waiting, src)
+        except RuntimeError:  # the plugin is closing: nothing to prefetch for
+            with self._lock:
+                self._waiting.pop(src.cache_id, None)
+
+    def _run_waiting(self, src: SegmentSource) -> None:
+        with self._lock:
+            last = self._waiting.pop(src.cache_id)
+        self._run(src, last + 1)
 
     def _run(self, src: SegmentSource, first_id: int) -> None:
         budget = self.max_bytes

@@ -56,12 +56,15 @@ class SegmentStream(io.RawIOBase):
         executor: Executor,
         readahead: int,
         describe: str,
-        on_close: Callable[[int], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
         lookup: ChunkLookup | None = None,
         on_found: Callable[[Chunk], None] | None = None,
     ) -> None:
-        """``on_close`` learns the id of the last chunk the reader reached, once, when the stream closes after
-        reading something (the plugin starts its prefetch from there).
+        """``on_progress`` learns the id of the furthest chunk the reader reached, once per chunk: when the
+        reader moves on to a later chunk, and when the stream closes (the plugin starts its prefetch from
+        there). Not for the first chunk while it is being read: the stream's own read-ahead is still planning
+        its loads then, and a prefetch started at once would race it with GETs of its own. A stream the shim
+        keeps open across broker fetches is never closed between them, so closing alone would not do.
 
         ``lookup`` answers at once for a chunk that is already decoded (the memory tier), with a buffer the
         stream then owns, or None. Such a chunk never goes through ``loader`` on the executor: a warm broker
@@ -69,7 +72,8 @@ class SegmentStream(io.RawIOBase):
         ``on_found`` learns of each chunk found that way (the loader orders its loads and must not wait for a
         chunk it will never see)."""
         super().__init__()
-        self._on_close = on_close
+        self._on_progress = on_progress
+        self._reported = -1  # the last chunk id given to on_progress
         self._lookup = lookup
         self._on_found = on_found
         self._chunks = chunks
@@ -128,6 +132,8 @@ class SegmentStream(io.RawIOBase):
             raise failure from e
         self._consumed_chunks += 1
         self._schedule(self._readahead)
+        if self._consumed_chunks > 1:
+            self._report_progress()
         self._drop_current()
         lo = self._start - chunk.original_position if chunk.original_position <= self._start else 0
         hi = min(chunk.original_size, self._end - chunk.original_position + 1)
@@ -216,6 +222,13 @@ class SegmentStream(io.RawIOBase):
         if not self.closed:
             self._cancel_pending()
             self._drop_current()
-            if self._on_close is not None and self._consumed_chunks > 0:
-                self._on_close(self._chunks[self._consumed_chunks - 1].id)
+            self._report_progress()
         super().close()
+
+    def _report_progress(self) -> None:
+        if self._on_progress is None or self._consumed_chunks == 0:
+            return
+        reached = self._chunks[self._consumed_chunks - 1].id
+        if reached > self._reported:
+            self._reported = reached
+            self._on_progress(reached)

@@ -30,6 +30,10 @@ OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection
 OP_METRICS = 8  # reply: status, i32 n, n bytes of rsm.metrics.snapshot.to_lines
 OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the stream, then end it as usual
 
+# What the shim sends back on a shared-memory stream, between the sidecar's frames (no reply to any of them):
+PIECE_ACK = 1  # the oldest outstanding piece was copied out: its buffer may be reused
+STREAM_RESUMED = 2  # + i32 position: a new broker fetch of the same segment goes on reading this stream
+
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1
 STATUS_ERROR = 2

@@ -113,9 +113,30 @@ CONFIG_DEF = ConfigDef().extend(
             128 * 1024 * 1024,
             "Shared memory (a file on /dev/shm, mapped by both sides) the sidecar decodes fetched chunks into, so "
             "the shim copies them straight into the broker's buffers instead of receiving them over the socket. "
-            "Split into buffers of chunk.size; pages are touched only as concurrent fetches need them. When all "
-            "are in use, or with 0, fetched bytes go over the socket.",
+            "Split into buffers of chunk.size, all allocated when the sidecar starts (cut to what /dev/shm has free, "
+            "with a warning). When all are in use, or with 0, fetched bytes go over the socket.",
             validator=in_range(0, None),
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.kept.streams",
+            "int",
+            8,
+            "Fetch streams the shim keeps open after the broker closed them inside a shared-memory piece, so "
+            "that the next fetch of the same segment, which a catching-up consumer starts where the last one "
+            "stopped, goes on reading the piece already decoded there: no request to the sidecar at all. Each "
+            "kept stream holds one connection and, in the sidecar, the chunks its stream has decoded ahead "
+            "(at most fetch.readahead.chunks plus three, in the shared memory while it lasts), on top of the "
+            "broker's streams in use. 0 cancels every stream the broker closes early.",
+            validator=in_range(0, 4096),
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.kept.stream.idle.ms",
+            "long",
+            5000,
+            "A kept stream that no fetch went on with for this long is cancelled, giving its chunks back.",
+            validator=in_range(1, None),
             group=_GROUP,
         ),
         ConfigKey(

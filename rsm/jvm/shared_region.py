@@ -8,7 +8,15 @@ the mapping into the broker's array: the same single copy a Python caller makes 
 Lifecycle: the sidecar creates the file (owner-only, unique name with its pid) and announces the path in its
 READY line; the shim maps it and deletes the name, so nothing is left on ``/dev/shm`` while both run. A
 sidecar that dies before the shim mapped it leaves a file behind; the next sidecar removes files whose pid is
-gone. Memory is touched only as concurrent fetches need buffers (pool reuse is last-in first-out).
+gone.
+
+The whole region is allocated and mapped in here at start (``posix_fallocate``, ``MAP_POPULATE``), not as
+fetches first write each page: a first write costs a page allocation and a fault per 4 KiB, ten times the
+decode of a compressible chunk, and it would land on a broker fetch. (The shim maps it lazily: a JVM touching
+every page at start would keep all of it resident for each dead sidecar until a GC drops the old mapping.)
+Allocating up front also means a ``/dev/shm`` too small for the region (64 MiB in a default Docker container)
+shrinks it at start, with a warning, instead of killing the sidecar with SIGBUS on the first fetch that writes
+past the free space.
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ class SharedRegion:
         self.size = buffer_size * buffers
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
-            os.ftruncate(fd, self.size)
-            self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.posix_fallocate(fd, 0, self.size)  # ENOSPC now, not SIGBUS at the first write past the free space
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self._map = mmap.mmap(fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -64,6 +73,31 @@ class SharedRegion:
             log.warning("shared memory disabled: %s does not exist; fetched bytes go over the socket", directory)
             return None
         remove_stale(directory)
+        fs = os.statvfs(directory)
+        free = fs.f_bavail * fs.f_frsize
+        fits = free // buffer_size
+        if fits < buffers:
+            advice = f"enlarge {directory} (docker run --shm-size=...) or lower jvm.sidecar.shared.memory.bytes"
+            if fits < 2:
+                log.warning(
+                    "shared memory disabled: %s has %d bytes free, fewer than two chunks of %d bytes; fetched bytes "
+                    "go over the socket (%s)",
+                    directory,
+                    free,
+                    buffer_size,
+                    advice,
+                )
+                return None
+            log.warning(
+                "shared memory shrunk to %d chunks: jvm.sidecar.shared.memory.bytes=%d does not fit in the %d bytes "
+                "free on %s (%s)",
+                fits,
+                total_bytes,
+                free,
+                directory,
+                advice,
+            )
+            buffers = fits
         path = directory / f"kts-sidecar-{os.getpid()}-{secrets.token_hex(6)}.shm"
         try:
             return cls(path, buffer_size, buffers)

@@ -23,6 +23,14 @@ sends a cancel frame (``OP_CANCEL_STREAM``) in place of the next acknowledgement
 the buffers it had referenced, ends the stream with the usual end frame and waits for the next request on the
 same connection. The shim reads up to that end frame before reusing the connection, so a broker fetch costs
 no connection set-up and no new thread here, which on a busy broker host is most of a warm fetch's latency.
+
+Better still, a broker catching up reads a segment front to back, about 1 MiB per fetch, and its next fetch
+starts where the last one stopped (a little before: at the offset index entry of the batch it cut off). So
+the shim does not cancel a stream the broker closed inside a shared-memory piece: it keeps it, and when the
+next fetch of that segment starts inside the same piece, it goes on reading it: no request, no reply, no
+Python at all on the fetch's path. It tells the sidecar with a ``STREAM_RESUMED`` notice (the position) sent
+like an acknowledgement, so the fetch metrics still count every broker fetch. Kept streams are cancelled
+when idle too long, when too many are kept, and on a copy or delete of their segment (``Settings.java``).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import socketserver
 import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -59,7 +67,6 @@ _I32 = struct.Struct(">i")
 _END = _I32.pack(0)
 _MID_STREAM_ERROR = _I32.pack(-1)
 _SHARED_PIECE = struct.Struct(">iqi")  # -2, offset in the region, length
-_ACK = 1
 _CANCEL_FRAME = _HDR.pack(1, wire.OP_CANCEL_STREAM)
 SHM_WINDOW = 2
 
@@ -142,12 +149,14 @@ class Sidecar:
         if op == wire.OP_FETCH:
             meta = wire.decode_metadata(r.blob() or b"")
             start, end = r.i32(), r.i32()
+            record = getattr(self.manager, "record_resumed_fetch", None)  # a custom manager may not have it
             self._stream(
                 sock,
                 view,
                 lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end),
                 "fetch",
                 shared,
+                (lambda position: record(meta, position)) if record is not None else None,
             )
         elif op == wire.OP_FETCH_INDEX:
             meta = wire.decode_metadata(r.blob() or b"")
@@ -207,7 +216,15 @@ class Sidecar:
         else:  # not one of the manager's own errors: likely a bug, keep the traceback
             log.error("%s failed unexpectedly", what, exc_info=e)
 
-    def _stream(self, sock: socket.socket, view: memoryview, open_stream: Any, what: str, shared: bool = False) -> None:
+    def _stream(
+        self,
+        sock: socket.socket,
+        view: memoryview,
+        open_stream: Any,
+        what: str,
+        shared: bool = False,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None:
         """Status, then chunks. The first chunk is read before answering, so a missing segment is an error status."""
         try:
             stream = open_stream()
@@ -217,7 +234,7 @@ class Sidecar:
             return
         if isinstance(stream, SegmentStream):
             try:
-                self._stream_pieces(sock, stream, what, shared)
+                self._stream_pieces(sock, stream, what, shared, on_resume)
             finally:
                 with contextlib.suppress(Exception):
                     stream.close()
@@ -244,11 +261,18 @@ class Sidecar:
             with contextlib.suppress(Exception):
                 stream.close()
 
-    def _stream_pieces(self, sock: socket.socket, stream: SegmentStream, what: str, shared: bool) -> None:
+    def _stream_pieces(
+        self,
+        sock: socket.socket,
+        stream: SegmentStream,
+        what: str,
+        shared: bool,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None:
         """A segment stream without copies in Python: region pieces by reference, the others from the chunk
         buffer itself. A region buffer is given back only when the shim acknowledged it, cancelled the stream
         or closed the connection (the shim reads on the thread that closes, so after a cancel or a close it
-        reads no more)."""
+        reads no more). ``on_resume`` learns the position of each broker fetch that went on with this stream."""
         outstanding: collections.deque[ChunkBuffer] = collections.deque()
         head = b"\x00"
         state = _GOING
@@ -256,9 +280,11 @@ class Sidecar:
         try:
             while True:
                 if outstanding:  # acknowledgements so far, or a cancel; waits only when the window is full
-                    state = self._replies(sock, outstanding, len(outstanding) > SHM_WINDOW)
-                    if state != _GOING:
-                        break
+                    state = self._replies(sock, outstanding, len(outstanding) > SHM_WINDOW, on_resume)
+                elif shared:  # every reference acknowledged (the next pieces may be inline): only a cancel can come
+                    state = self._cancel_if_sent(sock)
+                if state != _GOING:
+                    break
                 try:
                     piece = stream.take_piece()
                 except Exception as e:
@@ -283,7 +309,7 @@ class Sidecar:
             if not ended:
                 sock.sendall(head + _END)
             while outstanding and state == _GOING:  # every reference is acknowledged before the end is read
-                state = self._replies(sock, outstanding, True)
+                state = self._replies(sock, outstanding, True, on_resume)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             state = _GONE
             raise
@@ -294,13 +320,21 @@ class Sidecar:
             elif outstanding:  # an unexpected failure: the shim may still read them, so they are not reused
                 log.error("%s: %d shared-memory buffer(s) withheld after an unexpected error", what, len(outstanding))
 
-    @staticmethod
-    def _replies(sock: socket.socket, outstanding: collections.deque[ChunkBuffer], wait: bool) -> int:
+    @classmethod
+    def _replies(
+        cls,
+        sock: socket.socket,
+        outstanding: collections.deque[ChunkBuffer],
+        wait: bool,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> int:
         """Take in what the shim sent since the last look: acknowledgements (each gives back the oldest
-        outstanding buffer) and possibly a cancel. Blocks only while ``wait`` and the window is still full.
+        outstanding buffer), resume notices, and possibly a cancel. Blocks only while ``wait`` and the window
+        is still full.
 
         Never reads more bytes than there are outstanding pieces: the shim sends one acknowledgement per piece
-        and, after the last one, may already send its next request, which belongs to the request loop."""
+        and, after the last one, may already send its next request, which belongs to the request loop. A
+        resume notice or a cancel comes only while a piece is outstanding, and their bytes are read exactly."""
         while outstanding:
             try:
                 n = len(outstanding)
@@ -311,18 +345,61 @@ class Sidecar:
                 return _GONE
             if not data:
                 return _GONE
-            for i, byte in enumerate(data):
-                if byte == _ACK and outstanding:
+            i = 0
+            while i < len(data):
+                byte = data[i]
+                if byte == wire.PIECE_ACK and outstanding:
                     outstanding.popleft().release()
+                    i += 1
                     continue
-                rest = data[i:]  # nothing follows a cancel: the shim waits for the stream's end
-                if byte == _CANCEL_FRAME[0] and len(rest) < len(_CANCEL_FRAME):
-                    rest += _recv_exact(sock, len(_CANCEL_FRAME) - len(rest)) or b""
-                if rest == _CANCEL_FRAME:
-                    return _CANCELLED
-                raise wire.WireError(f"expected an acknowledgement or a cancel from the shim, got {rest!r}")
+                if byte == wire.STREAM_RESUMED:
+                    notice, i = cls._frame_from(sock, data, i, 1 + _I32.size)
+                    cls._resumed(on_resume, _I32.unpack_from(notice, 1)[0])
+                    continue
+                if byte == _CANCEL_FRAME[0] and cls._frame_from(sock, data, i, len(_CANCEL_FRAME))[0] == _CANCEL_FRAME:
+                    return _CANCELLED  # nothing follows a cancel: the shim waits for the stream's end
+                raise wire.WireError(
+                    f"expected an acknowledgement, a resume notice or a cancel from the shim, got {data[i:]!r}"
+                )
             wait = wait and len(outstanding) > SHM_WINDOW
         return _GOING
+
+    @classmethod
+    def _cancel_if_sent(cls, sock: socket.socket) -> int:
+        """Whether the shim cancelled the stream while no reference was outstanding (without this, a stream going
+        on inline would run to its end for a shim that stopped reading it)."""
+        try:
+            data = sock.recv(len(_CANCEL_FRAME), socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return _GOING
+        except (ConnectionResetError, ConnectionAbortedError):
+            return _GONE
+        if not data:
+            return _GONE
+        if cls._frame_from(sock, data, 0, len(_CANCEL_FRAME))[0] == _CANCEL_FRAME:
+            return _CANCELLED
+        raise wire.WireError(f"expected nothing or a cancel from the shim between stream pieces, got {data!r}")
+
+    @staticmethod
+    def _frame_from(sock: socket.socket, data: bytes, i: int, size: int) -> tuple[bytes, int]:
+        """The ``size``-byte frame starting at ``data[i]``, reading what did not arrive yet; and where the bytes
+        after it start in ``data``."""
+        frame = data[i : i + size]
+        if len(frame) < size:
+            more = _recv_exact(sock, size - len(frame))
+            if more is None:
+                raise ConnectionResetError("the shim closed the connection mid-frame")
+            frame += more
+        return frame, i + size
+
+    @staticmethod
+    def _resumed(on_resume: Callable[[int], None] | None, position: int) -> None:
+        if on_resume is None:
+            return
+        try:
+            on_resume(position)
+        except Exception:  # metrics only: never worth breaking the broker's stream
+            log.exception("recording a resumed fetch at position %d failed", position)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

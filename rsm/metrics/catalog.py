@@ -107,7 +107,8 @@ RSM_METRICS = [
         ("segment-fetch-requested-bytes-rate", "segment-fetch-requested-bytes-total"),
         "rate/total",
         PER_PARTITION,
-        "Bytes the broker asked for in fetchLogSegment (the requested range, whether or not it reads it all).",
+        "Bytes the broker asked for in fetchLogSegment (the requested range, whether or not it reads it all; "
+        "also for fetches the JVM shim served by going on with a stream it kept).",
     ),
     _rsm(
         ("segment-copy-errors-rate", "segment-copy-errors-total"),

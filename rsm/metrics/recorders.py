@@ -90,9 +90,11 @@ class RsmRecorder:
     def segment_delete_failed(self, topic: str, partition: int) -> None:
         self._record(topic, partition, "segment-delete-errors", 1)
 
-    def fetch_requested(self, topic: str, partition: int, size: int, seconds: float) -> None:
+    def fetch_requested(self, topic: str, partition: int, size: int, seconds: float | None) -> None:
+        """``seconds`` is None for a fetch that opened nothing here (the shim resumed a stream it kept)."""
         self._record(topic, partition, "segment-fetch-requested-bytes", size)
-        self._fetch_time.record(seconds * 1000)
+        if seconds is not None:
+            self._fetch_time.record(seconds * 1000)
 
     def fetch_failed(self, topic: str, partition: int) -> None:
         self._record(topic, partition, "segment-fetch-errors", 1)

@@ -104,7 +104,8 @@ final class InProcessTransport implements Transport {
     }
 
     @Override
-    public InputStream fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException {
+    public InputStream fetch(byte[] metadata, String segment, int startPosition, int endPosition)
+            throws RemoteStorageException {
         return stream(invoke(fetch, session, "fetchLogSegment", metadata, startPosition, endPosition),
                 "fetchLogSegment");
     }

@@ -62,6 +62,11 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         return t;
     }
 
+    /** A segment's id: the broker gives every copy attempt a new one, so equal ids mean the same bytes. */
+    private static String segmentOf(RemoteLogSegmentMetadata meta) {
+        return meta.remoteLogSegmentId().id().toString();
+    }
+
     private static String path(Path p) {
         return p.toAbsolutePath().toString();
     }
@@ -78,6 +83,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         String op = "copyLogSegmentData";
         try {
             byte[] meta = Wire.encodeMetadata(remoteLogSegmentMetadata);
+            transport(op).forget(segmentOf(remoteLogSegmentMetadata));
             String txn = logSegmentData.transactionIndex().map(PythonRemoteStorageManager::path).orElse(null);
             byte[] custom = transport(op).copy(meta, path(logSegmentData.logSegment()),
                     path(logSegmentData.offsetIndex()), path(logSegmentData.timeIndex()), txn,
@@ -111,7 +117,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
             throw new RemoteStorageException(op + ": endPosition " + end + " is before startPosition " + start);
         }
         try {
-            return transport(op).fetch(Wire.encodeMetadata(meta), start, end);
+            return transport(op).fetch(Wire.encodeMetadata(meta), segmentOf(meta), start, end);
         } catch (RuntimeException e) {
             throw unexpected(op, e);
         }
@@ -132,7 +138,9 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     public void deleteLogSegmentData(RemoteLogSegmentMetadata remoteLogSegmentMetadata) throws RemoteStorageException {
         String op = "deleteLogSegmentData";
         try {
-            transport(op).delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
+            Transport t = transport(op);
+            t.forget(segmentOf(remoteLogSegmentMetadata));
+            t.delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
             discoverBeans();
         } catch (RuntimeException e) {
             throw unexpected(op, e);
@@ -170,6 +178,18 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     public long sidecarConnectionsOpened() {
         Transport t = transport;
         return t instanceof SidecarTransport ? ((SidecarTransport) t).connectionsOpened() : -1;
+    }
+
+    /** Broker fetches that went on with a stream kept from the segment's previous fetch, or -1 (in-process). */
+    public long sidecarStreamsResumed() {
+        Transport t = transport;
+        return t instanceof SidecarTransport ? ((SidecarTransport) t).streamsResumed() : -1;
+    }
+
+    /** Streams kept for a next fetch right now, or -1 (in-process): for tests and diagnostics. */
+    public long sidecarStreamsKept() {
+        Transport t = transport;
+        return t instanceof SidecarTransport ? ((SidecarTransport) t).streamsKept() : -1;
     }
 
     /** Metrics snapshots taken from Python so far (-1 before configure()): for tests and diagnostics. */

@@ -17,6 +17,8 @@ final class Settings {
     final long shutdownTimeoutMs;
     final int poolSize;
     final long restartBackoffMs;
+    final int keptStreams;
+    final long keptStreamIdleMs;
 
     Settings(Map<String, String> c) {
         transport = c.getOrDefault("jvm.transport", "auto").trim().toLowerCase(java.util.Locale.ROOT);
@@ -29,6 +31,8 @@ final class Settings {
         shutdownTimeoutMs = longOf(c, "jvm.sidecar.shutdown.timeout.ms", 10_000L);
         poolSize = (int) longOf(c, "jvm.sidecar.pool.size", 16L);
         restartBackoffMs = longOf(c, "jvm.sidecar.restart.backoff.ms", 1_000L);
+        keptStreams = (int) Math.min(longOf(c, "jvm.sidecar.kept.streams", 8L), 4096L);
+        keptStreamIdleMs = longOf(c, "jvm.sidecar.kept.stream.idle.ms", 5_000L);
         if (!transport.equals("auto") && !transport.equals("sidecar") && !transport.equals("inprocess")) {
             throw new IllegalArgumentException("Invalid value " + transport
                     + " for configuration jvm.transport: expected auto, sidecar or inprocess");

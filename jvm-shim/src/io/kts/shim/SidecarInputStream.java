@@ -4,29 +4,61 @@ import java.io.IOException;
 import java.io.InputStream;
 
 /**
- * The lazy stream the broker reads a remote segment from: bytes come straight off the socket as the broker
- * asks for them. Closing before the end discards the connection (it is mid-frame); reading to the end hands
- * it back to the pool.
+ * The lazy stream the broker reads a remote segment from: bytes come straight off the socket, or out of the
+ * sidecar's shared-memory region, as the broker asks for them. Reading to the end hands the connection back
+ * to the pool; closing early keeps the stream for the segment's next fetch, cancels it, or discards the
+ * connection (see {@link #close}).
  */
 final class SidecarInputStream extends InputStream {
     private final SidecarTransport transport;
     private final String op;
     private final long timeoutMs;
+    /** The segment of an open-ended fetchLogSegment, whose stream may be kept for the next fetch; else null. */
+    private final String segment;
     private Conn conn;
     private int chunkLeft;
     private int sharedPos;
     private int sharedLeft;
+    /** Segment position of the next byte read. */
+    private int position;
+    /** The current shared-memory piece: where it starts in the segment and in the region, and its length. */
+    private int pieceStart = -1;
+    private int pieceRegion;
+    private int pieceLength;
     /** A finished shared-memory piece not yet acknowledged: sent before the next frame is read, so a read
      *  that copied its bytes always returns them even if the connection fails right after. */
     private boolean ackPending;
     private boolean eof;
     private boolean closed;
 
-    SidecarInputStream(SidecarTransport transport, Conn conn, String op, long timeoutMs) {
+    SidecarInputStream(SidecarTransport transport, Conn conn, String op, long timeoutMs, String segment,
+                       int position) {
         this.transport = transport;
         this.conn = conn;
         this.op = op;
         this.timeoutMs = timeoutMs;
+        this.segment = segment;
+        this.position = position;
+    }
+
+    /** Where a stream the broker closed inside a shared-memory piece stands, kept for the segment's next fetch. */
+    record Kept(Conn conn, String segment, int pieceStart, int pieceRegion, int pieceLength, long sinceNanos) {
+        /** A fetch from {@code start} can go on with this stream: start lies in the piece, or just after it. */
+        boolean covers(String seg, int start) {
+            return segment.equals(seg) && pieceStart <= start && start <= pieceStart + pieceLength;
+        }
+
+        /** The stream a new fetch from {@code start} reads, placed in the kept piece. */
+        SidecarInputStream resume(SidecarTransport transport, String op, long timeoutMs, int start) {
+            SidecarInputStream s = new SidecarInputStream(transport, conn, op, timeoutMs, segment, start);
+            s.pieceStart = pieceStart;
+            s.pieceRegion = pieceRegion;
+            s.pieceLength = pieceLength;
+            s.sharedPos = pieceRegion + (start - pieceStart);
+            s.sharedLeft = pieceStart + pieceLength - start;
+            s.ackPending = s.sharedLeft == 0;  // the piece itself was never acknowledged: the sidecar still holds it
+            return s;
+        }
     }
 
     @Override
@@ -55,6 +87,7 @@ final class SidecarInputStream extends InputStream {
                     chunkLeft = n;
                 } else if (n == Wire.PIECE_SHARED) {
                     sharedPiece(c, c.readLong(), c.readInt());
+                    pieceStart = position;
                 } else if (n == 0) {
                     eof = true;
                     conn = null;
@@ -77,11 +110,14 @@ final class SidecarInputStream extends InputStream {
                 sharedPos += k;
                 sharedLeft -= k;
                 ackPending = sharedLeft == 0;
+                position += k;
                 c.disarm();
                 return k;
             }
             int k = c.readSome(b, off, Math.min(len, chunkLeft));
             chunkLeft -= k;
+            pieceStart = -1;  // inline bytes: no piece to go on with
+            position += k;
             c.disarm();
             return k;
         } catch (IOException e) {
@@ -104,6 +140,8 @@ final class SidecarInputStream extends InputStream {
         sharedPos = (int) offset;
         sharedLeft = length;
         ackPending = length == 0;
+        pieceRegion = (int) offset;
+        pieceLength = length;
     }
 
     @Override
@@ -114,9 +152,12 @@ final class SidecarInputStream extends InputStream {
     }
 
     /**
-     * The broker closes after about 1 MiB, mid-stream. Between shared-memory pieces the connection is cancelled
-     * and kept (its remaining frames are tiny and read before its next use); in the middle of an inline piece,
-     * or without the region, closing it is the only way to stop the sidecar.
+     * The broker closes after about 1 MiB, mid-stream. Inside (or at the end of) a shared-memory piece of an
+     * open-ended segment fetch, the stream is kept as it is for the segment's next fetch, which usually starts
+     * in the same piece (the transport cancels it later if not). Otherwise, between shared-memory pieces, it is
+     * cancelled and the connection pooled (its remaining frames are tiny and read before its next use); in the
+     * middle of an inline piece, or without the region, closing the connection is the only way to stop the
+     * sidecar.
      */
     @Override
     public void close() {
@@ -125,6 +166,10 @@ final class SidecarInputStream extends InputStream {
         Conn c = conn;
         conn = null;
         if (c == null) return;
+        if (segment != null && c.sharedMemory != null && chunkLeft == 0 && pieceStart >= 0) {
+            transport.keep(new Kept(c, segment, pieceStart, pieceRegion, pieceLength, System.nanoTime()));
+            return;
+        }
         if (c.sharedMemory != null && chunkLeft == 0) {
             try {
                 c.cancelStream();

@@ -7,6 +7,7 @@ import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
 import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -18,6 +19,7 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Predicate;
 import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
@@ -40,6 +42,9 @@ final class SidecarTransport implements Transport {
     private final Set<Conn> inUse = ConcurrentHashMap.newKeySet();
     private final AtomicInteger generations = new AtomicInteger();
     private final AtomicLong connectionsOpened = new AtomicLong();
+    /** Streams the broker closed inside a shared-memory piece, oldest first (see SidecarInputStream#close). */
+    private final ArrayDeque<SidecarInputStream.Kept> kept = new ArrayDeque<>();
+    private final AtomicLong streamsResumed = new AtomicLong();
     private final ScheduledExecutorService watchdog;
     private volatile SidecarProcess current;
     private volatile boolean closed;
@@ -70,7 +75,12 @@ final class SidecarTransport implements Transport {
             watchdog.shutdownNow();
             throw new IllegalStateException("kafka-tiered-storage: " + e.getMessage());
         }
-        watchdog.scheduleWithFixedDelay(this::expireDeadlines, 100, 100, TimeUnit.MILLISECONDS);
+        watchdog.scheduleWithFixedDelay(() -> {
+            expireDeadlines();
+            long idle = settings.keptStreamIdleMs * 1_000_000L;
+            long now = System.nanoTime();
+            cancelKept(k -> now - k.sinceNanos() > idle);
+        }, 100, 100, TimeUnit.MILLISECONDS);
     }
 
     private void launch() throws SidecarProcess.SidecarStartException {
@@ -92,6 +102,9 @@ final class SidecarTransport implements Transport {
         // shared-memory mapping, so a GC can unmap it (tmpfs pages stay allocated while anything maps them).
         Conn c;
         while ((c = idle.pollFirst()) != null) c.close();
+        for (SidecarInputStream.Kept k : takeKept(k -> k.conn().generation == p.generation, Integer.MAX_VALUE)) {
+            k.conn().close();
+        }
         LOG.log(Level.WARNING, "Python sidecar pid {0} died ({1}); restarting it", String.valueOf(p.pid), p.exitDescription());
         scheduleRestart(p);
     }
@@ -310,13 +323,98 @@ final class SidecarTransport implements Transport {
     }
 
     @Override
-    public InputStream fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException {
+    public InputStream fetch(byte[] metadata, String segment, int startPosition, int endPosition)
+            throws RemoteStorageException {
+        String op = "fetchLogSegment";
+        boolean openEnded = endPosition < 0;  // a bounded stream ends early: it can neither be kept nor go on
+        if (openEnded) {
+            InputStream resumed = resume(op, segment, startPosition);
+            if (resumed != null) return resumed;
+        }
         ByteBuffer req = frame(Wire.OP_FETCH, out -> {
             Wire.writeBlob(out, metadata);
             out.writeInt(startPosition);
             out.writeInt(endPosition);
         });
-        return openStream("fetchLogSegment", req);
+        return openStream(op, req, openEnded ? segment : null, startPosition);
+    }
+
+    /**
+     * The stream kept from this segment's previous fetch, placed at {@code start}, when that lies in its current
+     * shared-memory piece; null otherwise. The sidecar learns of it from a notice sent like an acknowledgement,
+     * with no reply to wait for: this fetch costs the broker no round trip and the sidecar no work but a count.
+     */
+    private InputStream resume(String op, String segment, int start) {
+        SidecarProcess p = current;
+        List<SidecarInputStream.Kept> found = takeKept(k -> k.covers(segment, start), 1);
+        if (found.isEmpty()) return null;
+        SidecarInputStream.Kept k = found.get(0);
+        Conn c = k.conn();
+        if (p == null || c.generation != p.generation || !c.isOpen()) {
+            c.close();
+            return null;
+        }
+        try {
+            c.send(ByteBuffer.allocate(5).put(Wire.STREAM_RESUMED).putInt(start).flip());
+        } catch (IOException e) {
+            c.close();  // the sidecar is gone or the stream broke: a new request says which
+            return null;
+        }
+        c.timedOut = false;
+        inUse.add(c);
+        streamsResumed.incrementAndGet();
+        return k.resume(this, op, settings.requestTimeoutMs, start);
+    }
+
+    /** Keeps a stream the broker closed early for the segment's next fetch; the oldest go when there are too many. */
+    void keep(SidecarInputStream.Kept k) {
+        Conn c = k.conn();
+        c.disarm();
+        inUse.remove(c);
+        List<SidecarInputStream.Kept> over = new ArrayList<>(1);
+        synchronized (kept) {
+            if (closed || settings.keptStreams == 0) {
+                over.add(k);
+            } else {
+                kept.addLast(k);
+                while (kept.size() > settings.keptStreams) over.add(kept.pollFirst());
+            }
+        }
+        for (SidecarInputStream.Kept x : over) cancel(x.conn());
+    }
+
+    @Override
+    public void forget(String segment) {
+        cancelKept(k -> k.segment().equals(segment));
+    }
+
+    private void cancelKept(Predicate<SidecarInputStream.Kept> which) {
+        for (SidecarInputStream.Kept k : takeKept(which, Integer.MAX_VALUE)) cancel(k.conn());
+    }
+
+    /** Removes up to {@code max} kept streams that match, oldest first, for the caller to resume or stop. */
+    private List<SidecarInputStream.Kept> takeKept(Predicate<SidecarInputStream.Kept> which, int max) {
+        List<SidecarInputStream.Kept> out = new ArrayList<>(0);
+        synchronized (kept) {
+            for (var it = kept.iterator(); it.hasNext() && out.size() < max; ) {
+                SidecarInputStream.Kept k = it.next();
+                if (which.test(k)) {
+                    it.remove();
+                    out.add(k);
+                }
+            }
+        }
+        return out;
+    }
+
+    /** Stops a kept stream: the connection is pooled while the sidecar ends it (as after an early close). */
+    private void cancel(Conn c) {
+        try {
+            c.cancelStream();
+            release(c);
+        } catch (IOException e) {
+            discard(c);
+        }
     }
 
     @Override
@@ -325,7 +423,7 @@ final class SidecarTransport implements Transport {
             Wire.writeBlob(out, metadata);
             Wire.writeStr(out, indexType);
         });
-        return openStream("fetchIndex(" + indexType + ")", req);
+        return openStream("fetchIndex(" + indexType + ")", req, null, 0);
     }
 
     /**
@@ -350,10 +448,12 @@ final class SidecarTransport implements Transport {
         }
     }
 
-    private InputStream openStream(String op, ByteBuffer req) throws RemoteStorageException {
+    /** {@code segment}: the segment whose stream may be kept for its next fetch, or null. */
+    private InputStream openStream(String op, ByteBuffer req, String segment, int position)
+            throws RemoteStorageException {
         Conn c = exchange(op, req, settings.requestTimeoutMs);
         c.disarm();
-        return new SidecarInputStream(this, c, op, settings.requestTimeoutMs);
+        return new SidecarInputStream(this, c, op, settings.requestTimeoutMs, segment, position);
     }
 
     IOException streamFailure(String op, Conn c, IOException e) {
@@ -394,6 +494,18 @@ final class SidecarTransport implements Transport {
         return connectionsOpened.get();
     }
 
+    /** Broker fetches that went on with a kept stream (no request to the sidecar): tests, diagnostics. */
+    long streamsResumed() {
+        return streamsResumed.get();
+    }
+
+    /** Streams kept for a next fetch right now. */
+    int streamsKept() {
+        synchronized (kept) {
+            return kept.size();
+        }
+    }
+
     /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */
     long sidecarPid() {
         SidecarProcess p = current;
@@ -411,6 +523,7 @@ final class SidecarTransport implements Transport {
         }
         Conn c;
         while ((c = idle.pollFirst()) != null) c.close();
+        for (SidecarInputStream.Kept k : takeKept(k -> true, Integer.MAX_VALUE)) k.conn().close();
         watchdog.shutdownNow();
         if (p != null) {
             p.stop(settings.shutdownTimeoutMs);

@@ -13,8 +13,16 @@ interface Transport extends AutoCloseable {
     byte[] copy(byte[] metadata, String logSegment, String offsetIndex, String timeIndex, String transactionIndex,
                 String producerSnapshot, byte[] leaderEpochs) throws RemoteStorageException;
 
-    /** endPosition is -1 for "to the end of the segment". */
-    InputStream fetch(byte[] metadata, int startPosition, int endPosition) throws RemoteStorageException;
+    /**
+     * endPosition is -1 for "to the end of the segment". {@code segment} names the segment (its id) so a
+     * transport may go on with a stream it kept from the segment's previous fetch.
+     */
+    InputStream fetch(byte[] metadata, String segment, int startPosition, int endPosition)
+            throws RemoteStorageException;
+
+    /** The segment is being copied (again) or deleted: nothing kept from an earlier fetch of it may be served. */
+    default void forget(String segment) {
+    }
 
     InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException;
 

@@ -38,6 +38,11 @@ final class Wire {
     /** Stream frame: the next piece is in the shared-memory region (i64 offset, i32 length follow). */
     static final int PIECE_SHARED = -2;
     static final byte PIECE_ACK = 1;
+    /**
+     * Sent like an acknowledgement, no reply: a new broker fetch of the same segment goes on reading this kept
+     * stream, from the i32 position that follows (so the sidecar's fetch metrics count it).
+     */
+    static final byte STREAM_RESUMED = 2;
 
     static final byte STATUS_OK = 0;
     static final byte STATUS_NOT_FOUND = 1;

@@ -278,8 +278,8 @@ public final class BrokerSim {
         final AtomicLong indexChecks = new AtomicLong();
     }
 
-    /** RemoteLogReader.read for one offset: returns the verified byte count. */
-    static long fetchOffset(RemoteStorageManager rsm, List<Segment> segs, long target, int maxBytes, Stats st)
+    /** RemoteLogReader.read for one offset: returns the segment position where the read stopped. */
+    static int fetchOffset(RemoteStorageManager rsm, List<Segment> segs, long target, int maxBytes, Stats st)
             throws Exception {
         Segment s = floor(segs, target);
         String what = "fetch offset " + target + " (segment " + s.base + ", maxBytes " + maxBytes + ")";
@@ -289,9 +289,9 @@ public final class BrokerSim {
         check(start <= s.batchPos[expected], what + ": offset index gave position " + start
                 + " past the target's batch at " + s.batchPos[expected]);
         long verified = 0;
+        int p = start;
         try (InputStream in = rsm.fetchLogSegment(s.meta, start)) {
             check(in != null, what + ": fetchLogSegment returned null");
-            int p = start;
             int firstSize = -1;
             while (firstSize < 0) {  // RemoteLogInputStream + findFirstBatch
                 byte[] head = Harness.readN(in, 17);
@@ -327,7 +327,32 @@ public final class BrokerSim {
         }  // closed before EOF unless the segment ended: the broker never drains the stream
         st.fetches.incrementAndGet();
         st.bytes.addAndGet(verified);
-        return verified;
+        return p;
+    }
+
+    /**
+     * A lagging consumer reading segment {@code s} front to back, {@code maxBytes} per fetch: each fetch asks for
+     * the offset after the last whole batch the previous one returned, as a consumer's position moves. Returns
+     * the number of fetches.
+     */
+    static int catchUp(RemoteStorageManager rsm, List<Segment> segs, Segment s, int maxBytes, Stats st)
+            throws Exception {
+        long target = s.base;
+        int fetches = 0;
+        long last = s.batchLast[s.batchLast.length - 1];
+        while (target <= last) {
+            int stop = fetchOffset(rsm, segs, target, maxBytes, st);
+            fetches++;
+            int i = s.batchPos.length - 1;
+            while (i > 0 && s.batchPos[i] + batchSize(s, i) > stop) i--;  // the last batch returned whole
+            check(s.batchLast[i] >= target, "catch-up of segment " + s.base + " stalled at offset " + target);
+            target = s.batchLast[i] + 1;
+        }
+        return fetches;
+    }
+
+    static int batchSize(Segment s, int i) {
+        return (i + 1 < s.batchPos.length ? s.batchPos[i + 1] : s.bytes.length) - s.batchPos[i];
     }
 
     /** RemoteLogManager.findOffsetByTimestamp down to the batch: the first batch with maxTimestamp >= ts. */
@@ -494,6 +519,8 @@ public final class BrokerSim {
         int customCount = 0;
         int customBytes = 0;
         long connections;
+        int catchUpFetches = 0;
+        long catchUpResumed;
         RemoteStorageManager rsm = Harness.create(className, config);
         ExecutorService pool = Executors.newFixedThreadPool(threads, r -> {
             Thread t = new Thread(r, "remote-log-reader");
@@ -570,8 +597,16 @@ public final class BrokerSim {
             }
             awaitAll(reads);
 
+            // --- a lagging consumer catching up, alone: front to back, 16 KiB per fetch (several per chunk) -------
+            long resumedBefore = Harness.diagnostic(rsm, "sidecarStreamsResumed");
+            for (Segment s : segs) catchUpFetches += catchUp(rsm, segs, s, 16 * 1024, st);
+            catchUpResumed = Harness.diagnostic(rsm, "sidecarStreamsResumed") - resumedBefore;
+
             // --- retention: delete oldest first, then nothing is left to read -------------------------------------
             for (Segment s : segs) {
+                try (InputStream in = rsm.fetchLogSegment(s.meta, 0)) {  // a stream closed early: kept, maybe
+                    check(Harness.readN(in, 1).length == 1, "segment " + s.base + ": empty at position 0");
+                }
                 rsm.deleteLogSegmentData(s.meta);
                 rsm.deleteLogSegmentData(s.meta);  // retried deletes must not fail
                 expectNotFound(() -> rsm.fetchLogSegment(s.meta, 0), "segment " + s.base + ": fetch after delete");
@@ -586,10 +621,11 @@ public final class BrokerSim {
         double secs = (System.nanoTime() - t0) / 1e9;
         return String.format("OK brokersim segments_copied=%d offsets=%d-%d custom_metadata=%d custom_bytes=%d"
                         + " fetches=%d timestamp_lookups=%d early_closes=%d threads=%d bytes_verified=%d"
-                        + " index_checks=%d deleted=%d connections=%d seconds=%.2f",
+                        + " index_checks=%d deleted=%d connections=%d catchup_fetches=%d catchup_resumed=%d"
+                        + " seconds=%.2f",
                 segs.size(), segs.get(0).base, segs.get(segs.size() - 1).end, customCount, customBytes,
                 st.fetches.get(), st.timestampLookups.get(), st.earlyCloses.get(), threads, st.bytes.get(),
-                st.indexChecks.get(), segs.size(), connections, secs);
+                st.indexChecks.get(), segs.size(), connections, catchUpFetches, catchUpResumed, secs);
     }
 
     /** {@code java -cp ... BrokerSim <shimClass> <logDir> <topicId> <topic> <partition> <fetches> <threads> -- k=v...} */

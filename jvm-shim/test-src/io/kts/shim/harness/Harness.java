@@ -199,6 +199,50 @@ public final class Harness {
         }
     }
 
+    /**
+     * Streams the broker closes early, kept by the sidecar transport for the segment's next fetch: one early
+     * close per segment (more segments than the transport keeps), then a fetch of each segment a little further
+     * on, newest first (the kept ones resume, the oldest were cancelled and open anew), a bounded fetch (never
+     * resumed), an idle wait past the idle limit, and the same fetches again. Every byte is checked; returns a
+     * summary.
+     */
+    public static String kept(String className, Map<String, Object> config, String specFile, long idleWaitMs)
+            throws Exception {
+        List<Seg> segs = readSpec(Paths.get(specFile));
+        RemoteStorageManager rsm = create(className, config);
+        try {
+            for (Seg s : segs) rsm.copyLogSegmentData(s.meta, s.data);
+            for (Seg s : segs) readAt(rsm, s, 0, 100);
+            long keptAfterCloses = diagnostic(rsm, "sidecarStreamsKept");
+            long before = diagnostic(rsm, "sidecarStreamsResumed");
+            for (int i = segs.size() - 1; i >= 0; i--) readAt(rsm, segs.get(i), 50, 200);  // newest kept first
+            long resumed = diagnostic(rsm, "sidecarStreamsResumed") - before;
+            try (InputStream in = rsm.fetchLogSegment(segs.get(0).meta, 60, 99)) {  // bounded: a stream of its own
+                check(Arrays.equals(readAll(in), Arrays.copyOfRange(segs.get(0).log, 60, 100)), "bounded fetch bytes");
+            }
+            long resumedBounded = diagnostic(rsm, "sidecarStreamsResumed") - before - resumed;
+            Thread.sleep(idleWaitMs);
+            long keptAfterIdle = diagnostic(rsm, "sidecarStreamsKept");
+            before = diagnostic(rsm, "sidecarStreamsResumed");
+            for (Seg s : segs) readAt(rsm, s, 150, 200);
+            long resumedAfterIdle = diagnostic(rsm, "sidecarStreamsResumed") - before;
+            return "OK kept segments=" + segs.size() + " kept_after_closes=" + keptAfterCloses + " resumed="
+                    + resumed + " resumed_bounded=" + resumedBounded + " kept_after_idle=" + keptAfterIdle
+                    + " resumed_after_idle=" + resumedAfterIdle + " connections="
+                    + diagnostic(rsm, "sidecarConnectionsOpened");
+        } finally {
+            rsm.close();
+        }
+    }
+
+    /** An open-ended fetch from {@code pos}, {@code n} bytes read and checked, then closed early. */
+    static void readAt(RemoteStorageManager rsm, Seg s, int pos, int n) throws Exception {
+        try (InputStream in = rsm.fetchLogSegment(s.meta, pos)) {
+            check(Arrays.equals(readN(in, n), Arrays.copyOfRange(s.log, pos, pos + n)),
+                    "bytes [" + pos + ", " + (pos + n) + ") of segment " + s.meta.startOffset() + " differ");
+        }
+    }
+
     /** The full lifecycle over all segments with `threads` concurrent callers; returns a one-line summary. */
     public static String lifecycle(String className, Map<String, Object> config, String specFile, int threads,
                                    int rounds) throws Exception {
@@ -311,7 +355,7 @@ public final class Harness {
         }
     }
 
-    /** One of the shim's public diagnostic counters ({@code sidecarPid}, {@code sidecarConnectionsOpened}). */
+    /** One of the shim's public diagnostic counters ({@code sidecarPid}, {@code sidecarConnectionsOpened}, ...). */
     static long diagnostic(RemoteStorageManager rsm, String method) throws ReflectiveOperationException {
         return (Long) rsm.getClass().getMethod(method).invoke(rsm);
     }
@@ -463,6 +507,9 @@ public final class Harness {
                 case "lifecycle":
                     System.out.println(lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
                             Integer.parseInt(pos.get(3))));
+                    break;
+                case "kept":
+                    System.out.println(kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2))));
                     break;
                 case "supervise":
                     supervise(pos.get(0), config, pos.get(1));
