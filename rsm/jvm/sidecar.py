@@ -336,15 +336,9 @@ class Sidecar:
         and, after the last one, may already send its next request, which belongs to the request loop. A
         resume notice or a cancel comes only while a piece is outstanding, and their bytes are read exactly."""
         while outstanding:
-            try:
-                n = len(outstanding)
-                data = sock.recv(n) if wait else sock.recv(n, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return _GOING
-            except (ConnectionResetError, ConnectionAbortedError):
-                return _GONE
-            if not data:
-                return _GONE
+            data = cls._shim_bytes(sock, len(outstanding), wait)
+            if isinstance(data, int):
+                return data
             i = 0
             while i < len(data):
                 byte = data[i]
@@ -368,17 +362,24 @@ class Sidecar:
     def _cancel_if_sent(cls, sock: socket.socket) -> int:
         """Whether the shim cancelled the stream while no reference was outstanding (without this, a stream going
         on inline would run to its end for a shim that stopped reading it)."""
+        data = cls._shim_bytes(sock, len(_CANCEL_FRAME), False)
+        if isinstance(data, int):
+            return data
+        if cls._frame_from(sock, data, 0, len(_CANCEL_FRAME))[0] == _CANCEL_FRAME:
+            return _CANCELLED
+        raise wire.WireError(f"expected nothing or a cancel from the shim between stream pieces, got {data!r}")
+
+    @staticmethod
+    def _shim_bytes(sock: socket.socket, n: int, wait: bool) -> bytes | int:
+        """Up to ``n`` bytes the shim sent, or, when there are none, what that says of the stream: ``_GOING``
+        (nothing yet, and not waiting for it) or ``_GONE`` (the shim closed the connection)."""
         try:
-            data = sock.recv(len(_CANCEL_FRAME), socket.MSG_DONTWAIT)
+            data = sock.recv(n) if wait else sock.recv(n, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return _GOING
         except (ConnectionResetError, ConnectionAbortedError):
             return _GONE
-        if not data:
-            return _GONE
-        if cls._frame_from(sock, data, 0, len(_CANCEL_FRAME))[0] == _CANCEL_FRAME:
-            return _CANCELLED
-        raise wire.WireError(f"expected nothing or a cancel from the shim between stream pieces, got {data!r}")
+        return data if data else _GONE
 
     @staticmethod
     def _frame_from(sock: socket.socket, data: bytes, i: int, size: int) -> tuple[bytes, int]:

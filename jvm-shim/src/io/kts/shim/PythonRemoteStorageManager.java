@@ -170,26 +170,27 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
 
     /** pid of the sidecar process, or -1 (in-process or not configured): for tests and diagnostics. */
     public long sidecarPid() {
-        Transport t = transport;
-        return t instanceof SidecarTransport ? ((SidecarTransport) t).sidecarPid() : -1;
+        return ofSidecar(SidecarTransport::sidecarPid);
     }
 
     /** Connections the shim opened to its sidecar so far, or -1 (in-process): for tests and diagnostics. */
     public long sidecarConnectionsOpened() {
-        Transport t = transport;
-        return t instanceof SidecarTransport ? ((SidecarTransport) t).connectionsOpened() : -1;
+        return ofSidecar(SidecarTransport::connectionsOpened);
     }
 
     /** Broker fetches that went on with a stream kept from the segment's previous fetch, or -1 (in-process). */
     public long sidecarStreamsResumed() {
-        Transport t = transport;
-        return t instanceof SidecarTransport ? ((SidecarTransport) t).streamsResumed() : -1;
+        return ofSidecar(SidecarTransport::streamsResumed);
     }
 
     /** Streams kept for a next fetch right now, or -1 (in-process): for tests and diagnostics. */
     public long sidecarStreamsKept() {
+        return ofSidecar(SidecarTransport::streamsKept);
+    }
+
+    private long ofSidecar(java.util.function.ToLongFunction<SidecarTransport> counter) {
         Transport t = transport;
-        return t instanceof SidecarTransport ? ((SidecarTransport) t).streamsKept() : -1;
+        return t instanceof SidecarTransport s ? counter.applyAsLong(s) : -1;
     }
 
     /** Metrics snapshots taken from Python so far (-1 before configure()): for tests and diagnostics. */
