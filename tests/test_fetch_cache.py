@@ -328,16 +328,23 @@ def test_single_flight_32_readers_one_remote_read(segment: Any, make_manager: An
     assert gets.count == 1
 
 
-def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+def _prefetching(make_manager: Any, key_pairs: Any, segment: Any, prefetch_chunks: int) -> tuple[Any, Any]:
+    """A manager with ``segment`` copied whose only background loads are prefetch's (no read-ahead, no
+    coalescing), so what the cache holds is what prefetch brought; and the segment's metadata."""
     m = _manager(
         make_manager,
         key_pairs,
-        fetch_chunk_cache_prefetch_max_size=6 * CHUNK,
+        fetch_chunk_cache_prefetch_max_size=prefetch_chunks * CHUNK,
         fetch_coalesce_max_bytes=1,
         fetch_readahead_chunks=0,
     )
     meta = segment.to_metadata(TIP)
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    return m, meta
+
+
+def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    m, meta = _prefetching(make_manager, key_pairs, segment, 6)
     with m.fetch_log_segment(meta, 0) as f:
         f.read(100)
     cache_id = m._load(meta).cache_id
@@ -353,15 +360,7 @@ def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any
 def test_prefetch_follows_a_stream_that_stays_open(segment: Any, make_manager: Any, key_pairs: Any) -> None:
     """The JVM shim keeps a broker's stream open from one fetch to the next: prefetch must follow its reader as
     it moves on through the segment, not wait for a close that does not come."""
-    m = _manager(
-        make_manager,
-        key_pairs,
-        fetch_chunk_cache_prefetch_max_size=2 * CHUNK,
-        fetch_coalesce_max_bytes=1,
-        fetch_readahead_chunks=0,
-    )
-    meta = segment.to_metadata(TIP)
-    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    m, meta = _prefetching(make_manager, key_pairs, segment, 2)
     cache_id = m._load(meta).cache_id
     original = segment.log.read_bytes()
     f = m.fetch_log_segment(meta, 0)

@@ -138,10 +138,9 @@ class ChunkCache:
         A warm hit hands out the memory tier's own buffer (one more reference, no copy)."""
         key = (src.cache_id, chunk.id)
         for _ in range(3):
-            buf = self.memory.get_with(key, _retain)
+            buf = self._from_memory(key, count_miss=True)
             if buf is not None:
                 planned()
-                self._note_hit(key)
                 return buf
             future, mine = self.memory.claim(key)
             if mine:
@@ -160,8 +159,11 @@ class ChunkCache:
     def lookup(self, src: SegmentSource, chunk: Chunk) -> ChunkBuffer | None:
         """The decoded chunk when the memory tier has it (a reference the caller must ``release``), else None
         without counting a miss: the caller then loads it, and the load counts."""
-        key = (src.cache_id, chunk.id)
-        buf = self.memory.get_with(key, _retain, count_miss=False)
+        return self._from_memory((src.cache_id, chunk.id), count_miss=False)
+
+    def _from_memory(self, key: ChunkKey, count_miss: bool) -> ChunkBuffer | None:
+        """The memory tier's buffer for ``key`` with one more reference for the caller, or None."""
+        buf = self.memory.get_with(key, _retain, count_miss=count_miss)
         if buf is not None:
             self._note_hit(key)
         return buf

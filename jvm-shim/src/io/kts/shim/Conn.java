@@ -108,37 +108,32 @@ final class Conn {
             if (in.remaining() < 4) return DRAIN_PENDING;
             int n = in.getInt();
             if (n == Wire.PIECE_SHARED) {
-                if (in.remaining() < 12) {
-                    in.position(start);
-                    return DRAIN_PENDING;
-                }
+                if (incomplete(12, start)) return DRAIN_PENDING;
                 in.position(in.position() + 12);
             } else if (n == 0) {
                 return DRAINED;
             } else if (n == -1) {  // an error ended the stream: u8 status, u16 + type, i32 + message
-                if (in.remaining() < 3) {
-                    in.position(start);
-                    return DRAIN_PENDING;
-                }
+                if (incomplete(3, start)) return DRAIN_PENDING;
                 in.get();
                 int typeLength = in.getShort() & 0xFFFF;
-                if (in.remaining() < typeLength + 4) {
-                    in.position(start);
-                    return DRAIN_PENDING;
-                }
+                if (incomplete(typeLength + 4, start)) return DRAIN_PENDING;
                 in.position(in.position() + typeLength);
                 int messageLength = Math.max(0, in.getInt());
                 if (11 + typeLength + messageLength > in.capacity()) return DRAIN_FAILED;
-                if (in.remaining() < messageLength) {
-                    in.position(start);
-                    return DRAIN_PENDING;
-                }
+                if (incomplete(messageLength, start)) return DRAIN_PENDING;
                 in.position(in.position() + messageLength);
                 return DRAINED;
             } else {
                 return DRAIN_FAILED;
             }
         }
+    }
+
+    /** Fewer than {@code n} bytes left of a frame that began at {@code start}: rewinds to it, to wait for more. */
+    private boolean incomplete(int n, int start) {
+        if (in.remaining() >= n) return false;
+        in.position(start);
+        return true;
     }
 
     /** Tells the sidecar a shared-memory piece has been copied out, so it may reuse that buffer. */

@@ -83,9 +83,10 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         String op = "copyLogSegmentData";
         try {
             byte[] meta = Wire.encodeMetadata(remoteLogSegmentMetadata);
-            transport(op).forget(segmentOf(remoteLogSegmentMetadata));
+            Transport t = transport(op);
+            t.forget(segmentOf(remoteLogSegmentMetadata));
             String txn = logSegmentData.transactionIndex().map(PythonRemoteStorageManager::path).orElse(null);
-            byte[] custom = transport(op).copy(meta, path(logSegmentData.logSegment()),
+            byte[] custom = t.copy(meta, path(logSegmentData.logSegment()),
                     path(logSegmentData.offsetIndex()), path(logSegmentData.timeIndex()), txn,
                     path(logSegmentData.producerSnapshotIndex()), Wire.bytesOf(logSegmentData.leaderEpochIndex()));
             discoverBeans();

@@ -171,14 +171,9 @@ final class SidecarInputStream extends InputStream {
             return;
         }
         if (c.sharedMemory != null && chunkLeft == 0) {
-            try {
-                c.cancelStream();
-                transport.release(c);
-                return;
-            } catch (IOException e) {
-                // fall through: the connection is broken anyway
-            }
+            transport.cancel(c);
+        } else {
+            transport.discard(c);
         }
-        transport.discard(c);
     }
 }

@@ -407,8 +407,11 @@ final class SidecarTransport implements Transport {
         return out;
     }
 
-    /** Stops a kept stream: the connection is pooled while the sidecar ends it (as after an early close). */
-    private void cancel(Conn c) {
+    /**
+     * Stops the stream on a connection between shared-memory pieces: the connection is pooled while the sidecar
+     * ends it, or discarded when the cancel cannot be sent (it is broken anyway).
+     */
+    void cancel(Conn c) {
         try {
             c.cancelStream();
             release(c);
