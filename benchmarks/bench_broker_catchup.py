@@ -11,12 +11,17 @@ Needs a Kafka distribution: ``KAFKA_HOME`` (``../shared/tools/build-kafka-ref.sh
 the script says so and exits 0; it is not part of CI.
 
     KAFKA_HOME=~/refs/kafka python benchmarks/bench_broker_catchup.py [--mb 229] [--rounds 3]
-        [--transport sidecar|inprocess] [--cache memory|disk] [--only local|ours] [--pyspy FILE]
+        [--transport sidecar|inprocess] [--cache memory|disk] [--only local|ours] [--pyspy FILE] [--plugin-time]
 
 Besides the rate, each plugin's run reports the consumer's average fetch latency (what the remote read adds to
 every 1 MiB fetch), the CPU each process spent per MB read (broker JVM, our Python sidecar, the consumer), and
 how many cores were busy on average: a catch-up that keeps every core busy is bound by CPU per MB, not by
 latency, and the comparison then is between CPU budgets.
+
+``--plugin-time`` wraps both plugins in ``TimedRemoteStorageManager.java`` (compiled here against the
+distribution's jars) and reports the time the broker spent inside each: every fetch from the call to the close of
+its stream, and every index fetch. That time is what the plugin adds to a fetch, measured alike for both; the
+rest of the catch-up is the broker's and the consumer's, slowed only by the CPU the plugin's other threads take.
 
 Target (issue 9): ours >= LocalTieredStorage despite decrypting and decompressing.
 """
@@ -86,6 +91,35 @@ def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache
     return "\n".join(lines) + "\n"
 
 
+def _timed_properties(plugin: str, work: Path, timed_jar: Path) -> str:
+    """The plugin's properties with TimedRemoteStorageManager in front of its class."""
+    props = dict(line.split("=", 1) for line in plugin.splitlines() if line)
+    delegate = props.pop("remote.log.storage.manager.class.name")
+    path = props.pop("remote.log.storage.manager.class.path", None)
+    props["remote.log.storage.manager.class.name"] = "kts.bench.TimedRemoteStorageManager"
+    props["remote.log.storage.manager.class.path"] = f"{timed_jar}:{path}" if path else str(timed_jar)
+    props["rsm.config.timed.delegate"] = delegate
+    props["rsm.config.timed.events"] = str(work / "plugin-time.txt")
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _build_timed_jar(kafka: Path, out: Path) -> Path:
+    src = ROOT / "benchmarks" / "TimedRemoteStorageManager.java"
+    classes = out / "classes"
+    subprocess.run(["javac", "-cp", f"{kafka / 'libs'}/*", "-d", classes, src], check=True)
+    jar = out / "timed-rsm.jar"
+    subprocess.run(["jar", "cf", jar, "-C", classes, "."], check=True)
+    return jar
+
+
+def _plugin_time(events: Path) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"segment": [], "index": []}
+    for line in events.read_text().splitlines():
+        kind, ns = line.split()
+        out[kind].append(int(ns) / 1e6)
+    return out
+
+
 def _server_properties(work: Path, broker: int, controller: int, plugin: str) -> str:
     return f"""process.roles=broker,controller
 node.id=1
@@ -151,16 +185,26 @@ class Run(NamedTuple):
     fetch_latency_ms: float
     cpu: dict[str, float]
     cores: float
+    plugin_ms: dict[str, list[float]] | None = None  # --plugin-time: "segment"/"index" -> each call's ms
 
 
-def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: str | None = None) -> Run:
+def run_one(
+    kind: str,
+    kafka: Path,
+    mb: int,
+    transport: str,
+    cache: str,
+    pyspy: str | None = None,
+    timed_jar: Path | None = None,
+) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
     broker_port, controller_port = _free_ports(2)
     boot = f"127.0.0.1:{broker_port}"
     props = work / "server.properties"
-    props.write_text(
-        _server_properties(work, broker_port, controller_port, _plugin_properties(kind, work, kafka, transport, cache))
-    )
+    plugin = _plugin_properties(kind, work, kafka, transport, cache)
+    if timed_jar is not None:
+        plugin = _timed_properties(plugin, work, timed_jar)
+    props.write_text(_server_properties(work, broker_port, controller_port, plugin))
     env = {**os.environ, "LOG_DIR": str(work / "logs"), "KAFKA_HEAP_OPTS": "-Xmx1g -Xms1g"}
     bin_ = kafka / "bin"
     cluster = subprocess.run([bin_ / "kafka-storage.sh", "random-uuid"], capture_output=True, text=True, env=env)
@@ -244,7 +288,7 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: 
         latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", res.stdout)
         if re.search(r"ERROR", (work / "logs" / "server.log").read_text(errors="replace")):
             print(f"  note: {kind}: ERROR lines in {work / 'logs' / 'server.log'}")
-        return Run(
+        run = Run(
             float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
             float(fields["fetch.MB.sec"]) * 1.048576,
             float(latency.group(1)) if latency else float("nan"),
@@ -258,7 +302,12 @@ def run_one(kind: str, kafka: Path, mb: int, transport: str, cache: str, pyspy: 
         except subprocess.TimeoutExpired:
             os.killpg(broker.pid, signal.SIGKILL)
         out.close()
+        events = work / "plugin-time.txt"  # written by the wrapper's shutdown hook
+        plugin_ms = _plugin_time(events) if timed_jar is not None and events.exists() else None
         shutil.rmtree(work, ignore_errors=True)
+    if timed_jar is not None and plugin_ms is None:
+        raise RuntimeError(f"{kind}: --plugin-time recorded nothing (the broker did not exit cleanly?)")
+    return run._replace(plugin_ms=plugin_ms)
 
 
 def main() -> int:
@@ -274,16 +323,23 @@ def main() -> int:
     )
     p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
     p.add_argument("--pyspy", metavar="FILE", help="record the sidecar with py-spy (raw format) during the read")
+    p.add_argument("--plugin-time", action="store_true", help="time the broker's calls into each plugin")
     args = p.parse_args()
     home = os.environ.get("KAFKA_HOME")
     if not home or not (Path(home) / "bin" / "kafka-server-start.sh").exists():
         print("KAFKA_HOME does not name a Kafka distribution: skipped (../shared/tools/build-kafka-ref.sh makes one)")
         return 0
     kafka = Path(home)
+    build = Path(tempfile.mkdtemp(prefix="kts-timed-rsm-"))
+    timed_jar = _build_timed_jar(kafka, build) if args.plugin_time else None
     runs: dict[str, list[Run]] = {}
-    for _ in range(args.rounds):  # alternating, so a change in the machine's load hits both alike
-        for kind in args.only or ["local", "ours"]:
-            runs.setdefault(kind, []).append(run_one(kind, kafka, args.mb, args.transport, args.cache, args.pyspy))
+    try:
+        for _ in range(args.rounds):  # alternating, so a change in the machine's load hits both alike
+            for kind in args.only or ["local", "ours"]:
+                run = run_one(kind, kafka, args.mb, args.transport, args.cache, args.pyspy, timed_jar)
+                runs.setdefault(kind, []).append(run)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     labels = {
         "local": "LocalTieredStorage (plain files)",
         "ours": f"ours ({args.transport}, zstd + AES, {args.cache} cache)",
@@ -305,13 +361,27 @@ def main() -> int:
                 f" (fetch-only {median(kind, 'fetch_mbs') / median('local', 'fetch_mbs'):.2f}x)"
             )
         print(f"  {labels[kind]:<44} {median(kind, 'mbs'):7.1f} MB/s{ratio}")
-        print(f"  {'':<46}each round: " + ", ".join(f"{r.mbs:.1f}" for r in rs))
+        print(
+            f"  {'':<46}each round: "
+            + ", ".join(f"{r.mbs:.1f}" for r in rs)
+            + "; fetch-only: "
+            + ", ".join(f"{r.fetch_mbs:.1f}" for r in rs)
+        )
         cpu = {k: statistics.median(r.cpu.get(k, 0.0) for r in rs) * 1000 / args.mb for k in rs[0].cpu}
         print(
             f"  {'':<46}fetch latency {median(kind, 'fetch_latency_ms'):.2f} ms; CPU ms per MB: "
             + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items()))
             + f" = {sum(cpu.values()):.1f}; cores busy {median(kind, 'cores'):.2f} of {os.cpu_count()}"
         )
+        timed = [r.plugin_ms for r in rs if r.plugin_ms is not None]
+        if timed:
+            seg = [statistics.median(t["segment"]) for t in timed]
+            print(
+                f"  {'':<46}inside the plugin per round: "
+                + ", ".join(f"{sum(t['segment']) + sum(t['index']):.0f}" for t in timed)
+                + f" ms ({len(timed[0]['segment'])} fetches, median {statistics.median(seg):.3f} ms each; "
+                + f"{len(timed[0]['index'])} index fetches, {statistics.median(sum(t['index']) for t in timed):.0f} ms)"
+            )
     return 0
 
 
