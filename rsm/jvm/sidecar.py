@@ -494,8 +494,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
     args = parser.parse_args(argv)
 
-    if os.environ.get("KTS_SWITCH"):
-        sys.setswitchinterval(float(os.environ["KTS_SWITCH"]))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     stdin = sys.stdin.buffer
