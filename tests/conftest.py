@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,16 @@ from rsm.kafka.writer import SegmentFiles, write_segment
 from rsm.metadata import TopicIdPartition
 
 TIP = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether ``predicate`` became true within ``timeout`` seconds: for what background threads finish."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
 
 
 @pytest.fixture(scope="session")

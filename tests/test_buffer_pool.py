@@ -8,13 +8,12 @@ import io
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP, encryption_configs
+from conftest import TIP, encryption_configs, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,15 +29,6 @@ from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.fetch.stream import SegmentStream
 
 BS = 4096
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 # --- the pool ---------------------------------------------------------------------------------------------------

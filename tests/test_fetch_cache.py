@@ -10,13 +10,12 @@ import math
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP, encryption_configs
+from conftest import TIP, encryption_configs, wait_until
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
 from rsm import RemoteStorageException
@@ -26,15 +25,6 @@ from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 
 CHUNK = 65536
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class GetCounter:

@@ -23,7 +23,7 @@ from typing import Any
 
 import jvm_testing as jt
 import pytest
-from conftest import TIP
+from conftest import TIP, wait_until
 
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SHM_DIR, SharedRegion, remove_stale
@@ -449,10 +449,8 @@ def test_cancel_is_heard_while_the_stream_goes_on_inline(served: Any) -> None:
         c.ping()
     finally:
         held.release()
-    deadline = time.monotonic() + 5  # a read-ahead load that was running gives its buffer back when it ends
-    while served.pool.region_free < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert served.pool.region_free == 2
+    # a read-ahead load that was running gives its buffer back when it ends
+    assert wait_until(lambda: served.pool.region_free == 2, timeout=5)
 
 
 def test_cancel_after_the_end_was_sent_gives_the_references_back(served: Any) -> None:
