@@ -365,16 +365,18 @@ public final class Harness {
     }
 
     /**
-     * The {@code main} of a driver program: prints the line {@code body} returns, or an ERROR line (and the
-     * stack trace on stderr) when it throws, then exits 0 or 1. Lines are printed under System.out's lock,
-     * because a driver's own threads may still be printing.
+     * The {@code main} of a driver program: prints the line {@code body} returns (none for null: it printed
+     * its own), or an ERROR line (and the stack trace on stderr) when it throws, then exits 0 or 1. Lines are
+     * printed under System.out's lock, because a driver's own threads may still be printing.
      */
     static void report(Callable<String> body) {
         int code = 0;
         try {
             String result = body.call();
-            synchronized (System.out) {
-                System.out.println(result);
+            if (result != null) {
+                synchronized (System.out) {
+                    System.out.println(result);
+                }
             }
         } catch (Throwable t) {
             synchronized (System.out) {
@@ -497,39 +499,26 @@ public final class Harness {
     }
 
     /** `java -cp ... Harness <mode> <shimClass> <specFile> [threads rounds] -- key=value...` */
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
         String mode = args[0];
         Args parsed = new Args(args, 1);
         Map<String, Object> config = parsed.config;
         List<String> pos = parsed.positional;
-        try {
-            switch (mode) {
-                case "lifecycle":
-                    System.out.println(lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
-                            Integer.parseInt(pos.get(3))));
-                    break;
-                case "kept":
-                    System.out.println(kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2))));
-                    break;
-                case "supervise":
-                    supervise(pos.get(0), config, pos.get(1));
-                    break;
-                case "configure":
-                    RemoteStorageManager rsm = create(pos.get(0), config);
-                    System.out.println("CONFIGURED " + pid(rsm));
-                    rsm.close();
-                    System.out.println("CLOSED");
-                    break;
-                default:
-                    throw new IllegalArgumentException("unknown mode " + mode);
+        report(() -> switch (mode) {
+            case "lifecycle" -> lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
+                    Integer.parseInt(pos.get(3)));
+            case "kept" -> kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
+            case "supervise" -> {
+                supervise(pos.get(0), config, pos.get(1));
+                yield null;
             }
-        } catch (Throwable t) {
-            System.out.println("ERROR " + t.getClass().getName() + " | " + t.getMessage());
-            System.out.flush();
-            t.printStackTrace();
-            System.exit(1);
-        }
-        System.out.flush();
-        System.exit(0);
+            case "configure" -> {
+                RemoteStorageManager rsm = create(pos.get(0), config);
+                System.out.println("CONFIGURED " + pid(rsm));
+                rsm.close();
+                yield "CLOSED";
+            }
+            default -> throw new IllegalArgumentException("unknown mode " + mode);
+        });
     }
 }
