@@ -86,7 +86,9 @@ def test_kept_streams_off(spec: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
     s = _summary(r.stdout.strip().splitlines()[-1], "OK kept ")
     assert s["kept_after_closes"] == 0 and s["resumed"] == 0
-    assert s["connections"] <= 2  # cancelled and pooled (a second one while the sidecar ends the first stream)
+    # 12 early closes, each cancelled and its connection pooled: it is reused once the sidecar has ended the
+    # stream, and a fetch that comes before that opens another (CI's load has shown 3). Without the reuse: 13.
+    assert s["connections"] <= 4
 
 
 def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
