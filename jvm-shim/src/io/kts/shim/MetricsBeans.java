@@ -143,6 +143,10 @@ final class MetricsBeans implements AutoCloseable {
             }
             server.registerMBean(new Bean(name), on);
             registered.add(on);
+            // close() may have run since the check above (discovery is not stopped mid-task) and unregistered
+            // only what it saw: a bean left now would stay in the JVM with a dead instance's values, and hide
+            // the next instance's bean of the same name.
+            if (closed) unregister(on);
         } catch (JMException e) {
             LOG.log(Level.WARNING, "cannot register the MBean {0}: {1}", name, Wire.describe(e));
         }
@@ -152,14 +156,16 @@ final class MetricsBeans implements AutoCloseable {
     public void close() {
         closed = true;
         discovery.shutdownNow();
-        for (ObjectName on : new ArrayList<>(registered)) {
-            try {
-                server.unregisterMBean(on);
-            } catch (JMException e) {
-                LOG.log(Level.DEBUG, "unregistering {0}: {1}", on, Wire.describe(e));
-            }
-            registered.remove(on);
+        for (ObjectName on : new ArrayList<>(registered)) unregister(on);
+    }
+
+    private void unregister(ObjectName on) {
+        try {
+            server.unregisterMBean(on);
+        } catch (JMException e) {  // the other of close() and a late register() took it already
+            LOG.log(Level.DEBUG, "unregistering {0}: {1}", on, Wire.describe(e));
         }
+        registered.remove(on);
     }
 
     /** One bean: its attributes are whatever the latest snapshot holds for its ObjectName. */
