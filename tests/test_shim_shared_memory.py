@@ -210,6 +210,19 @@ class ShimClient:
         m = self.recv(self.i32()).decode()
         return f"{status} {t}: {m}"
 
+    def fetch_index(self, meta: Any, kind: str) -> dict[str, bytes | str]:
+        """An OP_FETCH_INDEX reply: type name -> the index's bytes, or the error frame of one the segment lacks."""
+        blob = wire.encode_metadata(meta)
+        self.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
+        status = self.recv(1)[0]
+        assert status == 0, self.error()
+        out: dict[str, bytes | str] = {}
+        for _ in range(self.recv(1)[0]):
+            name = self.recv(struct.unpack(">H", self.recv(2))[0]).decode()
+            n = self.i32()
+            out[name] = self.recv(n) if n >= 0 else self.error()
+        return out
+
     def fetch(self, meta: Any, start: int, end: int | None) -> None:
         blob = wire.encode_metadata(meta)
         self.send(wire.OP_FETCH, _I32.pack(len(blob)) + blob + _I32.pack(start) + _I32.pack(-1 if end is None else end))
@@ -341,14 +354,53 @@ def test_prompt_acknowledgements_and_ranges(served: Any) -> None:
         assert "ref" in kinds
     c.ping()
     assert served.pool.region_free == 2
-    # index fetches are not segment streams: inline on a mapped connection too
+
+
+def _index_or_error(manager: Any, meta: Any, kind: Any) -> bytes | str:
+    from rsm.errors import RemoteResourceNotFoundException
+
+    try:
+        with manager.fetch_index(meta, kind) as f:
+            return bytes(f.read())
+    except RemoteResourceNotFoundException as e:
+        return f"{wire.STATUS_NOT_FOUND} RemoteResourceNotFoundException: {e}"
+
+
+@pytest.mark.parametrize("asked", ["OFFSET", "TIMESTAMP", "LEADER_EPOCH"])
+def test_index_fetch_brings_the_brokers_other_two(served: Any, asked: str) -> None:
+    """Asked for one of the three indexes Kafka's remote index cache fetches together, the sidecar answers with
+    all three, the one asked for first; an index the segment lacks travels as its not-found error. Any other
+    index comes alone. The reply is no stream: the connection serves the next request right after."""
     from rsm import IndexType
 
-    blob = wire.encode_metadata(served.meta)
-    c.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", 6) + b"OFFSET")
-    data, kinds, _, err = c.read_stream(hold_acks=False)
-    with served.manager.fetch_index(served.meta, IndexType.OFFSET) as f:
-        assert data == f.read() and set(kinds) == {"inline"}
+    c = served.connect()
+    got = c.fetch_index(served.meta, asked)
+    expected_order = [asked] + [k.name for k in wire.BROKER_INDEX_SET if k.name != asked]
+    assert list(got) == (expected_order if asked != "LEADER_EPOCH" else [asked])
+    for name, value in got.items():
+        assert value == _index_or_error(served.manager, served.meta, IndexType[name]), name
+    if asked == "OFFSET":  # the fixture's segment is not transactional: its absence is said, not left out
+        assert str(got["TRANSACTION"]).startswith(f"{wire.STATUS_NOT_FOUND} RemoteResourceNotFoundException")
+        assert "has no TRANSACTION index" in str(got["TRANSACTION"])
+    c.ping()
+    assert served.pool.region_free == 2
+
+
+def test_index_fetch_that_fails_is_one_error(served: Any) -> None:
+    """The index asked for is absent (TRANSACTION of a non-transactional segment) or its segment is gone: the
+    reply is the error alone, as before the other two came along."""
+    from dataclasses import replace
+
+    from rsm.metadata import RemoteLogSegmentId
+
+    c = served.connect()
+    gone = replace(served.meta, remote_log_segment_id=RemoteLogSegmentId(served.meta.topic_id_partition, "A" * 22))
+    for meta, kind, says in [(served.meta, "TRANSACTION", "has no TRANSACTION index"), (gone, "OFFSET", "not in")]:
+        blob = wire.encode_metadata(meta)
+        c.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
+        error = c.error()
+        assert error.startswith(f"{wire.STATUS_NOT_FOUND} RemoteResourceNotFoundException") and says in error, error
+    c.ping()
 
 
 def test_connection_without_the_mapping_gets_inline_pieces_only(served: Any) -> None:

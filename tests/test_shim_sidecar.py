@@ -91,6 +91,19 @@ def test_kept_streams_off(spec: Path, tmp_path: Path) -> None:
     assert s["connections"] <= 4
 
 
+def test_index_fetches_of_a_new_segment_cost_one_round_trip(spec: Path, tmp_path: Path) -> None:
+    """Kafka's remote index cache fetches OFFSET, TIMESTAMP and TRANSACTION for every new segment: the first call
+    brings the other two, which the shim then serves without asking Python (held 2, then 1, then 0), with the
+    same bytes and the same not-found as a call of their own. A delete drops what is held for its segment."""
+    r = harness("indexes", str(spec), config=jt.base_config(tmp_path / "store"))
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    s = r.stdout.strip().splitlines()[-1]
+    assert s.startswith("OK indexes segments=4 "), s
+    fields = dict(kv.split("=", 1) for kv in s.split()[2:])
+    assert fields["held"] == "210," * 4, fields  # one request per segment, its other two indexes held until asked
+    assert fields["held_before_delete"] == "2" and fields["held_after_delete"] == "0", fields
+
+
 def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path) -> None:
     sockets = tmp_path / "sock"
     sockets.mkdir()

@@ -22,7 +22,7 @@ METADATA_VERSION = 1
 
 OP_COPY = 1
 OP_FETCH = 2
-OP_FETCH_INDEX = 3
+OP_FETCH_INDEX = 3  # reply: status, u8 n, n index entries (``index_entry``), the one asked for first
 OP_DELETE = 4
 OP_PING = 5
 OP_SHUTDOWN = 6
@@ -37,6 +37,12 @@ STREAM_RESUMED = 2  # + i32 position: a new broker fetch of the same segment goe
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1
 STATUS_ERROR = 2
+
+BROKER_INDEX_SET = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
+"""What Kafka's RemoteIndexCache fetches, in this order, the first time it meets a segment: asked for one of them,
+the sidecar answers with all three."""
+INDEX_AHEAD_MAX_BYTES = 1024 * 1024
+"""An index not asked for travels along only up to this size: the shim holds it on the heap until asked."""
 
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
@@ -149,6 +155,14 @@ def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
     ]
     parts += [_EPOCH.pack(e, o) for e, o in sorted(meta.segment_leader_epochs.items())]
     return b"".join(parts)
+
+
+def index_entry(kind: IndexType, data: bytes | None) -> bytes:
+    """One index of an OP_FETCH_INDEX reply: u16 + type name, then i32 n and n bytes, or i32 -1 and an error
+    frame (the segment has no such index)."""
+    name = kind.name.encode("ascii")
+    head = _U16.pack(len(name)) + name
+    return head + _I32.pack(-1) if data is None else head + _I32.pack(len(data)) + data
 
 
 def decode_config(raw: bytes) -> dict[str, str]:

@@ -52,10 +52,11 @@ from typing import Any, BinaryIO
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer
+from rsm.errors import RemoteResourceNotFoundException
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SharedRegion
-from rsm.metadata import LogSegmentData
+from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.snapshot import manager_rows, to_lines
 
 log = logging.getLogger("rsm.jvm.sidecar")
@@ -101,6 +102,11 @@ def _send_parts(sock: socket.socket, parts: Sequence[bytes | memoryview]) -> Non
             else:
                 pending[0] = pending[0][sent:]
                 sent = 0
+
+
+def _index_bytes(manager: Any, meta: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
+    with manager.fetch_index(meta, kind) as stream:
+        return bytes(stream.read())
 
 
 def _error_frame(exc: BaseException) -> bytes:
@@ -160,8 +166,7 @@ class Sidecar:
             )
         elif op == wire.OP_FETCH_INDEX:
             meta = wire.decode_metadata(r.blob() or b"")
-            kind = wire.index_type(r.str16())
-            self._stream(sock, view, lambda: self.manager.fetch_index(meta, kind), "fetch_index")
+            self._indexes(sock, meta, wire.index_type(r.str16()))
         elif op == wire.OP_COPY:
             meta = wire.decode_metadata(r.blob() or b"")
             seg, off, tim, txn, snap = r.str16(), r.str16(), r.str16(), r.str16(), r.str16()
@@ -206,6 +211,34 @@ class Sidecar:
             self.stop.set()
         else:
             raise wire.WireError(f"unknown op {op}")
+
+    def _indexes(self, sock: socket.socket, meta: RemoteLogSegmentMetadata, asked: IndexType) -> None:
+        """The index asked for and, when it is one of the three the broker's remote index cache fetches one after
+        the other for every new segment, the other two (see ``wire.BROKER_INDEX_SET``): the shim holds those for
+        the broker's next two calls, which then cost no round trip. An index the segment does not have travels
+        as its not-found error; any other failure of an index not asked for leaves it out, so that the broker's
+        own request for it meets the error."""
+        try:
+            parts = [wire.index_entry(asked, _index_bytes(self.manager, meta, asked))]
+        except Exception as e:
+            self._log_failure("fetch_index", e)
+            sock.sendall(_error_frame(e))
+            return
+        if asked in wire.BROKER_INDEX_SET:
+            for kind in wire.BROKER_INDEX_SET:
+                if kind is asked:
+                    continue
+                try:
+                    data = _index_bytes(self.manager, meta, kind)
+                except RemoteResourceNotFoundException as e:
+                    parts.append(wire.index_entry(kind, None) + _error_frame(e))
+                    continue
+                except Exception as e:
+                    self._log_failure("fetch_index", e)
+                    continue
+                if len(data) <= wire.INDEX_AHEAD_MAX_BYTES:
+                    parts.append(wire.index_entry(kind, data))
+        _send_parts(sock, [bytes([wire.STATUS_OK, len(parts)]), *parts])
 
     @staticmethod
     def _log_failure(what: str, e: Exception) -> None:

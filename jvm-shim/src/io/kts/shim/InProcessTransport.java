@@ -111,7 +111,7 @@ final class InProcessTransport implements Transport {
     }
 
     @Override
-    public InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException {
+    public InputStream fetchIndex(byte[] metadata, String segment, String indexType) throws RemoteStorageException {
         String op = "fetchIndex(" + indexType + ")";
         byte[] name = indexType.getBytes(java.nio.charset.StandardCharsets.US_ASCII);
         byte[] request = new byte[1 + name.length + metadata.length];

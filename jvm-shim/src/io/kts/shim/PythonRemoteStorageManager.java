@@ -129,7 +129,8 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
             throws RemoteStorageException {
         String op = "fetchIndex";
         try {
-            return transport(op).fetchIndex(Wire.encodeMetadata(remoteLogSegmentMetadata), indexType.name());
+            return transport(op).fetchIndex(Wire.encodeMetadata(remoteLogSegmentMetadata),
+                    segmentOf(remoteLogSegmentMetadata), indexType.name());
         } catch (RuntimeException e) {
             throw unexpected(op, e);
         }
@@ -182,6 +183,11 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     /** Broker fetches that went on with a stream kept from the segment's previous fetch, or -1 (in-process). */
     public long sidecarStreamsResumed() {
         return ofSidecar(SidecarTransport::streamsResumed);
+    }
+
+    /** Indexes the sidecar sent ahead of the broker's call for them, held right now, or -1 (in-process). */
+    public long sidecarIndexesHeld() {
+        return ofSidecar(SidecarTransport::indexesHeld);
     }
 
     /** Streams kept for a next fetch right now, or -1 (in-process): for tests and diagnostics. */

@@ -1,5 +1,6 @@
 package io.kts.shim;
 
+import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
@@ -45,6 +46,7 @@ final class SidecarTransport implements Transport {
     /** Streams the broker closed inside a shared-memory piece, oldest first (see SidecarInputStream#close). */
     private final ArrayDeque<SidecarInputStream.Kept> kept = new ArrayDeque<>();
     private final AtomicLong streamsResumed = new AtomicLong();
+    private final IndexesAhead ahead = new IndexesAhead();
     private final ScheduledExecutorService watchdog;
     private volatile SidecarProcess current;
     private volatile boolean closed;
@@ -80,6 +82,7 @@ final class SidecarTransport implements Transport {
             long idle = settings.keptStreamIdleMs * 1_000_000L;
             long now = System.nanoTime();
             cancelKept(k -> now - k.sinceNanos() > idle);
+            ahead.expire(now);
         }, 100, 100, TimeUnit.MILLISECONDS);
     }
 
@@ -383,8 +386,13 @@ final class SidecarTransport implements Transport {
         for (SidecarInputStream.Kept x : over) cancel(x.conn());
     }
 
+    long indexesHeld() {
+        return ahead.size();
+    }
+
     @Override
     public void forget(String segment) {
+        ahead.forget(segment);
         cancelKept(k -> k.segment().equals(segment));
     }
 
@@ -421,12 +429,43 @@ final class SidecarTransport implements Transport {
     }
 
     @Override
-    public InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException {
+    public InputStream fetchIndex(byte[] metadata, String segment, String indexType) throws RemoteStorageException {
+        String op = "fetchIndex(" + indexType + ")";
+        InputStream held = ahead.take(segment, indexType);
+        if (held != null) return held;
+        long mark = ahead.mark();
         ByteBuffer req = frame(Wire.OP_FETCH_INDEX, out -> {
             Wire.writeBlob(out, metadata);
             Wire.writeStr(out, indexType);
         });
-        return openStream("fetchIndex(" + indexType + ")", req, null, 0);
+        Conn c = exchange(op, req, settings.requestTimeoutMs);
+        try {
+            int count = c.readByte() & 0xFF;
+            byte[] asked = null;
+            for (int i = 0; i < count; i++) {
+                String type = c.readStr16();
+                int n = c.readInt();
+                if (n >= 0) {
+                    byte[] data = c.readBytes(n);
+                    if (i == 0) {
+                        asked = data;
+                    } else {
+                        ahead.hold(mark, segment, type, data, null);
+                    }
+                } else if (n == -1 && i > 0) {
+                    String notFound = remoteError("fetchIndex(" + type + ")", c.readByte(), c).getMessage();
+                    ahead.hold(mark, segment, type, null, notFound);
+                } else {
+                    throw new IOException("protocol error: index entry " + i + " of " + count + " has length " + n);
+                }
+            }
+            if (asked == null) throw new IOException("protocol error: a fetchIndex reply without the index asked for");
+            release(c);
+            return new ByteArrayInputStream(asked);
+        } catch (IOException e) {
+            discard(c);
+            throw failure(op, c, processOf(c), e);
+        }
     }
 
     /**

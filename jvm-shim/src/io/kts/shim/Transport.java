@@ -24,7 +24,8 @@ interface Transport extends AutoCloseable {
     default void forget(String segment) {
     }
 
-    InputStream fetchIndex(byte[] metadata, String indexType) throws RemoteStorageException;
+    /** {@code segment} names the segment (its id), as for {@link #fetch}. */
+    InputStream fetchIndex(byte[] metadata, String segment, String indexType) throws RemoteStorageException;
 
     void delete(byte[] metadata) throws RemoteStorageException;
 

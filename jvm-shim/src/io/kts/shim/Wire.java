@@ -21,6 +21,11 @@ final class Wire {
 
     static final byte OP_COPY = 1;
     static final byte OP_FETCH = 2;
+    /**
+     * Reply: status, u8 n, then n entries {@code u16 + type name, i32 length, bytes}, the index asked for first.
+     * Asked for the offset, time or transaction index, the sidecar adds the other two (see {@link IndexesAhead});
+     * length -1 there means the segment has no such index, and an error frame (status, type, message) follows.
+     */
     static final byte OP_FETCH_INDEX = 3;
     static final byte OP_DELETE = 4;
     static final byte OP_PING = 5;

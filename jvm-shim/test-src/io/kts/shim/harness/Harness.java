@@ -235,6 +235,44 @@ public final class Harness {
         }
     }
 
+    /**
+     * Index fetches the way Kafka's remote index cache makes them for a new segment: OFFSET, TIMESTAMP, TRANSACTION.
+     * The first brings the other two along and the shim holds them ("held" counts what it holds after each call);
+     * every byte and every not-found is checked against the segment's files. Then the first segment's OFFSET is
+     * fetched again (the other two held anew) and the segment deleted: its held indexes go with it.
+     */
+    public static String indexes(String className, Map<String, Object> config, String specFile) throws Exception {
+        List<Seg> segs = readSpec(Paths.get(specFile));
+        RemoteStorageManager rsm = create(className, config);
+        try {
+            for (Seg s : segs) rsm.copyLogSegmentData(s.meta, s.data);
+            StringBuilder held = new StringBuilder();
+            for (Seg s : segs) {
+                check(Arrays.equals(index(rsm, s, IndexType.OFFSET), Files.readAllBytes(s.offsetIdx)), "OFFSET");
+                held.append(diagnostic(rsm, "sidecarIndexesHeld"));
+                check(Arrays.equals(index(rsm, s, IndexType.TIMESTAMP), Files.readAllBytes(s.timeIdx)), "TIMESTAMP");
+                held.append(diagnostic(rsm, "sidecarIndexesHeld"));
+                if (s.txnIdx == null) {
+                    expectNotFound(() -> rsm.fetchIndex(s.meta, IndexType.TRANSACTION), "TRANSACTION");
+                } else {
+                    check(Arrays.equals(index(rsm, s, IndexType.TRANSACTION), Files.readAllBytes(s.txnIdx)),
+                            "TRANSACTION");
+                }
+                held.append(diagnostic(rsm, "sidecarIndexesHeld")).append(',');
+            }
+            Seg first = segs.get(0);
+            check(Arrays.equals(index(rsm, first, IndexType.OFFSET), Files.readAllBytes(first.offsetIdx)), "again");
+            long heldBeforeDelete = diagnostic(rsm, "sidecarIndexesHeld");
+            rsm.deleteLogSegmentData(first.meta);
+            long heldAfterDelete = diagnostic(rsm, "sidecarIndexesHeld");
+            expectNotFound(() -> rsm.fetchIndex(first.meta, IndexType.TIMESTAMP), "TIMESTAMP after delete");
+            return "OK indexes segments=" + segs.size() + " held=" + held + " held_before_delete=" + heldBeforeDelete
+                    + " held_after_delete=" + heldAfterDelete;
+        } finally {
+            rsm.close();
+        }
+    }
+
     /** An open-ended fetch from {@code pos}, {@code n} bytes read and checked, then closed early. */
     static void readAt(RemoteStorageManager rsm, Seg s, int pos, int n) throws Exception {
         try (InputStream in = rsm.fetchLogSegment(s.meta, pos)) {
@@ -508,6 +546,7 @@ public final class Harness {
             case "lifecycle" -> lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
                     Integer.parseInt(pos.get(3)));
             case "kept" -> kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
+            case "indexes" -> indexes(pos.get(0), config, pos.get(1));
             case "supervise" -> {
                 supervise(pos.get(0), config, pos.get(1));
                 yield null;
