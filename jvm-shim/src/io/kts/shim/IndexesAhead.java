@@ -18,7 +18,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundExceptio
 final class IndexesAhead {
     /** The broker asks for the three indexes within milliseconds; anything older was not going to be asked for. */
     static final long HOLD_MS = 10_000;
-    /** Segments whose indexes are held at most (each index is at most 1 MiB: Wire.INDEX_AHEAD_MAX_BYTES). */
+    /** Segments whose indexes are held at most (the sidecar sends none over 1 MiB along: INDEX_AHEAD_MAX_BYTES). */
     static final int MAX_SEGMENTS = 8;
 
     /** An index's bytes, or, for one the segment does not have, the not-found message to throw. */
