@@ -210,10 +210,13 @@ class ShimClient:
         m = self.recv(self.i32()).decode()
         return f"{status} {t}: {m}"
 
-    def fetch_index(self, meta: Any, kind: str) -> dict[str, bytes | str]:
-        """An OP_FETCH_INDEX reply: type name -> the index's bytes, or the error frame of one the segment lacks."""
+    def request_index(self, meta: Any, kind: str) -> None:
         blob = wire.encode_metadata(meta)
         self.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
+
+    def fetch_index(self, meta: Any, kind: str) -> dict[str, bytes | str]:
+        """An OP_FETCH_INDEX reply: type name -> the index's bytes, or the error frame of one the segment lacks."""
+        self.request_index(meta, kind)
         status = self.recv(1)[0]
         assert status == 0, self.error()
         out: dict[str, bytes | str] = {}
@@ -396,8 +399,7 @@ def test_index_fetch_that_fails_is_one_error(served: Any) -> None:
     c = served.connect()
     gone = replace(served.meta, remote_log_segment_id=RemoteLogSegmentId(served.meta.topic_id_partition, "A" * 22))
     for meta, kind, says in [(served.meta, "TRANSACTION", "has no TRANSACTION index"), (gone, "OFFSET", "not in")]:
-        blob = wire.encode_metadata(meta)
-        c.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
+        c.request_index(meta, kind)
         error = c.error()
         assert error.startswith(f"{wire.STATUS_NOT_FOUND} RemoteResourceNotFoundException") and says in error, error
     c.ping()
