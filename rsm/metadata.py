@@ -43,6 +43,12 @@ class IndexType(enum.Enum):
     LEADER_EPOCH = "LEADER_EPOCH"
 
 
+BROKER_INDEX_SET = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
+"""What Kafka's RemoteIndexCache fetches, in this order, the first time a consumer's fetch meets a segment, before
+the segment's first ``fetchLogSegment``: the plugin loads them ahead with the segment's chunks, and the sidecar
+answers a request for one of them with all three."""
+
+
 class RemoteLogSegmentState(enum.IntEnum):
     COPY_SEGMENT_STARTED = 0
     COPY_SEGMENT_FINISHED = 1

@@ -18,20 +18,23 @@ import pytest
 from conftest import TIP, encryption_configs, wait_until
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
-from rsm import RemoteStorageException
+from rsm import CorruptDataException, RemoteStorageException
 from rsm.core.manager import PLANNING_WAIT_S
 from rsm.core.object_keys import segment_keys
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
+from rsm.metadata import IndexType
 
 CHUNK = 65536
 
 
 class GetCounter:
-    """Counts ranged reads of ``.log`` objects on the real filesystem backend; optionally fails or holds them."""
+    """Counts ranged reads of ``.log`` objects on the real filesystem backend; optionally fails or holds them.
+    Reads of other objects (``.indexes``) are only listed, by key."""
 
     def __init__(self, backend: Any) -> None:
         self.calls: list[tuple[int, int]] = []
+        self.other_keys: list[str] = []
         self.fail_next = 0
         self.gate: threading.Event | None = None
         self._real = backend.read_range_into
@@ -39,7 +42,9 @@ class GetCounter:
         backend.read_range_into = self._read
 
     def _read(self, key: str, start: int, end: int, out: Any) -> int:
-        if key.endswith(".log"):
+        if not key.endswith(".log"):
+            self.other_keys.append(key)
+        else:
             with self._lock:
                 self.calls.append((start, end))
                 failing = self.fail_next > 0
@@ -414,6 +419,91 @@ def test_prefetch_continues_into_the_next_segment(
     # follows: only the stored bytes of chunks 0 and 1 must not have been read.)
     read_chunks_end = m._load(meta_b).manifest.chunk_index.chunk(1).transformed_end
     assert [c for c in gets.calls if c[0] < read_chunks_end] == []
+    # The indexes the broker fetches before a segment's first read came ahead too: serving them reads nothing.
+    for index_type, path in ((IndexType.OFFSET, b.offset_index), (IndexType.TIMESTAMP, b.time_index)):
+        with m.fetch_index(meta_b, index_type) as f:
+            assert f.read() == path.read_bytes()
+    assert gets.other_keys == []
+
+
+def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_error(
+    segment_factory: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
+) -> None:
+    """Prefetch loads the next segment's indexes with its chunks. When one of them is corrupt, the rest of the
+    prefetch goes on, the intact index is served from the cache, and the corrupt one is never cached: the
+    broker's own request for it gets the integrity error."""
+    a = segment_factory(target_bytes=300_000, seed=63, base_offset=0)
+    meta_a = a.to_metadata(TIP)
+    b = segment_factory(target_bytes=300_000, seed=64, base_offset=meta_a.end_offset + 1)
+    meta_b = b.to_metadata(TIP)
+    m = _manager(make_manager, key_pairs, fetch_chunk_cache_prefetch_max_size=4 * CHUNK, fetch_readahead_chunks=0)
+    m.copy_log_segment_data(meta_a, a.to_log_segment_data())
+    m.copy_log_segment_data(meta_b, b.to_log_segment_data())
+    entry = m.fetch_manifest(meta_b).segment_indexes[IndexType.TIMESTAMP]
+    path = tmp_path / "store" / segment_keys("", meta_b).indexes
+    damaged = bytearray(path.read_bytes())
+    damaged[entry.position + entry.size // 2] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    with m.fetch_log_segment(meta_a, a.size - 1000) as f:
+        f.read()
+    cache_b = m._load(meta_b).cache_id
+    assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_b, i)) for i in range(3)))
+    assert m.index_cache.contains((cache_b, IndexType.OFFSET))
+    assert not m.index_cache.contains((cache_b, IndexType.TIMESTAMP))
+    gets = GetCounter(m.backend)
+    with m.fetch_index(meta_b, IndexType.OFFSET) as f:
+        assert f.read() == b.offset_index.read_bytes()
+    assert gets.other_keys == []
+    with pytest.raises(CorruptDataException, match="TIMESTAMP index"):
+        m.fetch_index(meta_b, IndexType.TIMESTAMP)
+
+
+def test_indexes_far_apart_are_loaded_ahead_one_read_each(
+    segment: Any, make_manager: Any, key_pairs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Indexes with too much between them (a foreign layout) are not read in one span: each prefetch pass
+    loads the first one still missing, reading only its own bytes."""
+    import rsm.core.manager as manager_module
+
+    m = _manager(make_manager, key_pairs)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    monkeypatch.setattr(manager_module, "INDEX_READ_GAP_MAX", -1)
+    loaded = m._load(meta)
+    entries = loaded.manifest.segment_indexes
+    reads: list[tuple[int, int]] = []
+    real = m.backend.read_range_into
+
+    def counted(key: str, start: int, end: int, out: Any) -> int:
+        reads.append((start, end))
+        return real(key, start, end, out)
+
+    m.backend.read_range_into = counted
+    m._load_broker_indexes(loaded, meta)
+    assert m.index_cache.contains((loaded.cache_id, IndexType.OFFSET))
+    assert not m.index_cache.contains((loaded.cache_id, IndexType.TIMESTAMP))
+    offset = entries[IndexType.OFFSET]
+    assert reads == [(offset.position, offset.position + offset.size - 1)]
+    m._load_broker_indexes(loaded, meta)
+    with m.fetch_index(meta, IndexType.TIMESTAMP) as f:
+        assert f.read() == segment.time_index.read_bytes()
+    assert len(reads) == 2
+
+
+def test_no_index_is_loaded_ahead_into_a_cache_that_cannot_keep_it(
+    segment: Any, make_manager: Any, key_pairs: Any
+) -> None:
+    """With ``fetch.indexes.cache.size=0`` an index loaded ahead would be thrown away and read again at every
+    prefetch pass: none is read."""
+    m = _manager(make_manager, key_pairs, fetch_indexes_cache_size=0)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    gets = GetCounter(m.backend)
+    m._load_broker_indexes(m._load(meta), meta)
+    assert gets.other_keys == []
+    with m.fetch_index(meta, IndexType.OFFSET) as f:  # the broker's own request still reads it
+        assert f.read() == segment.offset_index.read_bytes()
+    assert len(gets.other_keys) == 1
 
 
 def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, key_pairs: Any) -> None:
@@ -611,10 +701,10 @@ def test_upload_rate_limit_covers_every_uploaded_byte(segment: Any, make_manager
 # --- a real S3 server: GETs counted by the server ------------------------------------------------------------
 
 
-def _moto_gets(server: StoreServer) -> list[dict[str, Any]]:
+def _moto_gets(server: StoreServer, suffix: str = ".log") -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{server.endpoint}/moto-api/recorder/download-recording", timeout=10) as r:
         lines = r.read().decode().splitlines()
-    return [e for e in map(json.loads, filter(None, lines)) if e["method"] == "GET" and ".log" in e["url"]]
+    return [e for e in map(json.loads, filter(None, lines)) if e["method"] == "GET" and suffix in e["url"]]
 
 
 def _moto_recording(server: StoreServer, action: str) -> None:
@@ -698,6 +788,16 @@ def test_s3_restart_and_prefetch_across_segments_take_no_gets(
         cache_b = m._load(meta_b).cache_id
         assert wait_until(lambda: all(m.chunk_cache.disk.contains(cache_b, i) for i in range(3)))
         assert m.chunk_cache.wait_idle()
+        _moto_recording(server=s3_moto_server, action="reset-recording")
+        _moto_recording(server=s3_moto_server, action="start-recording")
+        try:  # the broker's first calls for B: its indexes, which prefetch brought with B's chunks
+            for index_type, path in ((IndexType.OFFSET, b.offset_index), (IndexType.TIMESTAMP, b.time_index)):
+                with m.fetch_index(meta_b, index_type) as f:
+                    assert f.read() == path.read_bytes()
+            index_gets = _moto_gets(s3_moto_server, ".indexes")
+        finally:
+            _moto_recording(server=s3_moto_server, action="stop-recording")
+        assert index_gets == []
     _moto_recording(server=s3_moto_server, action="reset-recording")
     _moto_recording(server=s3_moto_server, action="start-recording")
     try:

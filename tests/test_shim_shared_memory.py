@@ -28,6 +28,7 @@ from conftest import TIP, wait_until
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SHM_DIR, SharedRegion, remove_stale
 from rsm.jvm.sidecar import _HDR, _I32, Sidecar
+from rsm.metadata import BROKER_INDEX_SET
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 BS = 65536
@@ -378,7 +379,7 @@ def test_index_fetch_brings_the_brokers_other_two(served: Any, asked: str) -> No
 
     c = served.connect()
     got = c.fetch_index(served.meta, asked)
-    expected_order = [asked] + [k.name for k in wire.BROKER_INDEX_SET if k.name != asked]
+    expected_order = [asked] + [k.name for k in BROKER_INDEX_SET if k.name != asked]
     assert list(got) == (expected_order if asked != "LEADER_EPOCH" else [asked])
     for name, value in got.items():
         assert value == _index_or_error(served.manager, served.meta, IndexType[name]), name

@@ -63,7 +63,7 @@ from rsm.fetch.lru import TimedLru
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader
 from rsm.fetch.stream import SegmentStream
-from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
 from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
@@ -78,6 +78,8 @@ register_known_keys(METRICS_CONFIG_DEF)
 PLANNING_WAIT_S = 1.0
 """At most this long a read-ahead load waits for the previous chunk's plan: a safety net, since planning itself
 does no I/O."""
+INDEX_READ_GAP_MAX = 1024 * 1024
+"""Indexes loaded ahead come in one ranged read when the bytes between them (other indexes) are at most this many."""
 
 
 @dataclass
@@ -699,7 +701,9 @@ class RemoteStorageManager:
         following = [s for s in after if s.start_offset == src.meta.end_offset + 1]
         segment = (following or after)[0]
         meta = self.segment_metadata(segment)
-        return self._source(self._load(meta), meta)
+        loaded = self._load(meta)
+        self._load_broker_indexes(loaded, meta)
+        return self._source(loaded, meta)
 
     def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         try:
@@ -731,8 +735,12 @@ class RemoteStorageManager:
     def _load_index(
         self, loaded: LoadedManifest, keys: SegmentKeys, entry: SegmentIndexEntry, index_type: IndexType, what: str
     ) -> bytes:
+        stored = self._read_indexes(keys, entry.position, entry.position + entry.size, what)
+        return self._decode_index(loaded, stored, index_type, what)
+
+    def _read_indexes(self, keys: SegmentKeys, start: int, end: int, what: str) -> bytes:
         try:
-            stored = read_range(self.backend, keys.indexes, entry.position, entry.position + entry.size - 1)
+            return read_range(self.backend, keys.indexes, start, end - 1)
         except KeyNotFound:
             raise RemoteStorageException(
                 f"{what}: the .indexes object is missing although the manifest exists"
@@ -741,6 +749,45 @@ class RemoteStorageManager:
             raise CorruptDataException(f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
         except StorageBackendException as e:
             raise RemoteStorageException(f"cannot read the {what}: {e}") from e
+
+    def _load_broker_indexes(self, loaded: LoadedManifest, meta: RemoteLogSegmentMetadata) -> None:
+        """Bring the indexes a broker fetches before a segment's first read (``BROKER_INDEX_SET``) into the
+        index cache, with one ranged read: prefetch calls this for the segment a consumer reads next, so its
+        first fetch there waits for no index read (on S3, one GET fewer per index on the consumer's path).
+
+        Best effort: a failure leaves the indexes to the broker's own request, which then reports it."""
+        keys = self.segment_keys(meta)
+        wanted = [
+            (index_type, entry)
+            for index_type in BROKER_INDEX_SET
+            if (entry := loaded.manifest.segment_indexes.get(index_type)) is not None
+            and 0 < entry.size <= self.index_cache.capacity  # one the cache cannot keep would be read at every pass
+            and not self.index_cache.contains((loaded.cache_id, index_type))
+        ]
+        if not wanted:
+            return
+        start = min(entry.position for _, entry in wanted)
+        end = max(entry.position + entry.size for _, entry in wanted)
+        if end - start - sum(entry.size for _, entry in wanted) > INDEX_READ_GAP_MAX:
+            wanted = wanted[:1]  # far apart (a foreign layout): not worth reading what lies between
+            start, end = wanted[0][1].position, wanted[0][1].position + wanted[0][1].size
+        what = f"the indexes of {meta.describe()} in {self._show(keys.indexes)}"
+        try:
+            span = memoryview(self._read_indexes(keys, start, end, what))
+            for index_type, entry in wanted:
+                stored = span[entry.position - start : entry.position + entry.size - start]
+                self.index_cache.get_or_load(
+                    (loaded.cache_id, index_type),
+                    lambda t=index_type, b=stored: self._decode_index(loaded, b, t, f"{t.name} index of {what}"),
+                    self.config["fetch.indexes.cache.get.timeout.ms"] / 1000,
+                    what,
+                )
+        except RemoteStorageException as e:
+            log.debug("prefetch of %s skipped: %s", what, e)
+
+    def _decode_index(
+        self, loaded: LoadedManifest, stored: bytes | memoryview, index_type: IndexType, what: str
+    ) -> bytes:
         cipher = loaded.transformer.cipher
         try:
             data = cipher.decrypt(stored, what) if cipher is not None else stored

@@ -38,9 +38,6 @@ STATUS_OK = 0
 STATUS_NOT_FOUND = 1
 STATUS_ERROR = 2
 
-BROKER_INDEX_SET = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)
-"""What Kafka's RemoteIndexCache fetches, in this order, the first time it meets a segment: asked for one of them,
-the sidecar answers with all three."""
 INDEX_AHEAD_MAX_BYTES = 1024 * 1024
 """An index not asked for travels along only up to this size: the shim holds it on the heap until asked."""
 

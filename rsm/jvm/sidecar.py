@@ -56,7 +56,7 @@ from rsm.errors import RemoteResourceNotFoundException
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SharedRegion
-from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.snapshot import manager_rows, to_lines
 
 log = logging.getLogger("rsm.jvm.sidecar")
@@ -214,7 +214,7 @@ class Sidecar:
 
     def _indexes(self, sock: socket.socket, meta: RemoteLogSegmentMetadata, asked: IndexType) -> None:
         """The index asked for and, when it is one of the three the broker's remote index cache fetches one after
-        the other for every new segment, the other two (see ``wire.BROKER_INDEX_SET``): the shim holds those for
+        the other for every new segment, the other two (see ``BROKER_INDEX_SET``): the shim holds those for
         the broker's next two calls, which then cost no round trip. An index the segment does not have travels
         as its not-found error; any other failure of an index not asked for leaves it out, so that the broker's
         own request for it meets the error."""
@@ -224,8 +224,8 @@ class Sidecar:
             self._log_failure("fetch_index", e)
             sock.sendall(_error_frame(e))
             return
-        if asked in wire.BROKER_INDEX_SET:
-            for kind in wire.BROKER_INDEX_SET:
+        if asked in BROKER_INDEX_SET:
+            for kind in BROKER_INDEX_SET:
                 if kind is asked:
                     continue
                 try:

@@ -13,7 +13,7 @@ import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 
 /**
- * Byte layouts shared with rsm/jvm_codec.py. Kept in one place so the sidecar protocol and the in-process
+ * Byte layouts shared with rsm/jvm/codec.py. Kept in one place so the sidecar protocol and the in-process
  * bridge cannot drift apart: metadata is always this big-endian record, whichever transport carries it.
  */
 final class Wire {
