@@ -30,11 +30,11 @@ CHUNK = 65536
 
 class GetCounter:
     """Counts ranged reads of ``.log`` objects on the real filesystem backend; optionally fails or holds them.
-    Reads of other objects (``.indexes``) are only listed, by key."""
+    Reads of other objects (``.indexes``) are only listed: key, first and last byte."""
 
     def __init__(self, backend: Any) -> None:
         self.calls: list[tuple[int, int]] = []
-        self.other_keys: list[str] = []
+        self.other_reads: list[tuple[str, int, int]] = []
         self.fail_next = 0
         self.gate: threading.Event | None = None
         self._real = backend.read_range_into
@@ -43,7 +43,7 @@ class GetCounter:
 
     def _read(self, key: str, start: int, end: int, out: Any) -> int:
         if not key.endswith(".log"):
-            self.other_keys.append(key)
+            self.other_reads.append((key, start, end))
         else:
             with self._lock:
                 self.calls.append((start, end))
@@ -397,16 +397,33 @@ def test_prefetch_reports_merge_while_their_run_waits(segment: Any, make_manager
     assert not m.chunk_cache.memory.contains((src.cache_id, 7))
 
 
-def test_prefetch_continues_into_the_next_segment(
-    segment_factory: Any, make_manager: Any, key_pairs: Any, tmp_path: Path
-) -> None:
-    a = segment_factory(target_bytes=300_000, seed=61, base_offset=0)
+def _consecutive_segments(segment_factory: Any, seed: int) -> tuple[Any, Any, Any, Any]:
+    """Two segments of one partition, the second starting where the first ends: a, its metadata, b, its metadata."""
+    a = segment_factory(target_bytes=300_000, seed=seed, base_offset=0)
     meta_a = a.to_metadata(TIP)
-    b = segment_factory(target_bytes=300_000, seed=62, base_offset=meta_a.end_offset + 1)
-    meta_b = b.to_metadata(TIP)
+    b = segment_factory(target_bytes=300_000, seed=seed + 1, base_offset=meta_a.end_offset + 1)
+    return a, meta_a, b, b.to_metadata(TIP)
+
+
+def _tiered_pair(segment_factory: Any, make_manager: Any, key_pairs: Any, seed: int) -> tuple[Any, ...]:
+    """A manager whose prefetch goes 4 chunks on (into the next segment), with both segments of
+    ``_consecutive_segments`` copied: the manager, then a, its metadata, b, its metadata."""
+    a, meta_a, b, meta_b = _consecutive_segments(segment_factory, seed)
     m = _manager(make_manager, key_pairs, fetch_chunk_cache_prefetch_max_size=4 * CHUNK, fetch_readahead_chunks=0)
     m.copy_log_segment_data(meta_a, a.to_log_segment_data())
     m.copy_log_segment_data(meta_b, b.to_log_segment_data())
+    return m, a, meta_a, b, meta_b
+
+
+def _check_offset_and_time_indexes(m: Any, meta: Any, seg: Any) -> None:
+    """The broker's first two index calls for a segment give the segment's own files."""
+    for index_type, path in ((IndexType.OFFSET, seg.offset_index), (IndexType.TIMESTAMP, seg.time_index)):
+        with m.fetch_index(meta, index_type) as f:
+            assert f.read() == path.read_bytes()
+
+
+def test_prefetch_continues_into_the_next_segment(segment_factory: Any, make_manager: Any, key_pairs: Any) -> None:
+    m, a, meta_a, b, meta_b = _tiered_pair(segment_factory, make_manager, key_pairs, seed=61)
     with m.fetch_log_segment(meta_a, a.size - 1000) as f:
         assert f.read() == a.log.read_bytes()[-1000:]
     cache_b = m._load(meta_b).cache_id
@@ -420,10 +437,8 @@ def test_prefetch_continues_into_the_next_segment(
     read_chunks_end = m._load(meta_b).manifest.chunk_index.chunk(1).transformed_end
     assert [c for c in gets.calls if c[0] < read_chunks_end] == []
     # The indexes the broker fetches before a segment's first read came ahead too: serving them reads nothing.
-    for index_type, path in ((IndexType.OFFSET, b.offset_index), (IndexType.TIMESTAMP, b.time_index)):
-        with m.fetch_index(meta_b, index_type) as f:
-            assert f.read() == path.read_bytes()
-    assert gets.other_keys == []
+    _check_offset_and_time_indexes(m, meta_b, b)
+    assert gets.other_reads == []
 
 
 def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_error(
@@ -432,13 +447,7 @@ def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_er
     """Prefetch loads the next segment's indexes with its chunks. When one of them is corrupt, the rest of the
     prefetch goes on, the intact index is served from the cache, and the corrupt one is never cached: the
     broker's own request for it gets the integrity error."""
-    a = segment_factory(target_bytes=300_000, seed=63, base_offset=0)
-    meta_a = a.to_metadata(TIP)
-    b = segment_factory(target_bytes=300_000, seed=64, base_offset=meta_a.end_offset + 1)
-    meta_b = b.to_metadata(TIP)
-    m = _manager(make_manager, key_pairs, fetch_chunk_cache_prefetch_max_size=4 * CHUNK, fetch_readahead_chunks=0)
-    m.copy_log_segment_data(meta_a, a.to_log_segment_data())
-    m.copy_log_segment_data(meta_b, b.to_log_segment_data())
+    m, a, meta_a, b, meta_b = _tiered_pair(segment_factory, make_manager, key_pairs, seed=63)
     entry = m.fetch_manifest(meta_b).segment_indexes[IndexType.TIMESTAMP]
     path = tmp_path / "store" / segment_keys("", meta_b).indexes
     damaged = bytearray(path.read_bytes())
@@ -453,7 +462,7 @@ def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_er
     gets = GetCounter(m.backend)
     with m.fetch_index(meta_b, IndexType.OFFSET) as f:
         assert f.read() == b.offset_index.read_bytes()
-    assert gets.other_keys == []
+    assert gets.other_reads == []
     with pytest.raises(CorruptDataException, match="TIMESTAMP index"):
         m.fetch_index(meta_b, IndexType.TIMESTAMP)
 
@@ -470,24 +479,18 @@ def test_indexes_far_apart_are_loaded_ahead_one_read_each(
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
     monkeypatch.setattr(manager_module, "INDEX_READ_GAP_MAX", -1)
     loaded = m._load(meta)
-    entries = loaded.manifest.segment_indexes
-    reads: list[tuple[int, int]] = []
-    real = m.backend.read_range_into
-
-    def counted(key: str, start: int, end: int, out: Any) -> int:
-        reads.append((start, end))
-        return real(key, start, end, out)
-
-    m.backend.read_range_into = counted
+    gets = GetCounter(m.backend)
     m._load_broker_indexes(loaded, meta)
     assert m.index_cache.contains((loaded.cache_id, IndexType.OFFSET))
     assert not m.index_cache.contains((loaded.cache_id, IndexType.TIMESTAMP))
-    offset = entries[IndexType.OFFSET]
-    assert reads == [(offset.position, offset.position + offset.size - 1)]
+    offset = loaded.manifest.segment_indexes[IndexType.OFFSET]
+    assert [(start, end) for _, start, end in gets.other_reads] == [
+        (offset.position, offset.position + offset.size - 1)
+    ]
     m._load_broker_indexes(loaded, meta)
     with m.fetch_index(meta, IndexType.TIMESTAMP) as f:
         assert f.read() == segment.time_index.read_bytes()
-    assert len(reads) == 2
+    assert len(gets.other_reads) == 2
 
 
 def test_no_index_is_loaded_ahead_into_a_cache_that_cannot_keep_it(
@@ -500,10 +503,10 @@ def test_no_index_is_loaded_ahead_into_a_cache_that_cannot_keep_it(
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
     gets = GetCounter(m.backend)
     m._load_broker_indexes(m._load(meta), meta)
-    assert gets.other_keys == []
+    assert gets.other_reads == []
     with m.fetch_index(meta, IndexType.OFFSET) as f:  # the broker's own request still reads it
         assert f.read() == segment.offset_index.read_bytes()
-    assert len(gets.other_keys) == 1
+    assert len(gets.other_reads) == 1
 
 
 def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, key_pairs: Any) -> None:
@@ -763,10 +766,7 @@ def test_s3_restart_and_prefetch_across_segments_take_no_gets(
     segment's first chunks ready, both with zero GETs of .log objects as the server counts them."""
     from rsm import RemoteStorageManager
 
-    a = segment_factory(target_bytes=300_000, seed=71, base_offset=0)
-    meta_a = a.to_metadata(TIP)
-    b = segment_factory(target_bytes=300_000, seed=72, base_offset=meta_a.end_offset + 1)
-    meta_b = b.to_metadata(TIP)
+    a, meta_a, b, meta_b = _consecutive_segments(segment_factory, seed=71)
     configs = {
         "storage.backend.class": s3_moto_server.backend,
         **{f"storage.{k}": v for k, v in s3_moto_server.config().items()},
@@ -791,9 +791,7 @@ def test_s3_restart_and_prefetch_across_segments_take_no_gets(
         _moto_recording(server=s3_moto_server, action="reset-recording")
         _moto_recording(server=s3_moto_server, action="start-recording")
         try:  # the broker's first calls for B: its indexes, which prefetch brought with B's chunks
-            for index_type, path in ((IndexType.OFFSET, b.offset_index), (IndexType.TIMESTAMP, b.time_index)):
-                with m.fetch_index(meta_b, index_type) as f:
-                    assert f.read() == path.read_bytes()
+            _check_offset_and_time_indexes(m, meta_b, b)
             index_gets = _moto_gets(s3_moto_server, ".indexes")
         finally:
             _moto_recording(server=s3_moto_server, action="stop-recording")
