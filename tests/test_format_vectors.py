@@ -94,6 +94,20 @@ def test_custom_metadata_roundtrip(size: int, prefix: str, key: str) -> None:
     assert CustomMetadata.decode(cm.encode()) == cm
 
 
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\x01\x01\x03\x03\x00\x80", "is not UTF-8"),  # the object prefix's bytes (found by CI's fuzz run)
+        (b"\x01\x01\x02\x09a", "declares a 8-byte string but holds 1 bytes"),  # a prefix longer than its field
+    ],
+)
+def test_custom_metadata_damaged_string(data: bytes, says: str) -> None:
+    """A damaged object prefix or key is an error, never a shortened or replaced name (the plugin would build
+    object keys from it)."""
+    with pytest.raises(CustomMetadataError, match=says):
+        CustomMetadata.decode(data)
+
+
 def test_custom_metadata_truncated() -> None:
     with pytest.raises(CustomMetadataError):
         CustomMetadata.decode(bytes.fromhex("010002d0"))

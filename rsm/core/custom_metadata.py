@@ -58,6 +58,21 @@ def _compact_string(s: str) -> bytes:
     return write_uvarint(len(raw) + 1) + raw
 
 
+def _read_compact_string(body: bytes, tag: int) -> str | None:
+    """A Kafka compact string filling a tagged field: uvarint length + 1 (0 = null), then UTF-8 bytes. A length
+    past the field or bytes that are not UTF-8 mean the field is damaged: never a shortened or replaced name."""
+    length, start = read_uvarint(body, 0)
+    if length == 0:
+        return None
+    raw = body[start : start + length - 1]
+    if len(raw) != length - 1:
+        raise CustomMetadataError(f"field {tag} declares a {length - 1}-byte string but holds {len(raw)} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CustomMetadataError(f"field {tag} is not UTF-8: {e}") from None
+
+
 @dataclass(frozen=True)
 class CustomMetadata:
     remote_size: int | None = None
@@ -97,11 +112,7 @@ class CustomMetadata:
                 raw, end = read_uvarint(body, 0)
                 values[tag] = unzigzag64(raw)
             elif tag in (TAG_OBJECT_PREFIX, TAG_OBJECT_KEY):
-                length, start = read_uvarint(body, 0)
-                if length == 0:
-                    values[tag] = None
-                else:
-                    values[tag] = body[start : start + length - 1].decode("utf-8")
+                values[tag] = _read_compact_string(body, tag)
             # unknown tags are skipped, as Kafka's tagged fields allow
         if pos != len(data):
             raise CustomMetadataError(f"{len(data) - pos} trailing bytes after the tagged fields")
