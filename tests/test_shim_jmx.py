@@ -127,6 +127,8 @@ def check_beans(rsm: Any, segments: list[jt.SpecSegment]) -> None:
         assert attr(f"{RSM},object-type={kind}", "object-upload-bytes-total") > 0
     assert attr(RSM, "segment-fetch-requested-bytes-total") == 200
     assert attr(f"{RSM},topic={tip.topic}", "segment-fetch-requested-bytes-total") == 200
+    # Bounded fetches are never served from a kept stream: two fetches, both opened here.
+    assert attr(RSM, "segment-fetch-total") == 2 and attr(RSM, "segment-fetch-resumed-total") == 0
     assert attr(CHUNK_CACHE, "cache-misses-total") == 1 and attr(CHUNK_CACHE, "cache-hits-total") == 1
     # Our percentiles next to Aiven's avg and max, on the untagged and the per-partition beans.
     partition = f"{RSM},topic={tip.topic},partition={tip.partition}"

@@ -540,18 +540,20 @@ def test_the_last_acknowledgement_and_the_next_request_in_one_send(served: Any) 
     assert served.pool.region_free == 2
 
 
-def _requested_bytes(manager: Any) -> float:
-    return manager.metrics()[RSM_BEAN]["segment-fetch-requested-bytes-total"]
+def _fetch_counts(manager: Any) -> tuple[float, float, float]:
+    """Requested bytes, fetches, and the fetches that went on with a kept stream."""
+    m = manager.metrics()[RSM_BEAN]
+    return m["segment-fetch-requested-bytes-total"], m["segment-fetch-total"], m["segment-fetch-resumed-total"]
 
 
 def test_a_kept_stream_goes_on_after_resume_notices(served: Any) -> None:
     """What the shim does when the broker's next fetch starts inside the piece its last fetch stopped in: it
     reads on, and tells the sidecar with a notice between its acknowledgements (sent here split across
     sends, as a socket may deliver it). The stream goes on unchanged, and each notice counts as a fetch of the
-    rest of the segment."""
+    rest of the segment, and as a resumed one."""
     c = served.connect()
     size = len(served.original)
-    before = _requested_bytes(served.manager)
+    before = _fetch_counts(served.manager)
     c.fetch(served.meta, 0, None)
     assert c.recv(1) == b"\x00" and c.i32() == -2
     offset, length = struct.unpack(">qi", c.recv(12))
@@ -564,8 +566,9 @@ def test_a_kept_stream_goes_on_after_resume_notices(served: Any) -> None:
     assert err is None and bytes(data) + rest == served.original
     c.ping()
     assert served.pool.region_free == 2
-    after = _requested_bytes(served.manager)
-    assert after - before == size + sum(size - n for n in notices)
+    after = _fetch_counts(served.manager)
+    assert after[0] - before[0] == size + sum(size - n for n in notices)
+    assert (after[1] - before[1], after[2] - before[2]) == (1 + len(notices), len(notices))
 
 
 def test_a_resume_notice_for_a_manager_without_the_hook_is_harmless(

@@ -111,6 +111,24 @@ RSM_METRICS = [
         "also for fetches the JVM shim served by going on with a stream it kept).",
     ),
     _rsm(
+        ("segment-fetch-rate", "segment-fetch-total"),
+        "rate/total",
+        PER_PARTITION,
+        "fetchLogSegment calls answered: the streams this plugin opened and the fetches the JVM shim served by "
+        "going on with a stream it kept.",
+        ours=True,
+    ),
+    _rsm(
+        ("segment-fetch-resumed-rate", "segment-fetch-resumed-total"),
+        "rate/total",
+        PER_PARTITION,
+        "Of those, the fetches the JVM shim served by going on with the stream it kept since the previous fetch "
+        "of the same segment: nothing was opened and the broker waited for no round trip. A low share of "
+        "segment-fetch-total for a lagging consumer means streams are not kept (jvm.sidecar.kept.streams, "
+        "shared memory off or full); segment-fetch-time covers only the others.",
+        ours=True,
+    ),
+    _rsm(
         ("segment-copy-errors-rate", "segment-copy-errors-total"),
         "rate/total",
         PER_PARTITION,

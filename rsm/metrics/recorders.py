@@ -27,7 +27,7 @@ class RsmRecorder:
     """The RemoteStorageManager's own metrics (the ``remote-storage-manager-metrics`` beans)."""
 
     METERS = ("segment-delete", "segment-delete-errors", "segment-fetch-requested-bytes")
-    METERS += ("segment-copy-errors", "segment-fetch-errors")
+    METERS += ("segment-copy-errors", "segment-fetch-errors", "segment-fetch", "segment-fetch-resumed")
     TOTALS = ("segment-delete-bytes",)
     TIMES = ("segment-copy-time", "segment-delete-time")
     OBJECT_METERS = ("object-upload", "object-upload-bytes")
@@ -93,7 +93,10 @@ class RsmRecorder:
     def fetch_requested(self, topic: str, partition: int, size: int, seconds: float | None) -> None:
         """``seconds`` is None for a fetch that opened nothing here (the shim resumed a stream it kept)."""
         self._record(topic, partition, "segment-fetch-requested-bytes", size)
-        if seconds is not None:
+        self._record(topic, partition, "segment-fetch", 1)
+        if seconds is None:
+            self._record(topic, partition, "segment-fetch-resumed", 1)
+        else:
             self._fetch_time.record(seconds * 1000)
 
     def fetch_failed(self, topic: str, partition: int) -> None:
