@@ -406,6 +406,34 @@ def test_index_fetch_that_fails_is_one_error(served: Any) -> None:
     c.ping()
 
 
+def test_a_corrupt_index_sent_along_is_left_out_and_counted_once(served: Any, tmp_path: Path) -> None:
+    """The time index is damaged in the store. Asked for the offset index, the sidecar leaves the time index
+    out of its reply (so the shim holds nothing for it) and counts no error: the broker's own request for it
+    gets the integrity error, and that one is counted."""
+    from rsm import IndexType
+    from rsm.core.object_keys import segment_keys
+
+    entry = served.manager.fetch_manifest(served.meta).segment_indexes[IndexType.TIMESTAMP]
+    path = tmp_path / "store" / segment_keys("", served.meta).indexes
+    damaged = bytearray(path.read_bytes())
+    damaged[entry.position + entry.size // 2] ^= 0x10
+    path.write_bytes(bytes(damaged))
+
+    def errors() -> float:
+        return served.manager.metrics()[RSM_BEAN]["segment-fetch-errors-total"]
+
+    c = served.connect()
+    got = c.fetch_index(served.meta, "OFFSET")
+    assert list(got) == ["OFFSET", "TRANSACTION"]
+    assert got["OFFSET"] == _index_or_error(served.manager, served.meta, IndexType.OFFSET)
+    assert errors() == 0
+    c.request_index(served.meta, "TIMESTAMP")
+    error = c.error()
+    assert error.startswith(f"{wire.STATUS_ERROR} CorruptDataException") and "CRC-32C mismatch" in error, error
+    assert errors() == 1
+    c.ping()
+
+
 def test_connection_without_the_mapping_gets_inline_pieces_only(served: Any) -> None:
     c = served.connect(mapped=False)
     c.fetch(served.meta, 0, None)

@@ -715,6 +715,12 @@ class RemoteStorageManager:
             self.rsm_metrics.fetch_failed(tip.topic, tip.partition)
             raise
 
+    def fetch_index_ahead(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        """``fetch_index`` for an index a transport sends before the broker asks for it (the sidecar sends the
+        broker's other two with the one asked for). A failure here is not counted in segment-fetch-errors:
+        the transport leaves that index out, and the broker's own call for it meets the failure and counts it."""
+        return self._fetch_index(meta, index_type)
+
     def _fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         loaded = self._load(meta)
         entry = loaded.manifest.segment_indexes.get(index_type)

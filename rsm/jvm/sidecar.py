@@ -104,8 +104,10 @@ def _send_parts(sock: socket.socket, parts: Sequence[bytes | memoryview]) -> Non
                 sent = 0
 
 
-def _index_bytes(manager: Any, meta: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
-    with manager.fetch_index(meta, kind) as stream:
+def _index_bytes(
+    fetch: Callable[[RemoteLogSegmentMetadata, IndexType], BinaryIO], meta: RemoteLogSegmentMetadata, kind: IndexType
+) -> bytes:
+    with fetch(meta, kind) as stream:
         return bytes(stream.read())
 
 
@@ -219,17 +221,19 @@ class Sidecar:
         as its not-found error; any other failure of an index not asked for leaves it out, so that the broker's
         own request for it meets the error."""
         try:
-            parts = [wire.index_entry(asked, _index_bytes(self.manager, meta, asked))]
+            parts = [wire.index_entry(asked, _index_bytes(self.manager.fetch_index, meta, asked))]
         except Exception as e:
             self._log_failure("fetch_index", e)
             sock.sendall(_error_frame(e))
             return
         if asked in BROKER_INDEX_SET:
+            # A user's manager class (python.manager.class) may not have fetch_index_ahead.
+            ahead = getattr(self.manager, "fetch_index_ahead", self.manager.fetch_index)
             for kind in BROKER_INDEX_SET:
                 if kind is asked:
                     continue
                 try:
-                    data = _index_bytes(self.manager, meta, kind)
+                    data = _index_bytes(ahead, meta, kind)
                 except RemoteResourceNotFoundException as e:
                     parts.append(wire.index_entry(kind, None) + _error_frame(e))
                     continue
