@@ -729,14 +729,23 @@ class RemoteStorageManager:
         if entry.size == 0:
             return io.BytesIO(b"")
         keys = self.segment_keys(meta)
-        what = f"{index_type.name} index of {meta.describe()} in {self._show(keys.indexes)}"
-        data = self.index_cache.get_or_load(
-            (loaded.cache_id, index_type),
-            lambda: self._load_index(loaded, keys, entry, index_type, what),
-            self.config["fetch.indexes.cache.get.timeout.ms"] / 1000,
-            what,
+        what = self._index_what(index_type, meta, keys)
+        return io.BytesIO(
+            self._cached_index(
+                loaded, index_type, lambda: self._load_index(loaded, keys, entry, index_type, what), what
+            )
         )
-        return io.BytesIO(data)
+
+    def _index_what(self, index_type: IndexType, meta: RemoteLogSegmentMetadata, keys: SegmentKeys) -> str:
+        return f"{index_type.name} index of {meta.describe()} in {self._show(keys.indexes)}"
+
+    def _cached_index(
+        self, loaded: LoadedManifest, index_type: IndexType, load: Callable[[], bytes], what: str
+    ) -> bytes:
+        """The index from the index cache, loaded once by ``load`` whoever asks at the same time."""
+        return self.index_cache.get_or_load(
+            (loaded.cache_id, index_type), load, self.config["fetch.indexes.cache.get.timeout.ms"] / 1000, what
+        )
 
     def _load_index(
         self, loaded: LoadedManifest, keys: SegmentKeys, entry: SegmentIndexEntry, index_type: IndexType, what: str
@@ -782,11 +791,9 @@ class RemoteStorageManager:
             span = memoryview(self._read_indexes(keys, start, end, what))
             for index_type, entry in wanted:
                 stored = span[entry.position - start : entry.position + entry.size - start]
-                self.index_cache.get_or_load(
-                    (loaded.cache_id, index_type),
-                    lambda t=index_type, b=stored: self._decode_index(loaded, b, t, f"{t.name} index of {what}"),
-                    self.config["fetch.indexes.cache.get.timeout.ms"] / 1000,
-                    what,
+                one = self._index_what(index_type, meta, keys)
+                self._cached_index(
+                    loaded, index_type, lambda t=index_type, b=stored, w=one: self._decode_index(loaded, b, t, w), one
                 )
         except RemoteStorageException as e:
             log.debug("prefetch of %s skipped: %s", what, e)
