@@ -36,6 +36,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     return predicate()
 
 
+def damage_stored_index(store: Path, manager: Any, meta: Any, index_type: Any) -> None:
+    """Flip one bit in the middle of one index inside the segment's ``.indexes`` object on a filesystem store."""
+    from rsm.core.object_keys import segment_keys
+
+    entry = manager.fetch_manifest(meta).segment_indexes[index_type]
+    path = store / segment_keys("", meta).indexes
+    damaged = bytearray(path.read_bytes())
+    damaged[entry.position + entry.size // 2] ^= 0x10
+    path.write_bytes(bytes(damaged))
+
+
 @pytest.fixture(scope="session")
 def segment_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., SegmentFiles]:
     """Real segments, written once per distinct argument set and shared by the session (they are read-only)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP, encryption_configs, wait_until
+from conftest import TIP, damage_stored_index, encryption_configs, wait_until
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
 from rsm import CorruptDataException, RemoteStorageException
@@ -448,11 +448,7 @@ def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_er
     prefetch goes on, the intact index is served from the cache, and the corrupt one is never cached: the
     broker's own request for it gets the integrity error."""
     m, a, meta_a, b, meta_b = _tiered_pair(segment_factory, make_manager, key_pairs, seed=63)
-    entry = m.fetch_manifest(meta_b).segment_indexes[IndexType.TIMESTAMP]
-    path = tmp_path / "store" / segment_keys("", meta_b).indexes
-    damaged = bytearray(path.read_bytes())
-    damaged[entry.position + entry.size // 2] ^= 0x10
-    path.write_bytes(bytes(damaged))
+    damage_stored_index(tmp_path / "store", m, meta_b, IndexType.TIMESTAMP)
     with m.fetch_log_segment(meta_a, a.size - 1000) as f:
         f.read()
     cache_b = m._load(meta_b).cache_id

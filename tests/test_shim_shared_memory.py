@@ -23,7 +23,7 @@ from typing import Any
 
 import jvm_testing as jt
 import pytest
-from conftest import TIP, wait_until
+from conftest import TIP, damage_stored_index, wait_until
 
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SHM_DIR, SharedRegion, remove_stale
@@ -411,13 +411,8 @@ def test_a_corrupt_index_sent_along_is_left_out_and_counted_once(served: Any, tm
     out of its reply (so the shim holds nothing for it) and counts no error: the broker's own request for it
     gets the integrity error, and that one is counted."""
     from rsm import IndexType
-    from rsm.core.object_keys import segment_keys
 
-    entry = served.manager.fetch_manifest(served.meta).segment_indexes[IndexType.TIMESTAMP]
-    path = tmp_path / "store" / segment_keys("", served.meta).indexes
-    damaged = bytearray(path.read_bytes())
-    damaged[entry.position + entry.size // 2] ^= 0x10
-    path.write_bytes(bytes(damaged))
+    damage_stored_index(tmp_path / "store", served.manager, served.meta, IndexType.TIMESTAMP)
 
     def errors() -> float:
         return served.manager.metrics()[RSM_BEAN]["segment-fetch-errors-total"]
