@@ -152,15 +152,20 @@ def _native_reads_alike(payload: bytes, pos: int, end: int, count: int) -> bool:
     try:
         for _ in range(count):
             c = payload[pos]
-            if c < 0x80:
-                length = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                length = (c >> 1) ^ -(c & 1)
+            if c < 0x80:  # a one-byte length; odd (negative) or zero is no record
+                if c & 1 or not c or payload[pos + 1] >= 0x80:
+                    return False
+                pos += 1 + (c >> 1)
+                continue
+            u = payload[pos + 1]
+            if u < 0x80:  # two bytes: the usual length of a record of a few hundred bytes
+                u = (c & 0x7F) | (u << 7)
                 pos += 2
-            else:
-                length, pos = decode_varint(payload, pos)
+                if u & 1 or payload[pos] >= 0x80:
+                    return False
+                pos += u >> 1
+                continue
+            length, pos = decode_varint(payload, pos)
             if length <= 0 or payload[pos] >= 0x80:
                 return False
             pos += length
