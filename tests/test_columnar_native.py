@@ -3,7 +3,9 @@
 The compiled walk is the fast path the Spark reader uses; the Python walk is both its fallback and the
 reference. On valid batches the two must produce identical columns; on damaged or hostile record bytes the
 compiled walk must only ever raise ``CorruptRecordBatch`` (never crash or raise anything else), must raise
-whenever the Python walk does, and when both accept a payload they must agree on every column.
+whenever the Python walk does, and when both accept a payload they must agree on every column. The one
+exception is an over-long (six bytes or more) int32 varint, which Kafka and the Python walk refuse: the compiled
+walk may accept it, and its rows must then be the values those bytes encode (an independent lenient reading).
 """
 
 from __future__ import annotations
