@@ -504,7 +504,8 @@ def test_cancel_stops_the_stream_and_keeps_the_connection(served: Any, ack_first
         seen += struct.unpack(">qi", c.recv(12))[1] if n == -2 else len(c.recv(n))
     assert seen < len(served.original), "the stream went on to its end"
     c.ping()
-    assert served.pool.region_free == 2
+    # A read-ahead load still running when the stream stopped gives its buffer back when it finishes.
+    assert wait_until(lambda: served.pool.region_free == 2), served.pool.region_free
     c.fetch(served.meta, 0, None)
     data, _, _, err = c.read_stream(hold_acks=False)
     assert err is None and data == served.original
@@ -607,6 +608,165 @@ def test_a_resume_notice_for_a_manager_without_the_hook_is_harmless(
     c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(5) + b"\x01")
     rest, _, _, err = c.read_stream(hold_acks=False, mid_stream=True)
     assert err is None and first + rest == served.original
+
+
+# --- a stream that goes on into the partition's next segment ----------------------------------------------------
+
+
+@pytest.fixture
+def partition(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[Any]:
+    """Two contiguous segments of one partition (64 KiB chunks, zstd), copied by a real manager whose chunks
+    decode into a region of eight buffers, served by a real ``Sidecar``; ``connect()`` opens a mapped connection."""
+    first = segment_factory(target_bytes=300_000, seed=5)
+    second = segment_factory(target_bytes=300_000, seed=6, base_offset=first.end_offset + 1)
+    m = make_manager(
+        chunk_size=BS, compression_enabled=True, fetch_chunk_cache_size=0, fetch_chunk_cache_prefetch_max_size=0
+    )
+    metas = [seg.to_metadata(TIP) for seg in (first, second)]
+    for seg, meta in zip((first, second), metas, strict=True):
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    region = SharedRegion.create(8 * BS, BS, directory=tmp_path)
+    assert region is not None
+    m.chunk_buffers = region.pool
+    sidecar = Sidecar(m, region)
+    clients: list[ShimClient] = []
+    threads: list[threading.Thread] = []
+
+    def connect() -> ShimClient:
+        ours, theirs = socket.socketpair()
+        ours.settimeout(10)
+        t = threading.Thread(target=sidecar.handle_connection, args=(theirs,), daemon=True)
+        t.start()
+        threads.append(t)
+        c = ShimClient(ours, region.path)
+        c.send(wire.OP_SHARED_MEMORY_MAPPED)
+        clients.append(c)
+        return c
+
+    class Partition:
+        pass
+
+    p = Partition()
+    p.manager, p.metas, p.segments, p.pool, p.connect = m, metas, (first, second), region.pool, connect
+    yield p
+    for c in clients:
+        with contextlib.suppress(OSError):
+            c.close()
+    for t in threads:
+        t.join(10)
+    region.unlink()
+
+
+def _read_segment(c: ShimClient) -> tuple[bytes, int, bytes | None]:
+    """One segment's bytes from a stream, acknowledging each reference only once the frame after it has arrived
+    (the sidecar's window allows it), so the sidecar meets the segment's end with a reference outstanding; then
+    the frame that ended it (0, or -3) and, for -3, the next-segment frame's body."""
+    data = bytearray()
+    unacked = 0
+    while True:
+        n = c.i32()
+        c.sock.sendall(b"\x01" * unacked)
+        unacked = 0
+        if n == -2:
+            offset, length = struct.unpack(">qi", c.recv(12))
+            assert c.region is not None
+            data += c.region[offset : offset + length]
+            unacked = 1
+        elif n > 0:
+            data += c.recv(n)
+        elif n == wire.STREAM_NEXT_SEGMENT:
+            return bytes(data), n, c.recv(c.i32())
+        else:
+            assert n == 0, n
+            return bytes(data), n, None
+
+
+def _next_segment_frame(body: bytes) -> tuple[str, dict[str, bytes | str]]:
+    r = wire.Reader(body)
+    segment = r.str16()
+    indexes: dict[str, bytes | str] = {}
+    for _ in range(r.u8()):
+        name = r.str16()
+        n = r.i32()
+        if n >= 0:
+            indexes[name] = bytes(r.take(n))
+        else:
+            status, t = r.u8(), r.str16()
+            indexes[name] = f"{status} {t}: {bytes(r.take(r.i32())).decode()}"
+    assert r.pos == len(body)
+    return segment, indexes
+
+
+def test_a_stream_at_its_segments_end_goes_on_into_the_next_segment(partition: Any) -> None:
+    """An open-ended fetch read to the end of segment A: in place of the end frame, a next-segment frame names
+    segment B (the id the broker has for it) and brings the indexes the broker fetches first, each equal to B's
+    own file; B's bytes follow from position 0, then the end (B is the partition's last). Only the fetch that
+    was asked for counts, until the shim says it resumed B's stream."""
+    first, second = partition.segments
+    c = partition.connect()
+    before = _fetch_counts(partition.manager)
+    c.fetch(partition.metas[0], 0, None)
+    assert c.recv(1) == b"\x00"
+    a, frame, body = _read_segment(c)
+    assert a == first.log.read_bytes()
+    assert frame == wire.STREAM_NEXT_SEGMENT and body is not None
+    segment, indexes = _next_segment_frame(body)
+    assert segment == partition.metas[1].remote_log_segment_id.id
+    assert indexes["OFFSET"] == second.offset_index.read_bytes()
+    assert indexes["TIMESTAMP"] == second.time_index.read_bytes()
+    assert set(indexes) == {kind.name for kind in BROKER_INDEX_SET}
+    after_a = _fetch_counts(partition.manager)
+    assert after_a[1] - before[1] == 1  # B's stream is not a fetch until the broker asks for it
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(0))
+    b, frame, _ = _read_segment(c)
+    assert b == second.log.read_bytes() and frame == 0
+    c.ping()  # the connection serves the next request
+    after = _fetch_counts(partition.manager)
+    assert (after[1] - before[1], after[2] - before[2]) == (2, 1)
+    assert after[0] - before[0] == len(a) + len(b)
+    assert partition.pool.region_free == 8
+
+
+def test_a_cancel_after_the_next_segment_frame_gives_everything_back(partition: Any) -> None:
+    """The shim drops a stream it kept at a next-segment frame (idle, or too many kept): the sidecar stops B's
+    stream, ends it, releases every buffer it referenced, and the connection serves the next request."""
+    c = partition.connect()
+    c.fetch(partition.metas[0], 0, None)
+    assert c.recv(1) == b"\x00"
+    _, frame, _ = _read_segment(c)
+    assert frame == wire.STREAM_NEXT_SEGMENT
+    c.sock.sendall(_HDR.pack(1, wire.OP_CANCEL_STREAM))
+    while (n := c.i32()) != 0:  # what B sent before the cancel, then the end
+        assert n == -2, n
+        c.recv(12)
+    c.ping()
+    assert wait_until(lambda: partition.pool.region_free == 8)
+
+
+def test_no_next_segment_for_a_bounded_fetch_or_the_last_segment(partition: Any) -> None:
+    """A fetch with an end position, and an open-ended fetch of the partition's last segment, end as before."""
+    first, second = partition.segments
+    c = partition.connect()
+    c.fetch(partition.metas[0], 0, len(first.log.read_bytes()) - 1)
+    assert c.recv(1) == b"\x00"
+    data, frame, _ = _read_segment(c)
+    assert (data, frame) == (first.log.read_bytes(), 0)
+    c.fetch(partition.metas[1], 100, None)
+    assert c.recv(1) == b"\x00"
+    data, frame, _ = _read_segment(c)
+    assert (data, frame) == (second.log.read_bytes()[100:], 0)
+
+
+def test_a_manager_without_the_next_segment_hooks_ends_streams_as_before(
+    partition: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's manager class (python.manager.class) need not have ``following_segment``."""
+    monkeypatch.delattr(type(partition.manager), "following_segment")
+    c = partition.connect()
+    c.fetch(partition.metas[0], 0, None)
+    assert c.recv(1) == b"\x00"
+    data, frame, _ = _read_segment(c)
+    assert (data, frame) == (partition.segments[0].log.read_bytes(), 0)
 
 
 # --- the sidecar process and its file --------------------------------------------------------------------------

@@ -347,7 +347,7 @@ class RemoteStorageManager:
             manifest_bytes = manifest.to_json_bytes()
             uploaded.append(keys.manifest)
             self.backend.upload(keys.manifest, self._throttled(manifest_bytes))
-            self._forget(keys.manifest)
+            self._forget(keys.manifest, meta.topic_id_partition)
         except BaseException as e:
             self.rsm_metrics.segment_copy_failed(tip.topic, tip.partition)
             self._cleanup_failed_copy(keys, uploaded, meta)
@@ -540,8 +540,10 @@ class RemoteStorageManager:
         tag = manifest.encryption.aad.hex() if manifest.encryption is not None else f"{crc32c(raw):08x}"
         return LoadedManifest(keys.manifest, manifest, self._transformer_for(manifest, meta), f"{keys.manifest}@{tag}")
 
-    def _forget(self, manifest_key: str) -> None:
-        """A segment was copied again, re-wrapped or deleted: no cache may answer for its old copy."""
+    def _forget(self, manifest_key: str, tip: TopicIdPartition) -> None:
+        """A segment was copied (maybe again), re-wrapped or deleted: no cache may answer for its old copy, and
+        the partition's listing, which tells what segment follows which, is out of date."""
+        self._listings.invalidate(tip)
         self.manifest_cache.invalidate(manifest_key)
         self.index_cache.invalidate_where(lambda k: k[0].startswith(manifest_key + "@"))
         if self.chunk_cache is not None:
@@ -688,22 +690,36 @@ class RemoteStorageManager:
 
     def _next_source(self, src: SegmentSource) -> SegmentSource | None:
         """The partition's segment that follows ``src`` (for prefetch across the border), or None."""
-        tip = src.meta.topic_id_partition
+        meta = self.following_segment(src.meta)
+        if meta is None:
+            return None
+        loaded = self._load(meta)
+        self._load_broker_indexes(loaded, meta)
+        return self._source(loaded, meta)
+
+    def following_segment(self, meta: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        """The metadata of the partition's tiered segment after ``meta`` (the one starting at its end offset + 1,
+        else the next one up), or None when it is the last: what a consumer reading on will fetch next. The
+        partition's listing is cached briefly (``_listings``), so a catch-up lists once, not once per segment."""
+        tip = meta.topic_id_partition
         listing = self._listings.get_or_load(
             tip,
             lambda: self.catalog().partition_segments(tip),
             self.config["fetch.manifest.cache.get.timeout.ms"] / 1000,
             f"the listing of {tip.topic}-{tip.partition}",
         )
-        after = [s for s in listing if s.start_offset > src.meta.start_offset]
+        after = [s for s in listing if s.start_offset > meta.start_offset]
         if not after:
             return None
-        following = [s for s in after if s.start_offset == src.meta.end_offset + 1]
-        segment = (following or after)[0]
-        meta = self.segment_metadata(segment)
-        loaded = self._load(meta)
-        self._load_broker_indexes(loaded, meta)
-        return self._source(loaded, meta)
+        following = [s for s in after if s.start_offset == meta.end_offset + 1]
+        return self.segment_metadata((following or after)[0])
+
+    def fetch_log_segment_ahead(self, meta: RemoteLogSegmentMetadata, start_position: int) -> BinaryIO:
+        """``fetch_log_segment`` to the end, for a stream a transport opens before the broker asks for it (the
+        sidecar goes on into the next segment when a broker's stream reaches a segment's end). Neither counted
+        nor, when it fails, counted as a failure: the broker's own fetch is, when it comes (then through
+        ``record_resumed_fetch``, or as a request of its own)."""
+        return self._open_log_segment(meta, start_position, None)
 
     def fetch_index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         try:
@@ -842,7 +858,7 @@ class RemoteStorageManager:
         except StorageBackendException as e:
             raise RemoteStorageException(f"delete of {meta.describe()} failed: {e}") from e
         finally:
-            self._forget(keys.manifest)
+            self._forget(keys.manifest, meta.topic_id_partition)
 
     # --- key rotation ----------------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ hot segment carries identical metadata), and building the dataclasses costs more
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from functools import lru_cache
 
 from rsm.metadata import (
@@ -33,6 +34,9 @@ OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the s
 # What the shim sends back on a shared-memory stream, between the sidecar's frames (no reply to any of them):
 PIECE_ACK = 1  # the oldest outstanding piece was copied out: its buffer may be reused
 STREAM_RESUMED = 2  # + i32 position: a new broker fetch of the same segment goes on reading this stream
+# Stream frame, in place of the end frame of an open-ended fetch that reached its segment's end: i32 -3, i32 n,
+# then n bytes (``next_segment_frame``). The stream goes on with the partition's next segment from position 0.
+STREAM_NEXT_SEGMENT = -3
 
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1
@@ -160,6 +164,14 @@ def index_entry(kind: IndexType, data: bytes | None) -> bytes:
     name = kind.name.encode("ascii")
     head = _U16.pack(len(name)) + name
     return head + _I32.pack(-1) if data is None else head + _I32.pack(len(data)) + data
+
+
+def next_segment_frame(segment_id: str, entries: Sequence[bytes]) -> bytes:
+    """The ``STREAM_NEXT_SEGMENT`` frame: u16 + the next segment's id (the broker's RemoteLogSegmentId), u8 n and
+    n ``index_entry`` items, all behind one length so a shim that is only draining the stream can skip it."""
+    sid = segment_id.encode("utf-8")
+    body = b"".join([_U16.pack(len(sid)), sid, bytes([len(entries)]), *entries])
+    return _I32.pack(STREAM_NEXT_SEGMENT) + _I32.pack(len(body)) + body
 
 
 def decode_config(raw: bytes) -> dict[str, str]:

@@ -47,8 +47,10 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer
@@ -70,6 +72,7 @@ _MID_STREAM_ERROR = _I32.pack(-1)
 _SHARED_PIECE = struct.Struct(">iqi")  # -2, offset in the region, length
 _CANCEL_FRAME = _HDR.pack(1, wire.OP_CANCEL_STREAM)
 SHM_WINDOW = 2
+NEXT_SEGMENT_POLL_S = 0.002  # how often a stream at its segment's end looks at the shim while the lookup runs
 
 _GOING, _CANCELLED, _GONE = range(3)
 """What the shim said about a stream so far: nothing that stops it, a cancel, or it closed the connection."""
@@ -118,6 +121,13 @@ def _error_frame(exc: BaseException) -> bytes:
     return bytes([status]) + struct.pack(">H", len(t)) + t + _I32.pack(len(m)) + m
 
 
+class _NextSegment(NamedTuple):
+    """The partition's next segment, ready to be announced when a stream reaches the end of the one before."""
+
+    meta: RemoteLogSegmentMetadata
+    indexes: list[bytes]  # ``wire.index_entry`` items: the ones the broker fetches before its first read
+
+
 class Sidecar:
     """Owns the manager and answers requests; one instance per process."""
 
@@ -125,6 +135,9 @@ class Sidecar:
         self.manager = manager
         self.region = region
         self.stop = threading.Event()
+        # Looks up the next segment of each open-ended stream while it is being read (listing, manifest and
+        # indexes are usually cached by then): one thread, so that a slow store delays only these lookups.
+        self._next_segments = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar-next-segment")
 
     # -- requests ---------------------------------------------------------------------------------------------
 
@@ -157,14 +170,14 @@ class Sidecar:
         if op == wire.OP_FETCH:
             meta = wire.decode_metadata(r.blob() or b"")
             start, end = r.i32(), r.i32()
-            record = getattr(self.manager, "record_resumed_fetch", None)  # a custom manager may not have it
             self._stream(
                 sock,
                 view,
                 lambda: self.manager.fetch_log_segment(meta, start, None if end < 0 else end),
                 "fetch",
                 shared,
-                (lambda position: record(meta, position)) if record is not None else None,
+                self._resume_counter(meta),
+                meta if end < 0 else None,
             )
         elif op == wire.OP_FETCH_INDEX:
             meta = wire.decode_metadata(r.blob() or b"")
@@ -227,22 +240,73 @@ class Sidecar:
             sock.sendall(_error_frame(e))
             return
         if asked in BROKER_INDEX_SET:
-            # A user's manager class (python.manager.class) may not have fetch_index_ahead.
-            ahead = getattr(self.manager, "fetch_index_ahead", self.manager.fetch_index)
-            for kind in BROKER_INDEX_SET:
-                if kind is asked:
-                    continue
-                try:
-                    data = _index_bytes(ahead, meta, kind)
-                except RemoteResourceNotFoundException as e:
-                    parts.append(wire.index_entry(kind, None) + _error_frame(e))
-                    continue
-                except Exception as e:
-                    self._log_failure("fetch_index", e)
-                    continue
-                if len(data) <= wire.INDEX_AHEAD_MAX_BYTES:
-                    parts.append(wire.index_entry(kind, data))
+            parts += self._indexes_along(meta, [kind for kind in BROKER_INDEX_SET if kind is not asked])
         _send_parts(sock, [bytes([wire.STATUS_OK, len(parts)]), *parts])
+
+    def _indexes_along(self, meta: RemoteLogSegmentMetadata, kinds: Sequence[IndexType]) -> list[bytes]:
+        """Index entries sent before the broker asks for them. One the segment does not have travels as its
+        not-found error; one that fails otherwise, or is too big to be worth holding, is left out, so that the
+        broker's own request for it meets the error (and counts it once)."""
+        # A user's manager class (python.manager.class) may not have fetch_index_ahead.
+        ahead = getattr(self.manager, "fetch_index_ahead", self.manager.fetch_index)
+        parts = []
+        for kind in kinds:
+            try:
+                data = _index_bytes(ahead, meta, kind)
+            except RemoteResourceNotFoundException as e:
+                parts.append(wire.index_entry(kind, None) + _error_frame(e))
+                continue
+            except Exception as e:
+                self._log_failure("fetch_index", e)
+                continue
+            if len(data) <= wire.INDEX_AHEAD_MAX_BYTES:
+                parts.append(wire.index_entry(kind, data))
+        return parts
+
+    def _resume_counter(self, meta: RemoteLogSegmentMetadata) -> Callable[[int], None] | None:
+        """What counts a broker fetch that went on with a kept stream of ``meta`` (a custom manager may lack it)."""
+        record = getattr(self.manager, "record_resumed_fetch", None)
+        return (lambda position: record(meta, position)) if record is not None else None
+
+    def _look_up_next_segment(self, meta: RemoteLogSegmentMetadata) -> Future[_NextSegment | None] | None:
+        """Starts finding the segment after ``meta`` and its broker indexes, for when the stream reaches its end;
+        None for a manager class without ``following_segment`` and ``fetch_log_segment_ahead``."""
+        if not hasattr(self.manager, "following_segment") or not hasattr(self.manager, "fetch_log_segment_ahead"):
+            return None
+
+        def look_up() -> _NextSegment | None:
+            following = self.manager.following_segment(meta)
+            if following is None:
+                return None
+            return _NextSegment(following, self._indexes_along(following, BROKER_INDEX_SET))
+
+        try:
+            return self._next_segments.submit(look_up)
+        except RuntimeError:  # shutting down
+            return None
+
+    def _open_next_segment(
+        self, looked_up: Future[_NextSegment | None] | None
+    ) -> tuple[_NextSegment, SegmentStream] | None:
+        """The next segment's stream from position 0, when the lookup has finished and found one; else None and
+        the stream ends as usual. Never waits: the broker may be waiting for this stream's end."""
+        if looked_up is None or not looked_up.done() or looked_up.cancelled():
+            return None
+        if (failure := looked_up.exception()) is not None:
+            log.debug("no stream into the next segment: %s: %s", type(failure).__name__, failure)
+            return None
+        following = looked_up.result()
+        if following is None:
+            return None
+        try:
+            stream = self.manager.fetch_log_segment_ahead(following.meta, 0)
+        except Exception as e:  # the broker's own fetch of that segment meets the failure, and counts it
+            log.debug("no stream into %s: %s", following.meta.describe(), e)
+            return None
+        if not isinstance(stream, SegmentStream):
+            stream.close()
+            return None
+        return following, stream
 
     @staticmethod
     def _log_failure(what: str, e: Exception) -> None:
@@ -261,8 +325,10 @@ class Sidecar:
         what: str,
         shared: bool = False,
         on_resume: Callable[[int], None] | None = None,
+        open_ended: RemoteLogSegmentMetadata | None = None,
     ) -> None:
-        """Status, then chunks. The first chunk is read before answering, so a missing segment is an error status."""
+        """Status, then chunks. The first chunk is read before answering, so a missing segment is an error status.
+        ``open_ended``: the segment of a fetch to its end, which may go on into the next segment."""
         try:
             stream = open_stream()
         except Exception as e:
@@ -271,7 +337,7 @@ class Sidecar:
             return
         if isinstance(stream, SegmentStream):
             try:
-                self._stream_pieces(sock, stream, what, shared, on_resume)
+                self._stream_pieces(sock, stream, what, shared, on_resume, open_ended)
             finally:
                 with contextlib.suppress(Exception):
                     stream.close()
@@ -305,21 +371,30 @@ class Sidecar:
         what: str,
         shared: bool,
         on_resume: Callable[[int], None] | None = None,
+        open_ended: RemoteLogSegmentMetadata | None = None,
     ) -> None:
         """A segment stream without copies in Python: region pieces by reference, the others from the chunk
         buffer itself. A region buffer is given back only when the shim acknowledged it, cancelled the stream
         or closed the connection (the shim reads on the thread that closes, so after a cancel or a close it
-        reads no more). ``on_resume`` learns the position of each broker fetch that went on with this stream."""
+        reads no more). ``on_resume`` learns the position of each broker fetch that went on with this stream.
+
+        A shared-memory stream of ``open_ended``, a fetch to the segment's end, goes on into the partition's next
+        segment when it reaches the end: a next-segment frame (its id and the indexes the broker fetches first)
+        stands in for the end frame, and that segment's pieces follow from position 0. The shim keeps the stream
+        for the broker's first fetch there, which then costs no round trip, and neither do its index fetches."""
         outstanding: collections.deque[ChunkBuffer] = collections.deque()
         head = b"\x00"
         state = _GOING
         ended = False  # an error frame was sent: it ends the stream by itself
+        # Started once the stream's first piece is out, so that it never competes with what the broker waits for.
+        next_segment: Future[_NextSegment | None] | None = None
+        follows = open_ended if shared else None  # the segment whose next one is still to be looked up
         try:
             while True:
                 if outstanding:  # acknowledgements so far, or a cancel; waits only when the window is full
                     state = self._replies(sock, outstanding, len(outstanding) > SHM_WINDOW, on_resume)
-                elif shared:  # every reference acknowledged (the next pieces may be inline): only a cancel can come
-                    state = self._cancel_if_sent(sock)
+                elif shared:  # every reference acknowledged (the next pieces may be inline): a notice or a cancel
+                    state = self._cancel_if_sent(sock, on_resume)
                 if state != _GOING:
                     break
                 try:
@@ -330,7 +405,27 @@ class Sidecar:
                     ended = True
                     break
                 if piece is None:
-                    break
+                    # The shim reads the frame after the last piece only once it has acknowledged every piece:
+                    # until then, waiting for the next segment's lookup delays nobody.
+                    while next_segment is not None and not next_segment.done() and state == _GOING:
+                        state = self._replies(sock, outstanding, False, on_resume)
+                        if not outstanding:
+                            break
+                        futures.wait([next_segment], NEXT_SEGMENT_POLL_S)
+                    if state != _GOING:
+                        break
+                    opened = self._open_next_segment(next_segment)
+                    if opened is None:
+                        break
+                    following, following_stream = opened
+                    sock.sendall(
+                        head + wire.next_segment_frame(following.meta.remote_log_segment_id.id, following.indexes)
+                    )
+                    head = b""
+                    stream.close()  # every piece of it was taken: the references are in ``outstanding``
+                    stream, on_resume = following_stream, self._resume_counter(following.meta)
+                    next_segment, follows = None, following.meta
+                    continue
                 buf = piece.buffer
                 if shared and buf.region_offset is not None:
                     outstanding.append(buf)
@@ -341,6 +436,8 @@ class Sidecar:
                     finally:
                         buf.release()
                 head = b""
+                if follows is not None:
+                    next_segment, follows = self._look_up_next_segment(follows), None
             if state == _GONE:
                 return
             if not ended:
@@ -351,6 +448,9 @@ class Sidecar:
             state = _GONE
             raise
         finally:
+            stream.close()  # the caller closes the first one again, harmlessly
+            if next_segment is not None:
+                next_segment.cancel()
             if state != _GOING:
                 while outstanding:
                     outstanding.popleft().release()
@@ -396,15 +496,24 @@ class Sidecar:
         return _GOING
 
     @classmethod
-    def _cancel_if_sent(cls, sock: socket.socket) -> int:
+    def _cancel_if_sent(cls, sock: socket.socket, on_resume: Callable[[int], None] | None = None) -> int:
         """Whether the shim cancelled the stream while no reference was outstanding (without this, a stream going
-        on inline would run to its end for a shim that stopped reading it)."""
-        data = cls._shim_bytes(sock, len(_CANCEL_FRAME), False)
-        if isinstance(data, int):
-            return data
-        if cls._frame_from(sock, data, 0, len(_CANCEL_FRAME))[0] == _CANCEL_FRAME:
-            return _CANCELLED
-        raise wire.WireError(f"expected nothing or a cancel from the shim between stream pieces, got {data!r}")
+        on inline would run to its end for a shim that stopped reading it). A resume notice can come here too:
+        the shim resumes a stream it kept at a next-segment frame before that segment's first piece is sent."""
+        while True:
+            data = cls._shim_bytes(sock, 1, False)
+            if isinstance(data, int):
+                return data
+            if data[0] == wire.STREAM_RESUMED:
+                notice, _ = cls._frame_from(sock, data, 0, 1 + _I32.size)
+                cls._resumed(on_resume, _I32.unpack_from(notice, 1)[0])
+                continue
+            frame, _ = cls._frame_from(sock, data, 0, len(_CANCEL_FRAME))
+            if frame == _CANCEL_FRAME:
+                return _CANCELLED
+            raise wire.WireError(
+                f"expected nothing, a resume notice or a cancel from the shim between pieces, got {frame!r}"
+            )
 
     @staticmethod
     def _shim_bytes(sock: socket.socket, n: int, wait: bool) -> bytes | int:

@@ -33,6 +33,8 @@ final class Conn {
     volatile boolean timedOut;
     /** A stream on this connection was cancelled: its remaining frames must be read before the next request. */
     boolean draining;
+    /** Bytes of a next-segment frame that draining has still to skip (it may be bigger than the buffer). */
+    private int skipping;
     long drainingSinceNanos;
 
     private Conn(SocketChannel channel, int generation, ByteBuffer sharedMemory) {
@@ -104,10 +106,20 @@ final class Conn {
     /** Consumes whole stream frames from the buffer up to the stream's end; a partial frame is left in place. */
     private int skipFrames() {
         while (true) {
+            if (skipping > 0) {
+                int k = Math.min(skipping, in.remaining());
+                in.position(in.position() + k);
+                skipping -= k;
+                if (skipping > 0) return DRAIN_PENDING;
+            }
             int start = in.position();
             if (in.remaining() < 4) return DRAIN_PENDING;
             int n = in.getInt();
-            if (n == Wire.PIECE_SHARED) {
+            if (n == Wire.STREAM_NEXT_SEGMENT) {  // the stream went on into the next segment: skip the frame
+                if (incomplete(4, start)) return DRAIN_PENDING;
+                skipping = in.getInt();
+                if (skipping < 0 || skipping > Wire.NEXT_SEGMENT_MAX_BYTES) return DRAIN_FAILED;
+            } else if (n == Wire.PIECE_SHARED) {
                 if (incomplete(12, start)) return DRAIN_PENDING;
                 in.position(in.position() + 12);
             } else if (n == 0) {

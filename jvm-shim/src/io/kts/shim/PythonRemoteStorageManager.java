@@ -185,6 +185,11 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         return ofSidecar(SidecarTransport::streamsResumed);
     }
 
+    /** Streams that went on into the partition's next segment at a segment's end, or -1 (in-process). */
+    public long sidecarStreamsIntoNextSegment() {
+        return ofSidecar(SidecarTransport::streamsIntoNextSegment);
+    }
+
     /** Indexes the sidecar sent ahead of the broker's call for them, held right now, or -1 (in-process). */
     public long sidecarIndexesHeld() {
         return ofSidecar(SidecarTransport::indexesHeld);

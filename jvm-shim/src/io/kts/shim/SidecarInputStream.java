@@ -28,6 +28,10 @@ final class SidecarInputStream extends InputStream {
     /** A finished shared-memory piece not yet acknowledged: sent before the next frame is read, so a read
      *  that copied its bytes always returns them even if the connection fails right after. */
     private boolean ackPending;
+    /** A shared-memory piece was received and is not acknowledged yet (finished or not). */
+    private boolean holding;
+    /** {@link IndexesAhead#mark} when this stream was opened or resumed: for the indexes of a next-segment frame. */
+    private final long aheadMark;
     private boolean eof;
     private boolean closed;
 
@@ -39,10 +43,16 @@ final class SidecarInputStream extends InputStream {
         this.timeoutMs = timeoutMs;
         this.segment = segment;
         this.position = position;
+        this.aheadMark = transport.aheadMark();
     }
 
-    /** Where a stream the broker closed inside a shared-memory piece stands, kept for the segment's next fetch. */
-    record Kept(Conn conn, String segment, int pieceStart, int pieceRegion, int pieceLength, long sinceNanos) {
+    /**
+     * Where a stream the broker closed inside a shared-memory piece stands, kept for the segment's next fetch;
+     * or, with {@code holding} false and no piece, a stream that went on into the next segment, before its first
+     * piece (see {@link SidecarTransport#nextSegment}).
+     */
+    record Kept(Conn conn, String segment, int pieceStart, int pieceRegion, int pieceLength, long sinceNanos,
+                boolean holding) {
         /** A fetch from {@code start} can go on with this stream: start lies in the piece, or just after it. */
         boolean covers(String seg, int start) {
             return segment.equals(seg) && pieceStart <= start && start <= pieceStart + pieceLength;
@@ -56,7 +66,8 @@ final class SidecarInputStream extends InputStream {
             s.pieceLength = pieceLength;
             s.sharedPos = pieceRegion + (start - pieceStart);
             s.sharedLeft = pieceStart + pieceLength - start;
-            s.ackPending = s.sharedLeft == 0;  // the piece itself was never acknowledged: the sidecar still holds it
+            s.holding = holding;
+            s.ackPending = holding && s.sharedLeft == 0;  // the piece was never acknowledged: the sidecar holds it
             return s;
         }
     }
@@ -80,6 +91,7 @@ final class SidecarInputStream extends InputStream {
             while (chunkLeft == 0 && sharedLeft == 0) {
                 if (ackPending) {
                     ackPending = false;
+                    holding = false;
                     c.acknowledgePiece();
                 }
                 int n = c.readInt();
@@ -92,6 +104,11 @@ final class SidecarInputStream extends InputStream {
                     eof = true;
                     conn = null;
                     transport.release(c);
+                    return -1;
+                } else if (n == Wire.STREAM_NEXT_SEGMENT && segment != null && c.sharedMemory != null) {
+                    transport.nextSegment(c, aheadMark);  // the connection now belongs to a kept stream
+                    eof = true;
+                    conn = null;
                     return -1;
                 } else if (n == -1) {
                     byte st = c.readByte();
@@ -140,6 +157,7 @@ final class SidecarInputStream extends InputStream {
         sharedPos = (int) offset;
         sharedLeft = length;
         ackPending = length == 0;
+        holding = true;
         pieceRegion = (int) offset;
         pieceLength = length;
     }
@@ -167,7 +185,7 @@ final class SidecarInputStream extends InputStream {
         conn = null;
         if (c == null) return;
         if (segment != null && c.sharedMemory != null && chunkLeft == 0 && pieceStart >= 0) {
-            transport.keep(new Kept(c, segment, pieceStart, pieceRegion, pieceLength, System.nanoTime()));
+            transport.keep(new Kept(c, segment, pieceStart, pieceRegion, pieceLength, System.nanoTime(), holding));
             return;
         }
         if (c.sharedMemory != null && chunkLeft == 0) {

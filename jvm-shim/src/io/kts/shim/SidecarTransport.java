@@ -7,9 +7,12 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
+import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -46,6 +49,7 @@ final class SidecarTransport implements Transport {
     /** Streams the broker closed inside a shared-memory piece, oldest first (see SidecarInputStream#close). */
     private final ArrayDeque<SidecarInputStream.Kept> kept = new ArrayDeque<>();
     private final AtomicLong streamsResumed = new AtomicLong();
+    private final AtomicLong streamsIntoNextSegment = new AtomicLong();
     private final IndexesAhead ahead = new IndexesAhead();
     private final ScheduledExecutorService watchdog;
     private volatile SidecarProcess current;
@@ -369,6 +373,65 @@ final class SidecarTransport implements Transport {
         return k.resume(this, op, settings.requestTimeoutMs, start);
     }
 
+    /**
+     * A stream of segment N reached N's end, and the sidecar went on into the partition's next segment: reads the
+     * next-segment frame, holds the indexes it brings (the broker fetches them before its first read there), and
+     * keeps the connection for the broker's first fetch of that segment, from position 0. A broker catching up
+     * then crosses a segment border with no round trip to the sidecar, as it reads within a segment.
+     */
+    void nextSegment(Conn c, long mark) throws IOException {
+        int n = c.readInt();
+        if (n < 0 || n > Wire.NEXT_SEGMENT_MAX_BYTES) {
+            throw new IOException("protocol error: a next-segment frame of " + n + " bytes");
+        }
+        ByteBuffer b = ByteBuffer.wrap(c.readBytes(n));
+        String next;
+        List<String[]> notFound = new ArrayList<>(1);
+        Map<String, byte[]> indexes = new LinkedHashMap<>(4);
+        try {
+            next = str16(b);
+            int count = b.get() & 0xFF;
+            for (int i = 0; i < count; i++) {
+                String type = str16(b);
+                int length = b.getInt();
+                if (length >= 0) {
+                    byte[] data = new byte[length];
+                    b.get(data);
+                    indexes.put(type, data);
+                } else if (length == -1) {  // the segment has no such index: status, type, message
+                    b.get();
+                    String errorType = str16(b);
+                    byte[] message = new byte[b.getInt()];
+                    b.get(message);
+                    notFound.add(new String[] {type, Wire.pythonError(errorType,
+                            new String(message, StandardCharsets.UTF_8))});
+                } else {
+                    throw new IOException("protocol error: index entry " + i + " of a next-segment frame has length "
+                            + length);
+                }
+            }
+        } catch (BufferUnderflowException | NegativeArraySizeException e) {
+            throw new IOException("protocol error: a next-segment frame shorter than its contents", e);
+        }
+        if (b.hasRemaining()) {
+            throw new IOException("protocol error: " + b.remaining() + " bytes left in a next-segment frame");
+        }
+        indexes.forEach((type, data) -> ahead.hold(mark, next, type, data, null));
+        for (String[] missing : notFound) ahead.hold(mark, next, missing[0], null, missing[1]);
+        streamsIntoNextSegment.incrementAndGet();
+        keep(new SidecarInputStream.Kept(c, next, 0, 0, 0, System.nanoTime(), false));
+    }
+
+    private static String str16(ByteBuffer b) {
+        byte[] s = new byte[b.getShort() & 0xFFFF];
+        b.get(s);
+        return new String(s, StandardCharsets.UTF_8);
+    }
+
+    long aheadMark() {
+        return ahead.mark();
+    }
+
     /** Keeps a stream the broker closed early for the segment's next fetch; the oldest go when there are too many. */
     void keep(SidecarInputStream.Kept k) {
         Conn c = k.conn();
@@ -539,6 +602,11 @@ final class SidecarTransport implements Transport {
     /** Broker fetches that went on with a kept stream (no request to the sidecar): tests, diagnostics. */
     long streamsResumed() {
         return streamsResumed.get();
+    }
+
+    /** Streams that went on into the partition's next segment (see {@link #nextSegment}): tests, diagnostics. */
+    long streamsIntoNextSegment() {
+        return streamsIntoNextSegment.get();
     }
 
     /** Streams kept for a next fetch right now. */

@@ -48,6 +48,15 @@ final class Wire {
      * stream, from the i32 position that follows (so the sidecar's fetch metrics count it).
      */
     static final byte STREAM_RESUMED = 2;
+    /**
+     * Stream frame in place of the end frame of an open-ended fetch that reached its segment's end: i32 n and n
+     * bytes follow (u16 + the partition's next segment's id, u8 count, that many index entries laid out as in an
+     * {@link #OP_FETCH_INDEX} reply), then that segment's pieces from position 0 (see
+     * {@link SidecarTransport#nextSegment}).
+     */
+    static final int STREAM_NEXT_SEGMENT = -3;
+    /** The largest next-segment frame: three indexes of at most 1 MiB each (INDEX_AHEAD_MAX_BYTES), and names. */
+    static final int NEXT_SEGMENT_MAX_BYTES = 3 * (1 << 20) + 4096;
 
     static final byte STATUS_OK = 0;
     static final byte STATUS_NOT_FOUND = 1;

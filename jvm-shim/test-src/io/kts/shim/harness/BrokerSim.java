@@ -521,6 +521,7 @@ public final class BrokerSim {
         long connections;
         int catchUpFetches = 0;
         long catchUpResumed;
+        long catchUpIntoNext;
         RemoteStorageManager rsm = Harness.create(className, config);
         ExecutorService pool = Executors.newFixedThreadPool(threads, r -> {
             Thread t = new Thread(r, "remote-log-reader");
@@ -599,8 +600,10 @@ public final class BrokerSim {
 
             // --- a lagging consumer catching up, alone: front to back, 16 KiB per fetch (several per chunk) -------
             long resumedBefore = Harness.diagnostic(rsm, "sidecarStreamsResumed");
+            long intoNextBefore = Harness.diagnostic(rsm, "sidecarStreamsIntoNextSegment");
             for (Segment s : segs) catchUpFetches += catchUp(rsm, segs, s, 16 * 1024, st);
             catchUpResumed = Harness.diagnostic(rsm, "sidecarStreamsResumed") - resumedBefore;
+            catchUpIntoNext = Harness.diagnostic(rsm, "sidecarStreamsIntoNextSegment") - intoNextBefore;
 
             // --- retention: delete oldest first, then nothing is left to read -------------------------------------
             for (Segment s : segs) {
@@ -622,10 +625,11 @@ public final class BrokerSim {
         return String.format("OK brokersim segments_copied=%d offsets=%d-%d custom_metadata=%d custom_bytes=%d"
                         + " fetches=%d timestamp_lookups=%d early_closes=%d threads=%d bytes_verified=%d"
                         + " index_checks=%d deleted=%d connections=%d catchup_fetches=%d catchup_resumed=%d"
-                        + " seconds=%.2f",
+                        + " catchup_into_next=%d seconds=%.2f",
                 segs.size(), segs.get(0).base, segs.get(segs.size() - 1).end, customCount, customBytes,
                 st.fetches.get(), st.timestampLookups.get(), st.earlyCloses.get(), threads, st.bytes.get(),
-                st.indexChecks.get(), segs.size(), connections, catchUpFetches, catchUpResumed, secs);
+                st.indexChecks.get(), segs.size(), connections, catchUpFetches, catchUpResumed, catchUpIntoNext,
+                secs);
     }
 
     /** {@code java -cp ... BrokerSim <shimClass> <logDir> <topicId> <topic> <partition> <fetches> <threads> -- k=v...} */
