@@ -279,6 +279,42 @@ class ShimClient:
         self.sock.close()
 
 
+class SidecarConnections:
+    """A real ``Sidecar`` for ``manager``, whose chunks decode into a region of ``buffers`` chunk buffers, and
+    connections to it on socket pairs, each served on its own thread as by its socket server; ``close`` ends them
+    all and removes the region's name."""
+
+    def __init__(self, manager: Any, buffers: int, directory: Path) -> None:
+        region = SharedRegion.create(buffers * BS, BS, directory=directory)
+        assert region is not None
+        manager.chunk_buffers = region.pool
+        self.sidecar = Sidecar(manager, region)
+        self.region = region
+        self.threads: list[threading.Thread] = []
+        self.clients: list[ShimClient] = []
+
+    def connect(self, mapped: bool = True) -> ShimClient:
+        """A connection like the shim's; ``mapped``: it tells the sidecar it mapped the region."""
+        ours, theirs = socket.socketpair()
+        ours.settimeout(10)  # a protocol slip must fail the test, not hang it
+        t = threading.Thread(target=self.sidecar.handle_connection, args=(theirs,), daemon=True)
+        t.start()
+        self.threads.append(t)
+        c = ShimClient(ours, self.region.path if mapped else None)
+        if mapped:
+            c.send(wire.OP_SHARED_MEMORY_MAPPED)
+        self.clients.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in self.clients:
+            with contextlib.suppress(OSError):
+                c.close()
+        for t in self.threads:
+            t.join(10)
+        self.region.unlink()
+
+
 @pytest.fixture
 def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[Any]:
     """A real manager with one copied segment (64 KiB chunks) whose chunks decode into a region of two buffers,
@@ -294,24 +330,7 @@ def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    region = SharedRegion.create(2 * BS, BS, directory=tmp_path)
-    assert region is not None
-    m.chunk_buffers = region.pool
-    sidecar = Sidecar(m, region)
-    threads: list[threading.Thread] = []
-    clients: list[ShimClient] = []
-
-    def connect(mapped: bool = True) -> ShimClient:
-        ours, theirs = socket.socketpair()
-        ours.settimeout(10)  # a protocol slip must fail the test, not hang it
-        t = threading.Thread(target=sidecar.handle_connection, args=(theirs,), daemon=True)
-        t.start()
-        threads.append(t)
-        c = ShimClient(ours, region.path if mapped else None)
-        if mapped:
-            c.send(wire.OP_SHARED_MEMORY_MAPPED)
-        clients.append(c)
-        return c
+    connections = SidecarConnections(m, 2, tmp_path)
 
     class Served:
         pass
@@ -321,18 +340,13 @@ def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[
         m,
         meta,
         seg.log.read_bytes(),
-        region.pool,
-        connect,
-        threads,
+        connections.region.pool,
+        connections.connect,
+        connections.threads,
     )
     assert len(s.original) > 8 * BS
     yield s
-    for c in clients:
-        with contextlib.suppress(OSError):
-            c.close()
-    for t in threads:
-        t.join(10)
-    region.unlink()
+    connections.close()
 
 
 def test_references_while_the_region_lasts_then_inline(served: Any) -> None:
@@ -625,36 +639,16 @@ def partition(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterat
     metas = [seg.to_metadata(TIP) for seg in (first, second)]
     for seg, meta in zip((first, second), metas, strict=True):
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    region = SharedRegion.create(8 * BS, BS, directory=tmp_path)
-    assert region is not None
-    m.chunk_buffers = region.pool
-    sidecar = Sidecar(m, region)
-    clients: list[ShimClient] = []
-    threads: list[threading.Thread] = []
-
-    def connect() -> ShimClient:
-        ours, theirs = socket.socketpair()
-        ours.settimeout(10)
-        t = threading.Thread(target=sidecar.handle_connection, args=(theirs,), daemon=True)
-        t.start()
-        threads.append(t)
-        c = ShimClient(ours, region.path)
-        c.send(wire.OP_SHARED_MEMORY_MAPPED)
-        clients.append(c)
-        return c
+    connections = SidecarConnections(m, 8, tmp_path)
 
     class Partition:
         pass
 
     p = Partition()
-    p.manager, p.metas, p.segments, p.pool, p.connect = m, metas, (first, second), region.pool, connect
+    p.manager, p.metas, p.segments, p.connect = m, metas, (first, second), connections.connect
+    p.pool = connections.region.pool
     yield p
-    for c in clients:
-        with contextlib.suppress(OSError):
-            c.close()
-    for t in threads:
-        t.join(10)
-    region.unlink()
+    connections.close()
 
 
 def _read_segment(c: ShimClient) -> tuple[bytes, int, bytes | None]:
