@@ -290,7 +290,7 @@ class Sidecar:
     ) -> tuple[_NextSegment, SegmentStream] | None:
         """The next segment's stream from position 0, when the lookup has finished and found one; else None and
         the stream ends as usual. Never waits: the broker may be waiting for this stream's end."""
-        if looked_up is None or not looked_up.done() or looked_up.cancelled():
+        if looked_up is None or not looked_up.done():  # only the stream's own end cancels it, after this
             return None
         if (failure := looked_up.exception()) is not None:
             log.debug("no stream into the next segment: %s: %s", type(failure).__name__, failure)

@@ -12,7 +12,7 @@ import java.nio.charset.StandardCharsets;
  * One Unix-socket connection to the sidecar with its own read buffer. Blocking channels have no read timeout,
  * so a watchdog closes the channel when {@link #deadlineNanos} passes; the blocked read then fails.
  */
-final class Conn {
+final class Conn implements Wire.FrameSource {
     private static final int BUFFER_SIZE = 256 * 1024;
 
     final SocketChannel channel;
@@ -197,12 +197,14 @@ final class Conn {
         }
     }
 
-    byte readByte() throws IOException {
+    @Override
+    public byte readByte() throws IOException {
         need(1);
         return in.get();
     }
 
-    int readInt() throws IOException {
+    @Override
+    public int readInt() throws IOException {
         need(4);
         return in.getInt();
     }
@@ -212,20 +214,23 @@ final class Conn {
         return in.getLong();
     }
 
-    byte[] readBytes(int n) throws IOException {
+    @Override
+    public byte[] readBytes(int n) throws IOException {
         byte[] out = new byte[n];
         int off = 0;
         while (off < n) off += readSome(out, off, n - off);
         return out;
     }
 
-    String readStr16() throws IOException {
+    @Override
+    public String readStr16() throws IOException {
         need(2);
         int n = in.getShort() & 0xFFFF;
         return new String(readBytes(n), StandardCharsets.UTF_8);
     }
 
-    String readStr32() throws IOException {
+    @Override
+    public String readStr32() throws IOException {
         int n = readInt();
         return n < 0 ? null : new String(readBytes(n), StandardCharsets.UTF_8);
     }

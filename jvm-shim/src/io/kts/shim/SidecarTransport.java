@@ -9,10 +9,8 @@ import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -274,12 +272,29 @@ final class SidecarTransport implements Transport {
         return current;
     }
 
-    static RemoteStorageException remoteError(String op, byte status, Conn c) throws IOException {
+    static RemoteStorageException remoteError(String op, byte status, Wire.FrameSource c) throws IOException {
         String type = c.readStr16();
         String message = c.readStr32();
         String text = Wire.pythonError(type, message);
         if (status == Wire.STATUS_NOT_FOUND) return new RemoteResourceNotFoundException(text);
         return new RemoteStorageException(text);
+    }
+
+    /**
+     * An index entry of a fetchIndex reply or of a next-segment frame: the index's bytes, or, for one the segment
+     * does not have, the not-found message to throw when the broker asks for it.
+     */
+    record IndexEntry(String type, byte[] data, String notFound) {
+    }
+
+    static IndexEntry readIndexEntry(Wire.FrameSource in) throws IOException {
+        String type = in.readStr16();
+        int n = in.readInt();
+        if (n >= 0) return new IndexEntry(type, in.readBytes(n), null);
+        if (n == -1) {
+            return new IndexEntry(type, null, remoteError("fetchIndex(" + type + ")", in.readByte(), in).getMessage());
+        }
+        throw new IOException("protocol error: index entry " + type + " has length " + n);
     }
 
     private static ByteBuffer frame(byte op, Writer body) {
@@ -385,47 +400,22 @@ final class SidecarTransport implements Transport {
             throw new IOException("protocol error: a next-segment frame of " + n + " bytes");
         }
         ByteBuffer b = ByteBuffer.wrap(c.readBytes(n));
+        Wire.FrameSource frame = Wire.frameOf(b);
         String next;
-        List<String[]> notFound = new ArrayList<>(1);
-        Map<String, byte[]> indexes = new LinkedHashMap<>(4);
+        List<IndexEntry> entries = new ArrayList<>(3);
         try {
-            next = str16(b);
-            int count = b.get() & 0xFF;
-            for (int i = 0; i < count; i++) {
-                String type = str16(b);
-                int length = b.getInt();
-                if (length >= 0) {
-                    byte[] data = new byte[length];
-                    b.get(data);
-                    indexes.put(type, data);
-                } else if (length == -1) {  // the segment has no such index: status, type, message
-                    b.get();
-                    String errorType = str16(b);
-                    byte[] message = new byte[b.getInt()];
-                    b.get(message);
-                    notFound.add(new String[] {type, Wire.pythonError(errorType,
-                            new String(message, StandardCharsets.UTF_8))});
-                } else {
-                    throw new IOException("protocol error: index entry " + i + " of a next-segment frame has length "
-                            + length);
-                }
-            }
+            next = frame.readStr16();
+            int count = frame.readByte() & 0xFF;
+            for (int i = 0; i < count; i++) entries.add(readIndexEntry(frame));
         } catch (BufferUnderflowException | NegativeArraySizeException e) {
             throw new IOException("protocol error: a next-segment frame shorter than its contents", e);
         }
         if (b.hasRemaining()) {
             throw new IOException("protocol error: " + b.remaining() + " bytes left in a next-segment frame");
         }
-        indexes.forEach((type, data) -> ahead.hold(mark, next, type, data, null));
-        for (String[] missing : notFound) ahead.hold(mark, next, missing[0], null, missing[1]);
+        for (IndexEntry e : entries) ahead.hold(mark, next, e.type(), e.data(), e.notFound());
         streamsIntoNextSegment.incrementAndGet();
         keep(new SidecarInputStream.Kept(c, next, 0, 0, 0, System.nanoTime(), false));
-    }
-
-    private static String str16(ByteBuffer b) {
-        byte[] s = new byte[b.getShort() & 0xFFFF];
-        b.get(s);
-        return new String(s, StandardCharsets.UTF_8);
     }
 
     long aheadMark() {
@@ -506,20 +496,11 @@ final class SidecarTransport implements Transport {
             int count = c.readByte() & 0xFF;
             byte[] asked = null;
             for (int i = 0; i < count; i++) {
-                String type = c.readStr16();
-                int n = c.readInt();
-                if (n >= 0) {
-                    byte[] data = c.readBytes(n);
-                    if (i == 0) {
-                        asked = data;
-                    } else {
-                        ahead.hold(mark, segment, type, data, null);
-                    }
-                } else if (n == -1 && i > 0) {
-                    String notFound = remoteError("fetchIndex(" + type + ")", c.readByte(), c).getMessage();
-                    ahead.hold(mark, segment, type, null, notFound);
+                IndexEntry e = readIndexEntry(c);
+                if (i == 0) {
+                    asked = e.data();  // the index asked for, if missing, comes as an error status instead
                 } else {
-                    throw new IOException("protocol error: index entry " + i + " of " + count + " has length " + n);
+                    ahead.hold(mark, segment, e.type(), e.data(), e.notFound());
                 }
             }
             if (asked == null) throw new IOException("protocol error: a fetchIndex reply without the index asked for");

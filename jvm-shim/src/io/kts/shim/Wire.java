@@ -68,6 +68,53 @@ final class Wire {
     private Wire() {
     }
 
+    /** What sidecar frames are read from: a connection ({@link Conn}), or a frame already read whole. */
+    interface FrameSource {
+        byte readByte() throws IOException;
+
+        int readInt() throws IOException;
+
+        byte[] readBytes(int n) throws IOException;
+
+        String readStr16() throws IOException;
+
+        /** A string of i32 length, null for length -1. */
+        String readStr32() throws IOException;
+    }
+
+    /** A frame read whole, as a {@link FrameSource}; reading past its end throws BufferUnderflowException. */
+    static FrameSource frameOf(ByteBuffer b) {
+        return new FrameSource() {
+            @Override
+            public byte readByte() {
+                return b.get();
+            }
+
+            @Override
+            public int readInt() {
+                return b.getInt();
+            }
+
+            @Override
+            public byte[] readBytes(int n) {
+                byte[] out = new byte[n];
+                b.get(out);
+                return out;
+            }
+
+            @Override
+            public String readStr16() {
+                return new String(readBytes(b.getShort() & 0xFFFF), StandardCharsets.UTF_8);
+            }
+
+            @Override
+            public String readStr32() {
+                int n = b.getInt();
+                return n < 0 ? null : new String(readBytes(n), StandardCharsets.UTF_8);
+            }
+        };
+    }
+
     private static Method findTxnIdxEmpty() {
         try {
             return RemoteLogSegmentMetadata.class.getMethod("isTxnIdxEmpty");
