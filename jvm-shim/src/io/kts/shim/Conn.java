@@ -37,7 +37,7 @@ final class Conn implements Wire.FrameSource {
     private int skipping;
     long drainingSinceNanos;
 
-    private Conn(SocketChannel channel, int generation, ByteBuffer sharedMemory) {
+    Conn(SocketChannel channel, int generation, ByteBuffer sharedMemory) {
         this.channel = channel;
         this.generation = generation;
         this.sharedMemory = sharedMemory;
