@@ -118,7 +118,7 @@ final class Conn implements Wire.FrameSource {
             if (n == Wire.STREAM_NEXT_SEGMENT) {  // the stream went on into the next segment: skip the frame
                 if (incomplete(4, start)) return DRAIN_PENDING;
                 skipping = in.getInt();
-                if (skipping < 0 || skipping > Wire.NEXT_SEGMENT_MAX_BYTES) return DRAIN_FAILED;
+                if (!Wire.isNextSegmentFrameLength(skipping)) return DRAIN_FAILED;
             } else if (n == Wire.PIECE_SHARED) {
                 if (incomplete(12, start)) return DRAIN_PENDING;
                 in.position(in.position() + 12);

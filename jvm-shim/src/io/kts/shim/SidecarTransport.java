@@ -396,7 +396,7 @@ final class SidecarTransport implements Transport {
      */
     void nextSegment(Conn c, long mark) throws IOException {
         int n = c.readInt();
-        if (n < 0 || n > Wire.NEXT_SEGMENT_MAX_BYTES) {
+        if (!Wire.isNextSegmentFrameLength(n)) {
             throw new IOException("protocol error: a next-segment frame of " + n + " bytes");
         }
         ByteBuffer b = ByteBuffer.wrap(c.readBytes(n));

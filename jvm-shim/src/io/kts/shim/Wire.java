@@ -58,6 +58,11 @@ final class Wire {
     /** The largest next-segment frame: three indexes of at most 1 MiB each (INDEX_AHEAD_MAX_BYTES), and names. */
     static final int NEXT_SEGMENT_MAX_BYTES = 3 * (1 << 20) + 4096;
 
+    /** Whether {@code n}, read as a next-segment frame's length, is one the sidecar can send. */
+    static boolean isNextSegmentFrameLength(int n) {
+        return n >= 0 && n <= NEXT_SEGMENT_MAX_BYTES;
+    }
+
     static final byte STATUS_OK = 0;
     static final byte STATUS_NOT_FOUND = 1;
     static final byte STATUS_ERROR = 2;
