@@ -12,8 +12,10 @@ gone.
 
 The whole region is allocated and mapped in here at start (``posix_fallocate``, ``MAP_POPULATE``), not as
 fetches first write each page: a first write costs a page allocation and a fault per 4 KiB, ten times the
-decode of a compressible chunk, and it would land on a broker fetch. (The shim maps it lazily: a JVM touching
-every page at start would keep all of it resident for each dead sidecar until a GC drops the old mapping.)
+decode of a compressible chunk, and it would land on a broker fetch. (The shim maps it without touching it:
+the pages exist already, so the broker's first read of one costs only a minor fault, and the kernel maps its
+neighbours along with it. Touching them in the JVM would not change what stays resident either: pages of a
+file on tmpfs stay in memory while any mapping of the file is left, touched or not.)
 Allocating up front also means a ``/dev/shm`` too small for the region (64 MiB in a default Docker container)
 shrinks it at start, with a warning, instead of killing the sidecar with SIGBUS on the first fetch that writes
 past the free space.
