@@ -36,7 +36,7 @@ from backends.configdef import ConfigDef, ConfigKey
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
-log = logging.getLogger("backends.gcs")
+log = logging.getLogger(__name__)
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"

@@ -38,7 +38,7 @@ from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
-log = logging.getLogger("backends.s3")
+log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639

@@ -72,7 +72,7 @@ from rsm.metrics.recorders import BackendRecorder, RsmRecorder
 from rsm.metrics.snapshot import Pulled, as_dict, collect
 from rsm.metrics.sources import fetch_path_sources
 
-log = logging.getLogger("rsm")
+log = logging.getLogger(__name__)
 register_known_keys(METRICS_CONFIG_DEF)
 
 PLANNING_WAIT_S = 1.0

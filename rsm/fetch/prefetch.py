@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 
 from rsm.fetch.chunk_cache import MAX_RUN_CHUNKS, ChunkCache, SegmentSource
 
-log = logging.getLogger("rsm.prefetch")
+log = logging.getLogger(__name__)
 
 NextSegment = Callable[[SegmentSource], "SegmentSource | None"]
 

@@ -34,7 +34,7 @@ from rsm.jvm import codec as wire
 from rsm.metadata import LogSegmentData
 from rsm.metrics.snapshot import manager_rows, to_lines
 
-log = logging.getLogger("rsm.jvm.inprocess")
+log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 SCRATCH = 64 * 1024  # results up to this size go through the calling thread's scratch buffer

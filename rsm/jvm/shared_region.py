@@ -33,7 +33,7 @@ from pathlib import Path
 
 from chunking.buffer_pool import ChunkBufferPool
 
-log = logging.getLogger("rsm.jvm.sidecar")
+log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"^kts-sidecar-(\d+)-[0-9a-f]+\.shm$")

@@ -61,7 +61,7 @@ from rsm.jvm.shared_region import SharedRegion
 from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.snapshot import manager_rows, to_lines
 
-log = logging.getLogger("rsm.jvm.sidecar")
+log = logging.getLogger(__name__)
 
 FIRST_CHUNK = 64 * 1024  # the broker usually reads ~1 MiB and closes: answer fast, then stream in big chunks
 CHUNK = 1024 * 1024
@@ -721,4 +721,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m`` runs this file as ``__main__``: run the importable module instead, as the shim does, so
+    # that its log lines carry the logger name ``rsm.jvm.sidecar`` and not ``__main__``.
+    from rsm.jvm import sidecar as _importable
+
+    sys.exit(_importable.main())
