@@ -351,7 +351,14 @@ class S3Backend(CloudBackend):
         return f"S3 bucket {self.bucket!r}"
 
     # --- error classification ---------------------------------------------------------------------
-    def _classify(self, e: BaseException) -> ErrorKind:
+    CONTAINER_MISSING = frozenset({"NoSuchBucket"})
+
+    def _error_code(self, e: BaseException) -> str:
+        from botocore.exceptions import ClientError
+
+        return str(e.response.get("Error", {}).get("Code", "")) if isinstance(e, ClientError) else ""
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
         from botocore.exceptions import (
             ClientError,
             ConnectionError,

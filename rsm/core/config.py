@@ -27,6 +27,18 @@ AIVEN_MEMORY_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunk
 AIVEN_DISK_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache"
 CHUNK_CACHE_CLASSES = (AIVEN_MEMORY_CHUNK_CACHE, AIVEN_DISK_CHUNK_CACHE)
 
+
+def relative_key_prefix(_key: str, prefix: str) -> str | None:
+    """The validator of ``key.prefix``: a prefix no store can hold keys under (../, /x, a//b) fails configure()
+    instead of every copy."""
+    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
+    if prefix and (
+        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
+    ):
+        return "it must be a relative '/'-separated path without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
+    return None
+
+
 CORE = ConfigDef().extend(
     [
         ConfigKey(
@@ -45,7 +57,13 @@ CORE = ConfigDef().extend(
             "StorageBackend. Its own keys start with storage.",
             valid_values=ALLOWED_DOC,
         ),
-        ConfigKey("key.prefix", "string", "", "Prefix of every object key, e.g. 'tiered/cluster-1/'."),
+        ConfigKey(
+            "key.prefix",
+            "string",
+            "",
+            "Prefix of every object key, e.g. 'tiered/cluster-1/'.",
+            validator=relative_key_prefix,
+        ),
         ConfigKey("key.prefix.mask", "boolean", False, "Hide the key prefix in log and error messages."),
         ConfigKey(
             "compression.enabled",
@@ -304,18 +322,6 @@ def _read_pem(key: str, path: str) -> bytes:
         ) from None
 
 
-def _check_key_prefix(prefix: str) -> None:
-    """Refuse a prefix no store can hold keys under (../, /x, a//b): configure() fails instead of every copy."""
-    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
-    if prefix and (
-        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise ConfigException(
-            f"Invalid value {prefix!r} for configuration key.prefix: it must be a relative '/'-separated path "
-            f"without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
-        )
-
-
 @dataclass(frozen=True)
 class RsmConfig:
     values: dict[str, Any]
@@ -339,7 +345,6 @@ class RsmConfig:
                 "Invalid value true for configuration compression.heuristic.enabled: it requires "
                 "compression.enabled=true"
             )
-        _check_key_prefix(values["key.prefix"])
         pairs: list[KeyPairSource] = []
         if values["encryption.enabled"]:
             active = values["encryption.key.pair.id"]
