@@ -31,8 +31,9 @@ from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
+from rsm.jvm.seams import ManagerCapabilities
 from rsm.metadata import LogSegmentData
-from rsm.metrics.snapshot import manager_rows, to_lines
+from rsm.metrics.snapshot import to_lines
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def define_bridge() -> dict[str, Any]:
     class Session:
         def __init__(self, manager: Any) -> None:
             self.manager = manager
+            self.capabilities = ManagerCapabilities.of(manager)
 
         @JOverride
         def scratch(self) -> Any:
@@ -260,7 +262,7 @@ def define_bridge() -> dict[str, Any]:
         def metrics(self) -> Any:
             pin_thread_state()
             try:
-                return byte_array(to_lines(manager_rows(self.manager)))
+                return byte_array(to_lines(self.capabilities.metrics_rows()))
             except Exception as e:
                 raise _java_error(e) from None
 
