@@ -311,6 +311,10 @@ class RemoteStorageManager:
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 
+    def thread_pools(self) -> dict[str, dict[str, float]]:
+        """The plugin's pools, keyed by name, with Aiven's thread-pool metric names."""
+        return self._wired.pools.stats() if self._wired is not None else {}
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """A snapshot for Python users: JMX ObjectName -> attribute -> value, Aiven's names."""
         return as_dict(self.metrics_snapshot())
