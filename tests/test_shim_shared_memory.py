@@ -25,11 +25,12 @@ import jvm_testing as jt
 import pytest
 from conftest import TIP, damage_stored_index, wait_until
 
+from rsm.errors import RemoteStorageException
 from rsm.jvm import codec as wire
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SHM_DIR, SharedRegion, SharedRegionBuffers, remove_stale
 from rsm.jvm.sidecar import Sidecar
-from rsm.metadata import BROKER_INDEX_SET
+from rsm.metadata import BROKER_INDEX_SET, IndexType
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 BS = 65536
@@ -139,6 +140,48 @@ def test_create_is_disabled_when_the_space_cannot_be_allocated(
 def test_create_is_disabled_without_the_directory(tmp_path: Path) -> None:
     assert SharedRegion.create(4 * BS, BS, directory=tmp_path / "missing") is None
     assert not (tmp_path / "missing").exists()
+
+
+# --- the region goes in before configure() -----------------------------------------------------------------------
+
+
+def test_the_region_is_made_when_the_read_path_asks_and_caps_the_memory_tier(tmp_path: Path, make_manager: Any) -> None:
+    """The sidecar's region goes in through ``use_chunk_buffers`` before ``configure()``, which asks for buffers of
+    its chunk size: the chunk cache decodes into the region, and its memory tier keeps at most half of it (it
+    decodes ahead a quarter of its configured size, as when the tier was shrunk after the fact)."""
+    shared = SharedRegionBuffers(8 * BS, tmp_path)
+    m = make_manager(chunk_size=BS, fetch_chunk_cache_size=64 * BS, chunk_buffers=shared)
+    assert shared.region is not None and shared.region.path.parent == tmp_path
+    assert m.chunk_buffers is shared.region.pool and shared.region.pool.region_buffers == 8
+    assert m.chunk_cache.memory.capacity == 4 * BS
+    assert m.chunk_cache.decode_ahead_bytes == 16 * BS
+    with pytest.raises(RemoteStorageException, match="before configure"):
+        m.use_chunk_buffers(shared)
+    shared.discard()
+    assert shared.region is None and list(tmp_path.glob("kts-sidecar-*.shm")) == []
+
+
+def test_without_a_region_the_manager_decodes_into_its_own_buffers(tmp_path: Path, make_manager: Any) -> None:
+    """0 bytes (or a /dev/shm too small): no region, no cap on the memory tier."""
+    shared = SharedRegionBuffers(0, tmp_path)
+    m = make_manager(chunk_size=BS, fetch_chunk_cache_size=64 * BS, chunk_buffers=shared)
+    assert shared.region is None and list(tmp_path.glob("kts-sidecar-*.shm")) == []
+    assert m.chunk_buffers.region_buffers == 0 and m.chunk_cache.memory.capacity == 64 * BS
+
+
+def test_the_transports_find_what_a_manager_offers_once(make_manager: Any) -> None:
+    """``ManagerCapabilities.of``: the plugin's manager offers every optional call; a minimal one (KIP-405 only)
+    none, and the transport then does without: ``fetch_index`` for the indexes sent ahead, no metrics."""
+    full = ManagerCapabilities.of(make_manager())
+    for name in ("indexes_ahead", "segments_ahead", "resumed_fetches", "metrics", "metrics_settings", "chunk_buffers"):
+        assert getattr(full, name) is full.manager, name
+    assert full.metrics_rows() and full.setting("metrics.prometheus.port") is None
+    minimal = ManagerCapabilities.of(jt.InMemoryIndexManager())
+    assert (minimal.indexes_ahead, minimal.segments_ahead, minimal.resumed_fetches) == (None, None, None)
+    assert (minimal.metrics, minimal.metrics_settings, minimal.chunk_buffers) == (None, None, None)
+    assert minimal.metrics_rows() == [] and minimal.setting("metrics.prometheus.port") is None
+    with minimal.fetch_index_ahead(None, IndexType.OFFSET) as f:  # type: ignore[arg-type]
+        assert f.read() == jt.InMemoryIndexManager.INDEX
 
 
 def test_remove_stale_removes_only_files_of_dead_sidecars(tmp_path: Path) -> None:
