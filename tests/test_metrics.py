@@ -3,6 +3,7 @@ through a real proxy, the Prometheus endpoint scraped over HTTP, and the generat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 import urllib.request
@@ -476,6 +477,21 @@ def test_gcs_and_azure_beans_mirror_the_backend_counters(
     timed = [k[: -len("-requests")] for k in requests]
     for op in timed:  # every operation that ran has its latency percentiles
         check_percentiles(bean, f"{op}-time")
+
+
+def test_every_failed_copy_is_counted(make_manager: Callable[..., Any], segment_factory: Any, tmp_path: Path) -> None:
+    """A copy the broker asked for and that failed counts in segment-copy-errors whatever the cause, a segment file
+    that is gone included (it fails before anything is uploaded): KtsCopyErrors alerts on this counter."""
+    m = make_manager(DETERMINISTIC)
+    seg = segment_factory(target_bytes=100_000, seed=37)
+    data = seg.to_log_segment_data()
+    gone = dataclasses.replace(data, log_segment=tmp_path / "deleted-by-retention.log")
+    with pytest.raises(RemoteStorageException, match="does not exist"):
+        m.copy_log_segment_data(seg.to_metadata(TIP), gone)
+    snap = m.metrics()
+    assert snap[RSM]["segment-copy-errors-total"] == 1
+    assert snap[f"{RSM},topic=orders,partition=7"]["segment-copy-errors-total"] == 1
+    assert snap[RSM]["object-upload-total"] == 0
 
 
 def _scrape_text(host: str, port: int) -> str:
