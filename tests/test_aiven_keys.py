@@ -320,3 +320,12 @@ def test_an_aiven_file_with_every_honoured_key_checks_clean(
     assert "ignored (0):" in out and "different from Aiven's plugin" not in out and "change these" not in out
     honoured = out.split("ignored (", 1)[0]
     assert all(f"  {k}\n" in honoured for k in props if k.startswith("rsm.config."))
+
+
+def test_the_generated_table_shows_every_key() -> None:
+    table = aiven_docs_markdown()
+    for aiven in AIVEN_KEYS:
+        assert f"| `{aiven.where}{aiven.name}` | `{aiven.aiven_default}` | {aiven.support.value} |" in table
+    assert table.startswith("76 keys: 58 honoured, 7 honoured differently, 11 not supported.")
+    docs = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert table in docs.read_text()

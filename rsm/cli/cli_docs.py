@@ -29,6 +29,6 @@ def cli_docs_markdown(root: click.Group, name: str = "kts") -> str:
     """One row per visible command: its usage and the first paragraph of its help (options: ``--help``)."""
     lines = ["| command | what it does |", "|---|---|"]
     for usage, summary in _rows(root, [name]):
-        cell = summary.replace("|", "\\|")
+        cell = summary.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
         lines.append(f"| `{usage}` | {cell} |")
     return "\n".join(lines)
