@@ -31,13 +31,10 @@ class NothingMatched(click.ClickException):
 
 @dataclass(frozen=True)
 class Scope:
+    """Everything (no topic), a topic, or one partition of it."""
+
     topic: str | None = None
     partition: int | None = None
-
-    def __str__(self) -> str:
-        if self.topic is None:
-            return "everything"
-        return self.topic if self.partition is None else f"{self.topic}/{self.partition}"
 
 
 def _topic(name: str, text: str, param: str) -> str:

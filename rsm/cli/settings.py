@@ -117,7 +117,7 @@ def backend_short_name(backend_class: str) -> str | None:
 
 
 def store_label(config: RsmConfig | Mapping[str, Any]) -> str:
-    """ "S3 bucket 'tiered'", "storage.root /var/lib/t"...: where a command looked, for its messages."""
+    """Where a command looked, for its messages: "S3 bucket 'tiered'", "storage.root /var/lib/t"..."""
     configs = config.raw if isinstance(config, RsmConfig) else config
     backend = str(configs.get("storage.backend.class") or "filesystem")
     short = backend_short_name(backend)
