@@ -277,6 +277,25 @@ def test_ls_and_inspect_need_no_private_key(
     assert rc == 2 and "not-on-this-host.pem" in err
 
 
+# --- row 8: Aiven's documented values mean the same here --------------------------------------------------------
+
+
+def test_aivens_minus_one_is_accepted_as_aiven_documents_it(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unbounded = ["fetch.chunk.cache.retention.ms=-1", "fetch.chunk.cache.size=-1", "fetch.manifest.cache.size=-1"]
+    props = read_properties(demo)
+    props.update({f"rsm.config.{kv.split('=')[0]}": kv.split("=")[1] for kv in unbounded})
+    props["rsm.config.python.executable"] = sys.executable
+    write_properties(demo.parent / "aiven-values.properties", props)
+    rc, out, err = kts(["config", "check", str(demo.parent / "aiven-values.properties")], capsys)
+    assert rc == 0, err
+    assert "rsm.config.fetch.chunk.cache.size=-1: unbounded, as in Aiven's plugin" in out
+    sets = [arg for kv in unbounded for arg in ("--set", kv)]
+    rc, out, err = kts(["verify", "--config", str(demo), *sets], capsys)
+    assert rc == 0 and "0 damaged objects" in out, err
+    rc, _, err = kts(["ls", "--config", str(demo), "--set", "fetch.chunk.cache.retention.ms=-2"], capsys)
+    assert rc == 2 and "value must be at least 1, or -1 (no expiry)" in err
+
+
 # --- row 9: cat prints ISO 8601 times with Z, and null as null, the same in text and JSON --------------------------
 
 
