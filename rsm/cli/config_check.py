@@ -225,6 +225,7 @@ def _value_notes(configs: Mapping[str, Any], notes: list[str]) -> None:
 
 
 def check_broker_properties(props: dict[str, str]) -> CheckResult:
+    """Everything a file can be checked for wherever it is read (see ``check_interpreter_here`` for the rest)."""
     configs = {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
     unknown = {u.key: u for u in unknown_keys(configs)}
     differences = aiven_differences(configs, PLUGIN)
@@ -254,9 +255,14 @@ def check_broker_properties(props: dict[str, str]) -> CheckResult:
     _key_pairs(configs, result.errors)
     _backend(configs, result.errors, result.notes)
     _other_parts(configs, result.errors)
-    _interpreter(configs, result)
     _value_notes(configs, result.notes)
     return result
+
+
+def check_interpreter_here(props: dict[str, str], result: CheckResult) -> None:
+    """The host-bound part of the check, which ``kts config check`` adds when it runs where the broker does: can
+    the configured interpreter (or python3 on this PATH) start the sidecar?"""
+    _interpreter({k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}, result)
 
 
 def connect(props: dict[str, str]) -> str:
@@ -281,6 +287,7 @@ def config_check_command(file: str, reach: bool) -> int:
     backend, the interpreter, keys nothing reads, Aiven keys that differ here, and the lines to change."""
     props = read_properties(file)
     result = check_broker_properties(props)
+    check_interpreter_here(props, result)
     if reach:
         try:
             result.notes.append(connect(props))
