@@ -40,7 +40,7 @@ def _frame(data: bytes, content_size: bool) -> bytes:
 
 def _inflated(data: bytes, cap: int) -> bytes | type[DecompressionLimitExceeded]:
     try:
-        return LogBatchDecoder(ReadBounds(), max_decompressed=cap)._inflate(CompressionType.ZSTD, memoryview(data))
+        return LogBatchDecoder(ReadBounds(), max_decompressed=cap).inflate(CompressionType.ZSTD, memoryview(data))
     except DecompressionLimitExceeded:
         return DecompressionLimitExceeded
 

@@ -278,7 +278,7 @@ class LogBatchDecoder:
             self._append_v2_native(entry, body, header, out, position)  # one copy, no decompress() copy
             return True
         try:
-            payload = self._inflate(header.compression, body)
+            payload = self.inflate(header.compression, body)
         except DecompressionLimitExceeded as exc:
             raise CorruptRecordBatch(str(exc), position) from None
         except Exception as exc:  # codec libraries raise assorted types
@@ -289,7 +289,7 @@ class LogBatchDecoder:
             self._append_v2(payload, header.records_count, header, out)
         return True
 
-    def _inflate(self, codec: int, body: memoryview) -> bytes:
+    def inflate(self, codec: int, body: memoryview) -> bytes:
         """The records section of a compressed batch, inflated under ``max_decompressed``.
 
         zstd, the codec most producers pick, is inflated here with one decompression context per decoder, read
