@@ -33,7 +33,14 @@ from pyspark.sql.datasource import (
 
 from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds, SegmentSlice
-from rsm.spark.reader import HEADERS_COLUMN, KAFKA_COLUMNS, manager_for, read_slice_columns, to_record_batch
+from rsm.spark.reader import (
+    HEADERS_COLUMN,
+    KAFKA_COLUMNS,
+    arrow_field,
+    manager_for,
+    read_slice_columns,
+    to_record_batch,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,17 +55,6 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 REDACTION_CONF = "spark.sql.redaction.options.regex"
 #: Option keys whose values Spark must mask in plans and the UI (Spark's own default masks only ``url``).
 REDACTION_REGEX = "(?i)url|secret|password|passphrase|private|token|credential|access.key|sas|connection.string"
-#: Each column's type as Spark writes it (``DataType.simpleString()``), to check a schema the user gives.
-SPARK_TYPES = {
-    "key": "binary",
-    "value": "binary",
-    "topic": "string",
-    "partition": "int",
-    "offset": "bigint",
-    "timestamp": "timestamp",
-    "timestampType": "int",
-    HEADERS_COLUMN: "array<struct<key:string,value:binary>>",
-}
 
 
 def requested_columns(schema: Any, include_headers: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -70,6 +66,8 @@ def requested_columns(schema: Any, include_headers: bool) -> tuple[tuple[str, ..
     schema, and only those are built and shipped. Names match case-insensitively, as Spark's columns do; types
     must be the Kafka source's.
     """
+    from pyspark.sql.pandas.types import from_arrow_type
+
     known = {c.lower(): c for c in (*KAFKA_COLUMNS, HEADERS_COLUMN)}
     columns: list[str] = []
     names: list[str] = []
@@ -78,15 +76,16 @@ def requested_columns(schema: Any, include_headers: bool) -> tuple[tuple[str, ..
         if column is None:
             raise ReadOptionsError(
                 f"column {f.name!r} of the given schema is not a column of the Kafka source; its columns are "
-                f"{', '.join(SPARK_TYPES)}"
+                f"{', '.join(known.values())}"
             )
         if column in columns:
             raise ReadOptionsError(f"column {f.name!r} appears twice in the given schema")
-        given = f.dataType.simpleString() + ("" if f.nullable else " NOT NULL")
-        if given != SPARK_TYPES[column]:
+        expected = from_arrow_type(arrow_field(column).type)  # the type the batches carry, as Spark names it
+        if f.dataType != expected or not f.nullable:
+            given = f.dataType.simpleString() + ("" if f.nullable else " NOT NULL")
             raise ReadOptionsError(
-                f"column {f.name!r} of the given schema must be {SPARK_TYPES[column]} (nullable), as in Spark's "
-                f"Kafka source, not {given}"
+                f"column {f.name!r} of the given schema must be {expected.simpleString()} (nullable), as in "
+                f"Spark's Kafka source, not {given}"
             )
         columns.append(column)
         names.append(f.name)
@@ -136,11 +135,7 @@ class KafkaTieredReader(DataSourceReader):
         if piece is None:
             return
         manager = manager_for(self.opts.plugin_config)
-        if self.columns is None:
-            for cols in read_slice_columns(manager, piece, self.opts, self.pushed):
-                yield to_record_batch(cols, piece.topic, piece.partition)
-            return
-        columns, names = self.columns
+        columns, names = self.columns or (None, None)
         for cols in read_slice_columns(manager, piece, self.opts, self.pushed, columns=columns):
             yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
 

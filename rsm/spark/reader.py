@@ -33,10 +33,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "HEADERS_COLUMN",
     "KAFKA_COLUMNS",
     "ReadStats",
     "SkippedBatch",
     "TieredReader",
+    "arrow_field",
     "manager_for",
     "read_slice_columns",
     "to_record_batch",
@@ -212,7 +214,8 @@ HEADERS_COLUMN = "headers"
 
 
 @cache
-def _field(name: str) -> pa.Field:
+def arrow_field(name: str) -> pa.Field:
+    """A Kafka source column's Arrow field, as the batches carry it (Spark's type for it follows from it)."""
     import pyarrow as pa
 
     types = {
@@ -232,7 +235,7 @@ def _field(name: str) -> pa.Field:
 def _schema(columns: tuple[str, ...], names: tuple[str, ...]) -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema([_field(c).with_name(n) for c, n in zip(columns, names, strict=True)])
+    return pa.schema([arrow_field(c).with_name(n) for c, n in zip(columns, names, strict=True)])
 
 
 def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
@@ -255,7 +258,7 @@ def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
     if name == "timestampType":
         return pa.array(cols.timestamp_types, pa.int32())
     if name == HEADERS_COLUMN and cols.headers is not None:
-        return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in cols.headers], _field(name).type)
+        return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in cols.headers], arrow_field(name).type)
     raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
 
 
