@@ -7,7 +7,7 @@ filesystem backend):
 - ``fetch path``: ``fetch_log_segment`` read to the end (bytes only, the ceiling for any tiered reader);
 - ``bare reader``: :class:`rsm.spark.reader.TieredReader` columns (fetch + decode), and the same plus the
   Arrow record batches Spark receives;
-- Spark ``local[2]``, each query run over three sources in the same session, alternating, after a warm-up of each:
+- Spark ``local[2]``, each query run over these sources in the same session, alternating, after a warm-up of each:
 
   - ``kafka-tiered``: ``spark.read.format("kafka-tiered")`` over the tiered segments; with ``--pruned`` also
     the same source given only the query's columns as its schema (``.schema("value binary")``), since
@@ -26,8 +26,8 @@ filesystem backend):
   ``nothing`` (a pushed ``offset < 0`` that prunes every segment and every row group: the fixed cost of a query).
 
 Prints seconds and records/s with the ratios the issue sets, all measured in this run: Spark / bare reader
-(targets: >= 0.5 uncompressed, >= 0.85 zstd) and Spark / Parquet copy (target >= 0.5), with the same ratios
-net of the fixed cost of a query (the per-row cost).
+(targets: >= 0.5 uncompressed, >= 0.85 zstd), also net of the fixed cost of a query (the per-row cost), and
+each source against the Parquet copy (target for kafka-tiered: >= 0.5).
 
     .venv/bin/python benchmarks/bench_spark.py [--segments 4] [--segment-mib 16] [--codec zstd] [--reps 3]
         [--rows-per-batch N] [--pruned]
