@@ -46,7 +46,6 @@ from rsm.core.manifest import (
     IntegrityRecord,
     SegmentIndexEntry,
     SegmentManifest,
-    metadata_from_json,
     metadata_to_json,
 )
 from rsm.core.object_keys import SegmentKeys, main_path, mask, segment_keys
@@ -485,20 +484,7 @@ class RemoteStorageManager:
     def segment_metadata(self, segment: TieredSegment) -> RemoteLogSegmentMetadata:
         """The broker's metadata of a listed segment, from its manifest (for tools, prefetch and Spark)."""
         manifest = self.fetch_manifest(segment.metadata_stub())
-        recorded = manifest.remote_log_segment_metadata
-        if recorded is None:
-            raise CorruptDataException(
-                f"manifest {self._show(segment.keys.manifest)} carries no remoteLogSegmentMetadata; it was not "
-                f"written by a plugin that records it, so the segment's offsets are unknown"
-            )
-        try:
-            meta = metadata_from_json(recorded, manifest.chunk_index.original_file_size)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptDataException(
-                f"manifest {self._show(segment.keys.manifest)} has a malformed remoteLogSegmentMetadata: "
-                f"{type(e).__name__}: {e}"
-            ) from None
-        return meta
+        return manifest.recorded_metadata(f"manifest {self._show(segment.keys.manifest)}")
 
     def catalog(self) -> SegmentCatalog:
         """The tiered segments under the configured ``key.prefix``."""
