@@ -317,7 +317,11 @@ class RemoteStorageManager:
         config = self.config
         keys = segment_keys(config["key.prefix"], meta)
         tip = meta.topic_id_partition
-        self._check_inputs(meta, data)
+        try:
+            self._check_inputs(meta, data)
+        except RemoteStorageException:  # nothing uploaded yet, but a failed copy all the same (segment-copy-errors)
+            self.rsm_metrics.segment_copy_failed(tip.topic, tip.partition)
+            raise
         uploaded: list[str] = []
         started = time.monotonic()
         try:
