@@ -351,6 +351,32 @@ def test_pushed_filters_give_the_same_rows(spark: SparkSession, fs_store: Store)
     assert expected and _rows(df) == expected
 
 
+def test_a_schema_of_some_columns_reads_only_those(spark: SparkSession, fs_store: Store) -> None:
+    config, ds = fs_store
+    # Spark tells a Python data source nothing about the columns a query uses; a schema naming them is the way.
+    df = spark.read.format("kafka-tiered").schema("Offset long, VALUE binary, partition int").options(**config)
+    df = df.load(topic="orders,payments", maxSliceBytes="16384")
+    assert df.columns == ["Offset", "VALUE", "partition"]
+    got = sorted((r.partition, r.Offset, None if r.VALUE is None else bytes(r.VALUE)) for r in df.collect())
+    assert got == sorted((r[3], r[4], r[1]) for r in ds.rows)
+    headers = spark.read.format("kafka-tiered").schema("offset long, headers array<struct<key:string,value:binary>>")
+    rows = headers.options(**config).load(topic="orders").collect()  # naming headers asks for them
+    expected = sorted((r[4], r[7]) for r in ds.rows if r[2] == "orders")
+    assert any(h for _, h in expected)
+    assert (
+        sorted((r.offset, [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers]) for r in rows)
+        == expected
+    )
+    for schema, needle in [
+        ("nope binary", "'nope' of the given schema is not a column"),
+        ("value string", "must be binary"),
+        ("offset long NOT NULL", "NOT NULL"),
+        ("key binary, KEY binary", "appears twice"),
+    ]:
+        with pytest.raises(Exception, match=needle):
+            spark.read.format("kafka-tiered").schema(schema).options(**config).load(topic="orders").collect()
+
+
 def test_secrets_stay_out_of_plans_and_reprs(
     spark: SparkSession, fs_store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,7 +18,7 @@ from encryption.errors import KeyRingError
 from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.config import RsmConfig
-from rsm.core.manifest import MAX_MANIFEST_SIZE, EncryptionMetadata, SegmentManifest, metadata_from_json
+from rsm.core.manifest import MAX_MANIFEST_SIZE, EncryptionMetadata, SegmentManifest
 from rsm.core.object_keys import SegmentKeys, mask, segment_keys
 from rsm.errors import (
     ConfigException,
@@ -118,19 +118,7 @@ class ManifestStore:
     def segment_metadata(self, segment: TieredSegment) -> RemoteLogSegmentMetadata:
         """The broker's metadata of a listed segment, from its manifest."""
         manifest = self.manifest(segment.metadata_stub())
-        recorded = manifest.remote_log_segment_metadata
-        if recorded is None:
-            raise CorruptDataException(
-                f"manifest {self.show(segment.keys.manifest)} carries no remoteLogSegmentMetadata; it was not "
-                f"written by a plugin that records it, so the segment's offsets are unknown"
-            )
-        try:
-            return metadata_from_json(recorded, manifest.chunk_index.original_file_size)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptDataException(
-                f"manifest {self.show(segment.keys.manifest)} has a malformed remoteLogSegmentMetadata: "
-                f"{type(e).__name__}: {e}"
-            ) from None
+        return manifest.recorded_metadata(f"manifest {self.show(segment.keys.manifest)}")
 
     def forget(self, manifest_key: str) -> None:
         """The segment was copied (maybe again), re-wrapped or deleted: its cached manifest is stale."""

@@ -71,7 +71,11 @@ class SegmentObjects:
         config = self.config
         keys = self.manifests.keys(meta)
         tip = meta.topic_id_partition
-        self._check_inputs(meta, data)
+        try:
+            self._check_inputs(meta, data)
+        except RemoteStorageException:  # nothing uploaded yet, but a failed copy all the same (segment-copy-errors)
+            self.recorder.segment_copy_failed(tip.topic, tip.partition)
+            raise
         uploaded: list[str] = []
         started = time.monotonic()
         try:

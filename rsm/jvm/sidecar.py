@@ -38,6 +38,7 @@ from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SharedRegion, SharedRegionBuffers
 from rsm.jvm.sidecar_streams import CHUNK, SidecarStreams, index_bytes, log_failure, recv_exact, send_parts
 from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.metrics.sidecar_health import SidecarHealth
 from rsm.metrics.snapshot import to_lines
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,13 @@ class Sidecar:
     """Answers the shim's requests with the manager that ``capabilities`` describes; one instance per process.
     ``region`` is the shared memory the manager decodes into, when there is one."""
 
-    def __init__(self, capabilities: ManagerCapabilities, region: SharedRegion | None = None) -> None:
+    def __init__(
+        self, capabilities: ManagerCapabilities, region: SharedRegion | None = None, health: SidecarHealth | None = None
+    ) -> None:
         self.capabilities = capabilities
         self.manager = capabilities.manager
         self.region = region
+        self.health = health or SidecarHealth()
         self.stop = threading.Event()
         self.streams = SidecarStreams(capabilities)
 
@@ -75,6 +79,7 @@ class Sidecar:
                 if op == wire.OP_CANCEL_STREAM:
                     continue  # the stream it was meant for had already ended: nothing to stop
                 self.dispatch(sock, op, body, view, shared)
+                self.health.replied()
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             return  # the shim closed a stream early or the broker went away: nothing to answer
         except wire.WireError as e:
@@ -206,19 +211,21 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _start_prometheus(capabilities: ManagerCapabilities) -> Any:
-    """The optional Prometheus endpoint (``metrics.prometheus.port``) on 127.0.0.1; its port is logged."""
+def _start_prometheus(capabilities: ManagerCapabilities, health: SidecarHealth) -> Any:
+    """The optional Prometheus endpoint (``metrics.prometheus.port`` on ``metrics.prometheus.host``): the
+    manager's metrics and the sidecar's own row; its address is logged."""
     port = capabilities.setting("metrics.prometheus.port")
     if port is None:
         return None
+    host = capabilities.setting("metrics.prometheus.host") or "127.0.0.1"
     from rsm.metrics.prometheus import serve
 
     try:
-        server, _thread = serve(capabilities.metrics_rows, int(port))
+        server, _thread = serve(lambda: capabilities.metrics_rows() + health.rows(), int(port), host)
     except OSError as e:  # a taken port must not stop tiering: say so loudly and go on without the endpoint
-        log.error("metrics.prometheus.port=%s: cannot listen on 127.0.0.1:%s: %s", port, port, e)
+        log.error("metrics.prometheus.port=%s: cannot listen on %s:%s: %s", port, host, port, e)
         return None
-    log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", server.server_port)
+    log.info("Prometheus metrics on http://%s:%d/metrics", host, server.server_port)
     return server
 
 
@@ -226,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
+    parser.add_argument("--starts", type=int, default=1, help="sidecars the shim started so far, this one included")
+    parser.add_argument("--restart-failures", type=int, default=0, help="restarts of the shim that failed so far")
     args = parser.parse_args(argv)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -271,8 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 4
 
     region = shared.region
-    prometheus = _start_prometheus(capabilities)
-    sidecar = Sidecar(capabilities, region)
+    health = SidecarHealth(max(1, args.starts), max(0, args.restart_failures))
+    prometheus = _start_prometheus(capabilities, health)
+    sidecar = Sidecar(capabilities, region, health)
     path = args.socket
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
