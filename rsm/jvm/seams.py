@@ -84,7 +84,8 @@ class MetricsSnapshots(Protocol):
 @runtime_checkable
 class MetricsSettings(Protocol):
     metrics_settings: Mapping[str, Any]
-    """The parsed ``metrics.*`` keys after ``configure()`` (the sidecar reads ``metrics.prometheus.port``)."""
+    """The parsed ``metrics.*`` keys after ``configure()`` (the sidecar reads ``metrics.prometheus.port`` and
+    ``metrics.prometheus.host``)."""
 
 
 @runtime_checkable
