@@ -143,15 +143,6 @@ CONFIG_DEF = ConfigDef().extend(
 )
 
 
-def _error_code(e: Any) -> str:
-    """The storage error code (``BlobNotFound``, ``ServerBusy``...): the SDK's high-level calls set
-    ``error_code``; the raw Get Blob call leaves it in the ``x-ms-error-code`` header of the answer."""
-    code = getattr(e, "error_code", None)
-    if not code and getattr(e, "response", None) is not None:
-        code = e.response.headers.get("x-ms-error-code")
-    return str(code or "")
-
-
 def _request_id() -> dict[str, str]:
     """The ``client_request_id`` of one request: random, so that the SDK never makes a time-based one."""
     return {"client_request_id": str(uuid.uuid4())}
@@ -286,20 +277,30 @@ class AzureBlobBackend(CloudBackend):
             if text:
                 message = text[0]
             notes = getattr(e, "__notes__", None) or []
-            return f"HTTP {e.status_code} {_error_code(e)}: {message}".strip() + (
+            return f"HTTP {e.status_code} {self._error_code(e)}: {message}".strip() + (
                 f" [{'; '.join(notes)}]" if notes else ""
             )
         return describe_error(e)
 
-    def _classify(self, e: BaseException) -> ErrorKind:
+    CONTAINER_MISSING = frozenset({"ContainerNotFound"})
+
+    def _error_code(self, e: BaseException) -> str:
+        """The storage error code (``BlobNotFound``, ``ServerBusy``...): the SDK's high-level calls set
+        ``error_code``; the raw Get Blob call leaves it in the ``x-ms-error-code`` header of the answer."""
+        code = getattr(e, "error_code", None)
+        if not code and getattr(e, "response", None) is not None:
+            code = e.response.headers.get("x-ms-error-code")  # type: ignore[attr-defined]
+        return str(code or "")
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
         import urllib3.exceptions
         from azure.core import exceptions as az
 
         if isinstance(e, az.HttpResponseError) and e.status_code is not None:
             status = int(e.status_code)
-            code = _error_code(e)
+            code = self._error_code(e)
             if status == 404:
-                return ErrorKind.OTHER if code == "ContainerNotFound" else ErrorKind.NOT_FOUND
+                return ErrorKind.NOT_FOUND
             if status == 416 or code == "InvalidRange":
                 return ErrorKind.INVALID_RANGE
             if status == 429 or code == "ServerBusy":

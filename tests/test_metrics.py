@@ -508,11 +508,12 @@ def test_sidecar_endpoint_binds_the_configured_host_and_shows_the_shims_counts(
 ) -> None:
     """The endpoint the sidecar starts: metrics.prometheus.host decides where it listens (0.0.0.0: every
     interface, so a Prometheus in another container can scrape it), and it carries the counts the shim passed."""
+    from rsm.jvm.seams import ManagerCapabilities
     from rsm.jvm.sidecar import _start_prometheus
     from rsm.metrics.sidecar_health import SidecarHealth
 
     m = make_manager({"metrics.prometheus.port": "0", "metrics.prometheus.host": "0.0.0.0"})
-    server = _start_prometheus(m, SidecarHealth(starts=3, restart_failures=1))
+    server = _start_prometheus(ManagerCapabilities.of(m), SidecarHealth(starts=3, restart_failures=1))
     assert server is not None
     try:
         assert server.server_address[0] == "0.0.0.0"
@@ -533,7 +534,7 @@ def test_sidecar_endpoint_binds_the_configured_host_and_shows_the_shims_counts(
         server.shutdown()
         server.server_close()
     loopback = make_manager({"metrics.prometheus.port": "0"})
-    server = _start_prometheus(loopback, SidecarHealth())
+    server = _start_prometheus(ManagerCapabilities.of(loopback), SidecarHealth())
     assert server is not None
     try:
         assert server.server_address[0] == "127.0.0.1"

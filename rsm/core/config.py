@@ -54,6 +54,17 @@ def _kafka_format_only(_key: str, value: Any) -> str | None:
 
 _kafka_format_only.valid_values = "kafka"  # type: ignore[attr-defined]
 
+
+def _relative_key_prefix(_key: str, prefix: str) -> str | None:
+    """A prefix no store can hold keys under (../, /x, a//b) fails configure() instead of every copy."""
+    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
+    if prefix and (
+        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
+    ):
+        return "it must be a relative '/'-separated path without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
+    return None
+
+
 CORE = ConfigDef().extend(
     [
         ConfigKey(
@@ -72,7 +83,13 @@ CORE = ConfigDef().extend(
             "StorageBackend. Its own keys start with storage.",
             valid_values=ALLOWED_DOC,
         ),
-        ConfigKey("key.prefix", "string", "", "Prefix of every object key, e.g. 'tiered/cluster-1/'."),
+        ConfigKey(
+            "key.prefix",
+            "string",
+            "",
+            "Prefix of every object key, e.g. 'tiered/cluster-1/'.",
+            validator=_relative_key_prefix,
+        ),
         ConfigKey("key.prefix.mask", "boolean", False, "Hide the key prefix in log and error messages."),
         ConfigKey(
             "compression.enabled",
@@ -339,19 +356,6 @@ def _read_pem(key: str, path: str) -> bytes:
         ) from None
 
 
-def _key_prefix_problem(prefix: str) -> str | None:
-    """Refuse a prefix no store can hold keys under (../, /x, a//b): configure() fails instead of every copy."""
-    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
-    if prefix and (
-        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
-    ):
-        return (
-            f"Invalid value {prefix!r} for configuration key.prefix: it must be a relative '/'-separated path "
-            f"without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
-        )
-    return None
-
-
 def _encryption_problems(values: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
     active = values["encryption.key.pair.id"]
     ids = values["encryption.key.pairs"]
@@ -396,9 +400,6 @@ def _cross_key_problems(values: Mapping[str, Any], raw: Mapping[str, Any]) -> li
         out.append(
             "Invalid value true for configuration compression.heuristic.enabled: it requires compression.enabled=true"
         )
-    prefix_problem = _key_prefix_problem(values["key.prefix"])
-    if prefix_problem:
-        out.append(prefix_problem)
     if values["encryption.enabled"]:
         out += _encryption_problems(values, raw)
     if _is_disk_cache(values["fetch.chunk.cache.class"]) and not values["fetch.chunk.cache.path"]:
