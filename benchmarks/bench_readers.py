@@ -60,6 +60,7 @@ class Run:
     gets_all: int
     hit_ratio: float
     cpu: dict[str, float]  # CPU seconds per process during the run
+    runqueue_wait: float  # seconds the processes' threads waited for a core during the run
 
     @property
     def total_mbs(self) -> float:
@@ -125,6 +126,20 @@ def _cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _runqueue_wait_seconds(pid: int | None) -> float:
+    """Time the process's live threads spent ready to run but waiting for a core (/proc/<pid>/task/*/schedstat):
+    on a shared machine, what separates waiting for the neighbours from waiting for the store."""
+    if pid is None:
+        return 0.0
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def _hit_ratio() -> float:
     import jpype
 
@@ -169,6 +184,7 @@ def run_readers(
             "S3 server": store.server.process.pid if store.server.process is not None else None,
         }
         cpu_before = {k: _cpu_seconds(pid) for k, pid in pids.items()}
+        wait_before = sum(_runqueue_wait_seconds(pid) for pid in pids.values())
         before = store.stats()
         elapsed = [0.0] * len(parts)
         failures: list[BaseException] = []
@@ -195,6 +211,7 @@ def run_readers(
             raise failures[0]
         used = store.stats().minus(before)
         cpu = {k: _cpu_seconds(pid) - cpu_before[k] for k, pid in pids.items()}
+        waited = sum(_runqueue_wait_seconds(pid) for pid in pids.values()) - wait_before
         time.sleep(1.1)  # the shim's metrics snapshot is cached for a second: read a fresh one
         ratio = _hit_ratio()
     finally:
@@ -209,6 +226,7 @@ def run_readers(
         sum(v for k, v in used.by_kind.items() if k.startswith("GET")),
         ratio,
         cpu,
+        waited,
     )
 
 
@@ -279,7 +297,8 @@ def main() -> int:
                 )
                 busy = sum(run.cpu.values())
                 print(
-                    f"      CPU during the run: {busy / run.seconds:.2f} of {cores} cores busy; "
+                    f"      CPU during the run: {busy / run.seconds:.2f} of {cores} cores busy, threads waiting for a "
+                    f"core {run.runqueue_wait / run.seconds:.2f} s per s; "
                     + ", ".join(f"{k} {v / mb * 1000:.1f} ms/MB" for k, v in run.cpu.items())
                 )
             median = statistics.median(many.per_reader_mbs)
