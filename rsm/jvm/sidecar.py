@@ -59,6 +59,7 @@ from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.shared_region import SharedRegion
 from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.metrics.sidecar_health import SidecarHealth
 from rsm.metrics.snapshot import manager_rows, to_lines
 
 log = logging.getLogger("rsm.jvm.sidecar")
@@ -131,9 +132,10 @@ class _NextSegment(NamedTuple):
 class Sidecar:
     """Owns the manager and answers requests; one instance per process."""
 
-    def __init__(self, manager: Any, region: SharedRegion | None = None) -> None:
+    def __init__(self, manager: Any, region: SharedRegion | None = None, health: SidecarHealth | None = None) -> None:
         self.manager = manager
         self.region = region
+        self.health = health or SidecarHealth()
         self.stop = threading.Event()
         # Looks up the next segment of each open-ended stream while it is being read (listing, manifest and
         # indexes are usually cached by then): one thread, so that a slow store delays only these lookups.
@@ -160,6 +162,7 @@ class Sidecar:
                 if op == wire.OP_CANCEL_STREAM:
                     continue  # the stream it was meant for had already ended: nothing to stop
                 self.dispatch(sock, op, body, view, shared)
+                self.health.replied()
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             return  # the shim closed a stream early or the broker went away: nothing to answer
         except wire.WireError as e:
@@ -618,19 +621,22 @@ def _shared_region(manager: Any, total: int) -> SharedRegion | None:
     return region
 
 
-def _start_prometheus(manager: Any) -> Any:
-    """The optional Prometheus endpoint (``metrics.prometheus.port``) on 127.0.0.1; its port is logged."""
-    port = (getattr(manager, "metrics_settings", None) or {}).get("metrics.prometheus.port")
+def _start_prometheus(manager: Any, health: SidecarHealth) -> Any:
+    """The optional Prometheus endpoint (``metrics.prometheus.port`` on ``metrics.prometheus.host``): the
+    manager's metrics and the sidecar's own row; its address is logged."""
+    settings = getattr(manager, "metrics_settings", None) or {}
+    port = settings.get("metrics.prometheus.port")
     if port is None:
         return None
+    host = settings.get("metrics.prometheus.host") or "127.0.0.1"
     from rsm.metrics.prometheus import serve
 
     try:
-        server, _thread = serve(lambda: manager_rows(manager), int(port))
+        server, _thread = serve(lambda: manager_rows(manager) + health.rows(), int(port), host)
     except OSError as e:  # a taken port must not stop tiering: say so loudly and go on without the endpoint
-        log.error("metrics.prometheus.port=%s: cannot listen on 127.0.0.1:%s: %s", port, port, e)
+        log.error("metrics.prometheus.port=%s: cannot listen on %s:%s: %s", port, host, port, e)
         return None
-    log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", server.server_port)
+    log.info("Prometheus metrics on http://%s:%d/metrics", host, server.server_port)
     return server
 
 
@@ -638,6 +644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
+    parser.add_argument("--starts", type=int, default=1, help="sidecars the shim started so far, this one included")
+    parser.add_argument("--restart-failures", type=int, default=0, help="restarts of the shim that failed so far")
     args = parser.parse_args(argv)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -677,8 +685,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 4
 
     region = _shared_region(manager, settings["jvm.sidecar.shared.memory.bytes"])
-    prometheus = _start_prometheus(manager)
-    sidecar = Sidecar(manager, region)
+    health = SidecarHealth(max(1, args.starts), max(0, args.restart_failures))
+    prometheus = _start_prometheus(manager, health)
+    sidecar = Sidecar(manager, region, health)
     path = args.socket
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

@@ -36,6 +36,9 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  */
 final class SidecarTransport implements Transport {
     private static final System.Logger LOG = System.getLogger("io.kts.shim.sidecar");
+    /** The bean of {@link #ownMetrics}; rsm/metrics/catalog.py declares it (SIDECAR_TYPE) for the docs. */
+    static final String METRICS_DOMAIN = "aiven.kafka.server.tieredstorage";
+    static final String SIDECAR_BEAN_TYPE = "sidecar-metrics";
 
     private final Settings settings;
     private final Map<String, String> config;
@@ -55,6 +58,10 @@ final class SidecarTransport implements Transport {
     private volatile boolean restarting;
     private volatile String lastStartError = "";
     private long lastStartNanos;
+    /** Sidecars started (the first and every restart), restart attempts that failed, the last answer's time. */
+    private final AtomicLong starts = new AtomicLong();
+    private final AtomicLong restartFailures = new AtomicLong();
+    private volatile long lastReplyNanos = System.nanoTime();
 
     SidecarTransport(Settings settings, Map<String, String> config) {
         this.settings = settings;
@@ -91,7 +98,10 @@ final class SidecarTransport implements Transport {
     private void launch() throws SidecarProcess.SidecarStartException {
         synchronized (lock) {
             lastStartNanos = System.nanoTime();
-            SidecarProcess p = SidecarProcess.launch(settings, config, generations.incrementAndGet());
+            SidecarProcess p = SidecarProcess.launch(settings, config, generations.incrementAndGet(),
+                    starts.get() + 1, restartFailures.get());
+            starts.incrementAndGet();
+            lastReplyNanos = System.nanoTime();
             current = p;
             p.process.onExit().thenRun(() -> onExit(p));
             lock.notifyAll();
@@ -140,6 +150,7 @@ final class SidecarTransport implements Transport {
                     lastStartError = "";
                     return;
                 } catch (SidecarProcess.SidecarStartException e) {
+                    restartFailures.incrementAndGet();
                     lastStartError = e.getMessage();
                     LOG.log(Level.ERROR, "Python sidecar restart failed: {0}", e.getMessage());
                     backoff = Math.min(backoff * 2, 30_000L);
@@ -522,6 +533,7 @@ final class SidecarTransport implements Transport {
             c.arm(timeoutMs);
             c.send(req);
             byte st = c.readByte();
+            lastReplyNanos = System.nanoTime();
             if (st != Wire.STATUS_OK) {
                 RemoteStorageException ex = remoteError(op, st, c);
                 release(c);
@@ -595,6 +607,25 @@ final class SidecarTransport implements Transport {
         synchronized (kept) {
             return kept.size();
         }
+    }
+
+    /**
+     * The sidecar's starts and liveness, on a bean of their own ({@code ...:type=sidecar-metrics}): the shim is the
+     * one that sees a sidecar die and starts the next, and these values must stay right while it is dead.
+     */
+    @Override
+    public Map<String, Map<String, Double>> ownMetrics() {
+        SidecarProcess p = current;
+        Map<String, Double> values = new java.util.HashMap<>();
+        long n = starts.get();
+        values.put("starts-total", (double) n);
+        values.put("restarts-total", (double) Math.max(0, n - 1));
+        values.put("restart-failures-total", (double) restartFailures.get());
+        values.put("up", !closed && p != null && p.isAlive() ? 1.0 : 0.0);
+        values.put("last-reply-age-seconds", (System.nanoTime() - lastReplyNanos) / 1e9);
+        String type = ":type=" + SIDECAR_BEAN_TYPE;
+        if (settings.metricsMirrorDomain.isEmpty()) return Map.of(METRICS_DOMAIN + type, values);
+        return Map.of(METRICS_DOMAIN + type, values, settings.metricsMirrorDomain + type, values);
     }
 
     /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */
