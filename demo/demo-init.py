@@ -8,8 +8,11 @@ have a colon and are left alone.
 
 ``kts-demo-init bucket CONFIG [--existing]``: the one-shot service that runs before the broker. It creates the
 S3 bucket, GCS bucket or Azure container the config names, waiting up to ``--wait`` seconds for the store to
-answer; with ``--existing`` (a real cloud account) it creates nothing and only checks that the bucket is there.
-Any failure exits non-zero with the reason, so the stack's broker never starts against a store it cannot use.
+answer; with ``--existing`` (a real cloud account, and the broker's own entrypoint) it creates nothing and only
+checks that the bucket is there. Any failure exits non-zero with the reason, so the broker never starts against
+a store it cannot use (the entrypoint's check covers podman-compose, which starts the broker whatever the init
+step's exit code).
+A filesystem backend has nothing to prepare.
 """
 
 from __future__ import annotations
@@ -115,14 +118,17 @@ def bucket(config: Path, existing: bool, wait_s: float) -> str:
     name, backend = _configured_backend(config)
     step = STEPS.get(name)
     if step is None:
-        raise InitError(f"{config}: storage.backend.class={name} has no bucket to create (s3, gcs or azure)")
+        backend.close()
+        return f"storage.backend.class={name}: no bucket or container to prepare"
     deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
                 return step(backend, existing)
             except Exception as e:
-                if not _unreachable(e) or time.monotonic() > deadline:
+                if not _unreachable(e):
+                    raise InitError(f"{name} store of {config}: {type(e).__name__}: {e}") from e
+                if time.monotonic() > deadline:
                     raise InitError(f"{name} store of {config} did not answer in {wait_s:.0f} s: {e}") from e
                 time.sleep(1)
     finally:
