@@ -128,10 +128,14 @@ def containers_conf(work: Path) -> Path:
     for tool in ("runc", "mmdebstrap"):
         if shutil.which(tool) is None:
             raise CheckFailed(f"{tool} is not installed: apt-get install podman runc mmdebstrap")
+
     # At most the host's hard limits (podman's defaults are above them here), and nproc no higher than 16384:
     # this host's runtime may not set it above 32768 whatever the hard limit says. Plenty for a broker.
-    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 16384)
+    def hard(limit: int, cap: int) -> int:
+        value = resource.getrlimit(limit)[1]
+        return cap if value == resource.RLIM_INFINITY else min(value, cap)
+
+    nofile, nproc = hard(resource.RLIMIT_NOFILE, 1 << 20), hard(resource.RLIMIT_NPROC, 16384)
     limits = [f"nofile={nofile}:{nofile}", f"nproc={nproc}:{nproc}"]
     path = work / "containers.conf"
     path.write_text(
