@@ -523,7 +523,7 @@ def main() -> int:
         env = {**os.environ, "CONTAINERS_CONF": str(containers_conf(work))}
         say(f"work folder {work} (commands and their output: {log.name}); Kafka from {kafka_home}")
         env.update(Standins(work, Path(kafka_home), env, log).for_stacks(STACKS))
-        say("building the broker image once (podman-compose build broker; both stacks run it)")
+        say("building the broker image once (podman-compose build broker; every stack runs it)")
         Stack("local", env, log).compose("build", "broker")
         image = run(
             ["podman", "image", "inspect", "localhost/kts-demo-broker:dev", "--format", "{{.Id}}"], env=env
