@@ -171,7 +171,12 @@ _CACHE_ATTRS = [
     ("cache-load-failure-time-total", "Time spent in failed loads, nanoseconds."),
     ("cache-eviction-total", "Entries evicted (size or retention)."),
     ("cache-eviction-weight-total", "Weight of the evicted entries (bytes for weighed caches, else entries)."),
-    ("cache-size-total", "Entries held now."),
+]
+_CACHE_LEVEL = ("cache-size-total", "Entries held now.")
+_CACHE_WEIGHT = "Weight of the entries held now: bytes for the chunk and index caches, entries for the manifest cache."
+_DISK_LEVELS = [
+    ("disk-cache-size-total", "Chunks held by the disk tier now (disk chunk cache only)."),
+    ("disk-cache-bytes-total", "Bytes held by the disk tier now (disk chunk cache only)."),
 ]
 _CHUNK_CACHE_OURS = [
     ("integrity-failures-total", "Chunks whose CRC-32C or AES-GCM tag did not match: corrupt stored data."),
@@ -188,6 +193,18 @@ CACHE_METRICS = (
         MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
         for t in CACHE_TYPES.values()
         for name, meaning in _CACHE_ATTRS
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", (_CACHE_LEVEL[0],), "gauge", ("",), _CACHE_LEVEL[1])
+        for t in CACHE_TYPES.values()
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", ("cache-weight-total",), "gauge", ("",), _CACHE_WEIGHT, ours=True)
+        for t in CACHE_TYPES.values()
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "gauge", ("",), meaning, ours=True)
+        for name, meaning in _DISK_LEVELS
     ]
     + [
         MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
@@ -311,6 +328,11 @@ SIDECAR_METRICS = [
         ),
     ]
 ]
+
+LEVELS_NAMED_TOTAL = frozenset(
+    a for d in CACHE_METRICS + THREAD_POOL_METRICS if d.kind == "gauge" for a in d.attributes
+)
+"""Attributes that end in ``-total`` (Aiven's names) but hold a level that goes up and down: gauges in Prometheus."""
 
 ALL = RSM_METRICS + CACHE_METRICS + THREAD_POOL_METRICS + BACKEND_METRICS + PULLED_OURS + SIDECAR_METRICS
 

@@ -2,7 +2,8 @@
 
 Each JMX attribute becomes one family named ``kts_<type>_<attribute>`` (``-`` -> ``_``), with the bean's tags
 as labels: ``kts_remote_storage_manager_metrics_object_upload_total{topic="t",partition="0",object_type="log"}``.
-Totals are counters, the rest gauges. Nothing here writes the text format: prometheus-client does.
+Totals are counters, the rest gauges, and so are the levels Aiven names ``-total`` too (``cache-size-total``, the
+thread pools'), under the same sample name. Nothing here writes the text format: prometheus-client does.
 
 Beans that differ only in their JMX domain (``metrics.jmx.mirror.domain`` shows every bean twice) have the same
 family and labels here: the first is exported, so a scrape never holds a sample twice.
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rsm.metrics.catalog import LEVELS_NAMED_TOTAL
 from rsm.metrics.registry import Tags
 from rsm.metrics.snapshot import MetricRow
 
@@ -46,7 +48,7 @@ class SnapshotCollector(Collector):
             exported.add((row.type, row.tags))
             labels = {_INVALID.sub("_", k): v for k, v in row.tags}
             for attr, value in row.values.items():
-                counter = attr.endswith("-total")
+                counter = attr.endswith("-total") and attr not in LEVELS_NAMED_TOTAL
                 name = _name(row.type, attr[: -len("-total")] if counter else attr)
                 family = families.get(name)
                 if family is None:

@@ -28,11 +28,17 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 /**
  * Talks to a supervised {@code python -m rsm.jvm.sidecar} over a Unix domain socket.
  *
- * <p>Frames: request {@code u32 len | u8 op | payload}; response {@code u8 status | ...}. Status 1/2 carry
- * {@code u16 type | u32 message}. Fetch responses after status OK are chunks {@code i32 n | n bytes}, 0 ending
- * the stream, -1 introducing an error. A dead sidecar is restarted in the background; calls that were using
- * it fail at once with RemoteStorageException (the kernel closes their sockets), and a watchdog bounds every
- * wait so nothing can hang the broker's threads.
+ * <p>Frames (every op code and frame kind is in {@link Wire}): request {@code u32 len | u8 op | payload};
+ * response {@code u8 status | ...}; status 1/2 carry {@code u16 type | u32 message}. After status OK a fetch's
+ * stream is a sequence of frames, each an {@code i32 n} saying what follows: {@code n > 0} an inline piece of n
+ * bytes; {@link Wire#PIECE_SHARED} a piece in the shared-memory region ({@code i64 offset | i32 length}), which
+ * the shim acknowledges ({@link Wire#PIECE_ACK}), resumes ({@link Wire#STREAM_RESUMED}) or cancels
+ * ({@link Wire#OP_CANCEL_STREAM}); {@link Wire#STREAM_NEXT_SEGMENT} the partition's next segment follows;
+ * {@link Wire#STREAM_END} the end; {@link Wire#STREAM_ERROR} an error, which ends the stream too.
+ *
+ * <p>A dead sidecar is restarted in the background; calls that were using it fail at once with
+ * RemoteStorageException (the kernel closes their sockets), and a watchdog bounds every wait so nothing can hang
+ * the broker's threads.
  */
 final class SidecarTransport implements Transport {
     private static final System.Logger LOG = System.getLogger("io.kts.shim.sidecar");
