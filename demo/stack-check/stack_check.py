@@ -323,7 +323,11 @@ class Stack:
                 if code != "0":
                     logs = run(["podman", "logs", ctr], env=self.env, check=False)
                     raise CheckFailed(f"{self.name}: {service} exited {code}:\n{logs.stdout}{logs.stderr}")
-                say(f"{self.name}: {service} exited 0: {run(['podman', 'logs', ctr], env=self.env).stdout.strip()}")
+                runs = run(["podman", "logs", ctr], env=self.env).stdout.strip().splitlines()
+                # podman starts a finished dependency again for each service that depends on it; the step is
+                # idempotent, so its first run says what it did and the later ones that it is there
+                again = f" (started {len(runs)} times by podman; later runs: {runs[-1]})" if len(runs) > 1 else ""
+                say(f"{self.name}: {service} exited 0: {runs[0] if runs else '(no output)'}{again}")
                 continue
             if "healthcheck" not in spec:
                 raise CheckFailed(f"{self.name}: service {service} has no health check")
@@ -361,6 +365,9 @@ def produce_tier_consume(stack: Stack) -> None:
         "segment.bytes=262144",
         "--config",
         "local.retention.bytes=1",
+        # a segment deleted locally is renamed *.deleted and removed after this delay (Kafka's default: 60 s)
+        "--config",
+        "file.delete.delay.ms=1000",
     )
     records = [f"record-{i:07d}-" + "y" * (i % 61 + 40) for i in range(RECORDS)]
     stack.exec(
