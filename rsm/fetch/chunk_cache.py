@@ -53,7 +53,8 @@ STORED_BUFFER_BYTES = 16 * 1024 * 1024
 ``fetch.coalesce.max.bytes``); a larger GET gets memory of its own, as every GET did before the pool."""
 
 STORED_BUFFERS_IDLE = 2
-"""Idle stored-bytes buffers kept for the next GETs: a fresh 16 MiB buffer costs 4,096 page faults."""
+"""Idle stored-bytes buffers kept for the next GETs: a fresh 16 MiB buffer costs 4,096 page faults. Only GETs of
+at least a quarter of a buffer use them, so a buffer in use is at least a quarter full."""
 
 
 class _RunBytes:
@@ -462,7 +463,8 @@ class ChunkCache:
         self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool, run_bytes: _RunBytes
     ) -> memoryview:
         """Bytes ``[start, end)`` of the segment's ``.log``: into a pooled buffer, which ``run_bytes`` then holds,
-        when they fit one (bounded whatever the manifest says), else into memory of their own."""
+        when they fill at least a quarter of one (a small GET must not pin a big buffer while its chunks settle;
+        its memory comes cheaply from the heap anyway), else into memory of their own."""
         if end == start:
             return memoryview(b"")
         if self.rate_limiter is not None:
@@ -474,7 +476,8 @@ class ChunkCache:
                 self.coalesced_gets += 1
                 self.coalesced_bytes += end - start
         what = src.what(first)
-        buf = self.stored_buffers.take(end - start) if end - start <= self.stored_buffers.buffer_size else None
+        pooled = self.stored_buffers.buffer_size // 4 <= end - start <= self.stored_buffers.buffer_size
+        buf = self.stored_buffers.take(end - start) if pooled else None
         try:
             if buf is None:
                 return memoryview(self.ranges.read(src.log_key, start, end - 1))
