@@ -370,11 +370,16 @@ class ChunkCache:
             self._let_go(entry[1])
             raise
 
-    def _let_go(self, run_bytes: _RunBytes | None) -> None:
-        """One reader of a GET's bytes is done with them; the last one recycles the buffer."""
+    def _let_go(self, run_bytes: _RunBytes | None, settled: ChunkKey | None = None) -> None:
+        """One reader of a GET's bytes is done with them; the last one recycles the buffer. ``settled``: the
+        chunk whose settling this is leaves ``_fetching`` in the same step, so ``wait_idle`` never sees a GET
+        finished whose buffer is not back yet."""
         if run_bytes is None:
             return
         with self._lock:
+            if settled is not None:
+                self._fetching.pop(settled, None)
+                self._taken.discard(settled)
             run_bytes.users -= 1
             buf = run_bytes.buffer if run_bytes.users == 0 else None
             if buf is not None:
@@ -454,10 +459,7 @@ class ChunkCache:
         except Exception:  # noqa: BLE001 - a cache write is an optimisation: the reader reads the store again
             pass
         finally:
-            with self._lock:
-                self._fetching.pop(key, None)
-                self._taken.discard(key)
-            self._let_go(run_bytes)
+            self._let_go(run_bytes, settled=key)
 
     def _get(
         self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool, run_bytes: _RunBytes
