@@ -122,6 +122,20 @@ class GarbageCapable(Protocol):
     def abort_pending_upload(self, upload: PendingUpload) -> None: ...
 
 
+class RangeListable(Protocol):
+    """Optional backend methods for listing part of a large key space (checked with ``getattr``): catalogs of
+    tens of thousands of segments list one partition's range instead of everything under a prefix."""
+
+    def list_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """Keys under ``prefix`` that sort after ``start_after`` (byte order), in order, page by page."""
+        ...
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Each distinct ``prefix + name + "/"`` that keys under ``prefix`` start with (the "directories" right
+        under it), without listing the keys below them."""
+        ...
+
+
 def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:
     """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says.
 

@@ -92,6 +92,42 @@ class SegmentCatalog:
         """Segments of one partition of one topic id, by start offset (a cheap, narrow listing)."""
         return sorted(self._list(f"{tip.topic}-{tip.topic_id}/{tip.partition}/"))
 
+    def partitions(self, topic: str | None = None) -> list[TopicIdPartition] | None:
+        """Every tiered (topic id, partition) of ``topic`` (or of all topics), from the key layout's directories
+        alone: a few short listings, however many segments there are. None when the backend cannot list
+        directories (``backends.base.RangeListable``); then only a full listing tells."""
+        list_dirs = getattr(self._backend, "list_dirs", None)
+        if list_dirs is None:
+            return None
+        found: list[TopicIdPartition] = []
+        for topic_dir in list_dirs(self._prefix + ("" if topic is None else f"{topic}-")):
+            name = topic_dir[len(self._prefix) : -1]
+            if len(name) < _UUID_LEN + 2 or name[-_UUID_LEN - 1] != "-" or not is_kafka_uuid(name[-_UUID_LEN:]):
+                continue  # a foreign directory
+            topic_name, topic_id = name[: -_UUID_LEN - 1], name[-_UUID_LEN:]
+            if topic is not None and topic_name != topic:
+                continue  # "orders-" also lists "orders-eu-<id>/"
+            for partition_dir in list_dirs(topic_dir):
+                partition = partition_dir[len(topic_dir) : -1]
+                if partition.isdigit():
+                    found.append(TopicIdPartition(topic_id, topic_name, int(partition)))
+        return sorted(found, key=lambda t: (t.topic, t.partition, t.topic_id))
+
+    def segments_from(self, tip: TopicIdPartition, offset: int) -> Iterator[TieredSegment]:
+        """The partition's segments starting at ``offset`` or later, in offset order, lazily. Keys sort by their
+        20-digit start offsets, so where the backend can start a listing after a key (``list_after``) nothing
+        before ``offset`` is listed; a caller that stops early lists no further either."""
+        sub = f"{tip.topic}-{tip.topic_id}/{tip.partition}/"
+        list_after = getattr(self._backend, "list_after", None)
+        if list_after is None or offset <= 0:
+            keys = self._backend.list(self._prefix + sub)
+        else:
+            keys = list_after(self._prefix + sub, f"{self._prefix}{sub}{offset:020d}")
+        for key in keys:
+            seg = parse_manifest_key(key, self._prefix)
+            if seg is not None and seg.start_offset >= offset:
+                yield seg
+
     def topics(self) -> dict[str, list[str]]:
         """Topic name -> the topic ids it has tiered segments under (a re-created topic has several)."""
         out: dict[str, set[str]] = {}

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Protocol, TypeVar
 
 from rsm.core.catalog import TieredSegment
@@ -27,7 +28,7 @@ from rsm.errors import CorruptDataException
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_producer_snapshot, decode_txn_index
 from rsm.kafka.records import CorruptRecordBatch
-from rsm.metadata import IndexType
+from rsm.metadata import IndexType, TopicIdPartition
 from rsm.spark.options import TieredReadOptions
 
 __all__ = ["PushedBounds", "SegmentSlice", "plan_slices", "resolve_overlaps"]
@@ -149,74 +150,88 @@ def _latest_topic_id(summaries: Iterable[SegmentSummary]) -> str:
 LOOK_BEHIND = 2
 """Segments starting below an offset bound that are read at once: in a partition without overlaps, the one
 holding the bound and the one before it, which ends before the bound and so closes the walk."""
+PROBE_GROWTH = 16
+"""How much further back each listing probe for segments below a lower bound starts than the previous one."""
 
 
 class _Selection:
-    """Which of one partition's listed segments have their manifests read, decided on the keys' start offsets.
+    """Which of one partition's segments have their manifests read, decided on the keys' start offsets.
 
-    Segments starting past the last wanted offset hold nothing wanted: never read (unless read_committed, where a
-    later segment may hold the ABORT marker of a wanted record). Segments starting in the wanted range are read.
-    Below the first wanted offset the walk goes down from the nearest start and stops at the first segment that
-    ends before that offset: a partition's segments follow each other, so nothing earlier reaches into the range,
-    while a segment that overlaps its successors (an old leader's copy after a leader change) is read and ranked.
+    Segments starting past the last wanted offset hold nothing wanted: never listed far nor read (unless
+    read_committed, where a later segment may hold the ABORT marker of a wanted record). Segments starting in the
+    wanted range are read. Below the first wanted offset the walk goes down from the nearest start and stops at the
+    first segment that ends before that offset: a partition's segments follow each other, so nothing earlier
+    reaches into the range, while a segment that overlaps its successors (an old leader's copy after a leader
+    change) is read and ranked. ``below`` may be only the nearest few segments; ``rest_below`` then lists all of
+    them, for the rare walk that goes further.
     """
 
-    def __init__(self, listed: list[TieredSegment], first: int, last: int, to_the_end: bool) -> None:
+    def __init__(
+        self,
+        first: int,
+        below: list[TieredSegment],
+        wanted: list[TieredSegment],
+        rest_below: Callable[[], list[TieredSegment]] | None,
+    ) -> None:
         self.first = first
-        below = [s for s in listed if s.start_offset < first]
-        self.below = below[::-1]  # nearest first
+        self.below = below  # nearest first
+        self.rest_below = rest_below
         self.taken_below = 0
-        self.pending = [s for s in listed if s.start_offset >= first and (to_the_end or s.start_offset <= last)]
+        self.pending = wanted
         self.read: list[SegmentSummary] = []
-        self.closed = not self.below
+        self.closed = not self.below and rest_below is None
 
     def next_reads(self) -> list[TieredSegment]:
         """The segments to read in the next round (empty when the selection is complete)."""
         batch, self.pending = self.pending, []
+        if not self.closed and self.taken_below >= len(self.below) and self.rest_below is not None:
+            self.below, self.rest_below = self.rest_below(), None
         if not self.closed:
             batch += self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
+            if self.taken_below >= len(self.below):
+                self.closed = True
         return batch
 
     def took(self, got: dict[TieredSegment, SegmentSummary]) -> None:
         """Record a round's summaries; the walk below the bound closes at a segment ending before it."""
+        self.read.extend(got.values())
         if self.closed:
-            self.read.extend(got.values())
             return
         round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
         self.taken_below += len(round_below)
-        self.read.extend(got.values())
         for seg in round_below:
             summary = got.get(seg)
             if summary is None or summary.end_offset < self.first:
                 self.closed = True  # a failed read closes it too: the plan fails on that failure anyway
-                break
-        if self.taken_below >= len(self.below):
+                return
+        if self.taken_below >= len(self.below) and self.rest_below is None:
             self.closed = True
 
 
 class _Planner:
     def __init__(self, manager: RemoteStorageManager, opts: TieredReadOptions, pushed: PushedBounds) -> None:
         self.m = manager
+        self.catalog = manager.catalog()
         self.opts = opts
         self.pushed = pushed
         self.concurrency = opts.planning_concurrency
         self.failures: list[SegmentFailure] = []
         self.tried = 0
 
-    def listed(self) -> dict[str, list[TieredSegment]]:
-        """Topic -> its listed segments in the wanted partitions (one listing; nothing is read yet)."""
-        catalog = self.m.catalog()
-        if self.opts.topic_pattern is not None:
-            found = [s for s in catalog.segments() if self.opts.matches_topic(s.topic)]
-        else:
-            found = [s for topic in self.opts.topics for s in catalog.segments(topic)]
-        out: dict[str, list[TieredSegment]] = {}
-        for s in found:
-            if (self.opts.partitions is None or s.partition in self.opts.partitions) and (
-                self.pushed.partitions is None or s.partition in self.pushed.partitions
-            ):
-                out.setdefault(s.topic, []).append(s)
-        return out
+    def _wanted_partition(self, partition: int) -> bool:
+        return (self.opts.partitions is None or partition in self.opts.partitions) and (
+            self.pushed.partitions is None or partition in self.pushed.partitions
+        )
+
+    def _topics(self) -> list[str] | None:
+        """The topics to read (None: only a full listing can tell, for a pattern on a backend without directory
+        listings)."""
+        if self.opts.topic_pattern is None:
+            return list(self.opts.topics)
+        tips = self.catalog.partitions()
+        if tips is None:
+            return None
+        return sorted({t.topic for t in tips if self.opts.matches_topic(t.topic)})
 
     def _read(self, segments: Iterable[TieredSegment]) -> dict[TieredSegment, SegmentSummary]:
         got: dict[TieredSegment, SegmentSummary] = {}
@@ -240,9 +255,29 @@ class _Planner:
         first, last = self.opts.offset_range(topic, partition)
         return max(first, self.pushed.first_offset), min(last, self.pushed.last_offset)
 
-    def summaries(self, topic: str, listed: list[TieredSegment]) -> dict[int, list[SegmentSummary]]:
-        """Partition -> the summaries planning needs: of the current topic id, only the segments that can hold
-        wanted offsets (see :class:`_Selection`), every segment when a time bound needs their max timestamps."""
+    def summaries(self) -> dict[str, dict[int, list[SegmentSummary]]]:
+        """Topic -> partition -> the summaries planning needs (see :class:`_Selection`); every segment of a topic
+        when a time bound needs their max timestamps or the topic was re-created (several topic ids)."""
+        topics = self._topics()
+        if topics is None:
+            listed = [s for s in self.catalog.segments() if self.opts.matches_topic(s.topic)]
+            return {
+                t: self._topic_from_listing(t, [s for s in listed if s.topic == t]) for t in {s.topic for s in listed}
+            }
+        out: dict[str, dict[int, list[SegmentSummary]]] = {}
+        for topic in topics:
+            tips = self.catalog.partitions(topic)
+            if tips is None or self._time_bound() or len({t.topic_id for t in tips}) > 1:
+                out[topic] = self._topic_from_listing(topic, self.catalog.segments(topic))
+            else:
+                out[topic] = self._select(
+                    {t.partition: self._window(t) for t in tips if self._wanted_partition(t.partition)}
+                )
+        return out
+
+    def _topic_from_listing(self, topic: str, listed: list[TieredSegment]) -> dict[int, list[SegmentSummary]]:
+        """Planning from a listing of the whole topic (no directory listing, a time bound, several topic ids)."""
+        listed = [s for s in listed if self._wanted_partition(s.partition)]
         if len({s.topic_id for s in listed}) > 1 or self._time_bound():
             every = self._read(listed)
             current = _latest_topic_id(every.values()) if every else None
@@ -252,12 +287,51 @@ class _Planner:
                     by_partition[s.segment.partition].append(s)
             return by_partition
         groups: dict[int, list[TieredSegment]] = defaultdict(list)
-        for s in listed:
+        for s in sorted(listed):
             groups[s.partition].append(s)
-        selections = {
-            p: _Selection(sorted(segs), *self._bounds(topic, p), to_the_end=self.opts.read_committed)
-            for p, segs in groups.items()
-        }
+        selections = {}
+        for partition, segs in groups.items():
+            first, last = self._bounds(topic, partition)
+            to_end = self.opts.read_committed
+            below = [s for s in segs if s.start_offset < first][::-1]
+            wanted = [s for s in segs if s.start_offset >= first and (to_end or s.start_offset <= last)]
+            selections[partition] = _Selection(first, below, wanted, None)
+        return self._select(selections)
+
+    def _window(self, tip: TopicIdPartition) -> _Selection:
+        """A partition's selection from listings that start at or near the lower bound and stop past the upper one.
+
+        The wanted segments are listed from the lower bound on. The segments just below it are found by a probe
+        that starts as far below as ``LOOK_BEHIND + 1`` segments span at the wanted ones' spacing (or one range
+        width); one that finds fewer starts ``PROBE_GROWTH`` times further back, down to the partition's start."""
+        first, last = self._bounds(tip.topic, tip.partition)
+        wanted: list[TieredSegment] = []
+        for seg in self.catalog.segments_from(tip, first):
+            if seg.start_offset > last and not self.opts.read_committed:
+                break  # past the upper bound: the listing goes no further
+            wanted.append(seg)
+        if first <= 0:
+            return _Selection(first, [], wanted, None)
+        if len(wanted) >= 2:
+            spacing = (wanted[-1].start_offset - wanted[0].start_offset) // (len(wanted) - 1)
+            reach = max(1, spacing) * (LOOK_BEHIND + 1)
+        else:
+            reach = max(1, min(last - first + 1, first))
+        while True:
+            start = max(0, first - reach)
+            below = list(takewhile(lambda s: s.start_offset < first, self.catalog.segments_from(tip, start)))
+            if len(below) >= LOOK_BEHIND or start == 0:
+                break
+            reach *= PROBE_GROWTH
+        rest = None if start == 0 else (lambda: self._all_below(tip, first))
+        return _Selection(first, below[::-1], wanted, rest)
+
+    def _all_below(self, tip: TopicIdPartition, first: int) -> list[TieredSegment]:
+        """Every segment of the partition starting below ``first``, nearest first (a walk that went far down)."""
+        return list(takewhile(lambda s: s.start_offset < first, self.catalog.segments_from(tip, 0)))[::-1]
+
+    def _select(self, selections: dict[int, _Selection]) -> dict[int, list[SegmentSummary]]:
+        """Read, round by round, what the partitions' selections ask for (all partitions at once)."""
         while True:
             batch = {p: sel.next_reads() for p, sel in selections.items()}
             if not any(batch.values()):
@@ -268,10 +342,10 @@ class _Planner:
         return {p: sel.read for p, sel in selections.items()}
 
     def slices(self) -> list[SegmentSlice]:
-        per_topic = {topic: self.summaries(topic, listed) for topic, listed in sorted(self.listed().items())}
+        per_topic = self.summaries()
         raise_failures(self.failures, self.tried)
         out: list[SegmentSlice] = []
-        for topic, by_partition in per_topic.items():
+        for topic, by_partition in sorted(per_topic.items()):
             for partition in sorted(by_partition):
                 out.extend(self._partition(topic, partition, by_partition[partition]))
         return out
