@@ -404,3 +404,36 @@ def test_s3_timestamps_parse_as_botocore_parses_them(moment: datetime.datetime, 
     rfc822 = moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
     assert _timestamp(iso) == parse_timestamp(iso) == moment
     assert _timestamp(rfc822) == parse_timestamp(rfc822) == moment.replace(microsecond=0)
+
+
+def test_the_latency_store_delays_caps_and_counts(tmp_path: Path) -> None:
+    """The benchmarks' store: every request through the proxy process waits its delay, bodies keep to the cap, and
+    the counters it serves add up (lower bounds only: a loaded machine may take longer, never shorter)."""
+    from latency_store import latency_store
+
+    from backends.registry import create_backend
+
+    def backend(config: dict[str, str]) -> Any:
+        return create_backend(
+            "s3", {k[len("storage.") :]: v for k, v in config.items() if k.startswith("storage.") and "class" not in k}
+        )
+
+    body = bytes(range(256)) * 1200  # 307,200 bytes
+    with latency_store(tmp_path, server="s3-moto", delay_ms=40, bandwidth_mbps=1.0) as store:
+        direct, slow = backend(store.direct_config()), backend(store.plugin_config())
+        try:
+            direct.upload("a/b.log", io.BytesIO(body))
+            store.reset()
+            started = time.monotonic()
+            with slow.fetch("a/b.log") as f:
+                assert f.read() == body
+            assert time.monotonic() - started >= 0.04 + len(body) / 1e6 * 0.9
+            assert [k for k in slow.list("a/")] == ["a/b.log"]
+            counts = store.stats()
+            assert counts.get("log") == 1 and counts.get("other") == 1 and counts.requests == 2
+            assert counts.bytes_down >= len(body) and counts.max_in_flight == 1
+            store.reset()
+            assert store.stats().requests == 0
+        finally:
+            direct.close()
+            slow.close()
