@@ -24,6 +24,7 @@ import io
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -281,6 +282,7 @@ def main() -> int:
     parser.add_argument("--skip-tools", action="store_true")
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its server and proxy
     if args.child:
         job = json.loads(args.child)
         print(json.dumps(_child(job["op"], job["config"], job["args"])))

@@ -23,6 +23,7 @@ import argparse
 import io
 import multiprocessing
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="PUTs in flight per process")
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its server and workers
     spec = GeneratorSpec(args.prefix, args.segments, partitions=args.partitions, orphans=args.orphans)
     plugin = {"chunk.size": str(1 << 20), **encryption_config(args.workdir)}
     with latency_store(args.workdir, server=args.store) as store:

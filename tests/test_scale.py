@@ -437,3 +437,22 @@ def test_the_latency_store_delays_caps_and_counts(tmp_path: Path) -> None:
         finally:
             direct.close()
             slow.close()
+
+
+def test_lazy_listing_keeps_the_catalogs_order(tmp_path: Path) -> None:
+    """iter_segments lists partition by partition yet yields what segments() does, re-created topics included."""
+    from backends.filesystem import FileSystemBackend
+    from rsm.core.catalog import SegmentCatalog
+
+    backend = FileSystemBackend()
+    backend.configure({"root": str(tmp_path / "store"), "fsync.enabled": "false"})
+    ids = [random_kafka_uuid(), random_kafka_uuid()]
+    for i, (topic, partition, start) in enumerate(
+        [("t", 2, 0), ("t", 10, 0), ("t", 2, 40), ("t", 1, 7), ("u", 0, 3), ("t-x", 0, 1)] * 2
+    ):
+        seg = f"{topic}-{ids[i // 6]}/{partition}/{start + i // 6 * 5:020d}-{random_kafka_uuid()}"
+        for suffix in (".log", ".rsm-manifest"):
+            backend.upload(f"pre/{seg}{suffix}", io.BytesIO(b"x"))
+    catalog = SegmentCatalog(backend, "pre/")
+    for topic, partition in [(None, None), ("t", None), ("t", 2), ("u", 0), ("t-x", None), ("v", None)]:
+        assert list(catalog.iter_segments(topic, partition)) == catalog.segments(topic, partition), (topic, partition)

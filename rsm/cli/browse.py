@@ -49,9 +49,9 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
     topic, partition = parse_scope(scope)
     with open_manager(config, sets) as manager:
         table = Table("topic", "part", "offsets", "max timestamp (UTC)", "size", "stored", "codec", "key id")
-        segments = manager.catalog().segments(topic, partition)
+        segments = manager.catalog().iter_segments(topic, partition)  # read while later pages are listed
         failures: list[SegmentFailure] = []
-        with progress_bar("reading manifests", total=len(segments)) as advance:
+        with progress_bar("reading manifests") as advance:
             for got in read_summaries(manager, segments, workers):
                 advance(got.segment.describe())
                 if isinstance(got, SegmentFailure):

@@ -8,6 +8,7 @@ manifest carries the rest of the segment's metadata. A manifest is uploaded last
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,6 +88,21 @@ class SegmentCatalog:
         return sorted(
             s for s in found if (topic is None or s.topic == topic) and (partition is None or s.partition == partition)
         )
+
+    def iter_segments(self, topic: str | None = None, partition: int | None = None) -> Iterator[TieredSegment]:
+        """``segments(topic, partition)``, in the same order, listed lazily partition by partition where the backend
+        lists directories: a caller reads the first segments' manifests while later pages are still being listed.
+        A plain listing otherwise."""
+        tips = self.partitions(topic)
+        if tips is None:
+            yield from self.segments(topic, partition)
+            return
+        groups: dict[tuple[str, int], list[TopicIdPartition]] = {}
+        for tip in tips:
+            if partition is None or tip.partition == partition:
+                groups.setdefault((tip.topic, tip.partition), []).append(tip)
+        for key in sorted(groups):  # a re-created topic's ids merge by start offset, as segments() sorts them
+            yield from heapq.merge(*(self.segments_from(tip, 0) for tip in groups[key]))
 
     def partition_segments(self, tip: TopicIdPartition) -> list[TieredSegment]:
         """Segments of one partition of one topic id, by start offset (a cheap, narrow listing)."""

@@ -17,7 +17,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import takewhile
+from itertools import chain, takewhile
 from typing import Protocol, TypeVar
 
 from rsm.core.catalog import TieredSegment
@@ -170,27 +170,33 @@ class _Selection:
         self,
         first: int,
         below: list[TieredSegment],
-        wanted: list[TieredSegment],
+        wanted: Iterable[TieredSegment],
         rest_below: Callable[[], list[TieredSegment]] | None,
     ) -> None:
         self.first = first
         self.below = below  # nearest first
         self.rest_below = rest_below
         self.taken_below = 0
-        self.pending = wanted
+        self.pending: Iterable[TieredSegment] | None = wanted
         self.read: list[SegmentSummary] = []
         self.closed = not self.below and rest_below is None
 
-    def next_reads(self) -> list[TieredSegment]:
-        """The segments to read in the next round (empty when the selection is complete)."""
-        batch, self.pending = self.pending, []
-        if not self.closed and self.taken_below >= len(self.below) and self.rest_below is not None:
-            self.below, self.rest_below = self.rest_below(), None
+    def next_reads(self) -> Iterable[TieredSegment] | None:
+        """The segments to read in the next round, the wanted ones possibly still being listed (None: nothing is
+        left to read)."""
+        parts: list[Iterable[TieredSegment]] = []
+        if self.pending is not None:
+            parts.append(self.pending)
+            self.pending = None
         if not self.closed:
-            batch += self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
-            if self.taken_below >= len(self.below):
+            if self.taken_below >= len(self.below) and self.rest_below is not None:
+                self.below, self.rest_below = self.rest_below(), None
+            round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
+            if round_below:
+                parts.append(round_below)
+            else:
                 self.closed = True
-        return batch
+        return chain.from_iterable(parts) if parts else None
 
     def took(self, got: dict[TieredSegment, SegmentSummary]) -> None:
         """Record a round's summaries; the walk below the bound closes at a segment ending before it."""
@@ -305,13 +311,13 @@ class _Planner:
         that starts as far below as ``LOOK_BEHIND + 1`` segments span at the wanted ones' spacing (or one range
         width); one that finds fewer starts ``PROBE_GROWTH`` times further back, down to the partition's start."""
         first, last = self._bounds(tip.topic, tip.partition)
-        wanted: list[TieredSegment] = []
-        for seg in self.catalog.segments_from(tip, first):
-            if seg.start_offset > last and not self.opts.read_committed:
-                break  # past the upper bound: the listing goes no further
-            wanted.append(seg)
+        listing = self.catalog.segments_from(tip, first)
+        if not self.opts.read_committed:  # past the upper bound, the listing goes no further
+            listing = takewhile(lambda s: s.start_offset <= last, listing)
         if first <= 0:
-            return _Selection(first, [], wanted, None)
+            # Nothing below to look at: the manifests are read while the listing's later pages still arrive.
+            return _Selection(first, [], listing, None)
+        wanted = list(listing)
         if len(wanted) >= 2:
             spacing = (wanted[-1].start_offset - wanted[0].start_offset) // (len(wanted) - 1)
             reach = max(1, spacing) * (LOOK_BEHIND + 1)
@@ -333,12 +339,14 @@ class _Planner:
     def _select(self, selections: dict[int, _Selection]) -> dict[int, list[SegmentSummary]]:
         """Read, round by round, what the partitions' selections ask for (all partitions at once)."""
         while True:
-            batch = {p: sel.next_reads() for p, sel in selections.items()}
-            if not any(batch.values()):
+            rounds = {p: reads for p, sel in selections.items() if (reads := sel.next_reads()) is not None}
+            if not rounds:
                 break
-            got = self._read(s for segs in batch.values() for s in segs)
-            for p, sel in selections.items():
-                sel.took({s: got[s] for s in batch[p] if s in got})
+            by_partition: dict[int, dict[TieredSegment, SegmentSummary]] = defaultdict(dict)
+            for seg, summary in self._read(chain.from_iterable(rounds.values())).items():
+                by_partition[seg.partition][seg] = summary
+            for p in rounds:
+                selections[p].took(by_partition[p])
         return {p: sel.read for p, sel in selections.items()}
 
     def slices(self) -> list[SegmentSlice]:
