@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
 from backends.cloud import (
+    MIN_POOL_CONNECTIONS,
     CloudBackend,
     common_keys,
     config_error,
@@ -339,7 +340,7 @@ class S3Backend(CloudBackend):
             retries={"total_max_attempts": 1, "mode": "standard"},
             # Broker threads (remote log readers, copiers), prefetch and part uploads share one client: a pool
             # below their count drops connections and reconnects (TLS) under load; AWS's Java SDK keeps 50.
-            max_pool_connections=max(50, 2 * self.concurrency + 2),
+            max_pool_connections=max(MIN_POOL_CONNECTIONS, 2 * self.concurrency + 2),
             s3={"addressing_style": addressing},
             request_checksum_calculation=checksum_mode,
             response_checksum_validation=checksum_mode,

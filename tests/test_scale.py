@@ -23,7 +23,13 @@ from urllib.parse import unquote
 
 import pytest
 from conftest import encryption_configs
-from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixture found by name
+from emulators import (  # noqa: F401 - fixtures found by name
+    FIXTURE_FOR,
+    StoreServer,
+    azure_azurite_server,
+    gcs_fake_server,
+    s3_moto_server,
+)
 from faultproxy import NO_FAULTS, FaultPlan, FaultProxy, Link
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -456,3 +462,27 @@ def test_lazy_listing_keeps_the_catalogs_order(tmp_path: Path) -> None:
     catalog = SegmentCatalog(backend, "pre/")
     for topic, partition in [(None, None), ("t", None), ("t", 2), ("u", 0), ("t-x", None), ("v", None)]:
         assert list(catalog.iter_segments(topic, partition)) == catalog.segments(topic, partition), (topic, partition)
+
+
+@pytest.mark.parametrize("store", ["gcs-fake", "azure-azurite", "s3-moto"])
+def test_a_full_pool_of_reads_keeps_its_connections(
+    store: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """32 manifest reads at once on one client: every store's connection pool holds them (a smaller pool discards a
+    connection after each request, reconnecting and logging a warning every time)."""
+
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[store])
+    spec = GeneratorSpec(f"pool-{random_kafka_uuid()}/", 80, records_per_segment=RECORDS)
+    config = {
+        "storage.backend.class": server.backend,
+        **{f"storage.{k}": str(v) for k, v in server.config().items()},
+        **_plugin(),
+        "key.prefix": spec.prefix,
+    }
+    generate(config, config, spec, processes=1)
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        with caplog.at_level("WARNING"):
+            got = list(read_summaries(m, m.catalog().segments(spec.topic), 32))
+    assert [g.start_offset for g in got] == [j * RECORDS for j in range(80)]  # type: ignore[union-attr]
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
