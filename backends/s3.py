@@ -624,33 +624,26 @@ class S3Backend(CloudBackend):
             )
 
     def list(self, prefix: str) -> Iterator[str]:
-        return self._list_keys(prefix, {})
+        return self._list_names(prefix, {}, "Contents", "Key")
 
     def list_after(self, prefix: str, start_after: str) -> Iterator[str]:
         """Keys under ``prefix`` sorting after ``start_after`` (S3's StartAfter): one partition's segments from
         an offset on, without the pages before it."""
-        return self._list_keys(prefix, {"StartAfter": start_after})
+        return self._list_names(prefix, {"StartAfter": start_after}, "Contents", "Key")
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
         """The "directories" right under ``prefix`` (S3's CommonPrefixes with delimiter "/")."""
+        return self._list_names(prefix, {"Delimiter": "/"}, "CommonPrefixes", "Prefix")
 
-        def page(token: str | None) -> tuple[list[str], str | None]:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "Delimiter": "/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            result = self.client.list_objects_v2(**kwargs)
-            names = [item["Prefix"] for item in result.get("CommonPrefixes", [])]
-            return names, result.get("NextContinuationToken") if result.get("IsTruncated") else None
+    def _list_names(self, prefix: str, extra: dict[str, Any], group: str, field: str) -> Iterator[str]:
+        """``field`` of every entry of ``group`` in a ListObjectsV2 listing of ``prefix`` with ``extra`` arguments."""
 
-        return self._paginate("list-objects", prefix, page)
-
-    def _list_keys(self, prefix: str, extra: dict[str, Any]) -> Iterator[str]:
         def page(token: str | None) -> tuple[list[str], str | None]:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, **extra}
             if token:
                 kwargs["ContinuationToken"] = token
             result = self.client.list_objects_v2(**kwargs)
-            names = [item["Key"] for item in result.get("Contents", [])]
+            names = [item[field] for item in result.get(group, [])]
             return names, result.get("NextContinuationToken") if result.get("IsTruncated") else None
 
         return self._paginate("list-objects", prefix, page)

@@ -142,6 +142,14 @@ def run_child(op: str, config: dict[str, str], args: dict[str, Any], store: Any)
 # --- the parent: generate, measure, print -------------------------------------------------------------------------
 
 
+def _cli(name: str, config: dict[str, str], args: dict[str, Any], argv: list[str], store: Any) -> dict[str, Any]:
+    """``kts <argv>`` in a child process (``{config}`` stands for the properties file); it must succeed."""
+    r = run_child(name, config, {**args, "argv": argv}, store)
+    if r["rc"] != 0:
+        raise RuntimeError(f"kts {' '.join(argv)} exited {r['rc']}: {r.get('stderr', '')}")
+    return r
+
+
 def _props(path: Path, config: dict[str, str]) -> Path:
     path.write_text("".join(f"{k}={v}\n" for k, v in sorted(config.items())))
     return path
@@ -159,7 +167,7 @@ def _row(name: str, n: int, r: dict[str, Any], limit: float | None, target: floa
     return {"op": name, "n": n, **{k: v for k, v in r.items() if k != "by_kind"}, "limit_s": limit, "target_s": target}
 
 
-def measure_size(n: int, store: Any, plugin: dict[str, str], work: Path, delay_ms: float) -> list[dict[str, Any]]:
+def measure_size(n: int, store: Any, plugin: dict[str, str], work: Path) -> list[dict[str, Any]]:
     spec = GeneratorSpec(f"n{n}/", n, orphans=max(1, n // 100))
     gen = generate(store.direct_config(), plugin, spec)
     print(
@@ -196,19 +204,15 @@ def measure_size(n: int, store: Any, plugin: dict[str, str], work: Path, delay_m
     last_ts = 1_700_000_000_000 + (n - count) * spec.timestamp_step_ms
     ts = run_child("plan-ts", config, {**common, "min_timestamp": last_ts}, store)
     rows.append(_row("plan, 1% time", n, ts, limit, None))
-    ls = run_child("ls", config, {**common, "argv": ["ls", "--config", "{config}", spec.topic]}, store)
-    assert ls["rc"] == 0, ls
-    rows.append(_row("kts ls", n, ls, limit, target("ls")))
-    js = run_child("ls", config, {**common, "argv": ["ls", "--config", "{config}", "--json", spec.topic]}, store)
-    assert js["rc"] == 0, js
-    rows.append(_row("kts ls --json", n, js, limit, target("ls")))
-    gc = run_child("gc", config, {**common, "argv": ["gc", "--config", "{config}", "--older-than", "0s"]}, store)
-    assert gc["rc"] == 0, gc
-    rows.append(_row("kts gc (dry)", n, gc, limit, target("gc --dry-run")))
     offset = f"{spec.topic}/0/{first + 1}"
-    insp = run_child("inspect", config, {**common, "argv": ["inspect", "--config", "{config}", offset]}, store)
-    assert insp["rc"] == 0, insp
-    rows.append(_row("kts inspect", n, insp, None, None))
+    for name, argv, goal in [
+        ("kts ls", ["ls", spec.topic], target("ls")),
+        ("kts ls --json", ["ls", "--json", spec.topic], target("ls")),
+        ("kts gc (dry)", ["gc", "--older-than", "0s"], target("gc --dry-run")),
+        ("kts inspect", ["inspect", offset], None),
+    ]:
+        r = _cli(name, config, common, [argv[0], "--config", "{config}", *argv[1:]], store)
+        rows.append(_row(name, n, r, None if name == "kts inspect" else limit, goal))
     return rows
 
 
@@ -223,50 +227,24 @@ def measure_tools(n: int, workers: list[int], store: Any, plugin: dict[str, str]
         "fetch.chunk.cache.prefetch.max.size": "0",
     }
     props = str(_props(work / f"tools{n}.properties", config))
-    rows = []
+    rows: list[dict[str, Any]] = []
     target = "c"
-    for w in workers:
-        r = run_child(
-            "verify",
-            config,
-            {
-                "topic": spec.topic,
-                "config_file": props,
-                "argv": ["verify", "--config", "{config}", "--workers", str(w), spec.topic],
-            },
-            store,
-        )
-        assert r["rc"] == 0, r
-        r["per_s"] = n / r["seconds"]
-        print(
-            f"  kts verify     workers={w:<3} {r['seconds']:7.2f} s  {r['per_s']:7.1f} segments/s  "
-            f"requests {r['requests']} ({r['requests'] / n:.1f} a segment)  peak RSS {r['rss_peak_mb']:.0f} MB",
-            flush=True,
-        )
-        rows.append({"op": "verify", "workers": w, "n": n, **r})
-    for w in workers:
-        argv = [
-            "keys",
-            "rotate",
-            "--config",
-            "{config}",
-            "--to",
-            target,
-            "--prefix",
-            f"{spec.prefix}{spec.topic}-",
-            "--workers",
-            str(w),
-        ]
-        r = run_child("rotate", config, {"topic": spec.topic, "config_file": props, "argv": argv}, store)
-        assert r["rc"] == 0, r
-        r["per_s"] = n / r["seconds"]
-        print(
-            f"  kts keys rotate workers={w:<3} {r['seconds']:6.2f} s  {r['per_s']:7.1f} manifests/s  "
-            f"requests {r['requests']}  peak RSS {r['rss_peak_mb']:.0f} MB  (-> {target})",
-            flush=True,
-        )
-        rows.append({"op": "rotate", "workers": w, "n": n, **r})
-        target = "b" if target == "c" else "c"
+    for op in ("verify", "rotate"):
+        for w in workers:
+            if op == "verify":
+                argv = ["verify", "--config", "{config}", "--workers", str(w), spec.topic]
+            else:  # back and forth between the two key pairs: every run re-wraps every manifest
+                argv = ["keys", "rotate", "--config", "{config}", "--to", target, "--workers", str(w)]
+                argv += ["--prefix", f"{spec.prefix}{spec.topic}-"]
+                target = "b" if target == "c" else "c"
+            r = _cli(op, config, {"topic": spec.topic, "config_file": props}, argv, store)
+            r["per_s"] = n / r["seconds"]
+            print(
+                f"  kts {op:<7} workers={w:<3} {r['seconds']:7.2f} s  {r['per_s']:7.1f} segments/s  requests "
+                f"{r['requests']} ({r['requests'] / n:.1f} a segment)  peak RSS {r['rss_peak_mb']:.0f} MB",
+                flush=True,
+            )
+            rows.append({"op": op, "workers": w, "n": n, **r})
     return rows
 
 
@@ -300,7 +278,7 @@ def main() -> int:
     )
     with latency_store(work, server=args.store, delay_ms=args.delay_ms) as store:
         for n in (int(x) for x in args.sizes.split(",")):
-            rows += measure_size(n, store, plugin, work, args.delay_ms)
+            rows += measure_size(n, store, plugin, work)
         if not args.skip_tools:
             print(f"tools over {args.tool_segments} segments:", flush=True)
             rows += measure_tools(args.tool_segments, [int(w) for w in args.workers.split(",")], store, plugin, work)
