@@ -1,4 +1,9 @@
-"""``kts ls``, ``kts inspect`` and ``kts cat``: what is tiered, what one segment's manifest says, its records."""
+"""``kts ls``, ``kts inspect`` and ``kts cat``: what is tiered, what one segment's manifest says, its records.
+
+``ls`` and ``inspect`` read manifests only, which are not encrypted: they need no private key and unwrap no data
+key. Times are ISO 8601 in UTC (``2024-05-01T12:00:00.000Z``) and a missing value is ``null``, the same in the
+text and the ``--json`` output.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import click
 from rich.table import Table
 
 from rsm.cli.progress import progress_bar, stdout
-from rsm.cli.segments import parse_scope, resolve_segment
+from rsm.cli.segments import iter_selected, parse_scope, resolve_segment
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
@@ -19,10 +24,16 @@ from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
 
-def _when(ms: int) -> str:
-    if ms < 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+def iso_time(ms: int | None) -> str | None:
+    """ISO 8601 in UTC with milliseconds and ``Z``; None for Kafka's "no timestamp" (-1)."""
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _shown(value: str | None) -> str:
+    """A value in the text output: ``null`` where the JSON output has null."""
+    return "null" if value is None else value
 
 
 def _codec(manifest: SegmentManifest) -> str:
@@ -45,11 +56,14 @@ def _key_id(manifest: SegmentManifest) -> str:
     help="manifests read at once",
 )
 def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_json: bool, workers: int) -> int:
-    """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id."""
-    topic, partition = parse_scope(scope)
-    with open_manager(config, sets) as manager:
-        table = Table("topic", "part", "offsets", "max timestamp (UTC)", "size", "stored", "codec", "key id")
-        segments = manager.catalog().iter_segments(topic, partition)  # read while later pages are listed
+    """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id.
+
+    Reads manifests only (--workers at once): no private key is needed. A scope with nothing tiered is an error
+    (exit 1); so is a manifest that cannot be read (named on stderr; the other rows still print)."""
+    wanted = parse_scope(scope)
+    with open_manager(config, sets, keys=False) as manager:
+        table = Table("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id")
+        segments = iter_selected(manager, wanted)  # manifests are read while later pages are still listed
         failures: list[SegmentFailure] = []
         with progress_bar("reading manifests") as advance:
             for got in read_summaries(manager, segments, workers):
@@ -63,6 +77,7 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                     "partition": seg.partition,
                     "start_offset": got.start_offset,
                     "end_offset": got.end_offset,
+                    "max_timestamp": iso_time(got.max_timestamp_ms),
                     "max_timestamp_ms": got.max_timestamp_ms,
                     "size": got.segment_size_in_bytes,
                     "stored": got.stored_size,
@@ -77,17 +92,14 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                         seg.topic,
                         str(seg.partition),
                         f"{got.start_offset}-{got.end_offset}",
-                        _when(got.max_timestamp_ms),
+                        _shown(row["max_timestamp"]),
                         f"{got.segment_size_in_bytes:,}",
                         f"{got.stored_size:,}",
                         row["codec"],
                         row["key_id"],
                     )
-        if not as_json:
-            if table.row_count:
-                stdout.print(table)
-            elif not failures:
-                click.echo(f"no tiered segments under key.prefix {manager.config['key.prefix']!r}", err=True)
+        if not as_json and table.row_count:
+            stdout.print(table)
     for failure in failures:
         click.echo(f"FAILED {failure.describe()}", err=True)
     return 1 if failures else 0
@@ -99,20 +111,21 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
 def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> int:
     """Show a segment's manifest and a chunk-index summary.
 
-    SEGMENT is an object key, topic/partition/offset, or a segment id.
+    SEGMENT is an object key, topic/partition/offset, or a segment id. Needs no private key.
     """
-    with open_manager(config, sets) as manager:
+    with open_manager(config, sets, keys=False) as manager:
         seg = resolve_segment(manager, segment)
         with manager.backend.fetch(seg.keys.manifest) as f:
             raw = f.read()
         doc = json.loads(raw)
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {seg.keys.manifest}")
-        meta = manager.segment_metadata(seg)
+        meta = manifest.recorded_metadata(f"manifest {seg.keys.manifest}")
         index = manifest.chunk_index
         sizes = [c.transformed_size for c in index.chunks()]
         click.echo(f"segment      {seg.describe()} (topic id {seg.topic_id})")
         click.echo(f"manifest     {seg.keys.manifest} ({len(raw):,} bytes)")
-        click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {_when(meta.max_timestamp_ms)}")
+        when = _shown(iso_time(meta.max_timestamp_ms))
+        click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {when}")
         click.echo(f"leader epochs {meta.segment_leader_epochs}")
         click.echo(
             f"chunks       {index.chunk_count} of {index.original_chunk_size:,} B; "
@@ -193,10 +206,11 @@ def cat_command(
                         return 0
                     row = {
                         "offset": rec.offset,
-                        "timestamp": rec.timestamp,
+                        "timestamp": iso_time(rec.timestamp),
+                        "timestamp_ms": rec.timestamp,
                         "key": _text(rec.key),
                         "value": _text(rec.value),
-                        "headers": {k: _text(v) for k, v in rec.headers},
+                        "headers": [[k, _text(v)] for k, v in rec.headers],
                         "producer_id": header.producer_id,
                         "transactional": header.is_transactional,
                     }
@@ -205,7 +219,10 @@ def cat_command(
                     if as_json:
                         click.echo(json.dumps(row))
                     else:
-                        hdrs = " ".join(f"{k}={v}" for k, v in row["headers"].items())
-                        click.echo(f"{rec.offset}\t{_when(rec.timestamp)}\t{row['key']}\t{row['value']}\t{hdrs}")
+                        hdrs = " ".join(f"{k}={_shown(v)}" for k, v in row["headers"])
+                        click.echo(
+                            f"{rec.offset}\t{_shown(row['timestamp'])}\t{_shown(row['key'])}\t"
+                            f"{_shown(row['value'])}\t{hdrs}"
+                        )
                     printed += 1
     return 0

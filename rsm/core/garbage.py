@@ -14,9 +14,10 @@ Three kinds of garbage can outlive the copy that made it:
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
 ``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
-shows the list and asks before deleting). A backend offers what it can through the optional methods of
-``backends.base.GarbageCapable``; a backend without ``list_details`` cannot date its objects, so orphan objects are
-not listed for it (never deleted on a guess).
+shows the list and asks before deleting). A backend offers what it can through the optional protocols of
+``backends.base`` (``ListsDetails``, ``PendingUploads``), as the manager found them when it wired the backend
+(``manager.backend_capabilities``); a backend without ``list_details`` cannot date its objects, so orphan objects
+are not listed for it (never deleted on a guess).
 """
 
 from __future__ import annotations
@@ -88,14 +89,14 @@ def find_garbage(
     if older_than_seconds < 0:
         raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
     backend = manager.backend
+    capabilities = manager.backend_capabilities
     prefix = manager.config["key.prefix"]
     now = time.time()
     items: list[GarbageItem] = []
     try:
-        list_details = getattr(backend, "list_details", None)
-        if list_details is not None:
+        if capabilities.details is not None:
             by_segment: dict[str, list[tuple[str, int, float]]] = {}
-            for info in list_details(prefix):
+            for info in capabilities.details.list_details(prefix):
                 if on_listed is not None:
                     on_listed(info.key)
                 parsed = _main_path(info.key)
@@ -107,9 +108,8 @@ def find_garbage(
                 for suffix, size, modified in objects:
                     if now - modified > older_than_seconds:
                         items.append(GarbageItem(ORPHAN_OBJECT, path + suffix, now - modified, size))
-        list_pending = getattr(backend, "list_pending_uploads", None)
-        if list_pending is not None:
-            for upload in list_pending(prefix):
+        if capabilities.pending_uploads is not None:
+            for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
         items.extend(_stale_cache_entries(manager, concurrency))
@@ -180,10 +180,10 @@ def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]
             manager.chunk_cache.forget_segment(item.key)
         return _DELETED, ""
     if item.upload is not None:
-        abort = getattr(backend, "abort_pending_upload", None)
-        if abort is None:
+        pending_uploads = manager.backend_capabilities.pending_uploads
+        if pending_uploads is None:
             return _FAILED, f"{backend} cannot abort uploads"
-        abort(item.upload)
+        pending_uploads.abort_pending_upload(item.upload)
         return _DELETED, ""
     parsed = _main_path(item.key)
     manifest = None if parsed is None else parsed[0] + f".{Suffix.MANIFEST.value}"

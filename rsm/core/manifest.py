@@ -13,7 +13,7 @@ import binascii
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from chunking.chunk_index import MAX_FILE_SIZE, ChunkIndex, ChunkIndexError, json_int
 from rsm.errors import CorruptDataException
@@ -22,6 +22,20 @@ from rsm.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata
 # A manifest is a few KiB (a variable index of the largest allowed chunk count stays well under this); anything
 # bigger is refused before it is parsed.
 MAX_MANIFEST_SIZE = 32 * 1024 * 1024
+READ_PIECE = 64 * 1024
+"""Manifests are read in pieces of this size: ``read(MAX_MANIFEST_SIZE + 1)`` at once may allocate the whole
+32 MiB bound up front (a file object sizes its buffer by the request), for every manifest a pool has in flight."""
+
+
+def read_bounded(f: BinaryIO) -> bytes:
+    """A manifest object's bytes, stopping once past ``MAX_MANIFEST_SIZE`` (the parser then refuses it by size)."""
+    parts: list[bytes] = []
+    total = 0
+    while total <= MAX_MANIFEST_SIZE and (piece := f.read(READ_PIECE)):
+        parts.append(piece)
+        total += len(piece)
+    return b"".join(parts)
+
 
 INDEX_JSON_NAMES: dict[IndexType, str] = {
     IndexType.OFFSET: "offset",
@@ -174,6 +188,22 @@ class SegmentManifest:
         if rlsm:
             doc["remoteLogSegmentMetadata"] = rlsm
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+    def recorded_metadata(self, what: str = "manifest") -> RemoteLogSegmentMetadata:
+        """The broker's metadata of the segment as this manifest recorded it (sized by the chunk index): what
+        tools list, read without the data key. Raises ``CorruptDataException`` naming ``what`` when the record
+        is absent (a manifest of a plugin that does not write it) or malformed."""
+        if self.remote_log_segment_metadata is None:
+            raise CorruptDataException(
+                f"{what} carries no remoteLogSegmentMetadata; it was not written by a plugin that records it, so "
+                f"the segment's offsets are unknown"
+            )
+        try:
+            return metadata_from_json(self.remote_log_segment_metadata, self.chunk_index.original_file_size)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptDataException(
+                f"{what} has a malformed remoteLogSegmentMetadata: {type(e).__name__}: {e}"
+            ) from None
 
     @staticmethod
     def from_json_bytes(data: bytes, what: str = "manifest") -> SegmentManifest:

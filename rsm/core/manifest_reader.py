@@ -15,15 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
-from backends.base import KeyNotFound, StorageBackendException
-from rsm.core.catalog import TieredSegment
+from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.manager import RemoteStorageManager
-from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest, metadata_from_json
-from rsm.core.object_keys import mask
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
-from rsm.errors import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
+from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.metadata import IndexType
 
 __all__ = [
@@ -84,74 +80,19 @@ class SegmentFailure:
         return text if self.segment.segment_id in text else f"{self.segment.describe()}: {text}"
 
 
-def _show(manager: RemoteStorageManager, key: str) -> str:
-    config = manager.config
-    return mask(key, config["key.prefix"], config["key.prefix.mask"])
-
-
-READ_PIECE = 64 * 1024
-"""Manifests are read in pieces of this size: ``read(MAX_MANIFEST_SIZE + 1)`` at once would allocate the whole
-32 MiB bound up front for every manifest in flight (a file object sizes its buffer by the request)."""
-
-
-def _read_bounded(f: BinaryIO) -> bytes:
-    """The object's bytes, stopping once past ``MAX_MANIFEST_SIZE`` (the parser then refuses it by size)."""
-    parts: list[bytes] = []
-    total = 0
-    while total <= MAX_MANIFEST_SIZE and (piece := f.read(READ_PIECE)):
-        parts.append(piece)
-        total += len(piece)
-    return b"".join(parts)
-
-
-def _fetch(manager: RemoteStorageManager, segment: TieredSegment, what: str) -> bytes:
-    try:
-        with manager.backend.fetch(segment.keys.manifest) as f:
-            return _read_bounded(f)
-    except KeyNotFound:
-        raise RemoteResourceNotFoundException(
-            f"{what} is gone (deleted since the listing?); list again with kts ls"
-        ) from None
-    except StorageBackendException as e:
-        raise RemoteStorageException(f"cannot read {what}: {e}") from e
-
-
-def _parse(manager: RemoteStorageManager, segment: TieredSegment, what: str) -> SegmentManifest:
-    raw = _fetch(manager, segment, what)
-    try:
-        return SegmentManifest.from_json_bytes(raw, what)
-    except CorruptDataException:
-        # A body cut short in transit whose Content-Length was rewritten to match parses as a corrupt manifest;
-        # a second read tells that apart from a stored object that really is corrupt (as the manager does).
-        again = _fetch(manager, segment, what)
-        if again == raw:
-            raise
-        return SegmentManifest.from_json_bytes(again, what)
-
-
-def read_summary(manager: RemoteStorageManager, segment: TieredSegment) -> SegmentSummary:
-    """The summary of one listed segment; raises the plugin's exceptions, naming the manifest and the segment."""
-    what = f"manifest {_show(manager, segment.keys.manifest)} of {segment.describe()}"
-    manifest = _parse(manager, segment, what)
-    recorded = manifest.remote_log_segment_metadata
-    if recorded is None:
-        raise CorruptDataException(
-            f"{what} carries no remoteLogSegmentMetadata; it was not written by a plugin that records it, so the "
-            f"segment's offsets are unknown"
-        )
-    index = manifest.chunk_index
-    try:
-        meta = metadata_from_json(recorded, index.original_file_size)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CorruptDataException(
-            f"{what} has a malformed remoteLogSegmentMetadata: {type(e).__name__}: {e}"
-        ) from None
+def read_summary(catalog: SegmentCatalog, segment: TieredSegment) -> SegmentSummary:
+    """The summary of one listed segment (``catalog.manifest``, the data key left wrapped); raises the plugin's
+    exceptions, naming the manifest and the segment."""
+    manifest = catalog.manifest(segment)
+    what = f"manifest {catalog.show(segment.keys.manifest)} of {segment.describe()}"
+    meta = manifest.recorded_metadata(what)
     named = (meta.topic_id_partition.topic_id, meta.remote_log_segment_id.id, meta.start_offset)
     if named != (segment.topic_id, segment.segment_id, segment.start_offset):
         raise CorruptDataException(
             f"{what} records segment {named[1]} of topic id {named[0]} at offset {named[2]}, not the segment its key "
             f"names: the object was copied or renamed by hand; restore it from the segment's own copy or delete it"
         )
+    index = manifest.chunk_index
     txn = manifest.segment_indexes.get(IndexType.TRANSACTION)
     snapshot = manifest.segment_indexes.get(IndexType.PRODUCER_SNAPSHOT)
     return SegmentSummary(
@@ -176,7 +117,8 @@ def read_summaries(
     manager: RemoteStorageManager, segments: Iterable[TieredSegment], concurrency: int = DEFAULT_CONCURRENCY
 ) -> Iterator[SegmentSummary | SegmentFailure]:
     """Summaries of ``segments`` in their order, read ``concurrency`` at a time; a failure is a value."""
-    for outcome in ordered_map(lambda s: read_summary(manager, s), segments, concurrency, "kts-manifests"):
+    catalog = manager.catalog()
+    for outcome in ordered_map(lambda s: read_summary(catalog, s), segments, concurrency, "kts-manifests"):
         if outcome.error is not None:
             yield SegmentFailure(outcome.item, outcome.error)
         else:

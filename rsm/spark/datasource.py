@@ -31,9 +31,16 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rsm.spark.options import TieredReadOptions, redact
+from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds, SegmentSlice
-from rsm.spark.reader import manager_for, read_slice_columns, to_record_batch
+from rsm.spark.reader import (
+    HEADERS_COLUMN,
+    KAFKA_COLUMNS,
+    arrow_field,
+    manager_for,
+    read_slice_columns,
+    to_record_batch,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,6 +55,46 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 REDACTION_CONF = "spark.sql.redaction.options.regex"
 #: Option keys whose values Spark must mask in plans and the UI (Spark's own default masks only ``url``).
 REDACTION_REGEX = "(?i)url|secret|password|passphrase|private|token|credential|access.key|sas|connection.string"
+
+
+def requested_columns(schema: Any, include_headers: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The Kafka source's columns a schema given with ``.schema(...)`` asks for, and the schema's spelling of
+    them; ``None`` when it is the source's own schema.
+
+    Spark (4.x) never tells a Python data source which columns a query reads: every row of every column goes
+    through Arrow to the JVM, which copies each into a row. A job that needs a few columns says so with a
+    schema, and only those are built and shipped. Names match case-insensitively, as Spark's columns do; types
+    must be the Kafka source's.
+    """
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    known = {c.lower(): c for c in (*KAFKA_COLUMNS, HEADERS_COLUMN)}
+    columns: list[str] = []
+    names: list[str] = []
+    for f in schema.fields:
+        column = known.get(f.name.lower())
+        if column is None:
+            raise ReadOptionsError(
+                f"column {f.name!r} of the given schema is not a column of the Kafka source; its columns are "
+                f"{', '.join(known.values())}"
+            )
+        if column in columns:
+            raise ReadOptionsError(f"column {f.name!r} appears twice in the given schema")
+        expected = from_arrow_type(arrow_field(column).type)  # the type the batches carry, as Spark names it
+        if f.dataType != expected or not f.nullable:
+            given = f.dataType.simpleString() + ("" if f.nullable else " NOT NULL")
+            raise ReadOptionsError(
+                f"column {f.name!r} of the given schema must be {expected.simpleString()} (nullable), as in "
+                f"Spark's Kafka source, not {given}"
+            )
+        columns.append(column)
+        names.append(f.name)
+    if not columns:
+        raise ReadOptionsError("the given schema has no columns; name at least one column of the Kafka source")
+    full = KAFKA_COLUMNS + ((HEADERS_COLUMN,) if include_headers else ())
+    if tuple(columns) == full and tuple(names) == full:
+        return None
+    return tuple(columns), tuple(names)
 
 
 class SlicePartition(InputPartition):
@@ -65,9 +112,13 @@ class KafkaTieredReader(DataSourceReader):
     """Plans on the driver and reads a slice per task; carries the options (secrets included) to executors
     inside the pickled reader, never in partitions, plans or logs."""
 
-    def __init__(self, options: TieredReadOptions) -> None:
+    def __init__(
+        self, options: TieredReadOptions, columns: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    ) -> None:
         self.opts = options
         self.pushed = PushedBounds()
+        # (the Kafka source's columns to build, the schema's names for them), or None for every column
+        self.columns = columns
 
     def __repr__(self) -> str:
         return f"KafkaTieredReader({self.opts!r}, config={redact(self.opts.plugin_config)})"
@@ -84,8 +135,9 @@ class KafkaTieredReader(DataSourceReader):
         if piece is None:
             return
         manager = manager_for(self.opts.plugin_config)
-        for cols in read_slice_columns(manager, piece, self.opts, self.pushed):
-            yield to_record_batch(cols, piece.topic, piece.partition)
+        columns, names = self.columns or (None, None)
+        for cols in read_slice_columns(manager, piece, self.opts, self.pushed, columns=columns):
+            yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
 
 
 def _millis(value: Any) -> tuple[int, int] | None:
@@ -177,7 +229,11 @@ class KafkaTieredDataSource(DataSource):
         return SCHEMA + (HEADERS if self._opts().include_headers else "")
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return self.reader_class(self._opts())
+        opts = self._opts()
+        columns = requested_columns(schema, opts.include_headers)
+        if columns is not None and HEADERS_COLUMN in columns[0]:
+            opts = replace(opts, include_headers=True)  # a schema that names headers asks for them
+        return self.reader_class(opts, columns)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({redact(dict(self.options))})"

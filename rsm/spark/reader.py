@@ -17,8 +17,9 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from rsm.core.manager import RemoteStorageManager
@@ -31,7 +32,17 @@ from rsm.spark.planning import PushedBounds, SegmentSlice, plan_slices
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ReadStats", "SkippedBatch", "TieredReader", "manager_for", "read_slice_columns", "to_record_batch"]
+__all__ = [
+    "HEADERS_COLUMN",
+    "KAFKA_COLUMNS",
+    "ReadStats",
+    "SkippedBatch",
+    "TieredReader",
+    "arrow_field",
+    "manager_for",
+    "read_slice_columns",
+    "to_record_batch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +124,10 @@ def read_slice_columns(
     opts: TieredReadOptions,
     pushed: PushedBounds | None = None,
     stats: ReadStats | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[Columns]:
-    """Columns of about ``opts.rows_per_batch`` rows each, for one slice."""
+    """Columns of about ``opts.rows_per_batch`` rows each, for one slice (keys and values only when ``columns``,
+    the Kafka source's columns the caller will build, names them; default all)."""
     pushed = pushed or PushedBounds()
     # startingTimestamp/endingTimestamp are already offsets in the slice (planning); only pushed filters on
     # `timestamp` select rows by their timestamps.
@@ -135,6 +148,8 @@ def read_slice_columns(
         aborted=aborted,
         fail_on_corruption=opts.fail_on_corruption,
         max_decompressed=opts.max_batch_bytes,
+        keys=columns is None or "key" in columns,
+        values=columns is None or "value" in columns,
     )
     seg = piece.segment
     out = decoder.new_columns()
@@ -193,51 +208,79 @@ def _report_skipped(piece: SegmentSlice, decoder: LogBatchDecoder, reported: int
     return reported
 
 
-def _schema(include_headers: bool) -> pa.Schema:
+#: The columns of Spark's Kafka source, in its order (``headers`` only with ``includeHeaders``).
+KAFKA_COLUMNS: tuple[str, ...] = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+HEADERS_COLUMN = "headers"
+
+
+@cache
+def arrow_field(name: str) -> pa.Field:
+    """A Kafka source column's Arrow field, as the batches carry it (Spark's type for it follows from it)."""
     import pyarrow as pa
 
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-        fields.append(pa.field("headers", pa.list_(header)))
-    return pa.schema(fields)
+    types = {
+        "key": pa.binary(),
+        "value": pa.binary(),
+        "topic": pa.string(),
+        "partition": pa.int32(),
+        "offset": pa.int64(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "timestampType": pa.int32(),
+        HEADERS_COLUMN: pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+    }
+    return pa.field(name, types[name])
 
 
-def to_record_batch(cols: Columns, topic: str, partition: int) -> pa.RecordBatch:
-    """One Arrow batch in the Kafka source's column order; constant columns are built without per-row objects."""
+@lru_cache(maxsize=64)
+def _schema(columns: tuple[str, ...], names: tuple[str, ...]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([arrow_field(c).with_name(n) for c, n in zip(columns, names, strict=True)])
+
+
+def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
+    """One column of a batch; the constant ones without per-row objects."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = len(cols)
-    include_headers = cols.headers is not None
-    schema = _schema(include_headers)
-    millis = pa.array(cols.timestamps, pa.int64())
-    arrays = [
-        pa.array(cols.keys, pa.binary()),
-        pa.array(cols.values, pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(cols.offsets, pa.int64()),
-        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(cols.timestamp_types, pa.int32()),
-    ]
-    if include_headers:
-        assert cols.headers is not None
-        arrays.append(
-            pa.array(
-                [[{"key": k, "value": v} for k, v in hs] for hs in cols.headers],
-                schema.field("headers").type,
-            )
-        )
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if name == "key":
+        return pa.array(cols.keys, pa.binary())
+    if name == "value":
+        return pa.array(cols.values, pa.binary())
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, pa.string()), len(cols))
+    if name == "partition":
+        return pa.repeat(pa.scalar(partition, pa.int32()), len(cols))
+    if name == "offset":
+        return pa.array(cols.offsets, pa.int64())
+    if name == "timestamp":
+        return pc.multiply(pa.array(cols.timestamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    if name == "timestampType":
+        return pa.array(cols.timestamp_types, pa.int32())
+    if name == HEADERS_COLUMN and cols.headers is not None:
+        return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in cols.headers], arrow_field(name).type)
+    raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
+
+
+def to_record_batch(
+    cols: Columns,
+    topic: str,
+    partition: int,
+    columns: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+) -> pa.RecordBatch:
+    """One Arrow batch in the Kafka source's column order, or of ``columns`` only (a pruned read), in their order.
+
+    ``names`` spells the columns as the caller's schema does (Spark compares the batch's schema with it exactly).
+    Only the asked columns are built: a value column copies every value byte, so a read of keys alone is cheaper.
+    """
+    import pyarrow as pa
+
+    if columns is None:
+        columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if cols.headers is not None else KAFKA_COLUMNS
+    wanted = tuple(columns)
+    arrays = [_array(c, cols, topic, partition) for c in wanted]
+    return pa.RecordBatch.from_arrays(arrays, schema=_schema(wanted, tuple(names) if names else wanted))
 
 
 class TieredReader:
