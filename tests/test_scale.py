@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from rsm import RemoteStorageManager
 from rsm.cli.main import main
 from rsm.core.catalog import parse_manifest_key
+from rsm.core.garbage import find_garbage
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import WINDOW_PER_THREAD, ordered_map
@@ -64,9 +65,9 @@ def _plugin(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def big_fs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], GeneratorSpec]:
-    """1,500 segments in each of 2 partitions on a filesystem store."""
+    """1,500 segments in each of 2 partitions on a filesystem store, and 12 crashed copies (no manifest)."""
     root = tmp_path_factory.mktemp("scale-fs") / "store"
-    spec = GeneratorSpec("big/", 1500, partitions=2, records_per_segment=RECORDS)
+    spec = GeneratorSpec("big/", 1500, partitions=2, records_per_segment=RECORDS, orphans=12)
     # No prefetch: it would walk its 16 MiB budget across thousands of these 1.6 KB segments in the background.
     config = {**_fs(root), **_plugin(), "key.prefix": spec.prefix, "fetch.chunk.cache.prefetch.max.size": "0"}
     generate(config, config, spec, processes=1)
@@ -99,6 +100,33 @@ def test_a_large_plan_covers_every_offset_once_from_every_segment(big_fs: tuple[
         offsets[piece.partition].update(cols.offsets)
     for partition in (0, 1):
         assert offsets[partition] == Counter(range(spec.segments * RECORDS)), partition
+
+
+def test_kts_ls_and_gc_at_size_name_every_segment_and_every_orphan_once(
+    big_fs: tuple[dict[str, str], GeneratorSpec], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, spec = big_fs
+    sets = [x for k, v in config.items() for x in ("--set", f"{k}={v}")]
+    capsys.readouterr()
+    assert main(["ls", *sets, "--json", "--workers", "8", spec.topic]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["partition"], r["segment_id"]) for r in rows] == [
+        (p, spec.segment_id(p, j)) for p in range(2) for j in range(spec.segments)
+    ], "a segment listed twice, out of order or not at all"
+    assert [(r["start_offset"], r["end_offset"]) for r in rows] == [
+        (j * RECORDS, j * RECORDS + RECORDS - 1) for _ in range(2) for j in range(spec.segments)
+    ]
+
+    orphans = {spec.segment_id(0, j) for j in range(spec.segments, spec.segments + spec.orphans)}
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        items = find_garbage(m, 0.0, concurrency=8)
+    keys = [item.key for item in items]
+    assert len(keys) == len(set(keys)) == 2 * spec.orphans  # each orphan's .log and .indexes, once
+    named = [parse_manifest_key(k.rsplit(".", 1)[0] + ".rsm-manifest", spec.prefix) for k in keys]
+    assert {seg.segment_id for seg in named if seg is not None} == orphans
+    assert main(["gc", *sets, "--older-than", "0s"]) == 0
+    assert f"{2 * spec.orphans} items" in capsys.readouterr().out
 
 
 def test_planning_keeps_a_few_numbers_per_segment_not_the_manifests(tmp_path: Path) -> None:
@@ -486,3 +514,23 @@ def test_a_full_pool_of_reads_keeps_its_connections(
             got = list(read_summaries(m, m.catalog().segments(spec.topic), 32))
     assert [g.start_offset for g in got] == [j * RECORDS for j in range(80)]  # type: ignore[union-attr]
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+
+
+def test_columns_align_from_a_lookahead_then_stream() -> None:
+    from rsm.cli.columns import Columns
+
+    lines: list[str] = []
+    cols = Columns(("topic", "size", "key id"), lines.append, right=frozenset({1}), lookahead=2)
+    cols.add("t", "1,024", "a")
+    assert lines == []  # still looking ahead
+    cols.add("orders", "9", "-")
+    assert lines == ["topic    size  key id", "t       1,024  a", "orders      9  -"]
+    cols.add("a-much-longer-topic", "12", "b")  # streamed at once; only its own line is wider
+    assert lines[-1] == "a-much-longer-topic     12  b" and cols.rows == 3
+    cols.close()
+    assert len(lines) == 4
+    empty: list[str] = []
+    Columns(("a",), empty.append).close()
+    assert empty == []  # no rows, no header
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        cols.add("x", "y")

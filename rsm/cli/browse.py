@@ -12,9 +12,9 @@ import json
 from datetime import UTC, datetime
 
 import click
-from rich.table import Table
 
-from rsm.cli.progress import progress_bar, stdout
+from rsm.cli.columns import Columns
+from rsm.cli.progress import progress_bar
 from rsm.cli.segments import iter_selected, parse_scope, resolve_segment
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.manager import RemoteStorageManager
@@ -62,7 +62,11 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
     (exit 1); so is a manifest that cannot be read (named on stderr; the other rows still print)."""
     wanted = parse_scope(scope)
     with open_manager(config, sets, keys=False) as manager:
-        table = Table("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id")
+        columns = Columns(
+            ("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id"),
+            click.echo,
+            right=frozenset({1, 4, 5}),
+        )
         segments = iter_selected(manager, wanted)  # manifests are read while later pages are still listed
         failures: list[SegmentFailure] = []
         with progress_bar("reading manifests") as advance:
@@ -88,7 +92,7 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                 if as_json:
                     click.echo(json.dumps(row))
                 else:
-                    table.add_row(
+                    columns.add(
                         seg.topic,
                         str(seg.partition),
                         f"{got.start_offset}-{got.end_offset}",
@@ -98,8 +102,7 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                         row["codec"],
                         row["key_id"],
                     )
-        if not as_json and table.row_count:
-            stdout.print(table)
+        columns.close()
     for failure in failures:
         click.echo(f"FAILED {failure.describe()}", err=True)
     return 1 if failures else 0
