@@ -534,3 +534,33 @@ def test_columns_align_from_a_lookahead_then_stream() -> None:
     assert empty == []  # no rows, no header
     with pytest.raises(ValueError, match="2 cells for 3 columns"):
         cols.add("x", "y")
+
+
+def test_range_listing_is_a_capability_found_once() -> None:
+    """S3 and the filesystem list part of a key space; GCS and Azure do not (the catalog then lists whole
+    prefixes): BackendCapabilities.of says which, and a catalog asks it once, when it is made."""
+    from backends.azure import AzureBlobBackend
+    from backends.base import BackendCapabilities
+    from backends.filesystem import FileSystemBackend
+    from backends.gcs import GcsBackend
+    from backends.s3 import S3Backend
+
+    found = {c.__name__: BackendCapabilities.of(b := c()).range_listing is b for c in (FileSystemBackend, S3Backend)}
+    assert found == {"FileSystemBackend": True, "S3Backend": True}
+    assert all(BackendCapabilities.of(c()).range_listing is None for c in (GcsBackend, AzureBlobBackend))
+
+
+def test_a_corrupt_manifest_is_named_with_the_prefix_masked(tmp_path: Path) -> None:
+    """Summaries read manifests through the catalog of the manager, which masks key.prefix in what it names."""
+    spec = GeneratorSpec("secret-account/", 3, records_per_segment=RECORDS)
+    config = {**_fs(tmp_path / "store"), **_plugin(), "key.prefix": spec.prefix}
+    generate(config, config, spec, processes=1)
+    with RemoteStorageManager() as m:
+        m.configure({**config, "key.prefix.mask": "true"})
+        segments = m.catalog().segments(spec.topic)
+        Path(config["storage.root"], segments[1].keys.manifest).write_bytes(b"{not json")
+        got = list(read_summaries(m, segments, 2))
+    failure = got[1]
+    assert isinstance(failure, SegmentFailure) and not isinstance(got[0], SegmentFailure)
+    text = failure.describe()
+    assert "<prefix>" in text and "secret-account" not in text and segments[1].segment_id in text, text
