@@ -72,7 +72,8 @@ def parse_manifest_key(key: str, prefix: str = "") -> TieredSegment | None:
 
 
 class SegmentCatalog:
-    """Lists the tiered segments under a key prefix. Listing is the only cost: nothing is downloaded."""
+    """Lists the tiered segments under a key prefix (listing downloads nothing) and reads a listed segment's
+    manifest on request (one GET, no data key unwrapped)."""
 
     def __init__(self, backend: StorageBackend, prefix: str = "", show: Callable[[str], str] | None = None) -> None:
         self._backend = backend
