@@ -325,7 +325,7 @@ def test_timestamps_bound_offsets_per_partition_as_kafkas_offsets_for_times(
     # A pushed filter on `timestamp` still selects rows by their own timestamps.
     reader = TieredReader({**config, "topic": "clock", "partitions": "0"})
     pushed = pushed_bounds([GreaterThanOrEqual(("timestamp",), _dt(t + 100))])
-    kept = [o for _, cols in reader.columns(pushed) for o in cols.offsets]
+    kept = [o for _, cols in reader.columns(pushed) for o in cols.to_columns().offsets]
     assert kept == [*range(10, 15), *range(20, 30)]
 
     df = _read(spark, config, topic="clock", startingTimestamp=str(t + 100), endingTimestamp=str(t + 200))
@@ -461,7 +461,8 @@ def _dt(ms: int) -> Any:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def _cols_rows(cols: Any) -> Iterator[dict[str, Any]]:
+def _cols_rows(out: Any) -> Iterator[dict[str, Any]]:
+    cols = out.to_columns()
     for i in range(len(cols)):
         yield {"offset": cols.offsets[i], "value": cols.values[i]}
 
