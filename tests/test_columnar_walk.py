@@ -441,3 +441,24 @@ def test_without_the_compiled_module_the_list_walks_give_the_same_rows() -> None
         decoder.feed(position, entry, out)
     compiled = to_record_batch(out, "orders", 3)
     assert compiled.num_rows == 3 and compiled.equals(fallback)
+
+
+def test_memory_of_a_live_batch_is_never_reused() -> None:
+    # Blocks of batches that are gone are kept for the next ones (rsm/kafka/_recordwalk.c's pool): a batch still
+    # held must keep its bytes while later batches are built, and a batch built in recycled memory is whole.
+    def batch(seed: int) -> Any:
+        decoder = LogBatchDecoder(ReadBounds())
+        out = decoder.new_columns(arrow=True)
+        specs = [(i, bytes([seed, i % 251]) * 50, bytes([seed]) * (600 + i), []) for i in range(300)]
+        decoder.feed(0, build_batch(specs, base_offset=seed * 1000), out)
+        return to_record_batch(out, "t", 0)
+
+    held = batch(1)
+    expected = held.to_pylist()
+    for seed in range(2, 12):  # each is dropped at once: its blocks go back for the next
+        assert batch(seed).column("offset")[0].as_py() == seed * 1000
+    assert held.to_pylist() == expected
+    del held
+    again = batch(1)
+    again.validate(full=True)
+    assert again.to_pylist() == expected

@@ -39,10 +39,58 @@
 /* Memory: bytes owned by Python, exported read-only through the buffer protocol                          */
 /* ------------------------------------------------------------------------------------------------------ */
 
+/* Large blocks are kept for reuse once the batch that held them is gone: each Arrow batch otherwise gets fresh
+ * memory from the system, and faulting its pages in cost more than the walk itself (a batch of 8192 rows of
+ * 400-byte values is 3.3 MB). A few blocks, a bounded number of bytes; all under the GIL. */
+#define POOL_SLOTS 16
+#define POOL_MIN_BLOCK ((Py_ssize_t)64 << 10)
+#define POOL_MAX_BYTES ((Py_ssize_t)64 << 20)
+
+static struct {
+    char *p;
+    Py_ssize_t cap;
+} pool[POOL_SLOTS];
+static int pool_count;
+static Py_ssize_t pool_bytes;
+
+/* A kept block of at least `need` bytes and not far more (so small buffers leave big blocks for big ones). */
+static char *
+pool_take(Py_ssize_t need, Py_ssize_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < pool_count; i++)
+        if (pool[i].cap >= need && pool[i].cap / 8 <= need && (best < 0 || pool[i].cap < pool[best].cap))
+            best = i;
+    if (best < 0)
+        return NULL;
+    char *p = pool[best].p;
+    *cap = pool[best].cap;
+    pool_bytes -= *cap;
+    pool[best] = pool[--pool_count];
+    return p;
+}
+
+/* Keep a block for reuse, or free it. */
+static void
+pool_give(char *p, Py_ssize_t cap)
+{
+    if (p == NULL)
+        return;
+    if (cap >= POOL_MIN_BLOCK && pool_count < POOL_SLOTS && cap <= POOL_MAX_BYTES - pool_bytes) {
+        pool[pool_count].p = p;
+        pool[pool_count].cap = cap;
+        pool_count++;
+        pool_bytes += cap;
+        return;
+    }
+    PyMem_Free(p);
+}
+
 typedef struct {
     PyObject_HEAD
     char *data;
     Py_ssize_t size;
+    Py_ssize_t cap;
 } Memory;
 
 static char empty_bytes[8];
@@ -50,7 +98,7 @@ static char empty_bytes[8];
 static void
 Memory_dealloc(Memory *self)
 {
-    PyMem_Free(self->data);
+    pool_give(self->data, self->cap);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -106,6 +154,18 @@ buf_grow(Buf *b, Py_ssize_t extra)
         }
         cap *= 2;
     }
+    if (cap >= POOL_MIN_BLOCK) {
+        Py_ssize_t kept;
+        char *p = pool_take(need, &kept);
+        if (p != NULL) {
+            if (b->len)
+                memcpy(p, b->p, (size_t)b->len);
+            pool_give(b->p, b->cap);
+            b->p = p;
+            b->cap = kept;
+            return 0;
+        }
+    }
     char *p = PyMem_Realloc(b->p, (size_t)cap);
     if (p == NULL) {
         PyErr_NoMemory();
@@ -114,6 +174,14 @@ buf_grow(Buf *b, Py_ssize_t extra)
     b->p = p;
     b->cap = cap;
     return 0;
+}
+
+static void
+buf_free(Buf *b)
+{
+    pool_give(b->p, b->cap);
+    b->p = NULL;
+    b->len = b->cap = 0;
 }
 
 static inline int
@@ -145,24 +213,26 @@ last_i32(const Buf *b)
     return v;
 }
 
-/* Hands the bytes over to a Memory object and leaves the buffer empty. */
+/* Hands the bytes over to a Memory object and leaves the buffer empty. A block that will not go back to the
+ * pool is trimmed to its contents (a batch kept for long holds no slack). */
 static PyObject *
 buf_release(Buf *b)
 {
     Memory *m = PyObject_New(Memory, &MemoryType);
     if (m == NULL)
         return NULL;
-    if (b->len < b->cap && b->len > 0) {
-        char *p = PyMem_Realloc(b->p, (size_t)b->len);
-        if (p != NULL)
-            b->p = p;
-    }
     if (b->len == 0) {
-        PyMem_Free(b->p);
-        b->p = NULL;
+        buf_free(b);
+    } else if (b->cap < POOL_MIN_BLOCK && b->len < b->cap) {
+        char *p = PyMem_Realloc(b->p, (size_t)b->len);
+        if (p != NULL) {
+            b->p = p;
+            b->cap = b->len;
+        }
     }
     m->data = b->p;
     m->size = b->len;
+    m->cap = b->cap;
     b->p = NULL;
     b->len = b->cap = 0;
     return (PyObject *)m;
@@ -202,9 +272,9 @@ var_init(VarColumn *c)
 static void
 var_free(VarColumn *c)
 {
-    PyMem_Free(c->valid.p);
-    PyMem_Free(c->offsets.p);
-    PyMem_Free(c->data.p);
+    buf_free(&c->valid);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
     memset(c, 0, sizeof(*c));
 }
 
@@ -328,14 +398,10 @@ builder_rollback(Builder *b, const Mark *m)
 static void
 builder_free(Builder *b)
 {
-    PyMem_Free(b->offsets.p);
-    PyMem_Free(b->timestamps.p);
-    PyMem_Free(b->types.p);
-    PyMem_Free(b->header_lists.p);
-    memset(&b->offsets, 0, sizeof(Buf));
-    memset(&b->timestamps, 0, sizeof(Buf));
-    memset(&b->types, 0, sizeof(Buf));
-    memset(&b->header_lists, 0, sizeof(Buf));
+    buf_free(&b->offsets);
+    buf_free(&b->timestamps);
+    buf_free(&b->types);
+    buf_free(&b->header_lists);
     var_free(&b->keys);
     var_free(&b->values);
     var_free(&b->header_keys);
@@ -838,11 +904,9 @@ Builder_take(Builder *self, PyObject *Py_UNUSED(ignored))
 {
     if (!builder_ready(self))
         return NULL;
-    Py_ssize_t hint = self->rows;
     PyObject *out = builder_export(self, 0);
-    /* the next batch likely has as many rows: one allocation now instead of doublings while walking */
     builder_free(self);
-    if (builder_start(self) < 0 || builder_reserve(self, hint) < 0) {
+    if (builder_start(self) < 0) {
         Py_XDECREF(out);
         return NULL;
     }
