@@ -25,7 +25,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/kts config-docs --check README.md
+	$(BIN)/kts config-docs --check docs/configuration.md
+	$(BIN)/kts cli-docs --check docs/cli.md
 	$(BIN)/kts metrics-docs --check docs/metrics.md
 
 test: setup lint
@@ -35,7 +36,8 @@ bench: setup
 	$(BIN)/python benchmarks/bench_copy_fetch.py
 
 docs: $(STAMP)
-	$(BIN)/kts config-docs --write README.md
+	$(BIN)/kts config-docs --write docs/configuration.md
+	$(BIN)/kts cli-docs --write docs/cli.md
 	$(BIN)/kts metrics-docs --write docs/metrics.md
 
 # The rows of docs/reliability.md's results table, measured on this machine (paste the printed table there).

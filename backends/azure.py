@@ -9,6 +9,13 @@ collection lists and deletes the blobs that hold nothing else (``list_pending_up
 
 Block ids carry a random per-upload tag, so two uploads racing on one key never commit each other's
 blocks. SDK retries are off (``retry_total=0``): ``backends.retry`` applies the same policy as for S3/GCS.
+
+Every request carries a random client request id of ours (``x-ms-client-request-id``, still one per attempt).
+Left to itself the SDK makes a time-based UUID for it, and where Debian's uuid-runtime is installed (podman
+brings it) libuuid then opens /var/lib/libuuid/clock.txt once in each thread that asks and never closes it when
+the thread ends: every thread that ever sent a request would leave a descriptor behind. For the same reason
+the few objects of one segment are deleted one by one, not in a blob batch: the SDK prepares a batch's parts
+on a thread pool it creates for that one call, whose threads each make a time-based UUID.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ from backends.streaming import BodyReadError, ResponseStream, check_answer_lengt
 MIN_BLOCK_SIZE = 100 * 1024
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 DELETE_BATCH = 256  # blob batch limit
+BATCH_DELETE_MIN = 4
+"""Fewer keys than this (the two or three objects of a segment) are deleted one request each: a blob batch costs
+the SDK's own short-lived thread pool (see the module docstring), worth it only for the bulk deletes of gc."""
 UNCOMMITTED_BLOCKS = "uncommitted-blocks"
 """``PendingUpload.kind`` of a blob that holds only staged, never committed blocks."""
 
@@ -133,13 +143,9 @@ CONFIG_DEF = ConfigDef().extend(
 )
 
 
-def _error_code(e: Any) -> str:
-    """The storage error code (``BlobNotFound``, ``ServerBusy``...): the SDK's high-level calls set
-    ``error_code``; the raw Get Blob call leaves it in the ``x-ms-error-code`` header of the answer."""
-    code = getattr(e, "error_code", None)
-    if not code and getattr(e, "response", None) is not None:
-        code = e.response.headers.get("x-ms-error-code")
-    return str(code or "")
+def _request_id() -> dict[str, str]:
+    """The ``client_request_id`` of one request: random, so that the SDK never makes a time-based one."""
+    return {"client_request_id": str(uuid.uuid4())}
 
 
 class AzureBlobBackend(CloudBackend):
@@ -271,20 +277,30 @@ class AzureBlobBackend(CloudBackend):
             if text:
                 message = text[0]
             notes = getattr(e, "__notes__", None) or []
-            return f"HTTP {e.status_code} {_error_code(e)}: {message}".strip() + (
+            return f"HTTP {e.status_code} {self._error_code(e)}: {message}".strip() + (
                 f" [{'; '.join(notes)}]" if notes else ""
             )
         return describe_error(e)
 
-    def _classify(self, e: BaseException) -> ErrorKind:
+    CONTAINER_MISSING = frozenset({"ContainerNotFound"})
+
+    def _error_code(self, e: BaseException) -> str:
+        """The storage error code (``BlobNotFound``, ``ServerBusy``...): the SDK's high-level calls set
+        ``error_code``; the raw Get Blob call leaves it in the ``x-ms-error-code`` header of the answer."""
+        code = getattr(e, "error_code", None)
+        if not code and getattr(e, "response", None) is not None:
+            code = e.response.headers.get("x-ms-error-code")  # type: ignore[attr-defined]
+        return str(code or "")
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
         import urllib3.exceptions
         from azure.core import exceptions as az
 
         if isinstance(e, az.HttpResponseError) and e.status_code is not None:
             status = int(e.status_code)
-            code = _error_code(e)
+            code = self._error_code(e)
             if status == 404:
-                return ErrorKind.OTHER if code == "ContainerNotFound" else ErrorKind.NOT_FOUND
+                return ErrorKind.NOT_FOUND
             if status == 416 or code == "InvalidRange":
                 return ErrorKind.INVALID_RANGE
             if status == 429 or code == "ServerBusy":
@@ -334,7 +350,7 @@ class AzureBlobBackend(CloudBackend):
             self._call(
                 "blob-upload",
                 key,
-                lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1),
+                lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1, **_request_id()),
                 deadline=deadline,
                 key_read=False,
             )
@@ -355,7 +371,7 @@ class AzureBlobBackend(CloudBackend):
             self._call(
                 "block-upload",
                 key,
-                lambda: blob.stage_block(block_id, block, length=len(block)),
+                lambda: blob.stage_block(block_id, block, length=len(block), **_request_id()),
                 deadline=deadline,
                 key_read=False,
             )
@@ -377,7 +393,7 @@ class AzureBlobBackend(CloudBackend):
             self._call(
                 "block-list-upload",
                 key,
-                lambda: blob.commit_block_list([BlobBlock(block_id=i) for i in ids]),
+                lambda: blob.commit_block_list([BlobBlock(block_id=i) for i in ids], **_request_id()),
                 deadline=deadline,
                 key_read=False,
             )
@@ -406,10 +422,11 @@ class AzureBlobBackend(CloudBackend):
             from azure.core.exceptions import HttpResponseError
 
             try:
-                return blob._client.blob.download(range=wanted, cls=keep)  # noqa: SLF001 - see the docstring
+                return blob._client.blob.download(range=wanted, cls=keep, **_request_id())  # noqa: SLF001 - see above
             except HttpResponseError as e:
                 if e.status_code == 416 and start == 0 and end is None:
-                    return blob._client.blob.download(cls=keep)  # noqa: SLF001 - an empty blob has no byte 0
+                    # an empty blob has no byte 0
+                    return blob._client.blob.download(cls=keep, **_request_id())  # noqa: SLF001
                 raise
 
         response = self._call("blob-get", key, attempt, start=start, end=end)
@@ -440,7 +457,7 @@ class AzureBlobBackend(CloudBackend):
     def delete(self, key: str) -> None:
         blob = self.container_client.get_blob_client(key)
         try:
-            self._call("blob-delete", key, lambda: blob.delete_blob())
+            self._call("blob-delete", key, lambda: blob.delete_blob(**_request_id()))
         except KeyNotFound:
             pass
 
@@ -455,14 +472,15 @@ class AzureBlobBackend(CloudBackend):
             self._delete_batch(batch)
 
     def _delete_batch(self, keys: list[str]) -> None:
-        if len(keys) == 1:
-            self.delete(keys[0])
+        if len(keys) < BATCH_DELETE_MIN:
+            for key in keys:
+                self.delete(key)
             return
         label = f"{keys[0]!r} and {len(keys) - 1} more"
         responses = self._call(
             "blob-batch-delete",
             label,
-            lambda: list(self.container_client.delete_blobs(*keys, raise_on_any_failure=False)),
+            lambda: list(self.container_client.delete_blobs(*keys, raise_on_any_failure=False, **_request_id())),
             key_read=False,
         )
         failed = [(k, r.status_code) for k, r in zip(keys, responses, strict=False) if r.status_code not in (202, 404)]
@@ -474,7 +492,7 @@ class AzureBlobBackend(CloudBackend):
 
     def list(self, prefix: str) -> Iterator[str]:
         def page(token: str | None) -> tuple[list[str], str | None]:
-            pages = self.container_client.list_blob_names(name_starts_with=prefix or None).by_page(
+            pages = self.container_client.list_blob_names(name_starts_with=prefix or None, **_request_id()).by_page(
                 continuation_token=token
             )
             names = list(next(pages))
@@ -490,7 +508,7 @@ class AzureBlobBackend(CloudBackend):
 
         def page(token: str | None) -> tuple[list[PendingUpload], str | None]:
             pages = self.container_client.list_blobs(
-                name_starts_with=prefix or None, include=["uncommittedblobs"]
+                name_starts_with=prefix or None, include=["uncommittedblobs"], **_request_id()
             ).by_page(continuation_token=token)
             uploads = [
                 PendingUpload(
@@ -515,7 +533,7 @@ class AzureBlobBackend(CloudBackend):
             return
         blob = self.container_client.get_blob_client(upload.key)
         try:
-            self._call("blob-delete-uncommitted", upload.key, lambda: blob.delete_blob())
+            self._call("blob-delete-uncommitted", upload.key, lambda: blob.delete_blob(**_request_id()))
         except KeyNotFound:  # discarded by the service already
             pass
 

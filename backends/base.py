@@ -4,11 +4,16 @@ Every backend (filesystem, S3, GCS, Azure, or a user's own ``module:Class``) imp
 ``StorageBackend``. The manager never sees SDK types or SDK exceptions: a backend maps them to
 ``KeyNotFound``, ``InvalidRange`` or ``StorageBackendException`` so that the error handling above it is
 the same for every store.
+
+A backend may offer more, each an optional protocol of its own: ranged reads straight into a buffer
+(``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``) and
+unfinished uploads (``PendingUploads``). ``BackendCapabilities.of`` is the one place that asks which of them a
+backend implements, once, when the plugin wires the backend; nothing asks again per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
@@ -111,58 +116,132 @@ class PendingUpload:
     size: int | None = None
 
 
-class GarbageCapable(Protocol):
-    """Optional backend methods garbage collection uses where a backend has them (checked with ``getattr``):
-    ``list_details`` for object ages, ``list_pending_uploads``/``abort_pending_upload`` for unfinished uploads."""
+# --- optional capabilities ---------------------------------------------------------------------------------------
 
-    def list_details(self, prefix: str) -> Iterator[ObjectInfo]: ...
 
-    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]: ...
+@runtime_checkable
+class ReadsRangesInto(Protocol):
+    """A ranged read straight into the caller's buffer, without a stream (the filesystem does it with one
+    ``preadv``). Without it, every chunk and index read streams from ``fetch``."""
 
-    def abort_pending_upload(self, upload: PendingUpload) -> None: ...
+    def read_range_into(self, key: str, start: int, end: int, out: memoryview) -> int:
+        """Bytes ``[start, end]`` of ``key`` into ``out``; returns how many the object has in that range (fewer
+        when it is shorter). ``KeyNotFound``, ``InvalidRange`` (start at or past the end) as for ``fetch``."""
+        ...
+
+
+@runtime_checkable
+class Instrumentation(Protocol):
+    """Request counters a backend keeps (``backends.instrumentation.BackendMetrics``)."""
+
+    def add_listener(self, listener: Callable[[str, int, float | None], None]) -> None:
+        """Call ``listener(counter, increment, latency seconds or None)`` for every increment from now on."""
+        ...
+
+
+@runtime_checkable
+class Instrumented(Protocol):
+    """A backend whose requests the plugin forwards to the client-metrics bean of its store (the cloud
+    backends): ``STORE`` names the store (``S3``, ``GCS``, ``Azure``), ``instrumentation`` counts."""
+
+    STORE: str
+    instrumentation: Instrumentation
+
+
+@runtime_checkable
+class ListsDetails(Protocol):
+    """Listing with each object's size and age, so garbage collection can date orphan objects (without it, it
+    lists none: nothing is deleted on a guess)."""
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        """``list`` with sizes and modification times, same order."""
+        ...
+
+
+@runtime_checkable
+class PendingUploads(Protocol):
+    """Uploads that were started and never finished, which hold storage nothing reads (garbage collection)."""
+
+    def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]:
+        """The unfinished uploads of keys under ``prefix``."""
+        ...
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        """Free what one of them holds; one that finished or was aborted since is not an error."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """Which optional protocols a backend implements: each field is the backend itself, or None."""
+
+    ranged_reads: ReadsRangesInto | None = None
+    instrumentation: Instrumented | None = None
+    details: ListsDetails | None = None
+    pending_uploads: PendingUploads | None = None
+
+    @classmethod
+    def of(cls, backend: StorageBackend) -> BackendCapabilities:
+        """The one place that asks what ``backend`` offers; the plugin calls it once, when it wires the backend."""
+        instrumented = isinstance(backend, Instrumented) and isinstance(backend.instrumentation, Instrumentation)
+        return cls(
+            backend if isinstance(backend, ReadsRangesInto) else None,
+            backend if instrumented else None,  # type: ignore[arg-type]
+            backend if isinstance(backend, ListsDetails) else None,
+            backend if isinstance(backend, PendingUploads) else None,
+        )
+
+
+class RangeReader:
+    """Whole byte ranges of one backend's objects, through its ``read_range_into`` when it has one (known when
+    the reader is made), else through ``fetch``. A short answer raises ``InvalidRange``: the range comes from a
+    manifest, so the object is shorter than its manifest says."""
+
+    def __init__(self, backend: StorageBackend, capabilities: BackendCapabilities | None = None) -> None:
+        self.backend = backend
+        self._direct = (capabilities or BackendCapabilities.of(backend)).ranged_reads
+
+    def read(self, key: str, start: int, end: int) -> bytearray:
+        """Bytes ``[start, end]`` of ``key``. The manifest may lie about the range: above ``_PREALLOCATE_LIMIT``
+        the buffer grows only as bytes arrive, so memory is bounded by the object's real size."""
+        expected = end - start + 1
+        if expected <= _PREALLOCATE_LIMIT:
+            out = bytearray(expected)
+            self.read_into(key, start, end, memoryview(out))
+            return out
+        grown = bytearray()
+        with self.backend.fetch(key, start, end) as stream:
+            while len(grown) < expected:
+                piece = stream.read(min(_PREALLOCATE_LIMIT, expected - len(grown)))
+                if not piece:
+                    break
+                grown += piece
+        if len(grown) != expected:
+            raise InvalidRange(key, start, end, start + len(grown))
+        return grown
+
+    def read_into(self, key: str, start: int, end: int, out: memoryview) -> None:
+        """Fill ``out`` (exactly ``end - start + 1`` bytes) with that range of ``key``."""
+        expected = end - start + 1
+        if len(out) != expected:
+            raise ValueError(f"buffer of {len(out)} bytes for a range of {expected}")
+        if self._direct is not None:
+            got = self._direct.read_range_into(key, start, end, out)
+        else:
+            with self.backend.fetch(key, start, end) as stream:
+                got = _readinto_fully(stream, out)
+        if got != expected:
+            raise InvalidRange(key, start, end, start + got)
 
 
 def read_range(backend: StorageBackend, key: str, start: int, end: int) -> bytearray:
-    """Fetch ``[start, end]`` of ``key`` fully; a short answer means the object is shorter than the manifest says.
-
-    The range comes from a manifest, which may lie: above ``_PREALLOCATE_LIMIT`` the buffer grows only as bytes
-    actually arrive, so memory is bounded by the object's real size, never by the size a manifest claims.
-    """
-    expected = end - start + 1
-    if expected <= _PREALLOCATE_LIMIT:
-        out = bytearray(expected)
-        read_range_into(backend, key, start, end, memoryview(out))
-        return out
-    grown = bytearray()
-    with backend.fetch(key, start, end) as stream:
-        while len(grown) < expected:
-            piece = stream.read(min(_PREALLOCATE_LIMIT, expected - len(grown)))
-            if not piece:
-                break
-            grown += piece
-    if len(grown) != expected:
-        raise InvalidRange(key, start, end, start + len(grown))
-    return grown
+    """One ranged read, for tools and tests (the plugin's read path keeps a ``RangeReader``)."""
+    return RangeReader(backend).read(key, start, end)
 
 
 def read_range_into(backend: StorageBackend, key: str, start: int, end: int, out: memoryview) -> None:
-    """Fill ``out`` (exactly ``end - start + 1`` bytes) with that range of ``key``.
-
-    A backend may offer ``read_range_into(key, start, end, out) -> int`` itself (the filesystem does it with one
-    ``preadv``); otherwise the range is streamed from ``fetch`` into ``out``. Either way a short object raises
-    ``InvalidRange``.
-    """
-    expected = end - start + 1
-    if len(out) != expected:
-        raise ValueError(f"buffer of {len(out)} bytes for a range of {expected}")
-    direct = getattr(backend, "read_range_into", None)
-    if direct is not None:
-        got = direct(key, start, end, out)
-    else:
-        with backend.fetch(key, start, end) as stream:
-            got = _readinto_fully(stream, out)
-    if got != expected:
-        raise InvalidRange(key, start, end, start + got)
+    """One ranged read into ``out``, for tools and tests (the plugin's read path keeps a ``RangeReader``)."""
+    RangeReader(backend).read_into(key, start, end, out)
 
 
 def readinto_some(stream: Any, out: memoryview) -> int:

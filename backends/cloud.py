@@ -140,9 +140,12 @@ def describe_error(e: BaseException) -> str:
 
 
 class CloudBackend:
-    """Common behaviour of the cloud backends; subclasses set ``STORE`` and implement ``_classify``."""
+    """Common behaviour of the cloud backends; subclasses set ``STORE`` and ``CONTAINER_MISSING`` and implement
+    ``_error_code`` and ``_classify_error``."""
 
     STORE = "cloud"
+    CONTAINER_MISSING: frozenset[str] = frozenset()
+    """The store's error codes that say the bucket or container itself does not exist (see ``_classify``)."""
 
     def __init__(self) -> None:
         self.instrumentation = BackendMetrics(self.STORE.lower())
@@ -152,7 +155,12 @@ class CloudBackend:
         self._pool_lock = threading.Lock()
 
     # --- to be provided by subclasses -------------------------------------------------------------
-    def _classify(self, e: BaseException) -> ErrorKind:
+    def _error_code(self, e: BaseException) -> str:
+        """The store's own error code of ``e`` (``NoSuchBucket``, ``ContainerNotFound``...), "" when it has none."""
+        return ""
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
+        """What kind of failure ``e`` is, by the store's SDK types, status codes and error codes."""
         raise NotImplementedError
 
     def _where(self) -> str:
@@ -164,6 +172,16 @@ class CloudBackend:
         return describe_error(e)
 
     # --- shared ---------------------------------------------------------------------------------------
+    def _container_missing(self, e: BaseException) -> bool:
+        return self._error_code(e) in self.CONTAINER_MISSING
+
+    def _classify(self, e: BaseException) -> ErrorKind:
+        """The one rule every store shares: a missing bucket or container is a configuration problem, never a
+        missing key (so never ``KeyNotFound``, never retried); everything else as the store classifies it."""
+        if self._container_missing(e):
+            return ErrorKind.OTHER
+        return self._classify_error(e)
+
     def _worker_pool(self, size: int, thread_name_prefix: str) -> concurrent.futures.ThreadPoolExecutor:
         """The backend's own pool (parts, blocks, deletes), created on first use: a read-only backend never
         starts threads."""
@@ -238,6 +256,11 @@ class CloudBackend:
             return e
         if isinstance(e, DeadlineExceeded):
             return StorageBackendException(f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: {e}")
+        if self._container_missing(e):
+            return StorageBackendException(
+                f"{self.STORE} {operation} of key {key!r} failed: the {self._where()} does not exist (create it, or "
+                f"configure the one that holds the tiered objects): {self._describe(e)}"
+            )
         kind = self._classify(e)
         if kind is ErrorKind.NOT_FOUND and not key_read:
             return StorageBackendException(

@@ -2,12 +2,14 @@
 
 The broker hands ``configure()`` a flat map of strings (``rsm.config.`` already stripped); the JVM shim may
 pass Java numbers and booleans as well. ``ConfigDef.parse`` turns that map into typed values and fails with
-a ``ConfigException`` that names the key, the value and what is allowed. The README's configuration table is
-generated from the same declarations (``kts config-docs``), so docs and behaviour cannot drift apart.
+a ``ConfigException`` that names the key, the value and what is allowed. The configuration tables of
+docs/configuration.md are generated from the same declarations (``kts config-docs``), so docs and behaviour cannot
+drift apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +109,18 @@ class ConfigKey:
                 raise ConfigException(f"Invalid value {raw!r} for configuration {self.name}: {problem}")
         return value
 
+    def value_from(self, raw: Any) -> Any:
+        """The typed value of a supplied raw value, or the default when it is absent (None, or an empty string
+        for a number or boolean, as a blank ``key=`` line in a properties file); raises for a missing required
+        key or an invalid value."""
+        if raw is None or (isinstance(raw, str) and raw == "" and self.type in ("int", "long", "boolean")):
+            if self.required:
+                raise ConfigException(
+                    f"Missing required configuration {self.name!r} which has no default value. {self.doc}"
+                )
+            return self.default
+        return self.parse(raw)
+
     def doc_default(self) -> str:
         if self.required:
             return "(required)"
@@ -134,6 +148,21 @@ def in_range(lo: int | None, hi: int | None) -> Callable[[str, Any], str | None]
         return None
 
     check.valid_values = f"[{'' if lo is None else lo},...{'' if hi is None else f',{hi}'}]"  # type: ignore[attr-defined]
+    return check
+
+
+def in_range_or(special: int, meaning: str, lo: int, hi: int | None = None) -> Callable[[str, Any], str | None]:
+    """A bounds check that also accepts one special value outside them, e.g. Aiven's ``-1`` for "unbounded" or
+    "no expiry" on cache sizes and retentions; documented as ``-1 (unbounded) or [0,...]``."""
+    bounds = in_range(lo, hi)
+
+    def check(key: str, v: Any) -> str | None:
+        if v == special:
+            return None
+        problem = bounds(key, v)
+        return f"{problem}, or {special} ({meaning})" if problem else None
+
+    check.valid_values = f"{special} ({meaning}) or {bounds.valid_values}"  # type: ignore[attr-defined]
     return check
 
 
@@ -171,23 +200,23 @@ class ConfigDef:
     def parse(self, raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         """Typed values for every declared key (defaults filled in); ``prefix`` is stripped from raw keys."""
         source = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)} if prefix else dict(raw)
-        out: dict[str, Any] = {}
+        return {name: key.value_from(source.get(name)) for name, key in self.keys.items() if not key.dynamic}
+
+    def parse_all(self, raw: Mapping[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, str]]:
+        """Like ``parse`` but without stopping at the first problem (``kts config check`` reports them all in one
+        run): the typed values, with the default (None for a required key) where a value is missing or invalid,
+        and each problem by the key it is about. Keys are looked up, and named, with ``prefix``."""
+        values: dict[str, Any] = {}
+        problems: dict[str, str] = {}
         for name, key in self.keys.items():
             if key.dynamic:
                 continue
-            if (
-                name in source
-                and source[name] is not None
-                and not (
-                    isinstance(source[name], str) and source[name] == "" and key.type in ("int", "long", "boolean")
-                )
-            ):
-                out[name] = key.parse(source[name])
-            elif key.required:
-                raise ConfigException(f"Missing required configuration {name!r} which has no default value. {key.doc}")
-            else:
-                out[name] = key.default
-        return out
+            try:
+                values[name] = dataclasses.replace(key, name=prefix + name).value_from(raw.get(prefix + name))
+            except ConfigException as e:
+                values[name] = None if key.required else key.default
+                problems[prefix + name] = str(e)
+        return values, problems
 
     def markdown_table(self, doc_prefix: str = "") -> str:
         rows = ["| key | type | default | valid values | description |", "|---|---|---|---|---|"]

@@ -2,6 +2,8 @@
 
 Writes go to a temporary file beside the target, are fsync'ed, then renamed into place, so a reader sees
 either the old object or the whole new one and a crash never leaves a partial object under the real key.
+A failing file operation leaves as a ``StorageBackendException`` naming the operation, the key and the root
+(a missing object as ``KeyNotFound``), never as a raw ``OSError``: the backend contract of ``backends.base``.
 Keys are resolved under ``storage.root`` and may not escape it: no ``..``, no absolute keys, and no symlinks
 anywhere below the root (reads open one component at a time with O_NOFOLLOW, writes check the resolved
 directory), so a link swapped in later cannot redirect a read or a write either.
@@ -9,6 +11,7 @@ directory), so a link swapped in later cannot redirect a read or a write either.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -96,12 +99,19 @@ def _join_pieces(names: list[str]) -> str:
     return "/".join(out)
 
 
-class _RangeReader(io.RawIOBase):
-    """A file view limited to ``[start, start+length)`` that closes the file with itself."""
+def _failure(operation: str, key: str, root: Path | None, e: OSError) -> StorageBackendException:
+    return StorageBackendException(f"filesystem {operation} of key {key!r} under {root} failed: {e}")
 
-    def __init__(self, f: BinaryIO, length: int) -> None:
+
+class _RangeReader(io.RawIOBase):
+    """A file view limited to ``[start, start+length)`` that closes the file with itself; a failing read is a
+    ``StorageBackendException`` naming ``key``."""
+
+    def __init__(self, f: BinaryIO, length: int, key: str, root: Path | None) -> None:
         self._f = f
         self._left = length
+        self._key = key
+        self._root = root
 
     def readable(self) -> bool:
         return True
@@ -112,7 +122,10 @@ class _RangeReader(io.RawIOBase):
         view = memoryview(b)
         if len(view) > self._left:
             view = view[: self._left]
-        n = self._f.readinto(view)  # type: ignore[attr-defined]
+        try:
+            n = self._f.readinto(view)  # type: ignore[attr-defined]
+        except OSError as e:
+            raise _failure("read", self._key, self._root, e) from e
         n = n or 0
         self._left -= n
         return n
@@ -122,7 +135,10 @@ class _RangeReader(io.RawIOBase):
             return b""
         if size is None or size < 0 or size > self._left:
             size = self._left
-        data = self._f.read(size)
+        try:
+            data = self._f.read(size)
+        except OSError as e:
+            raise _failure("read", self._key, self._root, e) from e
         self._left -= len(data)
         return data
 
@@ -170,6 +186,14 @@ class FileSystemBackend:
         self.fsync = values["fsync.enabled"]
         self.fsync_interval = values["fsync.interval.bytes"]
         self.sweep_temp_files(values["stale.upload.age.ms"] / 1000)
+
+    @contextlib.contextmanager
+    def _failing(self, operation: str, key: str) -> Iterator[None]:
+        """An ``OSError`` of the file operations inside leaves as this backend's ``StorageBackendException``."""
+        try:
+            yield
+        except OSError as e:
+            raise _failure(operation, key, self.root, e) from e
 
     def _parts(self, key: str) -> list[str]:
         if self.root is None:
@@ -245,46 +269,54 @@ class FileSystemBackend:
     def upload(self, key: str, data: BinaryIO) -> int:
         path = self._path(key)
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.path.basename(path)}.", dir=directory)
-        total = 0
+        with self._failing("upload", key):
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.path.basename(path)}.", dir=directory)
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
-                since_sync = 0
-                buf = bytearray(_COPY_BUFFER)
-                view = memoryview(buf)
-                readinto = getattr(data, "readinto", None)
-                while True:
-                    if readinto is not None:
-                        n = readinto(view)
-                        if not n:
-                            break
-                        chunk: Any = view[:n]
-                    else:
-                        chunk = data.read(_COPY_BUFFER)
-                        if not chunk:
-                            break
-                        n = len(chunk)
-                    mv = memoryview(chunk)
-                    while mv:
-                        written = out.write(mv)
-                        mv = mv[written:]
-                    total += n
-                    since_sync += n
-                    if self.fsync and since_sync >= self.fsync_interval:
-                        os.fdatasync(out.fileno())
-                        since_sync = 0
+                total = self._write_all(out, data, key)
+            with self._failing("upload", key):
+                os.replace(tmp, path)
                 if self.fsync:
-                    os.fsync(out.fileno())
-            os.replace(tmp, path)
-            if self.fsync:
-                self._fsync_dir(directory)
+                    self._fsync_dir(directory)
         except BaseException:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
             raise
+        return total
+
+    def _write_all(self, out: BinaryIO, data: BinaryIO, key: str) -> int:
+        """Everything ``data`` yields, written to ``out`` (synced as it goes). Only the writes are this
+        backend's operations: a read of ``data`` that fails is the caller's error and leaves unchanged."""
+        total = since_sync = 0
+        view = memoryview(bytearray(_COPY_BUFFER))
+        readinto = getattr(data, "readinto", None)
+        while True:
+            if readinto is not None:
+                n = readinto(view)
+                if not n:
+                    break
+                chunk: Any = view[:n]
+            else:
+                chunk = data.read(_COPY_BUFFER)
+                if not chunk:
+                    break
+                n = len(chunk)
+            with self._failing("upload", key):
+                mv = memoryview(chunk)
+                while mv:
+                    written = out.write(mv)
+                    mv = mv[written:]
+                total += n
+                since_sync += n
+                if self.fsync and since_sync >= self.fsync_interval:
+                    os.fdatasync(out.fileno())
+                    since_sync = 0
+        with self._failing("upload", key):
+            if self.fsync:
+                os.fsync(out.fileno())
         return total
 
     @staticmethod
@@ -296,40 +328,42 @@ class FileSystemBackend:
             os.close(fd)
 
     def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
-        f = os.fdopen(self._open_fd(key), "rb", buffering=0)
-        try:
-            size = os.fstat(f.fileno()).st_size
-            if start < 0 or (end is not None and end < start):
-                raise InvalidRange(key, start, end, size)
-            if start == 0 and end is None:
-                return io.BufferedReader(f, buffer_size=_COPY_BUFFER)  # type: ignore[arg-type,return-value]
-            if start >= size:
-                raise InvalidRange(key, start, end, size)
-            last = size - 1 if end is None else min(end, size - 1)
-            f.seek(start)
-            return io.BufferedReader(_RangeReader(f, last - start + 1), buffer_size=_COPY_BUFFER)  # type: ignore[return-value]
-        except BaseException:
-            f.close()
-            raise
+        with self._failing("fetch", key):
+            f = os.fdopen(self._open_fd(key), "rb", buffering=0)
+            try:
+                size = os.fstat(f.fileno()).st_size
+                if start < 0 or (end is not None and end < start):
+                    raise InvalidRange(key, start, end, size)
+                if start >= size and not (start == 0 and end is None):
+                    raise InvalidRange(key, start, end, size)
+                last = size - 1 if end is None else min(end, size - 1)
+                if start:
+                    f.seek(start)
+                reader = _RangeReader(f, last - start + 1, key, self.root)
+                return io.BufferedReader(reader, buffer_size=_COPY_BUFFER)  # type: ignore[return-value]
+            except BaseException:
+                f.close()
+                raise
 
     def read_range_into(self, key: str, start: int, end: int, out: memoryview) -> int:
         """Bytes ``[start, end]`` into ``out`` with ``preadv``: no stream objects, no intermediate copy (the
         manager's chunk and index reads). Returns how many bytes the object had in that range."""
-        fd = self._open_fd(key)
-        try:
-            size = os.fstat(fd).st_size
-            if start < 0 or end < start or start >= size:
-                raise InvalidRange(key, start, end, size)
-            want = min(end, size - 1) - start + 1
-            got = 0
-            while got < want:
-                n = os.preadv(fd, [out[got:want]], start + got)
-                if n <= 0:  # the file shrank under us
-                    break
-                got += n
-            return got
-        finally:
-            os.close(fd)
+        with self._failing("read", key):
+            fd = self._open_fd(key)
+            try:
+                size = os.fstat(fd).st_size
+                if start < 0 or end < start or start >= size:
+                    raise InvalidRange(key, start, end, size)
+                want = min(end, size - 1) - start + 1
+                got = 0
+                while got < want:
+                    n = os.preadv(fd, [out[got:want]], start + got)
+                    if n <= 0:  # the file shrank under us
+                        break
+                    got += n
+                return got
+            finally:
+                os.close(fd)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -337,6 +371,8 @@ class FileSystemBackend:
             os.unlink(path)
         except FileNotFoundError:
             return
+        except OSError as e:
+            raise _failure("delete", key, self.root, e) from e
         self._prune_empty_dirs(Path(path).parent)
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -374,6 +410,8 @@ class FileSystemBackend:
                 st = os.stat(self._path(key), follow_symlinks=False)
             except FileNotFoundError:
                 continue
+            except OSError as e:
+                raise _failure("list", key, self.root, e) from e
             yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list_pending_uploads(self, prefix: str = "") -> Iterator[PendingUpload]:
@@ -394,6 +432,8 @@ class FileSystemBackend:
                     st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
                 except FileNotFoundError:
                     continue
+                except OSError as e:
+                    raise _failure("list", key, self.root, e) from e
                 yield PendingUpload("temp-file", key, os.path.join(*dir_names, name), st.st_mtime, st.st_size)
 
     def abort_pending_upload(self, upload: PendingUpload) -> None:
@@ -407,6 +447,8 @@ class FileSystemBackend:
             os.unlink(path)
         except FileNotFoundError:
             return
+        except OSError as e:
+            raise _failure("abort", upload.key, self.root, e) from e
         self._prune_empty_dirs(Path(path).parent)
 
     def sweep_temp_files(self, older_than_seconds: float) -> int:

@@ -32,11 +32,11 @@ from backends.cloud import (
     require_container,
     retry_policy,
 )
-from backends.configdef import ConfigDef, ConfigKey
+from backends.configdef import ConfigDef, ConfigKey, in_range
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
-log = logging.getLogger("backends.gcs")
+log = logging.getLogger(__name__)
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
@@ -99,7 +99,7 @@ CONFIG_DEF = ConfigDef().extend(
             "int",
             8,
             "Parallel DELETE requests issued by delete_many (GCS has no multi-object delete call).",
-            valid_values="[1,...]",
+            validator=in_range(1, None),
             group="gcs",
         ),
         *common_keys("gcs", "gcs"),
@@ -107,11 +107,19 @@ CONFIG_DEF = ConfigDef().extend(
 )
 
 
+BUCKET_NOT_FOUND = "bucketNotFound"
+"""The code this backend gives a missing bucket. The JSON API answers a missing bucket and a missing object alike
+(404, reason ``notFound``; fake-gcs-server says only "Not Found"): its message alone tells them apart ("The
+specified bucket does not exist."), so that is read once, where an answer becomes a ``GcsHttpError``."""
+
+
 class GcsHttpError(Exception):
-    """A non-success answer of the JSON API on the paths we call directly."""
+    """A non-success answer of the JSON API on the paths we call directly; ``code`` is ``BUCKET_NOT_FOUND`` or ""."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
+        text = message.lower()
+        self.code = BUCKET_NOT_FOUND if status == 404 and "bucket" in text and "object" not in text else ""
         super().__init__(f"HTTP {status}: {message[:500]}")
 
 
@@ -169,8 +177,6 @@ class GcsBackend(CloudBackend):
             ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
             "choose one way to obtain GCS credentials",
         )
-        if values["gcs.delete.concurrency"] < 1:
-            raise config_error("gcs.delete.concurrency", "must be at least 1")
         credentials, project = self._credentials(values)
         self.bucket = values["gcs.bucket.name"]
         self.endpoint = (values["gcs.endpoint.url"] or DEFAULT_ENDPOINT).rstrip("/")
@@ -247,7 +253,12 @@ class GcsBackend(CloudBackend):
         return f"{self.endpoint}/upload/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o?{query}"
 
     # --- error classification ---------------------------------------------------------------------
-    def _classify(self, e: BaseException) -> ErrorKind:
+    CONTAINER_MISSING = frozenset({BUCKET_NOT_FOUND})
+
+    def _error_code(self, e: BaseException) -> str:
+        return e.code if isinstance(e, GcsHttpError) else ""
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
         import requests.exceptions
         import urllib3.exceptions
         from google.api_core import exceptions as api_exceptions
@@ -256,8 +267,6 @@ class GcsBackend(CloudBackend):
         status: int | None = None
         if isinstance(e, GcsHttpError):
             status = e.status
-            if status == 404 and "bucket" in str(e).lower() and "object" not in str(e).lower():
-                return ErrorKind.OTHER  # a missing bucket is a configuration problem, not a missing key
         elif isinstance(e, api_exceptions.GoogleAPICallError):
             status = int(e.code or 0)
         if status is not None:

@@ -38,7 +38,7 @@ from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
 from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
 
-log = logging.getLogger("backends.s3")
+log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
@@ -351,7 +351,14 @@ class S3Backend(CloudBackend):
         return f"S3 bucket {self.bucket!r}"
 
     # --- error classification ---------------------------------------------------------------------
-    def _classify(self, e: BaseException) -> ErrorKind:
+    CONTAINER_MISSING = frozenset({"NoSuchBucket"})
+
+    def _error_code(self, e: BaseException) -> str:
+        from botocore.exceptions import ClientError
+
+        return str(e.response.get("Error", {}).get("Code", "")) if isinstance(e, ClientError) else ""
+
+    def _classify_error(self, e: BaseException) -> ErrorKind:
         from botocore.exceptions import (
             ClientError,
             ConnectionError,

@@ -94,7 +94,33 @@ def check_answer_length(what: str, length: Any, content_range: str | None, store
         raise BodyReadError(f"{what}: Content-Length {length} disagrees with {source} (truncated in transit)", True)
 
 
-class ResponseStream(io.RawIOBase):
+class _DownloadStream(io.RawIOBase):
+    """What both download streams share: a readable stream whose ``read(n)`` does the work, with ``readinto``
+    and ``readall`` built on it (subclasses implement ``read`` and ``close``)."""
+
+    def readable(self) -> bool:
+        return True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("read from a closed stream")
+
+    def readall(self) -> bytes:
+        parts = []
+        while True:
+            chunk = self.read(1024 * 1024)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class ResponseStream(_DownloadStream):
     """A readable, closeable view over an SDK download body.
 
     ``read_fn(n)`` returns up to ``n`` bytes (``n < 0``: everything left), ``close_fn`` releases the
@@ -118,12 +144,8 @@ class ResponseStream(io.RawIOBase):
         self._metrics = metrics
         self._left = length
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, size: int | None = -1) -> bytes:
-        if self.closed:
-            raise ValueError("read from a closed stream")
+        self._check_open()
         n = -1 if size is None else size
         if self._left is not None and n >= self._left:
             n = -1
@@ -144,20 +166,6 @@ class ResponseStream(io.RawIOBase):
             self._metrics.bytes_downloaded(len(data))
         return bytes(data) if not isinstance(data, bytes) else data
 
-    def readall(self) -> bytes:
-        parts = []
-        while True:
-            chunk = self.read(1024 * 1024)
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
     def close(self) -> None:
         if not self.closed:
             try:
@@ -167,7 +175,7 @@ class ResponseStream(io.RawIOBase):
         super().close()
 
 
-class ResumingStream(io.RawIOBase):
+class ResumingStream(_DownloadStream):
     """A download that survives a failed body read: it opens a new GET of the bytes not yet delivered, under the
     backend's retry policy (attempts, backoff, call timeout), so a reset or truncation mid-body costs a retry,
     not the caller's whole fetch. Bytes already handed out are never re-read, so nothing is served twice."""
@@ -188,12 +196,8 @@ class ResumingStream(io.RawIOBase):
         self._metrics = metrics
         self._deadline = Deadline(policy.call_timeout_s)
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, size: int | None = -1) -> bytes:
-        if self.closed:
-            raise ValueError("read from a closed stream")
+        self._check_open()
         failures = 0
         while True:
             try:
@@ -216,20 +220,6 @@ class ResumingStream(io.RawIOBase):
             data = data or b""
             self._position += len(data)
             return data
-
-    def readall(self) -> bytes:
-        parts = []
-        while True:
-            chunk = self.read(1024 * 1024)
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         if not self.closed:

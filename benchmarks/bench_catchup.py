@@ -143,11 +143,10 @@ def _raw_limit(m: Any, meta: Any, threads: int) -> float:
 
     from backends.base import read_range
 
-    loaded = m._load(meta)  # noqa: SLF001 - the benchmark needs the segment's data key
-    index = loaded.manifest.chunk_index
-    keys = m.segment_keys(meta)
-    blob = read_range(m.backend, keys.log, 0, index.transformed_file_size - 1)
-    cipher = loaded.transformer.cipher
+    src = m.manifests.source(meta)  # the segment's chunk index and its data key, as the read path has them
+    index = src.index
+    blob = read_range(m.backend, src.log_key, 0, index.transformed_file_size - 1)
+    cipher = src.transformer.cipher
     aead: AESGCM = cipher._aead  # noqa: SLF001 - the same data key, outside the plugin
     aad = cipher._aad  # noqa: SLF001
     chunks = [bytes(blob[c.transformed_position : c.transformed_end]) for c in index.chunks()]

@@ -86,14 +86,29 @@ def encryption_configs(
     return configs
 
 
+class FixedChunkBuffers:
+    """A ``ChunkBufferSupply`` of one given pool (a region-backed one, say), as a transport supplies its own."""
+
+    def __init__(self, pool: Any, max_cached_bytes: int | None = None) -> None:
+        self.pool = pool
+        self.max_cached_bytes = max_cached_bytes
+
+    def chunk_buffers(self, buffer_size: int) -> Any:
+        from rsm.fetch.chunk_cache import SuppliedBuffers
+
+        assert buffer_size == self.pool.buffer_size, "the supplied pool must have the manager's chunk size"
+        return SuppliedBuffers(self.pool, self.max_cached_bytes)
+
+
 @pytest.fixture
 def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Configured filesystem-backed managers over one store directory; all closed at teardown."""
+    """Configured filesystem-backed managers over one store directory; all closed at teardown. ``chunk_buffers``:
+    a ``ChunkBufferSupply`` the manager gets before ``configure()``, as from a transport."""
     from rsm import RemoteStorageManager
 
     managers: list[Any] = []
 
-    def make(extra: dict[str, str] | None = None, **configs: Any) -> Any:
+    def make(extra: dict[str, str] | None = None, chunk_buffers: Any = None, **configs: Any) -> Any:
         base = {
             "chunk.size": "65536",
             "storage.backend.class": "filesystem",
@@ -105,6 +120,8 @@ def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
         )
         base.update(extra or {})
         m = RemoteStorageManager()
+        if chunk_buffers is not None:
+            m.use_chunk_buffers(chunk_buffers)
         m.configure(base)
         managers.append(m)
         return m

@@ -535,6 +535,70 @@ def test_missing_bucket_is_not_key_not_found(cloud: Harness) -> None:
     assert "no-such-bucket-kts" in str(info.value) and "k/1" in str(info.value)
 
 
+@pytest.mark.parametrize("flavour", [*S3_FLAVOURS, "azure-azurite"])  # GCS: see the next test
+def test_a_read_in_a_missing_bucket_says_the_bucket_is_missing(flavour: str, request: pytest.FixtureRequest) -> None:
+    """One rule (backends.cloud) for a missing bucket or container, fed by each store's own error code: a key
+    read there is a configuration error naming the bucket, never a missing key."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    bucket_key = {"s3": "s3.bucket.name", "azure": "azure.container.name"}[server.backend]
+    backend = CLASSES[server.backend]()
+    backend.configure(server.config(**{**TEST_TUNING[server.backend], bucket_key: "no-such-bucket-kts"}))
+    try:
+        with pytest.raises(StorageBackendException) as info:
+            fetch_all(backend, "k/1")
+    finally:
+        backend.close()
+    assert not isinstance(info.value, KeyNotFound)
+    assert "'no-such-bucket-kts'" in str(info.value) and "does not exist" in str(info.value)
+    assert "k/1" in str(info.value)
+
+
+def test_gcs_names_a_missing_bucket_from_the_answer() -> None:
+    """GCS's JSON API gives a missing bucket and a missing object the same status and reason (fake-gcs-server
+    answers both "Not Found", so this is the API's own wording): the backend tells them apart once, where an
+    answer becomes an error, and the shared rule does the rest."""
+    from backends.gcs import BUCKET_NOT_FOUND, GcsHttpError
+
+    backend = GcsBackend()
+    backend.bucket = "gone"
+    bucket = GcsHttpError(404, "The specified bucket does not exist.")
+    assert bucket.code == BUCKET_NOT_FOUND
+    assert backend._classify(bucket) is ErrorKind.OTHER
+    error = backend._map_error("get", "k/1", bucket)
+    assert not isinstance(error, KeyNotFound) and "GCS bucket 'gone' does not exist" in str(error)
+    assert isinstance(backend._map_error("get", "k/1", GcsHttpError(404, "No such object: gone/k/1")), KeyNotFound)
+
+
+def test_filesystem_failures_are_backend_exceptions(tmp_path: Path) -> None:
+    """A failing file operation leaves the filesystem backend as a StorageBackendException naming the key (the
+    contract of backends.base), with the OSError as its cause; a failing read of the caller's source does not."""
+    b = FileSystemBackend()
+    b.configure({"root": str(tmp_path / "store"), "fsync.enabled": "false"})
+    b.upload("a/b", io.BytesIO(b"x"))
+    failures = [
+        lambda: b.upload("a/b/c", io.BytesIO(b"y")),  # a/b is a file: no directory can be made there
+        lambda: b.upload("a", io.BytesIO(b"z")),  # a is a directory: no file can replace it
+        lambda: b.delete("a"),  # nor can it be unlinked as an object
+    ]
+    for failing in failures:
+        with pytest.raises(StorageBackendException) as info:
+            failing()
+        assert not isinstance(info.value, KeyNotFound) and isinstance(info.value.__cause__, OSError)
+        assert "filesystem" in str(info.value) and str(tmp_path / "store") in str(info.value)
+
+    class BrokenSource(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            raise OSError("the source broke")
+
+    with pytest.raises(OSError, match="the source broke") as source:
+        b.upload("a/d", BrokenSource())
+    assert not isinstance(source.value, StorageBackendException)
+    assert list(b.list("")) == ["a/b"] and list(b.list_pending_uploads("")) == []
+
+
 @pytest.mark.parametrize("flavour", S3_FLAVOURS)
 def test_s3_delete_many_batches_of_1000(flavour: str, request: pytest.FixtureRequest) -> None:
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])

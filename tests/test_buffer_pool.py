@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP, encryption_configs, wait_until
+from conftest import TIP, FixedChunkBuffers, encryption_configs, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,10 +180,10 @@ def copied(request: Any, segment_factory: Any, key_pairs: Any, make_manager: Any
         fetch_coalesce_max_bytes=1,  # one GET per chunk: these tests follow each chunk's buffer
         fetch_chunk_cache_prefetch_max_size=0,
         fetch_chunk_cache_size=0,  # no memory tier holding buffers: every buffer must come back to the pool
+        chunk_buffers=FixedChunkBuffers(_pool_with_region(32)),
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    m.chunk_buffers = _pool_with_region(32)
     original = seg.log.read_bytes()
     assert len(original) > 10 * CHUNK and len(original) % CHUNK
     yield m, meta, original
@@ -347,10 +347,14 @@ def test_failing_chunk_mid_stream_leaks_nothing(copied: Any) -> None:
 def test_memory_tier_shares_buffers_and_gives_them_back(segment_factory: Any, make_manager: Any) -> None:
     """A warm read hands out the cached buffer itself (no copy); eviction and close give every buffer back."""
     seg = segment_factory(target_bytes=300_000, seed=21)
-    m = make_manager(chunk_size=CHUNK, fetch_chunk_cache_prefetch_max_size=0, fetch_chunk_cache_size=3 * CHUNK)
+    m = make_manager(
+        chunk_size=CHUNK,
+        fetch_chunk_cache_prefetch_max_size=0,
+        fetch_chunk_cache_size=3 * CHUNK,
+        chunk_buffers=FixedChunkBuffers(_pool_with_region(16)),
+    )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    m.chunk_buffers = _pool_with_region(16)
     original = seg.log.read_bytes()
     with m.fetch_log_segment(meta, 0, CHUNK - 1) as f:
         first = f.take_piece()
@@ -401,6 +405,7 @@ def shared_copy(tmp_path_factory: pytest.TempPathFactory, segment_factory: Any) 
 
     seg = segment_factory(target_bytes=120_000, seed=8)
     m = RemoteStorageManager()
+    m.use_chunk_buffers(FixedChunkBuffers(ChunkBufferPool(4096, region=memoryview(bytearray(12 * 4096)))))
     m.configure(
         {
             "chunk.size": "4096",
@@ -415,7 +420,6 @@ def shared_copy(tmp_path_factory: pytest.TempPathFactory, segment_factory: Any) 
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    m.chunk_buffers = ChunkBufferPool(4096, region=memoryview(bytearray(12 * 4096)))
     yield m, meta, seg.log.read_bytes()
     m.close()
 

@@ -64,7 +64,12 @@ def test_catalog_lists_segments_and_recovers_their_metadata(make_manager: Callab
         )
         assert got.segment_leader_epochs == meta.segment_leader_epochs
         assert got.segment_size_in_bytes == meta.segment_size_in_bytes
+        # the same metadata read without the manager: no key ring, no unwrap (what kts ls and inspect use)
+        manifest, recorded = catalog.metadata(seg)
+        assert recorded == got and manifest.chunk_index.original_file_size == meta.segment_size_in_bytes
     m.delete_log_segment_data(copied[0])
     assert [s.start_offset for s in catalog.segments("orders")] == [500]
     with pytest.raises(RemoteResourceNotFoundException):
         m.segment_metadata(found[0])
+    with pytest.raises(RemoteResourceNotFoundException, match="was deleted since it was listed"):
+        catalog.metadata(found[0])

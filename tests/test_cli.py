@@ -33,13 +33,32 @@ def test_keygen_writes_usable_keys(tmp_path: Path, capsys: pytest.CaptureFixture
     assert pair.unwrap(pair.wrap(b"z" * 32)) == b"z" * 32
 
 
-def test_readme_config_table_is_generated_and_current() -> None:
+def test_generated_tables_are_current(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = config_docs_markdown()
     for key in CORE.keys:
         assert f"`{key}`" in table
     assert "`storage.root`" in table  # backends' keys are documented with their storage. prefix
-    assert table.strip() in (ROOT / "README.md").read_text()
-    assert main(["config-docs", "--check", str(ROOT / "README.md")]) == 0
+    assert table.strip() in (ROOT / "docs" / "configuration.md").read_text()
+    assert main(["config-docs", "--check", str(ROOT / "docs" / "configuration.md")]) == 0
+    assert main(["cli-docs", "--check", str(ROOT / "docs" / "cli.md")]) == 0
+    # a stale copy fails the check and says how to regenerate it; --write brings it back
+    stale = tmp_path / "cli.md"
+    stale.write_text((ROOT / "docs" / "cli.md").read_text().replace("| `kts gc` |", "| `kts gc --old` |"))
+    capsys.readouterr()
+    assert main(["cli-docs", "--check", str(stale)]) == 1
+    assert f"kts cli-docs --write {stale}" in capsys.readouterr().err
+    assert main(["cli-docs", "--write", str(stale)]) == 0
+    assert stale.read_text() == (ROOT / "docs" / "cli.md").read_text()
+
+
+def test_the_cli_table_lists_every_visible_command() -> None:
+    from rsm.cli.cli_docs import cli_docs_markdown
+    from rsm.cli.main import cli
+
+    table = cli_docs_markdown(cli)
+    for usage in ("kts gc", "kts metrics-docs", "kts keys generate --id ID", "kts keys rotate", "kts ls [SCOPE]"):
+        assert f"| `{usage}` |" in table
+    assert "keygen" not in table and "rewrap" not in table  # the old names are hidden
 
 
 def test_cli_reports_errors_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

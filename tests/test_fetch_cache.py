@@ -19,10 +19,10 @@ from conftest import TIP, damage_stored_index, encryption_configs, wait_until
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
 from rsm import CorruptDataException, RemoteStorageException
-from rsm.core.manager import PLANNING_WAIT_S
 from rsm.core.object_keys import segment_keys
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
+from rsm.fetch.segment_reader import PLANNING_WAIT_S
 from rsm.metadata import IndexType
 
 CHUNK = 65536
@@ -342,7 +342,7 @@ def test_prefetch_within_segment(segment: Any, make_manager: Any, key_pairs: Any
     m, meta = _prefetching(make_manager, key_pairs, segment, 6)
     with m.fetch_log_segment(meta, 0) as f:
         f.read(100)
-    cache_id = m._load(meta).cache_id
+    cache_id = m.manifests.source(meta).cache_id
     assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_id, i)) for i in range(1, 7)))
     assert not m.chunk_cache.memory.contains((cache_id, 8))
     gets = GetCounter(m.backend)
@@ -356,7 +356,7 @@ def test_prefetch_follows_a_stream_that_stays_open(segment: Any, make_manager: A
     """The JVM shim keeps a broker's stream open from one fetch to the next: prefetch must follow its reader as
     it moves on through the segment, not wait for a close that does not come."""
     m, meta = _prefetching(make_manager, key_pairs, segment, 2)
-    cache_id = m._load(meta).cache_id
+    cache_id = m.manifests.source(meta).cache_id
     original = segment.log.read_bytes()
     f = m.fetch_log_segment(meta, 0)
     try:
@@ -381,12 +381,12 @@ def test_prefetch_reports_merge_while_their_run_waits(segment: Any, make_manager
     m = _manager(make_manager, key_pairs, fetch_coalesce_max_bytes=1)
     meta = segment.to_metadata(TIP)
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
-    src = m._source(m._load(meta), meta)
+    src = m.manifests.source(meta)
     gate = threading.Event()
     pool = ThreadPoolExecutor(1)
     try:
         pool.submit(gate.wait, 10)  # the pool is busy: the first run waits, later reports join it
-        prefetcher = Prefetcher(m.chunk_cache, 2 * CHUNK, pool, lambda _: None)
+        prefetcher = Prefetcher(m.chunk_cache, 2 * CHUNK, pool, m.next_segments)
         for k in range(50):
             prefetcher.after_read(src, k % 5)  # the furthest chunk reached is 4
         gate.set()
@@ -426,7 +426,7 @@ def test_prefetch_continues_into_the_next_segment(segment_factory: Any, make_man
     m, a, meta_a, b, meta_b = _tiered_pair(segment_factory, make_manager, key_pairs, seed=61)
     with m.fetch_log_segment(meta_a, a.size - 1000) as f:
         assert f.read() == a.log.read_bytes()[-1000:]
-    cache_b = m._load(meta_b).cache_id
+    cache_b = m.manifests.source(meta_b).cache_id
     assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_b, i)) for i in range(3)))
     assert m.prefetcher.stats()["prefetch-cross-segment-total"] >= 1
     gets = GetCounter(m.backend)
@@ -434,7 +434,7 @@ def test_prefetch_continues_into_the_next_segment(segment_factory: Any, make_man
         assert f.read(2 * CHUNK) == b.log.read_bytes()[: 2 * CHUNK]
     # The reader's two chunks came from the cache. (Its progress starts the next prefetch, which may GET what
     # follows: only the stored bytes of chunks 0 and 1 must not have been read.)
-    read_chunks_end = m._load(meta_b).manifest.chunk_index.chunk(1).transformed_end
+    read_chunks_end = m.fetch_manifest(meta_b).chunk_index.chunk(1).transformed_end
     assert [c for c in gets.calls if c[0] < read_chunks_end] == []
     # The indexes the broker fetches before a segment's first read came ahead too: serving them reads nothing.
     _check_offset_and_time_indexes(m, meta_b, b)
@@ -451,7 +451,7 @@ def test_a_damaged_index_ahead_stops_no_prefetch_and_reaches_the_broker_as_an_er
     damage_stored_index(tmp_path / "store", m, meta_b, IndexType.TIMESTAMP)
     with m.fetch_log_segment(meta_a, a.size - 1000) as f:
         f.read()
-    cache_b = m._load(meta_b).cache_id
+    cache_b = m.manifests.source(meta_b).cache_id
     assert wait_until(lambda: all(m.chunk_cache.memory.contains((cache_b, i)) for i in range(3)))
     assert m.index_cache.contains((cache_b, IndexType.OFFSET))
     assert not m.index_cache.contains((cache_b, IndexType.TIMESTAMP))
@@ -468,22 +468,22 @@ def test_indexes_far_apart_are_loaded_ahead_one_read_each(
 ) -> None:
     """Indexes with too much between them (a foreign layout) are not read in one span: each prefetch pass
     loads the first one still missing, reading only its own bytes."""
-    import rsm.core.manager as manager_module
+    import rsm.fetch.index_reader as index_reader_module
 
     m = _manager(make_manager, key_pairs)
     meta = segment.to_metadata(TIP)
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
-    monkeypatch.setattr(manager_module, "INDEX_READ_GAP_MAX", -1)
-    loaded = m._load(meta)
+    monkeypatch.setattr(index_reader_module, "INDEX_READ_GAP_MAX", -1)
+    src = m.manifests.source(meta)
     gets = GetCounter(m.backend)
-    m._load_broker_indexes(loaded, meta)
-    assert m.index_cache.contains((loaded.cache_id, IndexType.OFFSET))
-    assert not m.index_cache.contains((loaded.cache_id, IndexType.TIMESTAMP))
-    offset = loaded.manifest.segment_indexes[IndexType.OFFSET]
+    m.index_reader.load_ahead(src)
+    assert m.index_cache.contains((src.cache_id, IndexType.OFFSET))
+    assert not m.index_cache.contains((src.cache_id, IndexType.TIMESTAMP))
+    offset = m.fetch_manifest(meta).segment_indexes[IndexType.OFFSET]
     assert [(start, end) for _, start, end in gets.other_reads] == [
         (offset.position, offset.position + offset.size - 1)
     ]
-    m._load_broker_indexes(loaded, meta)
+    m.index_reader.load_ahead(src)
     with m.fetch_index(meta, IndexType.TIMESTAMP) as f:
         assert f.read() == segment.time_index.read_bytes()
     assert len(gets.other_reads) == 2
@@ -498,7 +498,7 @@ def test_no_index_is_loaded_ahead_into_a_cache_that_cannot_keep_it(
     meta = segment.to_metadata(TIP)
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
     gets = GetCounter(m.backend)
-    m._load_broker_indexes(m._load(meta), meta)
+    m.index_reader.load_ahead(m.manifests.source(meta))
     assert gets.other_reads == []
     with m.fetch_index(meta, IndexType.OFFSET) as f:  # the broker's own request still reads it
         assert f.read() == segment.offset_index.read_bytes()
@@ -512,7 +512,7 @@ def test_closing_early_keeps_what_was_loaded(segment: Any, make_manager: Any, ke
     gets = GetCounter(m.backend)
     with m.fetch_log_segment(meta, 0) as f:
         f.read(10)
-    cache_id = m._load(meta).cache_id
+    cache_id = m.manifests.source(meta).cache_id
     # The first GET brought several chunks; the ones nobody read yet are decoded in the background.
     assert wait_until(lambda: m.chunk_cache.memory.contains((cache_id, 3)))
     before = gets.count
@@ -533,7 +533,7 @@ def test_warm_chunks_skip_the_thread_pool(
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
     original = segment.log.read_bytes()
     assert broker_read(m, meta, len(original)) == original  # everything is in the memory tier now
-    pool = m._pool()
+    pool = m.segment_reader.executor
     submitted: list[Any] = []
 
     class CountingPool:
@@ -541,10 +541,10 @@ def test_warm_chunks_skip_the_thread_pool(
             submitted.append(args)
             return pool.submit(fn, *args)
 
-    monkeypatch.setattr(m, "_pool", CountingPool)
+    monkeypatch.setattr(m.segment_reader, "executor", CountingPool())
     assert broker_read(m, meta, len(original), step=CHUNK + 1000) == original
     assert submitted == []
-    cache_id = m._load(meta).cache_id
+    cache_id = m.manifests.source(meta).cache_id
     for chunk_id in (1, 2, 4):
         m.chunk_cache.memory.invalidate((cache_id, chunk_id))
     started = time.monotonic()
@@ -781,7 +781,7 @@ def test_s3_restart_and_prefetch_across_segments_take_no_gets(
         m.copy_log_segment_data(meta_b, b.to_log_segment_data())
         assert broker_read(m, meta_a, a.size) == a.log.read_bytes()  # ends at A's last chunk: prefetch goes on
         assert wait_until(lambda: m.prefetcher.stats()["prefetch-cross-segment-total"] >= 1)
-        cache_b = m._load(meta_b).cache_id
+        cache_b = m.manifests.source(meta_b).cache_id
         assert wait_until(lambda: all(m.chunk_cache.disk.contains(cache_b, i) for i in range(3)))
         assert m.chunk_cache.wait_idle()
         _moto_recording(server=s3_moto_server, action="reset-recording")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -132,7 +134,7 @@ def test_inspect_by_object_key(demo_dir: Path, capsys: pytest.CaptureFixture[str
 def test_segment_names_that_match_nothing_say_what_to_do(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     props = str(demo_dir / "server.properties")
     rc, _, err = _run(["inspect", "--config", props, "orders/0/99999999"], capsys)
-    assert rc == 2 and "no tiered segment of orders-0 holds offset 99999999" in err and "kts ls orders/0" in err
+    assert rc == 1 and "no tiered segment of orders-0 holds offset 99999999" in err and "kts ls orders/0" in err
 
 
 def test_verify_lists_damaged_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,9 +278,13 @@ rsm.config.compression.enabled=true
 """
 
 
-def test_config_check_of_an_aiven_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_check_of_an_aiven_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rsm.jvm.launcher import PLUGIN_JAR
 
+    # the broker's python3 is one kafka-tiered-storage is installed in (else a third line names the interpreter)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     f = tmp_path / "server.properties"
     f.write_text(AIVEN_FILE)
     rc, out, err = _run(["config", "check", str(f)], capsys)

@@ -10,6 +10,8 @@ import pytest
 
 from rsm.cli.gc import parse_duration
 from rsm.cli.main import main
+from rsm.cli.settings import load_configs
+from rsm.core.manager import RemoteStorageManager
 
 
 def test_duration_parsing() -> None:
@@ -27,7 +29,14 @@ def test_gc_lists_then_deletes_orphans_and_stale_cache_entries(
     props = str(d / "server.properties")
     cache = str(tmp_path / "chunk-cache")
     common = ["--config", props, "--set", "fetch.chunk.cache.class=disk", "--set", f"fetch.chunk.cache.path={cache}"]
-    assert main(["cat", *common, "orders/0/0", "--limit", "3"]) == 0  # fills the disk cache of segment 0
+    # The broker's plugin reads segment 0 through its disk chunk cache (kts commands never fill that cache).
+    with RemoteStorageManager() as broker:
+        broker.configure(load_configs(props, tuple(common[3::2]), environ={}))
+        meta = broker.segment_metadata(broker.catalog().segments()[0])
+        with broker.fetch_log_segment(meta, 0) as stream:
+            assert stream.read(1000)
+        assert broker.chunk_cache is not None and broker.chunk_cache.wait_idle()
+    assert any(Path(cache).iterdir())
     store = d / "store"
     manifests = sorted(store.rglob("*.rsm-manifest"))
     assert len(manifests) == 2

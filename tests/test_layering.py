@@ -53,6 +53,11 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("rsm/fetch/stream.py", "import rsm.core.manager", "Layers"),
         ("rsm/kafka/records.py", "import rsm.fetch.stream", "Layers"),
         ("rsm/jvm/sidecar.py", "import rsm.spark", "Layers"),
+        ("rsm/fetch/chunk_cache.py", "import rsm.fetch.segment_reader", "The read path"),
+        ("rsm/fetch/prefetch.py", "import rsm.fetch.next_segment", "The read path"),
+        ("rsm/core/manifest_store.py", "import rsm.core.manager", "The plugin:"),
+        ("rsm/jvm/seams.py", "import rsm.jvm.sidecar", "The transports:"),
+        ("rsm/jvm/sidecar_streams.py", "import rsm.core.manager", "serve any manager"),
     ],
 )
 def test_contracts_catch_an_upward_import(tree_copy: Path, module: str, bad_import: str, contract: str) -> None:

@@ -3,13 +3,17 @@ through a real proxy, the Prometheus endpoint scraped over HTTP, and the generat
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+import socket
 import urllib.request
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import TIP
 from emulators import (  # noqa: F401 - fixtures found by name
@@ -218,6 +222,12 @@ def test_metrics_keys_are_validated(make_manager: Callable[..., Any]) -> None:
     m = make_manager(keys)
     assert m.metrics_registry.config == MetricsConfig(3, 1.0, "DEBUG")
     assert m.metrics_settings["metrics.prometheus.port"] == 9404
+    assert m.metrics_settings["metrics.prometheus.host"] == "127.0.0.1"  # this host only, unless asked
+    for host in ("0.0.0.0", "::", "broker-1.example.com"):
+        assert make_manager({"metrics.prometheus.host": host}).metrics_settings["metrics.prometheus.host"] == host
+    for bad in ("", "0.0.0.0:9404", "two words"):
+        with pytest.raises(ConfigException, match="metrics.prometheus.host"):
+            make_manager({"metrics.prometheus.host": bad})
     with pytest.raises(ConfigException, match="metrics.recording.level"):
         make_manager({"metrics.recording.level": "LOUD"})
     with pytest.raises(ConfigException, match="metrics.num.samples"):
@@ -420,6 +430,9 @@ def test_prometheus_endpoint_is_scraped_and_parsed(make_manager: Callable[..., A
         assert family.type == "gauge"
         value = next(s.value for s in family.samples if not s.labels)
         assert value == snap[f"segment-copy-time-{p}"] and 0 < value <= snap["segment-copy-time-max"]
+    # Levels Aiven names -total are gauges here, under the same sample name.
+    for level in ("kts_chunk_cache_metrics_cache_size_total", "kts_transform_thread_pool_metrics_pool_size_total"):
+        assert families[level].type == "gauge" and families[level].samples[0].name == level
     fetch_p99 = families["kts_remote_storage_manager_metrics_segment_fetch_time_p99"].samples
     assert len(fetch_p99) == 1 and math.isnan(fetch_p99[0].value)  # nothing fetched: NaN, like the average
 
@@ -468,3 +481,140 @@ def test_gcs_and_azure_beans_mirror_the_backend_counters(
     timed = [k[: -len("-requests")] for k in requests]
     for op in timed:  # every operation that ran has its latency percentiles
         check_percentiles(bean, f"{op}-time")
+
+
+def test_every_failed_copy_is_counted(make_manager: Callable[..., Any], segment_factory: Any, tmp_path: Path) -> None:
+    """A copy the broker asked for and that failed counts in segment-copy-errors whatever the cause, a segment file
+    that is gone included (it fails before anything is uploaded): KtsCopyErrors alerts on this counter."""
+    m = make_manager(DETERMINISTIC)
+    seg = segment_factory(target_bytes=100_000, seed=37)
+    data = seg.to_log_segment_data()
+    gone = dataclasses.replace(data, log_segment=tmp_path / "deleted-by-retention.log")
+    with pytest.raises(RemoteStorageException, match="does not exist"):
+        m.copy_log_segment_data(seg.to_metadata(TIP), gone)
+    snap = m.metrics()
+    assert snap[RSM]["segment-copy-errors-total"] == 1
+    assert snap[f"{RSM},topic=orders,partition=7"]["segment-copy-errors-total"] == 1
+    assert snap[RSM]["object-upload-total"] == 0
+
+
+def _scrape_text(host: str, port: int) -> str:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def test_sidecar_endpoint_binds_the_configured_host_and_shows_the_shims_counts(
+    make_manager: Callable[..., Any],
+) -> None:
+    """The endpoint the sidecar starts: metrics.prometheus.host decides where it listens (0.0.0.0: every
+    interface, so a Prometheus in another container can scrape it), and it carries the counts the shim passed."""
+    from rsm.jvm.seams import ManagerCapabilities
+    from rsm.jvm.sidecar import _start_prometheus
+    from rsm.metrics.sidecar_health import SidecarHealth
+
+    m = make_manager({"metrics.prometheus.port": "0", "metrics.prometheus.host": "0.0.0.0"})
+    server = _start_prometheus(ManagerCapabilities.of(m), SidecarHealth(starts=3, restart_failures=1))
+    assert server is not None
+    try:
+        assert server.server_address[0] == "0.0.0.0"
+        # Loopback, and this host's other IPv4 addresses (where it has any): reachable from other hosts or containers.
+        addresses = {"127.0.0.1"} | {
+            a.address
+            for nic in psutil.net_if_addrs().values()
+            for a in nic
+            if a.family == socket.AF_INET and not a.address.startswith("127.")
+        }
+        for address in addresses:
+            families = {f.name: f for f in text_string_to_metric_families(_scrape_text(address, server.server_port))}
+            values = {n: families[n].samples[0].value for n in families if n.startswith("kts_sidecar_metrics_")}
+            assert values["kts_sidecar_metrics_starts"] == 3 and values["kts_sidecar_metrics_restarts"] == 2
+            assert values["kts_sidecar_metrics_restart_failures"] == 1 and values["kts_sidecar_metrics_up"] == 1
+            assert 0 <= values["kts_sidecar_metrics_last_reply_age_seconds"] < 60
+    finally:
+        server.shutdown()
+        server.server_close()
+    loopback = make_manager({"metrics.prometheus.port": "0"})
+    server = _start_prometheus(ManagerCapabilities.of(loopback), SidecarHealth())
+    assert server is not None
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        assert _scrape_text("127.0.0.1", server.server_port)
+        for address in addresses - {"127.0.0.1"}:  # not reachable from elsewhere
+            with pytest.raises(OSError):
+                _scrape_text(address, server.server_port)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_sidecar_health_ages_from_the_last_reply() -> None:
+    from rsm.metrics.sidecar_health import SidecarHealth
+
+    clock = Clock()
+    health = SidecarHealth(starts=1, clock=clock)
+    clock.now += 7.5
+    (row,) = health.rows()
+    assert row.values["last-reply-age-seconds"] == 7.5 and row.values["restarts-total"] == 0
+    health.replied()
+    clock.now += 0.25
+    assert health.rows()[0].values["last-reply-age-seconds"] == 0.25
+    with pytest.raises(ValueError):
+        SidecarHealth(starts=0)
+
+
+def test_mirror_domain_does_not_repeat_samples_on_the_endpoint(make_manager: Callable[..., Any]) -> None:
+    """metrics.jmx.mirror.domain shows every bean twice on JMX; Prometheus names drop the domain, so the second
+    copy would repeat each sample (which Prometheus rejects as duplicates)."""
+    m = make_manager(metrics_jmx_mirror_domain="io.kts.tieredstorage")
+    assert "io.kts.tieredstorage.cache:type=chunk-cache-metrics" in m.metrics()
+    server, thread = serve(m.metrics_snapshot, 0)
+    try:
+        text = _scrape_text("127.0.0.1", server.server_port)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    samples = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert "kts_chunk_cache_metrics_cache_hits_total" in samples
+    assert len(samples) == len(set(samples)), sorted(s for s in samples if samples.count(s) > 1)
+
+
+def test_every_exported_attribute_is_declared(
+    make_manager: Callable[..., Any], segment_factory: Any, tmp_path: Path
+) -> None:
+    """docs/metrics.md is generated from the catalog: every attribute a manager (disk chunk cache, both rate
+    limiters) and a sidecar export must be declared there, with its bean."""
+    from rsm.metrics.catalog import ALL
+    from rsm.metrics.sidecar_health import SidecarHealth
+
+    m = make_manager(
+        DETERMINISTIC,
+        fetch_chunk_cache_class="disk",
+        fetch_chunk_cache_path=str(tmp_path / "disk-cache"),
+        upload_rate_limit_bytes_per_second=str(10 * 1024 * 1024),
+        fetch_rate_limit_bytes_per_second=str(10 * 1024 * 1024),
+    )
+    seg = segment_factory(target_bytes=100_000, seed=38)
+    meta = seg.to_metadata(TIP)
+    m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    with m.fetch_log_segment(meta, 0) as f:
+        f.read()
+
+    def pattern(template: str) -> re.Pattern[str]:
+        return re.compile(re.sub(r"<[a-z]+>", "[a-z-]+", re.escape(template).replace("\\<", "<").replace("\\>", ">")))
+
+    declared = [(pattern(d.bean), [pattern(a) for a in d.attributes]) for d in ALL]
+    rows = m.metrics_snapshot() + SidecarHealth().rows()
+    assert any(r.type == "chunk-cache-metrics" and "disk-cache-bytes-total" in r.values for r in rows)
+    missing = sorted(
+        {
+            f"{r.domain}:type={r.type} {attr}"
+            for r in rows
+            for attr in r.values
+            if not any(
+                bean.fullmatch(f"{r.domain}:type={r.type}") and any(a.fullmatch(attr) for a in attrs)
+                for bean, attrs in declared
+            )
+        }
+    )
+    assert missing == []

@@ -42,6 +42,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names
+    for data in ("grafana-dashboard.json", "prometheus-alerts.yml", "prometheus-alerts.test.yml"):
+        assert f"rsm/metrics/monitoring/{data}" in names  # the dashboard and alert rules ship as package data
     assert wheels[0].name.startswith(f"kafka_tiered_storage-{__version__}-")
     # the Spark reader's compiled record walk, built by the optional extension (a compiler is on this machine)
     assert [n for n in names if n.startswith("rsm/kafka/_recordwalk") and n.endswith(".so")], names

@@ -65,16 +65,20 @@ def test_plugin_path_prints_the_jar_directory() -> None:
 
 
 def test_java_defaults_match_declared_config() -> None:
-    """Settings.java reads the keys itself; the docs table comes from CONFIG_DEF. They must agree."""
+    """Settings.java reads the keys itself; the docs table comes from the declarations (the shim's keys, and the
+    metrics key it also reads). They must agree; Java's "" is an unset (None) default."""
     from rsm.jvm.config import CONFIG_DEF
+    from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 
+    declared = {**CONFIG_DEF.keys, **METRICS_CONFIG_DEF.keys}
     src = (jt.SHIM_DIR / "src/io/kts/shim/Settings.java").read_text()
     found = dict(re.findall(r'longOf\(c, "([a-z.]+)", ([0-9_]+)L\)', src))
     found.update(re.findall(r'getOrDefault\("([a-z.]+)", "([^"]*)"\)', src))
     assert found, "could not parse Settings.java"
     for key, value in found.items():
-        assert key in CONFIG_DEF.keys, key
-        assert str(CONFIG_DEF.keys[key].default) == value.replace("_", ""), key
+        assert key in declared, key
+        default = declared[key].default
+        assert ("" if default is None else str(default)) == value.replace("_", ""), key
 
 
 @pytest.fixture()

@@ -5,7 +5,10 @@ ObjectNames with the values the Python registry holds; a read burst costs one sn
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import signal
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -13,13 +16,17 @@ from typing import Any
 
 import jvm_testing as jt
 import pytest
+from conftest import wait_until
 from emulators import free_port
 from prometheus_client.parser import text_string_to_metric_families
+
+from rsm.metrics.catalog import DOMAIN, SIDECAR_TYPE
 
 jpype = pytest.importorskip("jpype")
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 
 RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
+SIDECAR = f"{DOMAIN}:type={SIDECAR_TYPE}"  # the Java side keeps this bean: read under the name the catalog documents
 CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
 DEBUG = {"metrics.recording.level": "DEBUG"}  # the per-fetch timing (and its percentiles) is a DEBUG sensor
 
@@ -191,3 +198,87 @@ def test_mbeans_in_process(jvm: None, segments: list[jt.SpecSegment], tmp_path: 
             rsm.close()
     finally:
         jvm_inprocess.uninstall()
+
+
+def sidecar_series(port: int) -> dict[str, float]:
+    """The sidecar-metrics families of the endpoint: name -> value."""
+    return {
+        s.name: s.value for f in scrape(port).values() if f.name.startswith("kts_sidecar_metrics_") for s in f.samples
+    }
+
+
+def test_sidecar_restarts_and_liveness_on_the_bean_and_the_endpoint(jvm: None, tmp_path: Path) -> None:
+    """kill -9 the sidecar: the shim's bean shows it down, then restarted; restarts that fail are counted; each new
+    sidecar's endpoint carries the shim's counts, so the counter grows across restarts instead of resetting."""
+    # The interpreter behind a script the test can break: restarts then fail until it is mended.
+    python = tmp_path / "python"
+    working = f'#!/bin/sh\nexec {sys.executable} "$@"\n'
+    python.write_text(working)
+    python.chmod(0o755)
+    port = free_port()
+    rsm = shim(
+        jt.base_config(
+            tmp_path / "store",
+            **{
+                "jvm.transport": "sidecar",
+                "python.executable": str(python),
+                "metrics.prometheus.port": str(port),
+                "metrics.jmx.mirror.domain": "io.kts.tieredstorage",
+                "jvm.sidecar.restart.backoff.ms": "100",
+            },
+        )
+    )
+    try:
+        mirrored = "io.kts.tieredstorage:type=sidecar-metrics"
+        assert SIDECAR in our_beans() and mirrored in server_mirror_names()
+        assert attr(SIDECAR, "starts-total") == 1 and attr(SIDECAR, "restarts-total") == 0
+        assert attr(SIDECAR, "up") == 1 and attr(mirrored, "up") == 1
+        assert 0 <= attr(SIDECAR, "last-reply-age-seconds") < 5
+        series = sidecar_series(port)
+        assert series["kts_sidecar_metrics_starts_total"] == 1 and series["kts_sidecar_metrics_restarts_total"] == 0
+        assert series["kts_sidecar_metrics_up"] == 1 and series["kts_sidecar_metrics_restart_failures_total"] == 0
+        assert 0 <= series["kts_sidecar_metrics_last_reply_age_seconds"] < 5
+
+        # A clean restart. The bean is read live: it shows the dead sidecar as down until the next one is ready.
+        pid1 = int(rsm.sidecarPid())
+        os.kill(pid1, signal.SIGKILL)
+        assert wait_until(lambda: attr(SIDECAR, "up") == 0, 5), "the bean never showed the dead sidecar down"
+        assert wait_until(lambda: attr(SIDECAR, "up") == 1, 60)
+        pid2 = int(rsm.sidecarPid())
+        assert pid2 != pid1
+        assert attr(SIDECAR, "starts-total") == 2 and attr(SIDECAR, "restarts-total") == 1
+        assert wait_until(lambda: _scrapes(port), 30)
+        series = sidecar_series(port)  # the new sidecar's endpoint, on the same port
+        assert series["kts_sidecar_metrics_starts_total"] == 2 and series["kts_sidecar_metrics_restarts_total"] == 1
+
+        # Restarts that fail (the interpreter is broken) are counted, and the sidecar stays down meanwhile.
+        python.write_text("#!/bin/sh\nexit 7\n")
+        os.kill(pid2, signal.SIGKILL)
+        assert wait_until(lambda: attr(SIDECAR, "restart-failures-total") >= 2, 30)
+        assert attr(SIDECAR, "up") == 0 and attr(SIDECAR, "starts-total") == 2
+        with pytest.raises(OSError):
+            scrape(port)  # nothing serves the endpoint: Prometheus sees up == 0
+        python.write_text(working)
+        assert wait_until(lambda: attr(SIDECAR, "up") == 1, 60)
+        failures = attr(SIDECAR, "restart-failures-total")
+        assert attr(SIDECAR, "starts-total") == 3 and attr(SIDECAR, "restarts-total") == 2
+        assert wait_until(lambda: _scrapes(port), 30)
+        series = sidecar_series(port)
+        assert series["kts_sidecar_metrics_starts_total"] == 3 and series["kts_sidecar_metrics_restarts_total"] == 2
+        assert series["kts_sidecar_metrics_restart_failures_total"] == failures
+    finally:
+        rsm.close()
+    assert our_beans() == []
+
+
+def server_mirror_names() -> list[str]:
+    pattern = jpype.JClass("javax.management.ObjectName")("io.kts.tieredstorage*:*")
+    return sorted(str(n) for n in server().queryNames(pattern, None))
+
+
+def _scrapes(port: int) -> bool:
+    try:
+        scrape(port)
+        return True
+    except OSError:
+        return False

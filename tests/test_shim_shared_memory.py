@@ -25,10 +25,12 @@ import jvm_testing as jt
 import pytest
 from conftest import TIP, damage_stored_index, wait_until
 
+from rsm.errors import RemoteStorageException
 from rsm.jvm import codec as wire
-from rsm.jvm.shared_region import SHM_DIR, SharedRegion, remove_stale
-from rsm.jvm.sidecar import _HDR, _I32, Sidecar
-from rsm.metadata import BROKER_INDEX_SET
+from rsm.jvm.seams import ManagerCapabilities
+from rsm.jvm.shared_region import SHM_DIR, SharedRegion, SharedRegionBuffers, remove_stale
+from rsm.jvm.sidecar import Sidecar
+from rsm.metadata import BROKER_INDEX_SET, IndexType
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 BS = 65536
@@ -140,6 +142,48 @@ def test_create_is_disabled_without_the_directory(tmp_path: Path) -> None:
     assert not (tmp_path / "missing").exists()
 
 
+# --- the region goes in before configure() -----------------------------------------------------------------------
+
+
+def test_the_region_is_made_when_the_read_path_asks_and_caps_the_memory_tier(tmp_path: Path, make_manager: Any) -> None:
+    """The sidecar's region goes in through ``use_chunk_buffers`` before ``configure()``, which asks for buffers of
+    its chunk size: the chunk cache decodes into the region, and its memory tier keeps at most half of it (it
+    decodes ahead a quarter of its configured size, as when the tier was shrunk after the fact)."""
+    shared = SharedRegionBuffers(8 * BS, tmp_path)
+    m = make_manager(chunk_size=BS, fetch_chunk_cache_size=64 * BS, chunk_buffers=shared)
+    assert shared.region is not None and shared.region.path.parent == tmp_path
+    assert m.chunk_buffers is shared.region.pool and shared.region.pool.region_buffers == 8
+    assert m.chunk_cache.memory.capacity == 4 * BS
+    assert m.chunk_cache.decode_ahead_bytes == 16 * BS
+    with pytest.raises(RemoteStorageException, match="before configure"):
+        m.use_chunk_buffers(shared)
+    shared.discard()
+    assert shared.region is None and list(tmp_path.glob("kts-sidecar-*.shm")) == []
+
+
+def test_without_a_region_the_manager_decodes_into_its_own_buffers(tmp_path: Path, make_manager: Any) -> None:
+    """0 bytes (or a /dev/shm too small): no region, no cap on the memory tier."""
+    shared = SharedRegionBuffers(0, tmp_path)
+    m = make_manager(chunk_size=BS, fetch_chunk_cache_size=64 * BS, chunk_buffers=shared)
+    assert shared.region is None and list(tmp_path.glob("kts-sidecar-*.shm")) == []
+    assert m.chunk_buffers.region_buffers == 0 and m.chunk_cache.memory.capacity == 64 * BS
+
+
+def test_the_transports_find_what_a_manager_offers_once(make_manager: Any) -> None:
+    """``ManagerCapabilities.of``: the plugin's manager offers every optional call; a minimal one (KIP-405 only)
+    none, and the transport then does without: ``fetch_index`` for the indexes sent ahead, no metrics."""
+    full = ManagerCapabilities.of(make_manager())
+    for name in ("indexes_ahead", "segments_ahead", "resumed_fetches", "metrics", "metrics_settings", "chunk_buffers"):
+        assert getattr(full, name) is full.manager, name
+    assert full.metrics_rows() and full.setting("metrics.prometheus.port") is None
+    minimal = ManagerCapabilities.of(jt.InMemoryIndexManager())
+    assert (minimal.indexes_ahead, minimal.segments_ahead, minimal.resumed_fetches) == (None, None, None)
+    assert (minimal.metrics, minimal.metrics_settings, minimal.chunk_buffers) == (None, None, None)
+    assert minimal.metrics_rows() == [] and minimal.setting("metrics.prometheus.port") is None
+    with minimal.fetch_index_ahead(None, IndexType.OFFSET) as f:  # type: ignore[arg-type]
+        assert f.read() == jt.InMemoryIndexManager.INDEX
+
+
 def test_remove_stale_removes_only_files_of_dead_sidecars(tmp_path: Path) -> None:
     gone = dead_pid()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -191,7 +235,7 @@ class ShimClient:
                 self.region = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 
     def send(self, op: int, body: bytes = b"") -> None:
-        self.sock.sendall(_HDR.pack(len(body) + 1, op) + body)
+        self.sock.sendall(wire.REQUEST_HEADER.pack(len(body) + 1, op) + body)
 
     def recv(self, n: int) -> bytes:
         out = bytearray()
@@ -213,7 +257,7 @@ class ShimClient:
 
     def request_index(self, meta: Any, kind: str) -> None:
         blob = wire.encode_metadata(meta)
-        self.send(wire.OP_FETCH_INDEX, _I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
+        self.send(wire.OP_FETCH_INDEX, wire.I32.pack(len(blob)) + blob + struct.pack(">H", len(kind)) + kind.encode())
 
     def fetch_index(self, meta: Any, kind: str) -> dict[str, bytes | str]:
         """An OP_FETCH_INDEX reply: type name -> the index's bytes, or the error frame of one the segment lacks."""
@@ -229,7 +273,10 @@ class ShimClient:
 
     def fetch(self, meta: Any, start: int, end: int | None) -> None:
         blob = wire.encode_metadata(meta)
-        self.send(wire.OP_FETCH, _I32.pack(len(blob)) + blob + _I32.pack(start) + _I32.pack(-1 if end is None else end))
+        self.send(
+            wire.OP_FETCH,
+            wire.I32.pack(len(blob)) + blob + wire.I32.pack(start) + wire.I32.pack(-1 if end is None else end),
+        )
 
     def read_stream(self, hold_acks: bool, mid_stream: bool = False) -> tuple[bytes, list[str], list[int], str | None]:
         """The body of a stream: the bytes, the kind of each piece ('ref'/'inline'), the referenced offsets and
@@ -279,19 +326,29 @@ class ShimClient:
         self.sock.close()
 
 
-class SidecarConnections:
-    """A real ``Sidecar`` for ``manager``, whose chunks decode into a region of ``buffers`` chunk buffers, and
-    connections to it on socket pairs, each served on its own thread as by its socket server; ``close`` ends them
-    all and removes the region's name."""
+def region_of(buffers: int, directory: Path) -> SharedRegionBuffers:
+    """What the sidecar hands its manager before ``configure()``: a region of ``buffers`` chunk buffers, made when
+    the manager asks for buffers of its chunk size."""
+    return SharedRegionBuffers(buffers * BS, directory)
 
-    def __init__(self, manager: Any, buffers: int, directory: Path) -> None:
-        region = SharedRegion.create(buffers * BS, BS, directory=directory)
-        assert region is not None
-        manager.chunk_buffers = region.pool
-        self.sidecar = Sidecar(manager, region)
-        self.region = region
+
+class SidecarConnections:
+    """A real ``Sidecar`` for ``manager``, whose chunks decode into the region ``shared`` made, and connections to
+    it on socket pairs, each served on its own thread as by its socket server; ``close`` ends them all and removes
+    the region's name."""
+
+    def __init__(self, manager: Any, shared: SharedRegionBuffers) -> None:
+        assert shared.region is not None and manager.chunk_buffers is shared.region.pool
+        self.manager = manager
+        self.region = shared.region
+        self.sidecar = Sidecar(ManagerCapabilities.of(manager), self.region)
         self.threads: list[threading.Thread] = []
         self.clients: list[ShimClient] = []
+
+    def rewire(self) -> None:
+        """A new ``Sidecar`` for the manager, as a new sidecar process wires itself to it (after a test took a
+        method off the manager's class)."""
+        self.sidecar = Sidecar(ManagerCapabilities.of(self.manager), self.region)
 
     def connect(self, mapped: bool = True) -> ShimClient:
         """A connection like the shim's; ``mapped``: it tells the sidecar it mapped the region."""
@@ -320,6 +377,7 @@ def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[
     """A real manager with one copied segment (64 KiB chunks) whose chunks decode into a region of two buffers,
     served by a real ``Sidecar`` on socket pairs; ``connect(mapped)`` opens a connection like the shim."""
     seg = segment_factory(target_bytes=700_000, seed=4)
+    shared = region_of(2, tmp_path)
     m = make_manager(
         chunk_size=BS,
         compression_enabled=True,
@@ -327,22 +385,24 @@ def served(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterator[
         transform_thread_pool_size=2,
         fetch_chunk_cache_size=0,  # the transport's ref/inline protocol over exactly two buffers, no cache holding one
         fetch_chunk_cache_prefetch_max_size=0,
+        chunk_buffers=shared,
     )
     meta = seg.to_metadata(TIP)
     m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    connections = SidecarConnections(m, 2, tmp_path)
+    connections = SidecarConnections(m, shared)
 
     class Served:
         pass
 
     s = Served()
-    s.manager, s.meta, s.original, s.pool, s.connect, s.threads = (
+    s.manager, s.meta, s.original, s.pool, s.connect, s.threads, s.rewire = (
         m,
         meta,
         seg.log.read_bytes(),
         connections.region.pool,
         connections.connect,
         connections.threads,
+        connections.rewire,
     )
     assert len(s.original) > 8 * BS
     yield s
@@ -498,7 +558,7 @@ def test_corrupt_chunk_mid_stream_errors_after_the_references_and_leaks_nothing(
     assert served.pool.region_free == 2
 
 
-CANCEL = _HDR.pack(1, wire.OP_CANCEL_STREAM)
+CANCEL = wire.REQUEST_HEADER.pack(1, wire.OP_CANCEL_STREAM)
 RSM_BEAN = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 
 
@@ -573,7 +633,7 @@ def test_the_last_acknowledgement_and_the_next_request_in_one_send(served: Any) 
     assert c.recv(1) == b"\x00" and c.i32() == -2
     c.recv(12)
     assert c.i32() == 0
-    c.sock.sendall(b"\x01" + _HDR.pack(1, wire.OP_PING))
+    c.sock.sendall(b"\x01" + wire.REQUEST_HEADER.pack(1, wire.OP_PING))
     assert c.recv(1) == b"\x00"
     assert served.pool.region_free == 2
 
@@ -597,9 +657,9 @@ def test_a_kept_stream_goes_on_after_resume_notices(served: Any) -> None:
     offset, length = struct.unpack(">qi", c.recv(12))
     data = bytearray(c.region[offset : offset + length])
     notices = [1000, BS]  # back inside the piece, then exactly at its end
-    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(notices[0])[:2])
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + wire.I32.pack(notices[0])[:2])
     time.sleep(0.05)  # the sidecar holds half a notice: it must wait for the rest, not misread it
-    c.sock.sendall(_I32.pack(notices[0])[2:] + bytes([wire.STREAM_RESUMED]) + _I32.pack(notices[1]) + b"\x01")
+    c.sock.sendall(wire.I32.pack(notices[0])[2:] + bytes([wire.STREAM_RESUMED]) + wire.I32.pack(notices[1]) + b"\x01")
     rest, _, _, err = c.read_stream(hold_acks=False, mid_stream=True)
     assert err is None and bytes(data) + rest == served.original
     c.ping()
@@ -614,12 +674,13 @@ def test_a_resume_notice_for_a_manager_without_the_hook_is_harmless(
 ) -> None:
     """A user's manager class (python.manager.class) need not have ``record_resumed_fetch``."""
     monkeypatch.delattr(type(served.manager), "record_resumed_fetch")
+    served.rewire()  # the sidecar finds what its manager offers when it is wired to it
     c = served.connect()
     c.fetch(served.meta, 0, None)
     assert c.recv(1) == b"\x00" and c.i32() == -2
     offset, length = struct.unpack(">qi", c.recv(12))
     first = bytes(c.region[offset : offset + length])
-    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(5) + b"\x01")
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + wire.I32.pack(5) + b"\x01")
     rest, _, _, err = c.read_stream(hold_acks=False, mid_stream=True)
     assert err is None and first + rest == served.original
 
@@ -633,19 +694,30 @@ def partition(segment_factory: Any, make_manager: Any, tmp_path: Path) -> Iterat
     decode into a region of eight buffers, served by a real ``Sidecar``; ``connect()`` opens a mapped connection."""
     first = segment_factory(target_bytes=300_000, seed=5)
     second = segment_factory(target_bytes=300_000, seed=6, base_offset=first.end_offset + 1)
+    shared = region_of(8, tmp_path)
     m = make_manager(
-        chunk_size=BS, compression_enabled=True, fetch_chunk_cache_size=0, fetch_chunk_cache_prefetch_max_size=0
+        chunk_size=BS,
+        compression_enabled=True,
+        fetch_chunk_cache_size=0,
+        fetch_chunk_cache_prefetch_max_size=0,
+        chunk_buffers=shared,
     )
     metas = [seg.to_metadata(TIP) for seg in (first, second)]
     for seg, meta in zip((first, second), metas, strict=True):
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-    connections = SidecarConnections(m, 8, tmp_path)
+    connections = SidecarConnections(m, shared)
 
     class Partition:
         pass
 
     p = Partition()
-    p.manager, p.metas, p.segments, p.connect = m, metas, (first, second), connections.connect
+    p.manager, p.metas, p.segments, p.connect, p.rewire = (
+        m,
+        metas,
+        (first, second),
+        connections.connect,
+        connections.rewire,
+    )
     p.pool = connections.region.pool
     yield p
     connections.close()
@@ -711,7 +783,7 @@ def test_a_stream_at_its_segments_end_goes_on_into_the_next_segment(partition: A
     assert set(indexes) == {kind.name for kind in BROKER_INDEX_SET}
     after_a = _fetch_counts(partition.manager)
     assert after_a[1] - before[1] == 1  # B's stream is not a fetch until the broker asks for it
-    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + _I32.pack(0))
+    c.sock.sendall(bytes([wire.STREAM_RESUMED]) + wire.I32.pack(0))
     b, frame, _ = _read_segment(c)
     assert b == second.log.read_bytes() and frame == 0
     c.ping()  # the connection serves the next request
@@ -729,7 +801,7 @@ def test_a_cancel_after_the_next_segment_frame_gives_everything_back(partition: 
     assert c.recv(1) == b"\x00"
     _, frame, _ = _read_segment(c)
     assert frame == wire.STREAM_NEXT_SEGMENT
-    c.sock.sendall(_HDR.pack(1, wire.OP_CANCEL_STREAM))
+    c.sock.sendall(wire.REQUEST_HEADER.pack(1, wire.OP_CANCEL_STREAM))
     while (n := c.i32()) != 0:  # what B sent before the cancel, then the end
         assert n == -2, n
         c.recv(12)
@@ -756,6 +828,7 @@ def test_a_manager_without_the_next_segment_hooks_ends_streams_as_before(
 ) -> None:
     """A user's manager class (python.manager.class) need not have ``following_segment``."""
     monkeypatch.delattr(type(partition.manager), "following_segment")
+    partition.rewire()  # the sidecar finds what its manager offers when it is wired to it
     c = partition.connect()
     c.fetch(partition.metas[0], 0, None)
     assert c.recv(1) == b"\x00"
@@ -767,8 +840,9 @@ def test_a_manager_without_the_next_segment_hooks_ends_streams_as_before(
 
 
 def _config_payload(cfg: dict[str, str]) -> bytes:
-    return _I32.pack(len(cfg)) + b"".join(
-        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
+    return wire.I32.pack(len(cfg)) + b"".join(
+        wire.I32.pack(len(k.encode())) + k.encode() + wire.I32.pack(len(v.encode())) + v.encode()
+        for k, v in cfg.items()
     )
 
 

@@ -209,12 +209,12 @@ def test_manager_config_error_fails_configure(tmp_path: Path) -> None:
 def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
     """Direct check of the child's contract: group-wide SIGTERM/SIGINT must not kill it before the broker's
     shutdown hook has closed the plugin; stdin EOF (broker gone) must."""
-    from rsm.jvm.sidecar import _I32
+    from rsm.jvm.codec import I32
 
     sock = tmp_path / "s.sock"
     cfg = jt.base_config(tmp_path / "store")
-    payload = _I32.pack(len(cfg)) + b"".join(
-        _I32.pack(len(k.encode())) + k.encode() + _I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
+    payload = I32.pack(len(cfg)) + b"".join(
+        I32.pack(len(k.encode())) + k.encode() + I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
     )
     env = dict(os.environ, PYTHONPATH=str(jt.REPO))
     p = subprocess.Popen(

@@ -1,4 +1,9 @@
-"""``kts ls``, ``kts inspect`` and ``kts cat``: what is tiered, what one segment's manifest says, its records."""
+"""``kts ls``, ``kts inspect`` and ``kts cat``: what is tiered, what one segment's manifest says, its records.
+
+``ls`` and ``inspect`` read manifests only, which are not encrypted: they need no private key and unwrap no data
+key. Times are ISO 8601 in UTC (``2024-05-01T12:00:00.000Z``) and a missing value is ``null``, the same in the
+text and the ``--json`` output.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,23 @@ import click
 from rich.table import Table
 
 from rsm.cli.progress import stdout
-from rsm.cli.segments import parse_scope, resolve_segment
+from rsm.cli.segments import parse_scope, resolve_segment, select_segments
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
 
-def _when(ms: int) -> str:
-    if ms < 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+def iso_time(ms: int | None) -> str | None:
+    """ISO 8601 in UTC with milliseconds and ``Z``; None for Kafka's "no timestamp" (-1)."""
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _shown(value: str | None) -> str:
+    """A value in the text output: ``null`` where the JSON output has null."""
+    return "null" if value is None else value
 
 
 def _codec(manifest: SegmentManifest) -> str:
@@ -36,19 +47,22 @@ def _key_id(manifest: SegmentManifest) -> str:
 @click.argument("scope", required=False)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per segment instead of a table")
 def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_json: bool) -> int:
-    """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id."""
-    topic, partition = parse_scope(scope)
-    with open_manager(config, sets) as manager:
-        table = Table("topic", "part", "offsets", "max timestamp (UTC)", "size", "stored", "codec", "key id")
-        for seg in manager.catalog().segments(topic, partition):
-            meta = manager.segment_metadata(seg)
-            manifest = manager.fetch_manifest(meta)
+    """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id.
+
+    Reads manifests only: no private key is needed. A scope with nothing tiered is an error (exit 1)."""
+    wanted = parse_scope(scope)
+    with open_manager(config, sets, keys=False) as manager:
+        catalog = manager.catalog()
+        table = Table("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id")
+        for seg in select_segments(manager, wanted):
+            manifest, meta = catalog.metadata(seg)
             stored = manifest.chunk_index.transformed_file_size
             row = {
                 "topic": seg.topic,
                 "partition": seg.partition,
                 "start_offset": meta.start_offset,
                 "end_offset": meta.end_offset,
+                "max_timestamp": iso_time(meta.max_timestamp_ms),
                 "max_timestamp_ms": meta.max_timestamp_ms,
                 "size": meta.segment_size_in_bytes,
                 "stored": stored,
@@ -63,17 +77,14 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                     seg.topic,
                     str(seg.partition),
                     f"{meta.start_offset}-{meta.end_offset}",
-                    _when(meta.max_timestamp_ms),
+                    _shown(row["max_timestamp"]),
                     f"{meta.segment_size_in_bytes:,}",
                     f"{stored:,}",
                     row["codec"],
                     row["key_id"],
                 )
         if not as_json:
-            if table.row_count:
-                stdout.print(table)
-            else:
-                click.echo(f"no tiered segments under key.prefix {manager.config['key.prefix']!r}", err=True)
+            stdout.print(table)
     return 0
 
 
@@ -83,20 +94,21 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
 def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> int:
     """Show a segment's manifest and a chunk-index summary.
 
-    SEGMENT is an object key, topic/partition/offset, or a segment id.
+    SEGMENT is an object key, topic/partition/offset, or a segment id. Needs no private key.
     """
-    with open_manager(config, sets) as manager:
+    with open_manager(config, sets, keys=False) as manager:
         seg = resolve_segment(manager, segment)
         with manager.backend.fetch(seg.keys.manifest) as f:
             raw = f.read()
         doc = json.loads(raw)
         manifest = SegmentManifest.from_json_bytes(raw, f"manifest {seg.keys.manifest}")
-        meta = manager.segment_metadata(seg)
+        meta = manifest.recorded_metadata(f"manifest {seg.keys.manifest}")
         index = manifest.chunk_index
         sizes = [c.transformed_size for c in index.chunks()]
         click.echo(f"segment      {seg.describe()} (topic id {seg.topic_id})")
         click.echo(f"manifest     {seg.keys.manifest} ({len(raw):,} bytes)")
-        click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {_when(meta.max_timestamp_ms)}")
+        when = _shown(iso_time(meta.max_timestamp_ms))
+        click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {when}")
         click.echo(f"leader epochs {meta.segment_leader_epochs}")
         click.echo(
             f"chunks       {index.chunk_count} of {index.original_chunk_size:,} B; "
@@ -177,10 +189,11 @@ def cat_command(
                         return 0
                     row = {
                         "offset": rec.offset,
-                        "timestamp": rec.timestamp,
+                        "timestamp": iso_time(rec.timestamp),
+                        "timestamp_ms": rec.timestamp,
                         "key": _text(rec.key),
                         "value": _text(rec.value),
-                        "headers": {k: _text(v) for k, v in rec.headers},
+                        "headers": [[k, _text(v)] for k, v in rec.headers],
                         "producer_id": header.producer_id,
                         "transactional": header.is_transactional,
                     }
@@ -189,7 +202,10 @@ def cat_command(
                     if as_json:
                         click.echo(json.dumps(row))
                     else:
-                        hdrs = " ".join(f"{k}={v}" for k, v in row["headers"].items())
-                        click.echo(f"{rec.offset}\t{_when(rec.timestamp)}\t{row['key']}\t{row['value']}\t{hdrs}")
+                        hdrs = " ".join(f"{k}={_shown(v)}" for k, v in row["headers"])
+                        click.echo(
+                            f"{rec.offset}\t{_shown(row['timestamp'])}\t{_shown(row['key'])}\t"
+                            f"{_shown(row['value'])}\t{hdrs}"
+                        )
                     printed += 1
     return 0

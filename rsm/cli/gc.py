@@ -38,9 +38,11 @@ def parse_duration(text: str) -> float:
 @click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
 def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delete: bool) -> int:
     """Find leftovers of crashed copies (objects without a manifest), stale multipart uploads, temp files and
-    disk-cache chunks of segments no longer tiered; a dry run unless --delete."""
+    disk-cache chunks of segments no longer tiered; a dry run unless --delete.
+
+    Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
     grace = parse_duration(older_than)
-    with open_manager(config, sets) as manager:
+    with open_manager(config, sets, keys=False, disk_cache=True) as manager:
         items = find_garbage(manager, grace)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
         for item in items:

@@ -1,7 +1,15 @@
-"""``kts keys generate`` and ``kts keys rotate``: the key pairs the plugin reads, and moving data keys to a new one."""
+"""``kts keys generate`` and ``kts keys rotate``: the key pairs the plugin reads, and moving data keys to a new one.
+
+A key file is never replaced: if a pair's private key wraps data keys, overwriting it loses that data. So
+``generate`` creates both files exclusively (O_EXCL; the private key 0600 from its first byte) and refuses an id
+whose files exist. ``rotate`` of nothing is an error: reporting "0 failed" for a wrong key.prefix would tell an
+operator that the old key pair can go.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from pathlib import Path
 
@@ -9,26 +17,66 @@ import click
 
 from encryption.keyring import MIN_MODULUS_BITS
 from rsm.cli.progress import progress_bar, stdout
-from rsm.cli.settings import config_options, open_manager
+from rsm.cli.segments import NothingMatched
+from rsm.cli.settings import config_options, open_manager, store_label
+
+# A key pair id becomes part of two file names, of config keys (encryption.key.pairs.<id>.public.key.file, where
+# a dot would split the name), of a comma-separated list and of the manifest's "<id>:<wrapped key>".
+KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def check_key_id(key_id: str) -> str:
+    if not KEY_ID.match(key_id):
+        raise click.BadParameter(
+            f"{key_id!r} cannot be a key pair id: use 1 to 64 letters, digits, '_' or '-' (it names files and the "
+            f"keys encryption.key.pairs.<id>.*, and the manifest stores '<id>:<wrapped key>')",
+            param_hint="--id",
+        )
+    return key_id
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create ``path`` with ``mode`` and write ``data``; fails if anything exists there (even a dangling link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have taken bits away; never added any
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def generate_key_pair(key_id: str, out: Path, bits: int) -> tuple[Path, Path]:
-    """Write ``<id>-public.pem`` (SubjectPublicKeyInfo) and ``<id>-private.pem`` (PKCS#8, mode 0600)."""
+    """Write ``<id>-public.pem`` (SubjectPublicKeyInfo) and ``<id>-private.pem`` (PKCS#8, mode 0600), both new."""
     from Crypto.PublicKey import RSA
 
+    check_key_id(key_id)
     if bits < MIN_MODULUS_BITS:
         raise click.BadParameter(
             f"{bits}-bit RSA cannot wrap a 32-byte data key with OAEP-SHA3-512 (it needs at least "
             f"{MIN_MODULUS_BITS} bits: 2x64 bytes of hash, 2 bytes and the key); use 2048 or more",
             param_hint="--bits",
         )
+    private, public = out / f"{key_id}-private.pem", out / f"{key_id}-public.pem"
+    existing = [str(p) for p in (private, public) if os.path.lexists(p)]
+    if existing:
+        raise click.ClickException(
+            f"refusing to replace {' and '.join(existing)}: a key file is never overwritten (if that pair wraps data "
+            f"keys, replacing it loses the data). Pick another --id or --out, or move the old files away yourself"
+        )
     out.mkdir(parents=True, exist_ok=True)
     key = RSA.generate(bits)
-    private, public = out / f"{key_id}-private.pem", out / f"{key_id}-public.pem"
-    private.touch(mode=0o600)
-    private.chmod(0o600)
-    private.write_bytes(key.export_key(pkcs=8))
-    public.write_bytes(key.public_key().export_key())
+    try:
+        _write_new(private, key.export_key(pkcs=8), 0o600)
+    except FileExistsError:
+        raise click.ClickException(f"refusing to replace {private}: it appeared while the key was generated") from None
+    try:
+        _write_new(public, key.public_key().export_key(), 0o644)
+    except BaseException:
+        private.unlink()  # ours, created above: a half pair must not stay behind
+        raise
     return public, private
 
 
@@ -45,11 +93,15 @@ def keys_group() -> None:
 
 
 @keys_group.command("generate")
-@click.option("--id", "key_id", required=True, help="the key pair id (used in encryption.key.pairs)")
+@click.option(
+    "--id", "key_id", required=True, metavar="ID", help="the key pair id: letters, digits, '_', '-' (up to 64)"
+)
 @click.option("--bits", type=int, default=4096, show_default=True, help="RSA modulus size (2048 or more)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 def keys_generate(key_id: str, bits: int, out: Path) -> int:
-    """Write the PEM pair the plugin reads and print the config lines to paste into server.properties."""
+    """Write a new PEM pair the plugin reads and print the config lines to paste into server.properties.
+
+    Never replaces a key file: an id whose files exist in --out is refused (exit 1)."""
     if bits % 256:
         raise click.BadParameter(f"{bits} is not a multiple of 256", param_hint="--bits")
     public, private = generate_key_pair(key_id, out.resolve(), bits)
@@ -75,6 +127,7 @@ def keys_rotate(
     """Re-wrap every segment's data key under one key pair, rewriting manifests only.
 
     Resumable: a manifest already wrapped by the target pair is skipped, so an interrupted run is run again.
+    No manifest found (a wrong key.prefix or --prefix) is an error (exit 1), never a finished rotation.
     """
     from rsm.core.rotation import rewrap_all
 
@@ -88,8 +141,16 @@ def keys_rotate(
                 manager, prefix=prefix, dry_run=dry_run, workers=workers, progress=lambda _i, n, key: advance(key, n)
             )
         active = manager.config["encryption.key.pair.id"]
+        where = (
+            f"under {prefix if prefix is not None else manager.config['key.prefix']!r} in {store_label(manager.config)}"
+        )
     finally:
         manager.close()
+    if report.total == 0:
+        raise NothingMatched(
+            f"no segment manifests {where}: nothing was re-wrapped. Check key.prefix, --prefix and storage.* before "
+            f"retiring any key pair"
+        )
     verb = "would re-wrap" if dry_run else "re-wrapped"
     stdout.print(
         f"segments seen {report.total}, {verb} {sum(report.rewrapped.values())} onto {active} "

@@ -7,6 +7,7 @@ operator as one line naming what failed (``-v`` shows the traceback); usage erro
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import sys
 from pathlib import Path
@@ -80,20 +81,31 @@ cli.add_command(inspect_command)
 cli.add_command(cat_command)
 cli.add_command(verify_command)
 cli.add_command(config_group)
-# The names of earlier releases stay as aliases.
-cli.add_command(keys_rotate, "rewrap")
-cli.add_command(keys_generate, "keygen")
 cli.add_command(gc_command)
 
 
-@cli.command("config-docs")
-@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current table")
-@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
-def config_docs_command(check: str | None, write: str | None) -> int:
-    """Print the configuration table generated from the declarations (or check/rewrite it in a file)."""
-    from rsm.cli.config_docs import config_docs_markdown
+def _hidden_alias(command: click.Command, name: str, current: str) -> click.Command:
+    """The command under the name of an earlier release: it still works, ``--help`` lists only the current one."""
+    alias = copy.copy(command)
+    alias.name, alias.hidden = name, True
+    alias.help = f"Old name of `kts {current}`.\n\n{command.help or ''}"
+    return alias
 
-    return _generated_table(config_docs_markdown(), "config-table", "config-docs", "configuration table", check, write)
+
+cli.add_command(_hidden_alias(keys_rotate, "rewrap", "keys rotate"))
+cli.add_command(_hidden_alias(keys_generate, "keygen", "keys generate"))
+
+
+@cli.command("config-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current tables")
+@click.option("--write", metavar="FILE", help="replace the tables between their markers in FILE")
+def config_docs_command(check: str | None, write: str | None) -> int:
+    """Print the configuration tables generated from the declarations: every key, and every key of Aiven's plugin
+    with what it means here (or check/rewrite them in a file such as docs/configuration.md)."""
+    from rsm.cli.config_docs import aiven_docs_markdown, config_docs_markdown
+
+    tables = {"config-table": config_docs_markdown(), "aiven-table": aiven_docs_markdown()}
+    return _generated_tables(tables, "config-docs", check, write)
 
 
 @cli.command("metrics-docs")
@@ -103,15 +115,28 @@ def metrics_docs_command(check: str | None, write: str | None) -> int:
     """Print the table of every metric (JMX bean, attribute, type, tags, meaning) from the declarations."""
     from rsm.metrics.catalog import metrics_docs_markdown
 
-    return _generated_table(metrics_docs_markdown(), "metrics-table", "metrics-docs", "metrics table", check, write)
+    return _generated_tables({"metrics-table": metrics_docs_markdown()}, "metrics-docs", check, write)
 
 
-def _generated_table(table: str, marker: str, command: str, what: str, check: str | None, write: str | None) -> int:
-    """Check, rewrite (between ``<!-- marker:begin/end -->``) or print a generated table."""
+@cli.command("cli-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current command table")
+@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+def cli_docs_command(check: str | None, write: str | None) -> int:
+    """Print the table of every kts command, generated from the commands themselves (docs/cli.md)."""
+    from rsm.cli.cli_docs import cli_docs_markdown
+
+    return _generated_tables({"cli-table": cli_docs_markdown(cli)}, "cli-docs", check, write)
+
+
+def _generated_tables(tables: dict[str, str], command: str, check: str | None, write: str | None) -> int:
+    """Check, rewrite (each between its ``<!-- marker:begin/end -->``) or print generated tables."""
     if check:
-        if table.strip() not in Path(check).read_text(encoding="utf-8"):
+        text = Path(check).read_text(encoding="utf-8")
+        stale = [marker for marker, table in tables.items() if table.strip() not in text]
+        if stale:
             click.echo(
-                f"{check} does not contain the current {what}; regenerate it with `kts {command} --write {check}`",
+                f"{check} does not contain the current {', '.join(stale)}; regenerate with `kts {command} --write "
+                f"{check}`",
                 err=True,
             )
             return 1
@@ -119,15 +144,17 @@ def _generated_table(table: str, marker: str, command: str, what: str, check: st
     if write:
         path = Path(write)
         text = path.read_text(encoding="utf-8")
-        begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
-        if begin not in text or end not in text:
-            click.echo(f"{path} has no {begin} ... {end} markers", err=True)
-            return 1
-        head, rest = text.split(begin, 1)
-        _old, tail = rest.split(end, 1)
-        path.write_text(f"{head}{begin}\n{table}\n{end}{tail}", encoding="utf-8")
+        for marker, table in tables.items():
+            begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+            if begin not in text or end not in text:
+                click.echo(f"{path} has no {begin} ... {end} markers", err=True)
+                return 1
+            head, rest = text.split(begin, 1)
+            _old, tail = rest.split(end, 1)
+            text = f"{head}{begin}\n{table}\n{end}{tail}"
+        path.write_text(text, encoding="utf-8")
         return 0
-    click.echo(table)
+    click.echo("\n\n".join(tables.values()))
     return 0
 
 

@@ -1,6 +1,7 @@
 """``kts verify``: a scrub of the store. Every segment's manifest must parse, every chunk must pass its GCM
 tag and recorded CRC-32C (the manager checks both when it decodes a chunk), every index its CRC-32C, and the
-decoded log must have the size the manifest records. Segments are checked in parallel; nothing is changed."""
+decoded log must have the size the manifest records. Segments are checked in parallel; nothing is changed. A
+scope with nothing tiered fails (exit 1): a scrub of nothing never passes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 import click
 
 from rsm.cli.progress import progress_bar, stdout
-from rsm.cli.segments import parse_scope
+from rsm.cli.segments import parse_scope, select_segments
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
@@ -80,12 +81,12 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
 
 def scrub(
     manager: RemoteStorageManager,
-    topic: str | None = None,
-    partition: int | None = None,
+    segments: list[TieredSegment] | None = None,
     workers: int = 4,
     progress: bool = True,
 ) -> ScrubReport:
-    segments = manager.catalog().segments(topic, partition)
+    """Check ``segments`` (default: every tiered segment)."""
+    segments = manager.catalog().segments() if segments is None else segments
     report = ScrubReport(segments=len(segments))
     bar = progress_bar("verifying", len(segments)) if progress else contextlib.nullcontext(lambda _what="": None)
     with bar as advance:
@@ -108,10 +109,10 @@ def scrub(
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="segments in parallel")
 def verify_command(config: str | None, sets: tuple[str, ...], scope: str | None, workers: int) -> int:
     """Scrub tiered data (all, a topic, or topic/partition); exit 1 with the list of damaged objects."""
-    topic, partition = parse_scope(scope)
+    wanted = parse_scope(scope)
     started = time.monotonic()
     with open_manager(config, sets) as manager:
-        report = scrub(manager, topic, partition, workers)
+        report = scrub(manager, select_segments(manager, wanted), workers)
     stdout.print(
         f"verified {report.segments} segments: {report.chunks} chunks ({report.bytes_checked:,} bytes decoded), "
         f"{report.indexes} indexes in {time.monotonic() - started:.1f} s; "

@@ -12,8 +12,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from backends.base import StorageBackend
+from backends.base import KeyNotFound, StorageBackend, StorageBackendException
+from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
 from rsm.core.object_keys import SegmentKeys, Suffix
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, is_kafka_uuid
 
 MANIFEST_SUFFIX = "." + Suffix.MANIFEST.value
@@ -91,6 +93,26 @@ class SegmentCatalog:
     def partition_segments(self, tip: TopicIdPartition) -> list[TieredSegment]:
         """Segments of one partition of one topic id, by start offset (a cheap, narrow listing)."""
         return sorted(self._list(f"{tip.topic}-{tip.topic_id}/{tip.partition}/"))
+
+    def manifest(self, segment: TieredSegment) -> SegmentManifest:
+        """A listed segment's manifest, parsed, its data key still wrapped: the manifest is not encrypted, so
+        listing and inspecting need no private key and cost no RSA unwrap per segment."""
+        key = segment.keys.manifest
+        try:
+            with self._backend.fetch(key) as f:
+                raw = f.read(MAX_MANIFEST_SIZE + 1)
+        except KeyNotFound:
+            raise RemoteResourceNotFoundException(
+                f"{segment.describe()} is gone: its manifest {key} was deleted since it was listed"
+            ) from None
+        except StorageBackendException as e:
+            raise RemoteStorageException(f"cannot read the manifest {key} of {segment.describe()}: {e}") from e
+        return SegmentManifest.from_json_bytes(raw, f"manifest {key}")
+
+    def metadata(self, segment: TieredSegment) -> tuple[SegmentManifest, RemoteLogSegmentMetadata]:
+        """The manifest and the broker's metadata it records (offsets, timestamps, epochs), without the data key."""
+        manifest = self.manifest(segment)
+        return manifest, manifest.recorded_metadata(f"manifest {segment.keys.manifest}")
 
     def topics(self) -> dict[str, list[str]]:
         """Topic name -> the topic ids it has tiered segments under (a re-created topic has several)."""

@@ -1,8 +1,11 @@
 """The RemoteStorageManager's configuration keys (Aiven's names, plus ours), declared once.
 
-``RsmConfig.from_map`` validates the map the broker passes to ``configure()`` and exposes typed values. Keys
-of other parts (``storage.*`` for backends, ``python.*``/``jvm.*`` for the shim) pass through untouched and
-are validated by their owners. ``rsm.cli.config_docs`` gathers every declaration for the generated docs table.
+``RsmConfig.from_map`` validates the map the broker passes to ``configure()`` and exposes typed values, with
+Aiven's special values resolved (a cache size of ``-1`` is unbounded, a retention of ``-1`` never expires).
+``config_problems`` finds every problem of the same map at once, for ``kts config check``. Keys of other parts
+(``storage.*`` for backends, ``python.*``/``jvm.*`` for the shim) pass through untouched and are validated by
+their owners. ``rsm.cli.config_docs`` gathers every declaration for the generated docs tables; what each of
+Aiven's keys means here is declared in ``rsm.core.aiven_keys``.
 """
 
 from __future__ import annotations
@@ -10,15 +13,18 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, one_of
+from backends.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, in_range_or, one_of
 from backends.registry import ALLOWED_DOC, resolve_backend_class
+from rsm.core.aiven_keys import PLUGIN, Support, aiven_differences, aiven_key
 from rsm.core.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
 from rsm.errors import ConfigException
 
@@ -26,6 +32,38 @@ from rsm.errors import ConfigException
 AIVEN_MEMORY_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache"
 AIVEN_DISK_CHUNK_CACHE = "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache"
 CHUNK_CACHE_CLASSES = (AIVEN_MEMORY_CHUNK_CACHE, AIVEN_DISK_CHUNK_CACHE)
+
+# Aiven's special value of its cache sizes and retentions, and what it becomes in the parsed values.
+AIVEN_UNBOUNDED = -1
+UNBOUNDED_SIZE = sys.maxsize
+NO_EXPIRY_MS = math.inf
+
+
+_CACHE_SIZE = in_range_or(AIVEN_UNBOUNDED, "unbounded", 0)
+_RETENTION = in_range_or(AIVEN_UNBOUNDED, "no expiry", 1)
+
+
+def _kafka_format_only(_key: str, value: Any) -> str | None:
+    if str(value).strip().lower() == "kafka":
+        return None
+    return (
+        f"{value!r} is not supported: only kafka. Iceberg mode is Aiven's alone; the data of an Iceberg-mode topic "
+        f"cannot be read or written by this plugin"
+    )
+
+
+_kafka_format_only.valid_values = "kafka"  # type: ignore[attr-defined]
+
+
+def _relative_key_prefix(_key: str, prefix: str) -> str | None:
+    """A prefix no store can hold keys under (../, /x, a//b) fails configure() instead of every copy."""
+    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
+    if prefix and (
+        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
+    ):
+        return "it must be a relative '/'-separated path without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
+    return None
+
 
 CORE = ConfigDef().extend(
     [
@@ -45,7 +83,13 @@ CORE = ConfigDef().extend(
             "StorageBackend. Its own keys start with storage.",
             valid_values=ALLOWED_DOC,
         ),
-        ConfigKey("key.prefix", "string", "", "Prefix of every object key, e.g. 'tiered/cluster-1/'."),
+        ConfigKey(
+            "key.prefix",
+            "string",
+            "",
+            "Prefix of every object key, e.g. 'tiered/cluster-1/'.",
+            validator=_relative_key_prefix,
+        ),
         ConfigKey("key.prefix.mask", "boolean", False, "Hide the key prefix in log and error messages."),
         ConfigKey(
             "compression.enabled",
@@ -124,6 +168,14 @@ CORE = ConfigDef().extend(
             validator=one_of(*CUSTOM_METADATA_FIELDS),
         ),
         ConfigKey(
+            "segment.format",
+            "string",
+            "kafka",
+            "How segments are stored: kafka, Aiven's classic format (chunks of the segment file). Aiven's iceberg "
+            "mode is not supported and fails the start.",
+            validator=_kafka_format_only,
+        ),
+        ConfigKey(
             "transform.thread.pool.size",
             "int",
             0,
@@ -140,18 +192,18 @@ CORE = ConfigDef().extend(
         ),
         ConfigKey(
             "fetch.manifest.cache.size",
-            "int",
+            "long",
             1000,
             "Parsed manifests (with unwrapped data keys) kept in memory, so the RSA unwrap happens once per "
             "segment, not once per fetch.",
-            validator=in_range(0, None),
+            validator=_CACHE_SIZE,
         ),
         ConfigKey(
             "fetch.manifest.cache.retention.ms",
             "long",
             3600000,
             "A manifest not read for this long leaves the manifest cache.",
-            validator=in_range(1, None),
+            validator=_RETENTION,
         ),
         ConfigKey(
             "fetch.manifest.cache.get.timeout.ms",
@@ -173,14 +225,14 @@ CORE = ConfigDef().extend(
             "long",
             10485760,
             "Bytes of decoded segment indexes (offset, time, transaction...) kept in memory.",
-            validator=in_range(0, None),
+            validator=_CACHE_SIZE,
         ),
         ConfigKey(
             "fetch.indexes.cache.retention.ms",
             "long",
             600000,
             "An index not read for this long leaves the index cache.",
-            validator=in_range(1, None),
+            validator=_RETENTION,
         ),
         ConfigKey(
             "fetch.indexes.cache.get.timeout.ms",
@@ -211,7 +263,7 @@ CORE = ConfigDef().extend(
             134217728,
             "Bytes the chunk cache may hold: decoded chunks in RAM for the memory class, stored chunks on disk "
             "for the disk class.",
-            validator=in_range(0, None),
+            validator=_CACHE_SIZE,
         ),
         ConfigKey(
             "fetch.chunk.cache.memory.size",
@@ -231,7 +283,7 @@ CORE = ConfigDef().extend(
             "long",
             600000,
             "A chunk not read for this long leaves the chunk cache.",
-            validator=in_range(1, None),
+            validator=_RETENTION,
         ),
         ConfigKey(
             "fetch.chunk.cache.prefetch.max.size",
@@ -304,16 +356,80 @@ def _read_pem(key: str, path: str) -> bytes:
         ) from None
 
 
-def _check_key_prefix(prefix: str) -> None:
-    """Refuse a prefix no store can hold keys under (../, /x, a//b): configure() fails instead of every copy."""
-    parts = prefix.split("/")[:-1] if prefix.endswith("/") else prefix.split("/")
-    if prefix and (
-        prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise ConfigException(
-            f"Invalid value {prefix!r} for configuration key.prefix: it must be a relative '/'-separated path "
-            f"without empty, '.' or '..' segments, e.g. 'tiered/cluster-1/'"
+def _encryption_problems(values: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
+    active = values["encryption.key.pair.id"]
+    ids = values["encryption.key.pairs"]
+    out = []
+    if not active:
+        out.append(
+            "Missing required configuration 'encryption.key.pair.id' (encryption.enabled is true): name the key "
+            "pair that wraps new data keys"
         )
+    if not ids:
+        out.append(
+            "Missing required configuration 'encryption.key.pairs' (encryption.enabled is true): list the ids of "
+            "the key pairs on the key ring"
+        )
+    elif active and active not in ids:
+        out.append(
+            f"Invalid value {active!r} for configuration encryption.key.pair.id: it must be one of "
+            f"encryption.key.pairs ({', '.join(ids)})"
+        )
+    for key_id in ids:
+        base = f"encryption.key.pairs.{key_id}."
+        for part in ("public.key", "private.key"):
+            if raw.get(base + part) and raw.get(base + part + ".file"):
+                out.append(
+                    f"Conflicting configuration for key pair {key_id!r}: both {base}{part} (inline) and "
+                    f"{base}{part}.file are set; set only one of them"
+                )
+        if not any(
+            raw.get(base + part) for part in ("public.key", "private.key", "public.key.file", "private.key.file")
+        ):
+            out.append(
+                f"Missing configuration for key pair {key_id!r}: set {base}public.key.file and "
+                f"{base}private.key.file (or the inline {base}public.key / {base}private.key)"
+            )
+    return out
+
+
+def _cross_key_problems(values: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
+    """The rules between keys, each checked on its own so that one run can report all of them."""
+    out = []
+    if values["compression.heuristic.enabled"] and not values["compression.enabled"]:
+        out.append(
+            "Invalid value true for configuration compression.heuristic.enabled: it requires compression.enabled=true"
+        )
+    if values["encryption.enabled"]:
+        out += _encryption_problems(values, raw)
+    if _is_disk_cache(values["fetch.chunk.cache.class"]) and not values["fetch.chunk.cache.path"]:
+        out.append(
+            "Missing required configuration 'fetch.chunk.cache.path' (fetch.chunk.cache.class is disk): name a "
+            "writable directory on a local disk"
+        )
+    return out
+
+
+def _is_disk_cache(cache_class: Any) -> bool:
+    return str(cache_class).strip().lower() in ("disk", AIVEN_DISK_CHUNK_CACHE.lower())
+
+
+def config_problems(configs: Mapping[str, Any]) -> list[str]:
+    """Every problem ``RsmConfig.from_map`` could raise for, at once: invalid values, missing required keys and
+    the rules between keys (key files are not read: ``kts config check`` runs where they may not exist)."""
+    raw = {str(k): v for k, v in configs.items()}
+    values, problems = CORE.parse_all(raw)
+    return list(problems.values()) + _cross_key_problems(values, raw)
+
+
+def _resolve_special_values(values: dict[str, Any]) -> None:
+    """Aiven's -1: an unbounded cache holds as much as it is given, a retention of -1 never expires."""
+    for name, key in CORE.keys.items():
+        if values.get(name) == AIVEN_UNBOUNDED:
+            if key.validator is _CACHE_SIZE:
+                values[name] = UNBOUNDED_SIZE
+            elif key.validator is _RETENTION:
+                values[name] = NO_EXPIRY_MS
 
 
 @dataclass(frozen=True)
@@ -334,50 +450,19 @@ class RsmConfig:
     def from_map(configs: Mapping[str, Any]) -> RsmConfig:
         raw = {str(k): v for k, v in configs.items()}
         values = CORE.parse(raw)
-        if values["compression.heuristic.enabled"] and not values["compression.enabled"]:
-            raise ConfigException(
-                "Invalid value true for configuration compression.heuristic.enabled: it requires "
-                "compression.enabled=true"
-            )
-        _check_key_prefix(values["key.prefix"])
+        problems = _cross_key_problems(values, raw)
+        if problems:
+            raise ConfigException(problems[0])
         pairs: list[KeyPairSource] = []
         if values["encryption.enabled"]:
-            active = values["encryption.key.pair.id"]
-            ids = values["encryption.key.pairs"]
-            if not active:
-                raise ConfigException(
-                    "Missing required configuration 'encryption.key.pair.id' (encryption.enabled "
-                    "is true): name the key pair that wraps new data keys"
-                )
-            if not ids:
-                raise ConfigException(
-                    "Missing required configuration 'encryption.key.pairs' (encryption.enabled is "
-                    "true): list the ids of the key pairs on the key ring"
-                )
-            if active not in ids:
-                raise ConfigException(
-                    f"Invalid value {active!r} for configuration encryption.key.pair.id: it must "
-                    f"be one of encryption.key.pairs ({', '.join(ids)})"
-                )
-            for key_id in ids:
+            for key_id in values["encryption.key.pairs"]:
                 base = f"encryption.key.pairs.{key_id}."
-                for part in ("public.key", "private.key"):
-                    if raw.get(base + part) and raw.get(base + part + ".file"):
-                        raise ConfigException(
-                            f"Conflicting configuration for key pair {key_id!r}: both {base}{part} (inline) and "
-                            f"{base}{part}.file are set; set only one of them"
-                        )
                 public = raw.get(base + "public.key")
                 private = raw.get(base + "private.key")
                 if public is None and raw.get(base + "public.key.file"):
                     public = _read_pem(base + "public.key.file", str(raw[base + "public.key.file"]))
                 if private is None and raw.get(base + "private.key.file"):
                     private = _read_pem(base + "private.key.file", str(raw[base + "private.key.file"]))
-                if public is None and private is None:
-                    raise ConfigException(
-                        f"Missing configuration for key pair {key_id!r}: set {base}public.key.file and "
-                        f"{base}private.key.file (or the inline {base}public.key / {base}private.key)"
-                    )
                 pairs.append(
                     KeyPairSource(
                         key_id,
@@ -385,14 +470,8 @@ class RsmConfig:
                         private.encode() if isinstance(private, str) else private,
                     )
                 )
-        cache_class = str(values["fetch.chunk.cache.class"]).strip().lower()
-        is_disk = cache_class in ("disk", AIVEN_DISK_CHUNK_CACHE.lower())
-        values["fetch.chunk.cache.class"] = "disk" if is_disk else "memory"
-        if values["fetch.chunk.cache.class"] == "disk" and not values["fetch.chunk.cache.path"]:
-            raise ConfigException(
-                "Missing required configuration 'fetch.chunk.cache.path' (fetch.chunk.cache.class is disk): "
-                "name a writable directory on a local disk"
-            )
+        values["fetch.chunk.cache.class"] = "disk" if _is_disk_cache(values["fetch.chunk.cache.class"]) else "memory"
+        _resolve_special_values(values)
         storage = {
             k[len("storage.") :]: v for k, v in raw.items() if k.startswith("storage.") and k != "storage.backend.class"
         }
@@ -475,6 +554,9 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
             continue
         if custom_backend and key.startswith("storage."):
             continue  # a user's own backend declares no keys we can see; it validates them itself
+        aiven = aiven_key(key)
+        if aiven is not None and aiven.support is not Support.HONOURED:
+            continue  # one of Aiven's keys we do not read: aiven_differences says what to do instead
         other = next(
             (b for b in ("filesystem", "s3", "gcs", "azure") if b != backend_class and key in known_key_names(b)),
             None,
@@ -483,9 +565,16 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     return out
 
 
-def warn_unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
-    """Log one WARN per unknown key; a copied ``rsm.config.storage.key.prefix`` must not pass in silence."""
-    found = unknown_keys(configs)
-    for unknown in found:
-        log.warning("%s", unknown.message())
+def configuration_warnings(configs: Mapping[str, Any]) -> list[str]:
+    """What the plugin warns about at startup: each key nothing reads (with the closest known key), and each of
+    Aiven's keys that is honoured differently or not at all here (with what to use instead)."""
+    return [u.message() for u in unknown_keys(configs)] + [d.message() for d in aiven_differences(configs, PLUGIN)]
+
+
+def warn_unknown_keys(configs: Mapping[str, Any]) -> list[str]:
+    """Log one WARN per ``configuration_warnings`` line: a copied ``rsm.config.storage.key.prefix`` or an Aiven
+    proxy key must not pass in silence."""
+    found = configuration_warnings(configs)
+    for line in found:
+        log.warning("%s", line)
     return found

@@ -14,9 +14,10 @@ Three kinds of garbage can outlive the copy that made it:
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
 ``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
-shows the list and asks before deleting). A backend offers what it can through the optional methods of
-``backends.base.GarbageCapable``; a backend without ``list_details`` cannot date its objects, so orphan objects are
-not listed for it (never deleted on a guess).
+shows the list and asks before deleting). A backend offers what it can through the optional protocols of
+``backends.base`` (``ListsDetails``, ``PendingUploads``), as the manager found them when it wired the backend
+(``manager.backend_capabilities``); a backend without ``list_details`` cannot date its objects, so orphan objects
+are not listed for it (never deleted on a guess).
 """
 
 from __future__ import annotations
@@ -81,14 +82,14 @@ def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> li
     if older_than_seconds < 0:
         raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
     backend = manager.backend
+    capabilities = manager.backend_capabilities
     prefix = manager.config["key.prefix"]
     now = time.time()
     items: list[GarbageItem] = []
     try:
-        list_details = getattr(backend, "list_details", None)
-        if list_details is not None:
+        if capabilities.details is not None:
             by_segment: dict[str, list[tuple[str, int, float]]] = {}
-            for info in list_details(prefix):
+            for info in capabilities.details.list_details(prefix):
                 parsed = _main_path(info.key)
                 if parsed is not None:
                     by_segment.setdefault(parsed[0], []).append((parsed[1], info.size, info.modified))
@@ -98,9 +99,8 @@ def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> li
                 for suffix, size, modified in objects:
                     if now - modified > older_than_seconds:
                         items.append(GarbageItem(ORPHAN_OBJECT, path + suffix, now - modified, size))
-        list_pending = getattr(backend, "list_pending_uploads", None)
-        if list_pending is not None:
-            for upload in list_pending(prefix):
+        if capabilities.pending_uploads is not None:
+            for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
         items.extend(_stale_cache_entries(manager))
@@ -132,6 +132,7 @@ def delete_garbage(
     deleted. A failure on one item is recorded and the others still go.
     """
     backend = manager.backend
+    pending_uploads = manager.backend_capabilities.pending_uploads
     report = GarbageReport()
     for item in items:
         try:
@@ -140,11 +141,10 @@ def delete_garbage(
                     manager.chunk_cache.forget_segment(item.key)
                 report.deleted.append(item)
             elif item.upload is not None:
-                abort = getattr(backend, "abort_pending_upload", None)
-                if abort is None:
+                if pending_uploads is None:
                     report.failed.append((item, f"{backend} cannot abort uploads"))
                 else:
-                    abort(item.upload)
+                    pending_uploads.abort_pending_upload(item.upload)
                     report.deleted.append(item)
             else:
                 parsed = _main_path(item.key)

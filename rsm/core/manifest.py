@@ -175,6 +175,22 @@ class SegmentManifest:
             doc["remoteLogSegmentMetadata"] = rlsm
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
+    def recorded_metadata(self, what: str = "manifest") -> RemoteLogSegmentMetadata:
+        """The broker's metadata of the segment as this manifest recorded it (sized by the chunk index): what
+        tools list, read without the data key. Raises ``CorruptDataException`` naming ``what`` when the record
+        is absent (a manifest of a plugin that does not write it) or malformed."""
+        if self.remote_log_segment_metadata is None:
+            raise CorruptDataException(
+                f"{what} carries no remoteLogSegmentMetadata; it was not written by a plugin that records it, so "
+                f"the segment's offsets are unknown"
+            )
+        try:
+            return metadata_from_json(self.remote_log_segment_metadata, self.chunk_index.original_file_size)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptDataException(
+                f"{what} has a malformed remoteLogSegmentMetadata: {type(e).__name__}: {e}"
+            ) from None
+
     @staticmethod
     def from_json_bytes(data: bytes, what: str = "manifest") -> SegmentManifest:
         """Parse and bound-check a manifest; every failure is a ``CorruptDataException`` naming ``what``."""

@@ -3,14 +3,20 @@
 ``<prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segmentId>.<suffix>`` with suffixes
 ``log``, ``indexes`` and ``rsm-manifest``. The "main path" is the part between prefix and suffix; it is what
 the OBJECT_KEY custom-metadata field records.
+
+``segment_keys`` is the one rule that says where a segment's objects are, for every operation.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
+from rsm.core.custom_metadata import CustomMetadata
 from rsm.metadata import RemoteLogSegmentMetadata
+
+log = logging.getLogger(__name__)
 
 
 class Suffix(enum.Enum):
@@ -52,7 +58,22 @@ class SegmentKeys:
 
 
 def segment_keys(prefix: str, meta: RemoteLogSegmentMetadata) -> SegmentKeys:
-    return SegmentKeys(prefix, main_path(meta))
+    """The segment's keys under the configured ``prefix`` (``key.prefix``), unless its custom metadata recorded
+    where its copy put them: a recorded prefix or main path wins for every operation (copy, fetch, index,
+    delete), so changing ``key.prefix`` later never orphans a segment. Metadata without custom metadata (a copy
+    in progress, tools listing the store) gives the configured layout."""
+    path = main_path(meta)
+    if meta.custom_metadata:
+        try:
+            recorded = CustomMetadata.decode(meta.custom_metadata)
+        except ValueError as e:
+            log.warning("ignoring undecodable custom metadata of %s: %s", meta.describe(), e)
+        else:
+            if recorded.object_prefix is not None:
+                prefix = recorded.object_prefix
+            if recorded.object_key is not None:
+                path = recorded.object_key
+    return SegmentKeys(prefix, path)
 
 
 def mask(key: str, prefix: str, masked: bool) -> str:

@@ -27,18 +27,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Protocol
 
-from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from backends.base import InvalidRange, KeyNotFound, RangeReader, StorageBackendException
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from chunking.chunk_index import Chunk, ChunkIndex
+from chunking.chunk_index import Chunk
 from chunking.errors import ChunkingError
-from chunking.transform import ChunkTransformer, crc32c
+from chunking.transform import crc32c
 from encryption.errors import DecryptionError
 from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.fetch.disk_store import DiskChunkStore
 from rsm.fetch.lru import TimedLru, wait_for
 from rsm.fetch.rate_limit import RateLimiter
-from rsm.metadata import RemoteLogSegmentMetadata
+from rsm.fetch.source import SegmentSource
 
 ChunkKey = tuple[str, int]
 
@@ -62,29 +63,34 @@ def _buffer_size(buf: ChunkBuffer) -> int:
 
 
 @dataclass(frozen=True)
-class SegmentSource:
-    """What it takes to read one segment's chunks: built by the plugin from the manifest, once per segment."""
+class SuppliedBuffers:
+    """A pool for the chunk cache to decode into, from a transport (the sidecar's shared memory): the memory tier
+    keeps at most ``max_cached_bytes`` of it (None: as configured), leaving the rest to fetches in flight."""
 
-    meta: RemoteLogSegmentMetadata
-    segment_key: str  # the manifest's key: names the segment whatever copy of it is current
-    cache_id: str  # ``segment_key@<tag from the manifest>``: names this copy
-    log_key: str
-    shown_log_key: str
-    index: ChunkIndex
-    transformer: ChunkTransformer
-    chunk_crcs: list[int] | None
+    pool: ChunkBufferPool
+    max_cached_bytes: int | None = None
 
-    def what(self, chunk: Chunk) -> str:
-        return f"chunk {chunk.id} of {self.shown_log_key} ({self.meta.describe()})"
+
+class ChunkBufferSupply(Protocol):
+    """What a transport hands the plugin, before ``configure()``, to decode fetched chunks into its memory."""
+
+    def chunk_buffers(self, buffer_size: int) -> SuppliedBuffers | None:
+        """Asked once, while ``configure()`` builds the read path, for buffers of ``buffer_size`` bytes (the
+        ``chunk.size``); None lets the plugin allocate its own."""
+        ...
 
 
 class ChunkCache:
-    """Decoded chunks for every reader of the plugin: the memory tier, the optional disk tier, coalesced GETs."""
+    """Decoded chunks for every reader of the plugin: the memory tier, the optional disk tier, coalesced GETs.
+
+    ``buffers`` is the pool every chunk is decoded into (the plugin's own, or one a transport supplied, such
+    as the sidecar's shared memory); the memory tier keeps chunks in those buffers, at most ``memory_bytes``
+    of them, or ``max_cached_bytes`` when the supplier of the buffers set that lower."""
 
     def __init__(
         self,
-        backend: StorageBackend,
-        buffers: Callable[[], ChunkBufferPool],
+        ranges: RangeReader,
+        buffers: ChunkBufferPool,
         memory_bytes: int,
         retention_s: float | None,
         disk: DiskChunkStore | None,
@@ -92,17 +98,21 @@ class ChunkCache:
         background: Executor,
         get_timeout_s: float,
         rate_limiter: RateLimiter | None = None,
+        max_cached_bytes: int | None = None,
     ) -> None:
-        self.backend = backend
+        self.ranges = ranges
         self.buffers = buffers
+        capacity = memory_bytes if max_cached_bytes is None else min(memory_bytes, max_cached_bytes)
         self.memory: TimedLru[ChunkKey, ChunkBuffer] = TimedLru(
-            "chunk", memory_bytes, retention_s, weigher=_buffer_size, on_store=_retain, on_drop=_release
+            "chunk", capacity, retention_s, weigher=_buffer_size, on_store=_retain, on_drop=_release
         )
         self.disk = disk
         self.coalesce_bytes = coalesce_bytes
         # Decoded bytes a coalesced GET may put in the memory tier ahead of any reader: a quarter of the tier, so
         # what is decoded ahead is still there when the reader comes (16 MiB stored is ~64 MiB decoded, as big
-        # as the whole default tier). With a disk tier the rest of the run waits there, still encoded.
+        # as the whole default tier). With a disk tier the rest of the run waits there, still encoded. (A quarter
+        # of the configured tier, whatever ``max_cached_bytes`` says: as it was when the sidecar lowered the
+        # tier's capacity after the cache was built.)
         self.decode_ahead_bytes = memory_bytes // 4
         self.background = background
         self.get_timeout_s = get_timeout_s
@@ -148,7 +158,7 @@ class ChunkCache:
             planned()
             wait_for(future, self.get_timeout_s, src.what(chunk))  # then take it from the tier
         # Loaded by others but gone again at once (a tier smaller than the readers' working set): read it alone.
-        buf = self.buffers().take(chunk.original_size)
+        buf = self.buffers.take(chunk.original_size)
         try:
             self._load_into(src, chunk, horizon, buf.view, planned)
         except BaseException:
@@ -173,7 +183,7 @@ class ChunkCache:
     ) -> ChunkBuffer:
         key = (src.cache_id, chunk.id)
         started = time.perf_counter_ns()
-        buf = self.buffers().take(chunk.original_size)
+        buf = self.buffers.take(chunk.original_size)
         try:
             self._load_into(src, chunk, horizon, buf.view, planned)
         except BaseException as e:
@@ -188,7 +198,7 @@ class ChunkCache:
     def ensure_cached(self, src: SegmentSource, chunk: Chunk, horizon: int, background: bool = True) -> bool:
         """Bring a chunk into the cache without a reader (prefetch); False when it was there or on its way."""
         key = (src.cache_id, chunk.id)
-        if chunk.original_size > self.buffers().buffer_size:
+        if chunk.original_size > self.buffers.buffer_size:
             return False  # bigger than our chunks (a foreign manifest): never allocated ahead of a reader
         if self.memory.contains(key) or self.memory.in_flight(key) or self._is_fetching(key):
             return False
@@ -302,7 +312,7 @@ class ChunkCache:
         total = first.transformed_size
         decoded = 0  # of the chunks after the first: without a disk tier, only what may be decoded ahead
         last = min(horizon, src.index.chunk_count - 1, first.id + MAX_RUN_CHUNKS - 1)
-        if first.original_size > self.buffers().buffer_size:
+        if first.original_size > self.buffers.buffer_size:
             return run  # a chunk bigger than ours (a foreign or hostile manifest): alone, decoded by its reader
         for chunk_id in range(first.id + 1, last + 1):
             chunk = src.index.chunk(chunk_id)
@@ -377,7 +387,7 @@ class ChunkCache:
                 self.coalesced_bytes += end - start
         what = src.what(first)
         try:
-            return read_range(self.backend, src.log_key, start, end - 1)
+            return self.ranges.read(src.log_key, start, end - 1)
         except KeyNotFound:
             raise RemoteStorageException(
                 f"{what}: the .log object is missing although the manifest exists (deleted or partially removed "
@@ -399,7 +409,7 @@ class ChunkCache:
         if future is None:  # a reader got there first (or it is still cached): decoding again is waste
             return
         started = time.perf_counter_ns()
-        buf = self.buffers().take(chunk.original_size)
+        buf = self.buffers.take(chunk.original_size)
         try:
             self._decode(src, chunk, stored, buf.view)
         except BaseException as e:

@@ -4,8 +4,8 @@ A lagging consumer reads a partition front to back, and the broker reopens a str
 When a stream's reader reaches chunk k (moving on to it, or closing there), the chunks after k, up to
 ``fetch.chunk.cache.prefetch.max.size`` bytes, are brought into the chunk cache in the background. When the
 segment ends before the budget does, the prefetch goes on into the **next segment of the same partition** (the
-plugin finds it by listing the partition's manifests), so a consumer crossing a segment border does not stall
-on a cold first chunk. Aiven's prefetch stops at the border.
+``NextSegmentFinder`` finds it by listing the partition's manifests, and loads its first indexes ahead), so a
+consumer crossing a segment border does not stall on a cold first chunk. Aiven's prefetch stops at the border.
 
 Prefetch runs on its own small pool and, with a fetch rate limit, yields to readers a broker thread waits for.
 It is best effort: a failure is logged and ends that prefetch, it never reaches a reader.
@@ -15,24 +15,31 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Protocol
 
-from rsm.fetch.chunk_cache import MAX_RUN_CHUNKS, ChunkCache, SegmentSource
+from rsm.fetch.chunk_cache import MAX_RUN_CHUNKS, ChunkCache
+from rsm.fetch.source import SegmentSource
 
-log = logging.getLogger("rsm.prefetch")
+log = logging.getLogger(__name__)
 
-NextSegment = Callable[[SegmentSource], "SegmentSource | None"]
+
+class FollowingSegments(Protocol):
+    """Where prefetch goes on at a segment's end (``rsm.fetch.next_segment.NextSegmentFinder``)."""
+
+    def next_source(self, src: SegmentSource) -> SegmentSource | None:
+        """The partition's segment after ``src``, or None after its last one."""
+        ...
 
 
 class Prefetcher:
     """Schedules background loads into a ``ChunkCache`` after each read."""
 
-    def __init__(self, cache: ChunkCache, max_bytes: int, executor: Executor, next_segment: NextSegment) -> None:
+    def __init__(self, cache: ChunkCache, max_bytes: int, executor: Executor, following: FollowingSegments) -> None:
         self.cache = cache
         self.max_bytes = max_bytes
         self.executor = executor
-        self.next_segment = next_segment
+        self.following = following
         self._lock = threading.Lock()
         self.runs = 0
         self.chunks = 0
@@ -81,7 +88,7 @@ class Prefetcher:
                             self.chunks += 1
                 if budget <= 0 or horizon < index.chunk_count - 1:  # spent, or the per-run chunk cap was hit
                     break
-                current = self.next_segment(current)
+                current = self.following.next_source(current)
                 first_id = 0
                 if current is not None:
                     with self._lock:

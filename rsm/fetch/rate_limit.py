@@ -15,7 +15,7 @@ import io
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 BURST_SECONDS = 0.1
 
@@ -100,3 +100,10 @@ class ThrottledReader(io.RawIOBase):
         if self.limiter is not None:
             self.limiter.acquire(n)
         return n
+
+
+def throttled(data: bytes, limiter: RateLimiter | None) -> BinaryIO:
+    """``data`` as an upload source that pays ``limiter`` (small uploads: indexes, manifests)."""
+    if limiter is None:
+        return io.BytesIO(data)
+    return io.BufferedReader(ThrottledReader(io.BytesIO(data), limiter))  # type: ignore[return-value]

@@ -14,16 +14,40 @@ from __future__ import annotations
 
 import collections
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from chunking.buffer_pool import ChunkBuffer
 from chunking.chunk_index import Chunk
 from rsm.errors import RemoteStorageException
 
-ChunkLoader = Callable[[Chunk], ChunkBuffer]
-ChunkLookup = Callable[[Chunk], "ChunkBuffer | None"]
+
+class ChunkSupply(Protocol):
+    """Where a stream's chunks come from, and whom it tells how far its reader got (``rsm.fetch.segment_reader``
+    makes one per stream)."""
+
+    def load(self, chunk: Chunk) -> ChunkBuffer:
+        """The decoded chunk, in a buffer the stream then owns. Runs on the executor, several at once."""
+        ...
+
+    def lookup(self, chunk: Chunk) -> ChunkBuffer | None:
+        """The chunk at once when it is already decoded (the memory tier), with a buffer the stream then owns, or
+        None. Such a chunk never goes through ``load`` on the executor: a warm broker fetch costs no thread
+        hand-off, which on a busy broker host is what a fetch's latency is made of."""
+        ...
+
+    def found(self, chunk: Chunk) -> None:
+        """A chunk ``lookup`` answered: the supply orders its loads and must not wait for a chunk it never sees."""
+        ...
+
+    def reached(self, chunk_id: int) -> None:
+        """The id of the furthest chunk the reader reached, once per chunk: when the reader moves on to a later
+        chunk, and when the stream closes (prefetch starts from there). Not for the first chunk while it is
+        being read: the stream's own read-ahead is still planning its loads then, and a prefetch started at
+        once would race it with GETs of its own. A stream the shim keeps open across broker fetches is never
+        closed between them, so closing alone would not do."""
+        ...
 
 
 class Piece(NamedTuple):
@@ -52,35 +76,20 @@ class SegmentStream(io.RawIOBase):
         chunks: Sequence[Chunk],
         start: int,
         end: int,
-        loader: ChunkLoader,
+        supply: ChunkSupply,
         executor: Executor,
         readahead: int,
         describe: str,
-        on_progress: Callable[[int], None] | None = None,
-        lookup: ChunkLookup | None = None,
-        on_found: Callable[[Chunk], None] | None = None,
     ) -> None:
-        """``on_progress`` learns the id of the furthest chunk the reader reached, once per chunk: when the
-        reader moves on to a later chunk, and when the stream closes (the plugin starts its prefetch from
-        there). Not for the first chunk while it is being read: the stream's own read-ahead is still planning
-        its loads then, and a prefetch started at once would race it with GETs of its own. A stream the shim
-        keeps open across broker fetches is never closed between them, so closing alone would not do.
-
-        ``lookup`` answers at once for a chunk that is already decoded (the memory tier), with a buffer the
-        stream then owns, or None. Such a chunk never goes through ``loader`` on the executor: a warm broker
-        fetch costs no thread hand-off, which on a busy broker host is what a fetch's latency is made of.
-        ``on_found`` learns of each chunk found that way (the loader orders its loads and must not wait for a
-        chunk it will never see)."""
+        """``chunks`` cover bytes ``[start, end]``; ``supply`` gives them, loads running on ``executor`` at most
+        ``readahead`` chunks ahead of the reader; ``describe`` names the segment in errors."""
         super().__init__()
-        self._on_progress = on_progress
-        self._reported = -1  # the last chunk id given to on_progress
-        self._lookup = lookup
-        self._on_found = on_found
+        self._supply = supply
+        self._reported = -1  # the last chunk id given to ``supply.reached``
         self._chunks = chunks
         self._next_to_schedule = 0
         # Each scheduled chunk: its load in flight, or the buffer ``lookup`` found (no future needed).
         self._pending: collections.deque[tuple[Chunk, Future[ChunkBuffer] | ChunkBuffer]] = collections.deque()
-        self._loader = loader
         self._executor = executor
         self._readahead = max(0, readahead)
         self._describe = describe
@@ -99,13 +108,12 @@ class SegmentStream(io.RawIOBase):
     def _schedule(self, in_flight: int) -> None:
         while self._next_to_schedule < len(self._chunks) and len(self._pending) < in_flight:
             chunk = self._chunks[self._next_to_schedule]
-            found = self._lookup(chunk) if self._lookup is not None else None
+            found = self._supply.lookup(chunk)
             if found is None:
-                self._pending.append((chunk, self._executor.submit(self._loader, chunk)))
+                self._pending.append((chunk, self._executor.submit(self._supply.load, chunk)))
             else:
                 self._pending.append((chunk, found))
-                if self._on_found is not None:
-                    self._on_found(chunk)
+                self._supply.found(chunk)
             self._next_to_schedule += 1
 
     def _advance(self) -> bool:
@@ -226,9 +234,9 @@ class SegmentStream(io.RawIOBase):
         super().close()
 
     def _report_progress(self) -> None:
-        if self._on_progress is None or self._consumed_chunks == 0:
+        if self._consumed_chunks == 0:
             return
         reached = self._chunks[self._consumed_chunks - 1].id
         if reached > self._reported:
             self._reported = reached
-            self._on_progress(reached)
+            self._supply.reached(reached)

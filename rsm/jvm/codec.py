@@ -1,8 +1,12 @@
-"""Decoding of the byte layouts the Java shim sends (mirror of ``jvm-shim/src/io/kts/shim/Wire.java``).
+"""The wire between the Java shim and Python (mirror of ``jvm-shim/src/io/kts/shim/Wire.java``): every op code
+and frame kind of the sidecar protocol, and the byte layouts both transports share.
 
 Both transports carry Kafka's metadata as the same small big-endian record, so there is one decoder. Decoded
 metadata is cached by its bytes: the broker asks about the same few segments over and over (every fetch of a
 hot segment carries identical metadata), and building the dataclasses costs more than the lookup.
+
+The protocol's constants below are all of them, each with the same name and value in ``Wire.java``; the table
+in docs/architecture.md lays them out (a test holds the three together).
 """
 
 from __future__ import annotations
@@ -21,31 +25,43 @@ from rsm.metadata import (
 
 METADATA_VERSION = 1
 
-OP_COPY = 1
-OP_FETCH = 2
+# --- the sidecar protocol ------------------------------------------------------------------------------------------
+# Requests, shim -> sidecar: u32 length (of op and payload), u8 op, payload. Replies start with a status.
+OP_COPY = 1  # reply: status, i32 n and n bytes of custom metadata (n = -1: none)
+OP_FETCH = 2  # reply: status, then stream frames
 OP_FETCH_INDEX = 3  # reply: status, u8 n, n index entries (``index_entry``), the one asked for first
-OP_DELETE = 4
-OP_PING = 5
-OP_SHUTDOWN = 6
-OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection
+OP_DELETE = 4  # reply: status
+OP_PING = 5  # reply: status
+OP_SHUTDOWN = 6  # reply: status; then the sidecar stops
+OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection whose shim mapped the shared-memory region
 OP_METRICS = 8  # reply: status, i32 n, n bytes of rsm.metrics.snapshot.to_lines
 OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the stream, then end it as usual
 
-# What the shim sends back on a shared-memory stream, between the sidecar's frames (no reply to any of them):
-PIECE_ACK = 1  # the oldest outstanding piece was copied out: its buffer may be reused
-STREAM_RESUMED = 2  # + i32 position: a new broker fetch of the same segment goes on reading this stream
-# Stream frame, in place of the end frame of an open-ended fetch that reached its segment's end: i32 -3, i32 n,
-# then n bytes (``next_segment_frame``). The stream goes on with the partition's next segment from position 0.
+# Reply status. Anything but OK is followed by u16 + the Python type name and i32 + the message (``error_frame``).
+STATUS_OK = 0
+STATUS_NOT_FOUND = 1  # the shim raises RemoteResourceNotFoundException
+STATUS_ERROR = 2  # the shim raises RemoteStorageException
+
+# Stream frames, sidecar -> shim, after a fetch's OK status: an i32 n saying what follows (n > 0: an inline piece
+# of n bytes).
+STREAM_END = 0  # the stream is over
+STREAM_ERROR = -1  # an error (status, type, message) follows and ends the stream
+PIECE_SHARED = -2  # i64 offset and i32 length of a piece in the shared-memory region follow
+# In place of STREAM_END of an open-ended fetch that reached its segment's end: i32 n and n bytes follow
+# (``next_segment_frame``), then the partition's next segment's pieces from position 0.
 STREAM_NEXT_SEGMENT = -3
 
-STATUS_OK = 0
-STATUS_NOT_FOUND = 1
-STATUS_ERROR = 2
+# What the shim sends back on a shared-memory stream, between the sidecar's frames (no reply to any of them), and
+# OP_CANCEL_STREAM as a whole request:
+PIECE_ACK = 1  # the oldest outstanding piece was copied out: its buffer may be reused
+STREAM_RESUMED = 2  # + i32 position: a new broker fetch of the same segment goes on reading this stream
 
 INDEX_AHEAD_MAX_BYTES = 1024 * 1024
 """An index not asked for travels along only up to this size: the shim holds it on the heap until asked."""
 
-_I32 = struct.Struct(">i")
+REQUEST_HEADER = struct.Struct(">IB")
+"""u32 length, u8 op: the head of every request."""
+I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _FIXED = struct.Struct(">qqqiqiBB")  # start, end, max ts, broker id, event ts, size, state, txn-idx-empty
 _EPOCH = struct.Struct(">iq")
@@ -75,7 +91,7 @@ class Reader:
         return self.take(1)[0]
 
     def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
+        return I32.unpack(self.take(4))[0]
 
     def str16(self) -> str:
         n = _U16.unpack(self.take(2))[0]
@@ -139,7 +155,7 @@ def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
         bytes([METADATA_VERSION]),
         s16(tip.topic_id),
         s16(tip.topic),
-        _I32.pack(tip.partition),
+        I32.pack(tip.partition),
         s16(meta.remote_log_segment_id.id),
         _FIXED.pack(
             meta.start_offset,
@@ -151,8 +167,8 @@ def encode_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
             int(meta.state),
             1 if meta.txn_idx_empty else 0,
         ),
-        _I32.pack(-1) if custom is None else _I32.pack(len(custom)) + custom,
-        _I32.pack(len(meta.segment_leader_epochs)),
+        I32.pack(-1) if custom is None else I32.pack(len(custom)) + custom,
+        I32.pack(len(meta.segment_leader_epochs)),
     ]
     parts += [_EPOCH.pack(e, o) for e, o in sorted(meta.segment_leader_epochs.items())]
     return b"".join(parts)
@@ -163,7 +179,7 @@ def index_entry(kind: IndexType, data: bytes | None) -> bytes:
     frame (the segment has no such index)."""
     name = kind.name.encode("ascii")
     head = _U16.pack(len(name)) + name
-    return head + _I32.pack(-1) if data is None else head + _I32.pack(len(data)) + data
+    return head + I32.pack(-1) if data is None else head + I32.pack(len(data)) + data
 
 
 def next_segment_frame(segment_id: str, entries: Sequence[bytes]) -> bytes:
@@ -171,7 +187,7 @@ def next_segment_frame(segment_id: str, entries: Sequence[bytes]) -> bytes:
     n ``index_entry`` items, all behind one length so a shim that is only draining the stream can skip it."""
     sid = segment_id.encode("utf-8")
     body = b"".join([_U16.pack(len(sid)), sid, bytes([len(entries)]), *entries])
-    return _I32.pack(STREAM_NEXT_SEGMENT) + _I32.pack(len(body)) + body
+    return I32.pack(STREAM_NEXT_SEGMENT) + I32.pack(len(body)) + body
 
 
 def decode_config(raw: bytes) -> dict[str, str]:
@@ -196,6 +212,14 @@ def index_type(name: str | bytes) -> IndexType:
     if kind is None:
         raise WireError(f"unknown index type {name!r}")
     return kind
+
+
+def error_frame(exc: BaseException) -> bytes:
+    """A reply's status and the failure: u8 status, u16 + the Python type name, i32 + the message."""
+    status, type_name, message = error_parts(exc)
+    t = type_name.encode("utf-8", "replace")[:0xFFFF]
+    m = message.encode("utf-8", "replace")
+    return bytes([status]) + _U16.pack(len(t)) + t + I32.pack(len(m)) + m
 
 
 def error_parts(exc: BaseException) -> tuple[int, str, str]:

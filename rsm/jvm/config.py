@@ -1,8 +1,8 @@
 """Configuration keys of the JVM shim (``io.kts.shim.PythonRemoteStorageManager``) and its Python sidecar.
 
 The Java shim reads these itself (it must start the interpreter before Python can parse anything) and also
-passes them, with every other key, to Python untouched. They are declared here once so the README's
-configuration table (``kts config-docs``) documents them; the defaults must match ``Settings.java``.
+passes them, with every other key, to Python untouched. They are declared here once so the configuration table
+of docs/configuration.md (``kts config-docs``) documents them; the defaults must match ``Settings.java``.
 """
 
 from __future__ import annotations

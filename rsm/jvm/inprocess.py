@@ -31,10 +31,11 @@ from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
+from rsm.jvm.seams import ManagerCapabilities
 from rsm.metadata import LogSegmentData
-from rsm.metrics.snapshot import manager_rows, to_lines
+from rsm.metrics.snapshot import to_lines
 
-log = logging.getLogger("rsm.jvm.inprocess")
+log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 SCRATCH = 64 * 1024  # results up to this size go through the calling thread's scratch buffer
@@ -203,6 +204,7 @@ def define_bridge() -> dict[str, Any]:
     class Session:
         def __init__(self, manager: Any) -> None:
             self.manager = manager
+            self.capabilities = ManagerCapabilities.of(manager)
 
         @JOverride
         def scratch(self) -> Any:
@@ -260,7 +262,7 @@ def define_bridge() -> dict[str, Any]:
         def metrics(self) -> Any:
             pin_thread_state()
             try:
-                return byte_array(to_lines(manager_rows(self.manager)))
+                return byte_array(to_lines(self.capabilities.metrics_rows()))
             except Exception as e:
                 raise _java_error(e) from None
 

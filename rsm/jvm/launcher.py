@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-log = logging.getLogger("rsm.jvm.launcher")
+log = logging.getLogger(__name__)
 
 PLUGIN_JAR = Path(__file__).resolve().parent.parent / "_jars" / "kafka-tiered-storage-shim.jar"  # rsm/_jars
 

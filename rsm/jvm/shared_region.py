@@ -5,10 +5,11 @@ direct buffer into the broker's array). With the region, the manager's chunk loa
 ``/dev/shm`` that the shim maps read-only; the sidecar sends only "offset, length" and the shim copies from
 the mapping into the broker's array: the same single copy a Python caller makes with ``readinto``.
 
-Lifecycle: the sidecar creates the file (owner-only, unique name with its pid) and announces the path in its
-READY line; the shim maps it and deletes the name, so nothing is left on ``/dev/shm`` while both run. A
-sidecar that dies before the shim mapped it leaves a file behind; the next sidecar removes files whose pid is
-gone.
+Lifecycle: the sidecar hands the manager a ``SharedRegionBuffers`` before ``configure()``; the manager asks it for
+buffers of its chunk size as it builds its read path, and that is when the region is made: a file on tmpfs,
+owner-only, its name unique with the sidecar's pid. The sidecar announces the path in its READY line; the shim
+maps it and deletes the name, so nothing is left on ``/dev/shm`` while both run. A sidecar that dies before the
+shim mapped it leaves a file behind; the next sidecar removes files whose pid is gone.
 
 The whole region is allocated and mapped in here at start (``posix_fallocate``, ``MAP_POPULATE``), not as
 fetches first write each page: a first write costs a page allocation and a fault per 4 KiB, ten times the
@@ -32,8 +33,9 @@ import secrets
 from pathlib import Path
 
 from chunking.buffer_pool import ChunkBufferPool
+from rsm.fetch.chunk_cache import SuppliedBuffers
 
-log = logging.getLogger("rsm.jvm.sidecar")
+log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"^kts-sidecar-(\d+)-[0-9a-f]+\.shm$")
@@ -137,3 +139,40 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's process: not ours to judge
     return True
+
+
+class SharedRegionBuffers:
+    """The sidecar's ``ChunkBufferSupply``: a region of at most ``total_bytes`` (``jvm.sidecar.shared.memory.bytes``),
+    made when the manager asks for buffers, since only then is their size (``chunk.size``) known. None is made for
+    0 bytes, or when the region is not possible here (``SharedRegion.create`` says why); the manager then decodes
+    into its own heap buffers. ``region`` is the one made, if any.
+
+    The manager's memory tier keeps decoded chunks in the buffers they were decoded into: it may keep at most half
+    of ``total_bytes``, leaving the rest to fetches in flight, which would otherwise fall back to copies over the
+    socket."""
+
+    def __init__(self, total_bytes: int, directory: Path = SHM_DIR) -> None:
+        self.total_bytes = total_bytes
+        self.directory = directory
+        self.region: SharedRegion | None = None
+
+    def chunk_buffers(self, buffer_size: int) -> SuppliedBuffers | None:
+        if not self.total_bytes:
+            return None
+        self.discard()  # a manager configured again: the region of its first read path is not used any more
+        self.region = SharedRegion.create(self.total_bytes, buffer_size, self.directory)
+        if self.region is None:
+            return None
+        log.info(
+            "shared memory: %d buffers of %d bytes in %s (the shim maps it and removes the name)",
+            self.region.pool.region_buffers,
+            buffer_size,
+            self.region.path,
+        )
+        return SuppliedBuffers(self.region.pool, max_cached_bytes=self.total_bytes // 2)
+
+    def discard(self) -> None:
+        """Remove the region's name (a sidecar whose manager failed to configure does not announce it)."""
+        if self.region is not None:
+            self.region.unlink()
+            self.region = None

@@ -7,21 +7,41 @@ and an offline Spark reader decodes records). The layout follows Kafka's ``Defau
 compressed stream when the codec bits are non-zero.
 
 Scanning headers never reads record bodies, so walking a 1 GiB segment costs one small read per batch.
+
+Around this module: the codecs (``rsm.kafka.compression``), the legacy v0/v1 message format
+(``rsm.kafka.legacy``), varints (``rsm.kafka.varint``) and the error family (``rsm.kafka.errors``) have modules
+of their own; their public names are re-exported here, so ``from rsm.kafka.records import ...`` reaches them all.
 """
 
 from __future__ import annotations
 
 import enum
-import gzip
 import io
 import os
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import crc32c as _crc32c
+
+from rsm.kafka.compression import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    CompressionType,
+    DecompressionLimitExceeded,
+    decompress,
+    lz4_legacy_v0_decompress,
+)
+from rsm.kafka.errors import CorruptRecordBatch, KafkaFormatError, TruncatedBatch, UnsupportedFormat
+from rsm.kafka.legacy import LegacyMessage, decode_legacy_entry
+from rsm.kafka.varint import (
+    decode_varint,
+    decode_varlong,
+    encode_varint,
+    encode_varlong,
+    zigzag_decode,
+    zigzag_encode,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -75,69 +95,6 @@ _TIMESTAMP_TYPE_MASK = 0x08
 _TRANSACTIONAL_MASK = 0x10
 _CONTROL_MASK = 0x20
 _DELETE_HORIZON_MASK = 0x40
-
-
-class KafkaFormatError(Exception):
-    """Base class for every problem found in Kafka-format bytes."""
-
-
-class CorruptRecordBatch(KafkaFormatError):
-    """A batch header is impossible (or cut short); ``position`` is the byte offset of the batch in the log.
-
-    Callers that walk a log to its end (a fetch stream cut at ``endPosition``, a segment still being
-    written) catch :class:`TruncatedBatch` separately; everything else is genuine damage.
-    """
-
-    def __init__(self, message: str, position: int) -> None:
-        super().__init__(f"{message} (batch at position {position})")
-        self.position = position
-        self.reason = message
-
-
-class TruncatedBatch(CorruptRecordBatch):
-    """The last batch runs past the end of the data: ``available`` bytes of ``needed`` are present.
-
-    ``needed`` is ``None`` when not even the batch length could be read.
-    """
-
-    def __init__(self, position: int, available: int, needed: int | None) -> None:
-        want = "an unknown number of" if needed is None else str(needed)
-        super().__init__(f"truncated batch: {available} bytes present, {want} needed", position)
-        self.available = available
-        self.needed = needed
-
-
-class UnsupportedFormat(KafkaFormatError):
-    """Legacy message sets (magic 0 or 1), which brokers only keep for very old topics; we do not parse them."""
-
-    def __init__(self, message: str, position: int | None = None, magic: int | None = None) -> None:
-        where = "" if position is None else f" (at position {position})"
-        super().__init__(message + where)
-        self.position = position
-        self.magic = magic
-
-
-class CompressionType(enum.IntEnum):
-    """The codec id in attribute bits 0-2. An ``IntEnum`` so ``header.compression == 4`` also works."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-
-    @property
-    def codec_name(self) -> str:
-        """Kafka's ``compression.type`` spelling: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``."""
-        return self.name.lower()
-
-    @classmethod
-    def from_name(cls, name: str) -> CompressionType:
-        """Parse Kafka's ``compression.type`` spelling (case-insensitive)."""
-        try:
-            return cls[name.strip().upper()]
-        except KeyError:
-            raise ValueError(f"unknown compression codec {name!r}; expected none, gzip, snappy, lz4 or zstd")
 
 
 class ControlRecordType(enum.IntEnum):
@@ -227,76 +184,6 @@ class BatchHeader:
         if self.base_sequence < 0:
             return -1
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Varints (zigzag LEB128, protobuf sint32/sint64 style)
-# --------------------------------------------------------------------------------------------------------
-
-
-def zigzag_encode(n: int) -> int:
-    """Map a signed int to an unsigned one so small magnitudes stay short: 0,-1,1,-2 -> 0,1,2,3."""
-    return n << 1 if n >= 0 else ((-n) << 1) - 1
-
-
-def zigzag_decode(u: int) -> int:
-    """Inverse of :func:`zigzag_encode`."""
-    return (u >> 1) ^ -(u & 1)
-
-
-def _encode_unsigned(u: int) -> bytes:
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def encode_varint(n: int) -> bytes:
-    """Kafka ``ByteUtils.writeVarint``: a zigzag varint for an int32 (1..5 bytes)."""
-    if not -(1 << 31) <= n < (1 << 31):
-        raise ValueError(f"varint out of int32 range: {n}")
-    return _encode_unsigned(zigzag_encode(n))
-
-
-def encode_varlong(n: int) -> bytes:
-    """Kafka ``ByteUtils.writeVarlong``: a zigzag varint for an int64 (1..10 bytes)."""
-    if not -(1 << 63) <= n < (1 << 63):
-        raise ValueError(f"varlong out of int64 range: {n}")
-    return _encode_unsigned(zigzag_encode(n))
-
-
-def _decode_unsigned(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    end = len(buf)
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise ValueError("varint runs past the end of the buffer")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    raise ValueError(f"varint longer than {max_bytes} bytes")
-
-
-def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
-    """Read a zigzag int32 varint at ``pos``; returns ``(value, next_pos)``. Raises ``ValueError`` if malformed."""
-    u, pos = _decode_unsigned(buf, pos, 5)
-    if u >> 32:
-        raise ValueError("varint does not fit in 32 bits")
-    return zigzag_decode(u), pos
-
-
-def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
-    """Read a zigzag int64 varint at ``pos``; returns ``(value, next_pos)``. Raises ``ValueError`` if malformed."""
-    u, pos = _decode_unsigned(buf, pos, 10)
-    if u >> 64:
-        raise ValueError("varlong does not fit in 64 bits")
-    return zigzag_decode(u), pos
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -507,167 +394,6 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Decompression
-# --------------------------------------------------------------------------------------------------------
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-class DecompressionLimitExceeded(ValueError):
-    """A batch inflates past the caller's cap: a hostile or corrupt batch must not exhaust an executor's memory."""
-
-
-#: Default cap on one batch's decompressed records (Kafka's own batches stay far below; 64 MiB leaves headroom).
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 << 20
-
-
-def _over(limit: int, codec: str) -> DecompressionLimitExceeded:
-    return DecompressionLimitExceeded(f"{codec} records inflate beyond the {limit}-byte decompression cap")
-
-
-def _snappy_block_length(block: bytes) -> int:
-    """The uncompressed length a raw snappy block declares (its leading unsigned varint), read before inflating."""
-    n, _ = _decode_unsigned(block, 0, 5)
-    return n
-
-
-def _snappy_decompress(data: bytes, limit: int) -> bytes:
-    """Kafka (snappy-java's ``SnappyOutputStream``) writes xerial framing: a 16-byte header, then
-    ``int32 length + raw snappy block`` repeated. Raw (unframed) snappy is accepted too, for other clients.
-    Each block declares its inflated length up front, so the cap is checked before any block is inflated."""
-    import snappy  # optional dependency (python-snappy)
-
-    if not data.startswith(_XERIAL_MAGIC):
-        if _snappy_block_length(data) > limit:
-            raise _over(limit, "snappy")
-        return snappy.decompress(data)
-    out: list[bytes] = []
-    total = 0
-    pos = 16
-    end = len(data)
-    while pos < end:
-        if pos + 4 > end:
-            raise ValueError("truncated xerial snappy block length")
-        (n,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        if n < 0 or pos + n > end:
-            raise ValueError("truncated or invalid xerial snappy block")
-        block = data[pos : pos + n]
-        total += _snappy_block_length(block)
-        if total > limit:
-            raise _over(limit, "snappy")
-        out.append(snappy.decompress(block))
-        pos += n
-    return b"".join(out)
-
-
-def _read_capped(reader: BinaryIO, limit: int, codec: str) -> bytes:
-    """Read a decompressing stream to its end, refusing to hold more than ``limit`` bytes."""
-    data = reader.read(limit + 1)
-    if len(data) > limit:
-        raise _over(limit, codec)
-    return data
-
-
-def _zstd_decompress(data: bytes, limit: int) -> bytes:
-    """zstd-jni streams do not record the content size, so decompress as a stream, across frames."""
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-    with reader:
-        return _read_capped(reader, limit, "zstd")  # type: ignore[arg-type]
-
-
-def _gzip_decompress(data: bytes, limit: int) -> bytes:
-    with gzip.GzipFile(fileobj=io.BytesIO(data)) as reader:
-        return _read_capped(reader, limit, "gzip")  # type: ignore[arg-type]
-
-
-def _lz4_decompress(data: bytes, limit: int) -> bytes:
-    import lz4.frame  # optional dependency
-
-    with lz4.frame.LZ4FrameFile(io.BytesIO(data)) as reader:
-        return _read_capped(reader, limit, "lz4")  # type: ignore[arg-type]
-
-
-_LZ4_FRAME_MAGIC = 0x184D2204
-_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
-
-
-def lz4_legacy_v0_decompress(data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
-    """Inflate the lz4 frame of a magic 0 wrapper, whose header checksum Kafka computed over the wrong bytes.
-
-    Kafka's ``KafkaLZ4BlockOutputStream`` hashed the frame magic along with the flag and block descriptors for
-    magic 0 messages (the 0.8/0.9 format), and its reader skips that byte for magic 0 only; a standard lz4 frame
-    reader refuses it. The frame is therefore walked here block by block, ignoring the header checksum byte
-    (as Kafka does for magic 0, so a correct one is fine too) while every other field is checked. The
-    message's CRC-32 already covers the whole frame. Linked blocks decode against the previous 64 KiB.
-    """
-    import lz4.block  # optional dependency
-
-    if len(data) < 7 or int.from_bytes(data[:4], "little") != _LZ4_FRAME_MAGIC:
-        raise ValueError("not an lz4 frame (bad magic number)")
-    flg, bd = data[4], data[5]
-    if flg >> 6 != 1:
-        raise ValueError(f"lz4 frame version {flg >> 6} is not 1")
-    if flg & 0x02 or bd & 0x8F:
-        raise ValueError("lz4 frame descriptor has reserved bits set")
-    block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 0x07)
-    if block_max is None:
-        raise ValueError(f"lz4 frame block size id {(bd >> 4) & 0x07} is not 4..7")
-    independent = bool(flg & 0x20)
-    block_checksum = 4 if flg & 0x10 else 0
-    pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0) + 1  # content size, dict id, header checksum
-    out = bytearray()
-    while True:
-        if pos + 4 > len(data):
-            raise ValueError("lz4 frame ends without its end mark")
-        size = int.from_bytes(data[pos : pos + 4], "little")
-        pos += 4
-        if size == 0:
-            break  # end mark; a content checksum may follow, covered by the message CRC already
-        stored = bool(size & 0x80000000)
-        size &= 0x7FFFFFFF
-        if size > block_max or pos + size + block_checksum > len(data):
-            raise ValueError(f"lz4 block of {size} bytes runs past the frame or its {block_max}-byte maximum")
-        block = data[pos : pos + size]
-        pos += size + block_checksum
-        if stored:
-            chunk = block
-        elif independent or not out:
-            chunk = lz4.block.decompress(block, uncompressed_size=block_max)
-        else:
-            chunk = lz4.block.decompress(block, uncompressed_size=block_max, dict=bytes(out[-(64 << 10) :]))
-        if len(out) + len(chunk) > limit:
-            raise _over(limit, "lz4")
-        out += chunk
-    return bytes(out)
-
-
-def decompress(
-    codec: int | CompressionType,
-    data: bytes | bytearray | memoryview,
-    max_size: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> bytes:
-    """Decompress a batch's records section written with Kafka's codec ``codec``.
-
-    Raises :class:`DecompressionLimitExceeded` when the output would pass ``max_size`` bytes; nothing larger
-    than the cap (plus one read step) is ever held.
-    """
-    codec = CompressionType(codec)
-    raw = bytes(data)
-    if codec is CompressionType.NONE:
-        return raw
-    if codec is CompressionType.GZIP:
-        return _gzip_decompress(raw, max_size)
-    if codec is CompressionType.SNAPPY:
-        return _snappy_decompress(raw, max_size)
-    if codec is CompressionType.LZ4:
-        return _lz4_decompress(raw, max_size)
-    return _zstd_decompress(raw, max_size)
-
-
-# --------------------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------------------
 
@@ -801,111 +527,3 @@ def parse_end_txn_marker(value: bytes | None) -> tuple[int, int]:
         raise ValueError("end-transaction marker value must hold version int16 and coordinatorEpoch int32")
     version, coordinator_epoch = _END_TXN_MARKER.unpack_from(value, 0)
     return version, coordinator_epoch
-
-
-# --------------------------------------------------------------------------------------------------------
-# Legacy message sets (magic 0 and 1)
-# --------------------------------------------------------------------------------------------------------
-
-#: ``offset int64, size int32, crc uint32, magic int8, attributes int8``: what every legacy entry starts with.
-_LEGACY_HEAD = struct.Struct(">qiIbb")
-LEGACY_MIN_SIZE = 4 + 1 + 1 + 4 + 4  # crc, magic, attributes, key length, value length (v0, both null)
-
-
-@dataclass(frozen=True, slots=True)
-class LegacyMessage:
-    """One record of a magic 0/1 message set, flattened out of its compressed wrapper if it had one.
-
-    ``timestamp`` is -1 for magic 0, which has none; ``timestamp_type`` is 1 for LogAppendTime.
-    """
-
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    magic: int
-
-
-def _legacy_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    if pos + 4 > end:
-        raise ValueError("length field runs past the message")
-    (n,) = struct.unpack_from(">i", buf, pos)
-    pos += 4
-    if n < 0:
-        return None, pos
-    if pos + n > end:
-        raise ValueError(f"field of {n} bytes runs past the message")
-    return buf[pos : pos + n], pos + n
-
-
-def _legacy_entries(
-    buf: bytes, position: int, verify: bool
-) -> Iterator[tuple[int, int, int, int, bytes | None, bytes | None]]:
-    """``(offset, magic, attributes, timestamp, key, value)`` of each whole entry in a legacy message set."""
-    pos = 0
-    end = len(buf)
-    while pos + LOG_OVERHEAD <= end:
-        offset, size = struct.unpack_from(">qi", buf, pos)
-        if size < LEGACY_MIN_SIZE or pos + LOG_OVERHEAD + size > end:
-            raise CorruptRecordBatch(f"legacy message size {size} is impossible here", position + pos)
-        stop = pos + LOG_OVERHEAD + size
-        _, _, crc, magic, attributes = _LEGACY_HEAD.unpack_from(buf, pos)
-        if magic not in (0, 1):
-            raise CorruptRecordBatch(f"legacy message with magic {magic}", position + pos)
-        if verify and zlib.crc32(memoryview(buf)[pos + 16 : stop]) != crc:
-            raise CorruptRecordBatch("legacy message CRC-32 mismatch", position + pos)
-        cur = pos + 18
-        timestamp = -1
-        if magic == 1:
-            (timestamp,) = struct.unpack_from(">q", buf, cur)
-            cur += 8
-        try:
-            key, cur = _legacy_bytes(buf, cur, stop)
-            value, cur = _legacy_bytes(buf, cur, stop)
-        except ValueError as exc:
-            raise CorruptRecordBatch(f"malformed legacy message: {exc}", position + pos) from None
-        yield offset, magic, attributes, timestamp, key, value
-        pos = stop
-
-
-def decode_legacy_entry(
-    entry: bytes,
-    *,
-    verify: bool = False,
-    position: int = 0,
-    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> list[LegacyMessage]:
-    """Decode one top-level magic 0/1 entry (a plain message or a compressed wrapper) into its records.
-
-    A wrapper's value is an inner message set. Inner offsets are absolute for magic 0 and relative for magic 1
-    (the wrapper carries the last inner offset); with LogAppendTime a v1 wrapper's timestamp applies to all.
-    ``verify`` checks each message's CRC-32 (over magic..end, as Kafka's ``LegacyRecord`` does).
-    """
-    out: list[LegacyMessage] = []
-    for offset, magic, attributes, timestamp, key, value in _legacy_entries(entry, position, verify):
-        codec = attributes & _CODEC_MASK
-        ts_type = 1 if magic == 1 and attributes & _TIMESTAMP_TYPE_MASK else 0
-        if codec == 0:
-            out.append(LegacyMessage(offset, timestamp, ts_type, key, value, magic))
-            continue
-        if codec > CompressionType.LZ4:
-            raise CorruptRecordBatch(f"codec id {codec} is not valid in a magic {magic} message", position)
-        try:
-            if codec == CompressionType.LZ4 and magic == 0:
-                inner_set = lz4_legacy_v0_decompress(value or b"", max_decompressed)
-            else:
-                inner_set = decompress(codec, value or b"", max_decompressed)
-        except DecompressionLimitExceeded as exc:
-            raise CorruptRecordBatch(str(exc), position) from None
-        except Exception as exc:  # codec libraries raise assorted types
-            raise CorruptRecordBatch(
-                f"cannot decompress {CompressionType(codec).codec_name} legacy wrapper: {exc}", position
-            ) from None
-        inner = list(_legacy_entries(inner_set, position, verify))
-        last_relative = inner[-1][0] if inner else 0
-        for i_offset, i_magic, _i_attr, i_ts, i_key, i_value in inner:
-            absolute = offset - last_relative + i_offset if magic == 1 else i_offset
-            ts = timestamp if ts_type == 1 else i_ts
-            out.append(LegacyMessage(absolute, ts, ts_type, i_key, i_value, i_magic))
-    return out

@@ -18,6 +18,8 @@ CACHE_DOMAIN = f"{DOMAIN}.cache"
 THREAD_POOL_DOMAIN = f"{DOMAIN}.thread-pool"
 CACHE_TYPES = {"chunk": "chunk-cache-metrics", "manifest": "segment-manifest-cache-metrics"}
 CACHE_TYPES["index"] = "segment-indexes-cache-metrics"
+SIDECAR_TYPE = "sidecar-metrics"
+"""The JVM shim's view of its Python sidecar: kept by the shim (JMX), passed to each sidecar it starts (Prometheus)."""
 BACKEND_BEANS = {
     "s3": (f"{DOMAIN}.s3", "s3-client-metrics"),
     "gcs": (f"{DOMAIN}.gcs", "gcs-client-metrics"),
@@ -169,7 +171,12 @@ _CACHE_ATTRS = [
     ("cache-load-failure-time-total", "Time spent in failed loads, nanoseconds."),
     ("cache-eviction-total", "Entries evicted (size or retention)."),
     ("cache-eviction-weight-total", "Weight of the evicted entries (bytes for weighed caches, else entries)."),
-    ("cache-size-total", "Entries held now."),
+]
+_CACHE_LEVEL = ("cache-size-total", "Entries held now.")
+_CACHE_WEIGHT = "Weight of the entries held now: bytes for the chunk and index caches, entries for the manifest cache."
+_DISK_LEVELS = [
+    ("disk-cache-size-total", "Chunks held by the disk tier now (disk chunk cache only)."),
+    ("disk-cache-bytes-total", "Bytes held by the disk tier now (disk chunk cache only)."),
 ]
 _CHUNK_CACHE_OURS = [
     ("integrity-failures-total", "Chunks whose CRC-32C or AES-GCM tag did not match: corrupt stored data."),
@@ -186,6 +193,18 @@ CACHE_METRICS = (
         MetricDecl(f"{CACHE_DOMAIN}:type={t}", (name,), "total", ("",), meaning)
         for t in CACHE_TYPES.values()
         for name, meaning in _CACHE_ATTRS
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", (_CACHE_LEVEL[0],), "gauge", ("",), _CACHE_LEVEL[1])
+        for t in CACHE_TYPES.values()
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={t}", ("cache-weight-total",), "gauge", ("",), _CACHE_WEIGHT, ours=True)
+        for t in CACHE_TYPES.values()
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "gauge", ("",), meaning, ours=True)
+        for name, meaning in _DISK_LEVELS
     ]
     + [
         MetricDecl(f"{CACHE_DOMAIN}:type={CACHE_TYPES['chunk']}", (name,), "total", ("",), meaning, ours=True)
@@ -272,7 +291,50 @@ BACKEND_METRICS = [
     ]
 ]
 
-ALL = RSM_METRICS + CACHE_METRICS + THREAD_POOL_METRICS + BACKEND_METRICS + PULLED_OURS
+SIDECAR_METRICS = [
+    MetricDecl(f"{DOMAIN}:type={SIDECAR_TYPE}", (name,), kind, ("",), meaning, ours=True)
+    for name, kind, meaning in [
+        (
+            "starts-total",
+            "total",
+            "Python sidecars the broker's shim started: the first, then one per restart. The shim passes the count "
+            "to each sidecar it starts, so the Prometheus endpoint shows it too and it does not drop to 0 when a "
+            "sidecar dies (only when the broker restarts).",
+        ),
+        (
+            "restarts-total",
+            "total",
+            "Sidecars the shim started again after one died (crash, OOM killer, kill -9). The calls in flight at "
+            "each restart failed, and the other counters started again from 0.",
+        ),
+        (
+            "restart-failures-total",
+            "total",
+            "Restart attempts that failed (the sidecar exited before it was ready: a broken Python environment, a "
+            "rejected configuration); the shim tries again with a growing backoff.",
+        ),
+        (
+            "up",
+            "gauge",
+            "1 while the sidecar process runs, 0 while it is dead or being restarted (JMX). The endpoint is served "
+            "by the sidecar, so it always shows 1 there: Prometheus sees a dead sidecar as a failed scrape (up == 0).",
+        ),
+        (
+            "last-reply-age-seconds",
+            "gauge",
+            "Seconds since the sidecar last answered a request of the shim (JMX: as the shim saw it; Prometheus: as "
+            "the sidecar sent it). The shim reads the metrics every 5 s, so this stays below about 5 s for a live "
+            "sidecar even when the broker is idle; a growing value means a stuck sidecar.",
+        ),
+    ]
+]
+
+LEVELS_NAMED_TOTAL = frozenset(
+    a for d in CACHE_METRICS + THREAD_POOL_METRICS if d.kind == "gauge" for a in d.attributes
+)
+"""Attributes that end in ``-total`` (Aiven's names) but hold a level that goes up and down: gauges in Prometheus."""
+
+ALL = RSM_METRICS + CACHE_METRICS + THREAD_POOL_METRICS + BACKEND_METRICS + PULLED_OURS + SIDECAR_METRICS
 
 
 def metrics_docs_markdown() -> str:

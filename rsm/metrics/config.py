@@ -1,12 +1,31 @@
-"""The metrics keys: Aiven's three Kafka ``Metrics`` settings plus ours (Prometheus port, mirror domain)."""
+"""The metrics keys: Aiven's three Kafka ``Metrics`` settings plus ours (Prometheus endpoint, mirror domain)."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from rsm.metrics.registry import LEVELS, MetricsConfig
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
+
+
+def _listen_address(_key: str, value: Any) -> str | None:
+    """An IP address (v4 or v6) or a host name: what the endpoint can bind to."""
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if _HOST_NAME.fullmatch(value) and len(value) <= 253:
+        return None
+    return "expected an IP address to listen on (127.0.0.1, 0.0.0.0 for every interface, ::) or a host name"
+
+
+_listen_address.valid_values = "an IP address or host name"  # type: ignore[attr-defined]
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -35,9 +54,18 @@ CONFIG_DEF = ConfigDef().extend(
             "metrics.prometheus.port",
             "int",
             None,
-            "Serve every metric in Prometheus' text format on this port of 127.0.0.1 from the sidecar "
-            "(unset: no endpoint; 0: any free port, printed at start).",
+            "Serve every metric in Prometheus' text format on this port from the sidecar, at "
+            "metrics.prometheus.host (unset: no endpoint; 0: any free port, printed at start).",
             validator=in_range(0, 65535),
+        ),
+        ConfigKey(
+            "metrics.prometheus.host",
+            "string",
+            "127.0.0.1",
+            "Address the Prometheus endpoint listens on: 127.0.0.1 serves this host only; 0.0.0.0 (or ::) every "
+            "interface, for a Prometheus in another container or on another host. The endpoint has no "
+            "authentication: expose it only to networks allowed to read the metrics.",
+            validator=_listen_address,
         ),
         ConfigKey(
             "metrics.jmx.mirror.domain",

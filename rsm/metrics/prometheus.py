@@ -2,7 +2,11 @@
 
 Each JMX attribute becomes one family named ``kts_<type>_<attribute>`` (``-`` -> ``_``), with the bean's tags
 as labels: ``kts_remote_storage_manager_metrics_object_upload_total{topic="t",partition="0",object_type="log"}``.
-Totals are counters, the rest gauges. Nothing here writes the text format: prometheus-client does.
+Totals are counters, the rest gauges, and so are the levels Aiven names ``-total`` too (``cache-size-total``, the
+thread pools'), under the same sample name. Nothing here writes the text format: prometheus-client does.
+
+Beans that differ only in their JMX domain (``metrics.jmx.mirror.domain`` shows every bean twice) have the same
+family and labels here: the first is exported, so a scrape never holds a sample twice.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rsm.metrics.catalog import LEVELS_NAMED_TOTAL
+from rsm.metrics.registry import Tags
 from rsm.metrics.snapshot import MetricRow
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
@@ -35,10 +41,14 @@ class SnapshotCollector(Collector):
         # One family per name; its samples carry each bean's own tags (the untagged bean has none), which the
         # text format allows: a dashboard sums or filters by label as it likes.
         families: dict[str, Metric] = {}
+        exported: set[tuple[str, Tags]] = set()
         for row in self.snapshot():
+            if (row.type, row.tags) in exported:
+                continue  # the same bean under a mirror domain
+            exported.add((row.type, row.tags))
             labels = {_INVALID.sub("_", k): v for k, v in row.tags}
             for attr, value in row.values.items():
-                counter = attr.endswith("-total")
+                counter = attr.endswith("-total") and attr not in LEVELS_NAMED_TOTAL
                 name = _name(row.type, attr[: -len("-total")] if counter else attr)
                 family = families.get(name)
                 if family is None:

@@ -48,12 +48,6 @@ def as_dict(rows: Iterable[MetricRow]) -> dict[str, dict[str, float]]:
     return {r.object_name: dict(r.values) for r in rows}
 
 
-def manager_rows(manager: object) -> list[MetricRow]:
-    """The snapshot of any manager: ``python.manager.class`` may name one without metrics (then: none)."""
-    snapshot = getattr(manager, "metrics_snapshot", None)
-    return list(snapshot()) if callable(snapshot) else []
-
-
 def _java_double(value: float) -> str:
     """What ``Double.valueOf`` reads back exactly: repr for finite values, Java's spelling of NaN and infinities."""
     if math.isnan(value):

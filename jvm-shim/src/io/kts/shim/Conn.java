@@ -122,9 +122,9 @@ final class Conn implements Wire.FrameSource {
             } else if (n == Wire.PIECE_SHARED) {
                 if (incomplete(12, start)) return DRAIN_PENDING;
                 in.position(in.position() + 12);
-            } else if (n == 0) {
+            } else if (n == Wire.STREAM_END) {
                 return DRAINED;
-            } else if (n == -1) {  // an error ended the stream: u8 status, u16 + type, i32 + message
+            } else if (n == Wire.STREAM_ERROR) {  // an error ended the stream: u8 status, u16 + type, i32 + message
                 if (incomplete(3, start)) return DRAIN_PENDING;
                 in.get();
                 int typeLength = in.getShort() & 0xFFFF;

@@ -13,6 +13,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
 import javax.management.Attribute;
 import javax.management.AttributeList;
 import javax.management.AttributeNotFoundException;
@@ -33,6 +34,9 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * reads every attribute of every bean costs one request to Python. A background refresh every
  * {@link #DISCOVERY_SECONDS} registers beans that appeared since (a new topic, a backend's first request), so a
  * client that only lists names sees them too. Everything is unregistered on {@link #close()}.
+ *
+ * <p>Beans the JVM side keeps itself ({@link Transport#ownMetrics}: the sidecar's starts and liveness) are read
+ * live on every access and never cost a request to Python, so they stay right while Python is unreachable.
  */
 final class MetricsBeans implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.kts.shim.MetricsBeans");
@@ -46,6 +50,7 @@ final class MetricsBeans implements AutoCloseable {
     }
 
     private final Source source;
+    private final Supplier<Map<String, Map<String, Double>>> own;
     private final MBeanServer server = ManagementFactory.getPlatformMBeanServer();
     private final Set<ObjectName> registered = ConcurrentHashMap.newKeySet();
     private final ScheduledExecutorService discovery;
@@ -56,13 +61,15 @@ final class MetricsBeans implements AutoCloseable {
     private volatile boolean closed;
     private volatile long requests;
 
-    MetricsBeans(Source source) {
+    MetricsBeans(Source source, Supplier<Map<String, Map<String, Double>>> own) {
         this.source = source;
+        this.own = own;
         this.discovery = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kts-metrics-discovery");
             t.setDaemon(true);
             return t;
         });
+        for (String name : own.get().keySet()) register(name);
         refresh();
         // current() asks Python only when the snapshot is stale, so discovery never adds a request to a read burst.
         discovery.scheduleWithFixedDelay(this::current, DISCOVERY_SECONDS, DISCOVERY_SECONDS, TimeUnit.SECONDS);
@@ -177,7 +184,8 @@ final class MetricsBeans implements AutoCloseable {
         }
 
         private Map<String, Double> attributes() {
-            return current().getOrDefault(name, Map.of());
+            Map<String, Double> kept = own.get().get(name);
+            return kept != null ? kept : current().getOrDefault(name, Map.of());
         }
 
         @Override

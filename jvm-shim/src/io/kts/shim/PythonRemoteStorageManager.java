@@ -51,7 +51,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         transport = t;
         MetricsBeans oldBeans = beans;
         if (oldBeans != null) oldBeans.close();
-        beans = new MetricsBeans(t::metrics);
+        beans = new MetricsBeans(t::metrics, t::ownMetrics);
         if (old != null) old.close();
         LOG.log(Level.INFO, "kafka-tiered-storage RemoteStorageManager configured ({0} transport)", t.name());
     }

@@ -19,6 +19,8 @@ final class Settings {
     final long restartBackoffMs;
     final int keptStreams;
     final long keptStreamIdleMs;
+    /** metrics.jmx.mirror.domain: the beans kept here are shown under it too, as Python's are. */
+    final String metricsMirrorDomain;
 
     Settings(Map<String, String> c) {
         transport = c.getOrDefault("jvm.transport", "auto").trim().toLowerCase(java.util.Locale.ROOT);
@@ -33,6 +35,7 @@ final class Settings {
         restartBackoffMs = longOf(c, "jvm.sidecar.restart.backoff.ms", 1_000L);
         keptStreams = (int) Math.min(longOf(c, "jvm.sidecar.kept.streams", 8L), 4096L);
         keptStreamIdleMs = longOf(c, "jvm.sidecar.kept.stream.idle.ms", 5_000L);
+        metricsMirrorDomain = c.getOrDefault("metrics.jmx.mirror.domain", "").trim();
         if (!transport.equals("auto") && !transport.equals("sidecar") && !transport.equals("inprocess")) {
             throw new IllegalArgumentException("Invalid value " + transport
                     + " for configuration jvm.transport: expected auto, sidecar or inprocess");

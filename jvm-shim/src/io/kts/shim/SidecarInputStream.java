@@ -100,7 +100,7 @@ final class SidecarInputStream extends InputStream {
                 } else if (n == Wire.PIECE_SHARED) {
                     sharedPiece(c, c.readLong(), c.readInt());
                     pieceStart = position;
-                } else if (n == 0) {
+                } else if (n == Wire.STREAM_END) {
                     eof = true;
                     conn = null;
                     transport.release(c);
@@ -110,7 +110,7 @@ final class SidecarInputStream extends InputStream {
                     eof = true;
                     conn = null;
                     return -1;
-                } else if (n == -1) {
+                } else if (n == Wire.STREAM_ERROR) {
                     byte st = c.readByte();
                     Exception remote = SidecarTransport.remoteError(op, st, c);
                     eof = true;

@@ -88,7 +88,12 @@ final class SidecarProcess {
         return p;
     }
 
-    static SidecarProcess launch(Settings s, Map<String, String> config, int generation) throws SidecarStartException {
+    /**
+     * {@code starts}: the sidecars started so far, this one included if it comes up; {@code restartFailures}: the
+     * failed restarts so far. The sidecar shows both on its Prometheus endpoint (rsm.metrics.sidecar_health).
+     */
+    static SidecarProcess launch(Settings s, Map<String, String> config, int generation, long starts,
+                                 long restartFailures) throws SidecarStartException {
         Path socket = socketPath(s, generation);
         List<String> cmd = new ArrayList<>();
         cmd.add(s.pythonExecutable);
@@ -98,6 +103,10 @@ final class SidecarProcess {
         cmd.add(socket.toString());
         cmd.add("--parent-pid");
         cmd.add(Long.toString(ProcessHandle.current().pid()));
+        cmd.add("--starts");
+        cmd.add(Long.toString(starts));
+        cmd.add("--restart-failures");
+        cmd.add(Long.toString(restartFailures));
         ProcessBuilder pb = new ProcessBuilder(cmd);
         Map<String, String> env = pb.environment();
         env.put("PYTHONUNBUFFERED", "1");

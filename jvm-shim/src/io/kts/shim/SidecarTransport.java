@@ -28,14 +28,23 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 /**
  * Talks to a supervised {@code python -m rsm.jvm.sidecar} over a Unix domain socket.
  *
- * <p>Frames: request {@code u32 len | u8 op | payload}; response {@code u8 status | ...}. Status 1/2 carry
- * {@code u16 type | u32 message}. Fetch responses after status OK are chunks {@code i32 n | n bytes}, 0 ending
- * the stream, -1 introducing an error. A dead sidecar is restarted in the background; calls that were using
- * it fail at once with RemoteStorageException (the kernel closes their sockets), and a watchdog bounds every
- * wait so nothing can hang the broker's threads.
+ * <p>Frames (every op code and frame kind is in {@link Wire}): request {@code u32 len | u8 op | payload};
+ * response {@code u8 status | ...}; status 1/2 carry {@code u16 type | u32 message}. After status OK a fetch's
+ * stream is a sequence of frames, each an {@code i32 n} saying what follows: {@code n > 0} an inline piece of n
+ * bytes; {@link Wire#PIECE_SHARED} a piece in the shared-memory region ({@code i64 offset | i32 length}), which
+ * the shim acknowledges ({@link Wire#PIECE_ACK}), resumes ({@link Wire#STREAM_RESUMED}) or cancels
+ * ({@link Wire#OP_CANCEL_STREAM}); {@link Wire#STREAM_NEXT_SEGMENT} the partition's next segment follows;
+ * {@link Wire#STREAM_END} the end; {@link Wire#STREAM_ERROR} an error, which ends the stream too.
+ *
+ * <p>A dead sidecar is restarted in the background; calls that were using it fail at once with
+ * RemoteStorageException (the kernel closes their sockets), and a watchdog bounds every wait so nothing can hang
+ * the broker's threads.
  */
 final class SidecarTransport implements Transport {
     private static final System.Logger LOG = System.getLogger("io.kts.shim.sidecar");
+    /** The bean of {@link #ownMetrics}; rsm/metrics/catalog.py declares it (SIDECAR_TYPE) for the docs. */
+    static final String METRICS_DOMAIN = "aiven.kafka.server.tieredstorage";
+    static final String SIDECAR_BEAN_TYPE = "sidecar-metrics";
 
     private final Settings settings;
     private final Map<String, String> config;
@@ -55,6 +64,10 @@ final class SidecarTransport implements Transport {
     private volatile boolean restarting;
     private volatile String lastStartError = "";
     private long lastStartNanos;
+    /** Sidecars started (the first and every restart), restart attempts that failed, the last answer's time. */
+    private final AtomicLong starts = new AtomicLong();
+    private final AtomicLong restartFailures = new AtomicLong();
+    private volatile long lastReplyNanos = System.nanoTime();
 
     SidecarTransport(Settings settings, Map<String, String> config) {
         this.settings = settings;
@@ -91,7 +104,10 @@ final class SidecarTransport implements Transport {
     private void launch() throws SidecarProcess.SidecarStartException {
         synchronized (lock) {
             lastStartNanos = System.nanoTime();
-            SidecarProcess p = SidecarProcess.launch(settings, config, generations.incrementAndGet());
+            SidecarProcess p = SidecarProcess.launch(settings, config, generations.incrementAndGet(),
+                    starts.get() + 1, restartFailures.get());
+            starts.incrementAndGet();
+            lastReplyNanos = System.nanoTime();
             current = p;
             p.process.onExit().thenRun(() -> onExit(p));
             lock.notifyAll();
@@ -140,6 +156,7 @@ final class SidecarTransport implements Transport {
                     lastStartError = "";
                     return;
                 } catch (SidecarProcess.SidecarStartException e) {
+                    restartFailures.incrementAndGet();
                     lastStartError = e.getMessage();
                     LOG.log(Level.ERROR, "Python sidecar restart failed: {0}", e.getMessage());
                     backoff = Math.min(backoff * 2, 30_000L);
@@ -522,6 +539,7 @@ final class SidecarTransport implements Transport {
             c.arm(timeoutMs);
             c.send(req);
             byte st = c.readByte();
+            lastReplyNanos = System.nanoTime();
             if (st != Wire.STATUS_OK) {
                 RemoteStorageException ex = remoteError(op, st, c);
                 release(c);
@@ -595,6 +613,25 @@ final class SidecarTransport implements Transport {
         synchronized (kept) {
             return kept.size();
         }
+    }
+
+    /**
+     * The sidecar's starts and liveness, on a bean of their own ({@code ...:type=sidecar-metrics}): the shim is the
+     * one that sees a sidecar die and starts the next, and these values must stay right while it is dead.
+     */
+    @Override
+    public Map<String, Map<String, Double>> ownMetrics() {
+        SidecarProcess p = current;
+        Map<String, Double> values = new java.util.HashMap<>();
+        long n = starts.get();
+        values.put("starts-total", (double) n);
+        values.put("restarts-total", (double) Math.max(0, n - 1));
+        values.put("restart-failures-total", (double) restartFailures.get());
+        values.put("up", !closed && p != null && p.isAlive() ? 1.0 : 0.0);
+        values.put("last-reply-age-seconds", (System.nanoTime() - lastReplyNanos) / 1e9);
+        String type = ":type=" + SIDECAR_BEAN_TYPE;
+        if (settings.metricsMirrorDomain.isEmpty()) return Map.of(METRICS_DOMAIN + type, values);
+        return Map.of(METRICS_DOMAIN + type, values, settings.metricsMirrorDomain + type, values);
     }
 
     /** pid of the running sidecar, or -1: for tests and operators' diagnostics. */

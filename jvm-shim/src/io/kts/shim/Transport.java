@@ -1,6 +1,7 @@
 package io.kts.shim;
 
 import java.io.InputStream;
+import java.util.Map;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
@@ -31,6 +32,14 @@ interface Transport extends AutoCloseable {
 
     /** Every metric of the Python registry, as {@link MetricsBeans#parse} reads them. */
     byte[] metrics() throws RemoteStorageException;
+
+    /**
+     * Metrics the transport keeps on the JVM side (ObjectName -> attribute -> value), read live on every JMX read:
+     * they must stay right while Python is unreachable (a dead sidecar).
+     */
+    default Map<String, Map<String, Double>> ownMetrics() {
+        return Map.of();
+    }
 
     /** A short name for log lines and errors ("sidecar", "in-process"). */
     String name();

@@ -15,6 +15,13 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 /**
  * Byte layouts shared with rsm/jvm/codec.py. Kept in one place so the sidecar protocol and the in-process
  * bridge cannot drift apart: metadata is always this big-endian record, whichever transport carries it.
+ *
+ * <p>Every op code and frame kind of the sidecar protocol is declared here, each with the same name and value as
+ * in rsm/jvm/codec.py (docs/architecture.md lays them out in one table): requests {@code u32 length | u8 op |
+ * payload} ({@code OP_*}); replies that start with a status ({@code STATUS_*}); the frames of a fetch's stream
+ * ({@link #STREAM_END}, an inline piece of {@code n > 0} bytes, {@link #STREAM_ERROR}, {@link #PIECE_SHARED},
+ * {@link #STREAM_NEXT_SEGMENT}); and what the shim sends back on a shared-memory stream ({@link #PIECE_ACK},
+ * {@link #STREAM_RESUMED}, or a whole {@link #OP_CANCEL_STREAM} request).
  */
 final class Wire {
     static final int METADATA_VERSION = 1;
@@ -40,8 +47,13 @@ final class Wire {
      */
     static final byte OP_CANCEL_STREAM = 9;
 
+    /** Stream frame: the stream is over. */
+    static final int STREAM_END = 0;
+    /** Stream frame: an error ends the stream (u8 status, u16 + type, i32 + message follow). */
+    static final int STREAM_ERROR = -1;
     /** Stream frame: the next piece is in the shared-memory region (i64 offset, i32 length follow). */
     static final int PIECE_SHARED = -2;
+    /** Sent back for each shared-memory piece once it was copied out: the sidecar may reuse its buffer. */
     static final byte PIECE_ACK = 1;
     /**
      * Sent like an acknowledgement, no reply: a new broker fetch of the same segment goes on reading this kept
