@@ -36,22 +36,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from rsm.kafka.compression import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    CompressionType,
+    DecompressionLimitExceeded,
+    decompress,
+)
+from rsm.kafka.errors import CorruptRecordBatch, TruncatedBatch
+from rsm.kafka.legacy import decode_legacy_entry
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
     BatchHeader,
-    CompressionType,
-    CorruptRecordBatch,
-    DecompressionLimitExceeded,
-    TruncatedBatch,
-    decode_legacy_entry,
-    decode_varint,
-    decode_varlong,
-    decompress,
     parse_batch_header,
     verify_crc,
 )
+from rsm.kafka.varint import decode_varint, decode_varlong
 
 try:  # our compiled walk into Arrow buffers; built with the package (an optional extension in setup.py)
     from rsm.kafka._recordwalk import RecordBuilder
@@ -468,7 +468,7 @@ class LogBatchDecoder:
         """The records section of a compressed batch, inflated under ``max_decompressed``.
 
         zstd, the codec most producers pick, is inflated here with one decompression context per decoder, read
-        in :data:`_INFLATE_STEP` steps: :func:`rsm.kafka.records.decompress` makes a context per batch and asks
+        in :data:`_INFLATE_STEP` steps: :func:`rsm.kafka.compression.decompress` makes a context per batch and asks
         its stream for the whole cap at once, which allocated 64 MiB per batch and took 2.4x as long on producer
         batches of tens of KiB (the decoder's largest cost on zstd segments). Every other codec goes there.
         """
