@@ -97,7 +97,7 @@ def test_a_large_plan_covers_every_offset_once_from_every_segment(big_fs: tuple[
     # Every planned slice read once: the rows are exactly each offset of each partition, once.
     offsets: dict[int, Counter[int]] = {0: Counter(), 1: Counter()}
     for piece, cols in reader.columns():
-        offsets[piece.partition].update(cols.offsets)
+        offsets[piece.partition].update(cols.to_columns().offsets)
     for partition in (0, 1):
         assert offsets[partition] == Counter(range(spec.segments * RECORDS)), partition
 
