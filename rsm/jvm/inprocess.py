@@ -9,6 +9,12 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 * Python ``bytes`` -> ``byte[]`` conversion runs at 0.2-0.5 GB/s, so fetched data crosses as direct
   ByteBuffers over the pooled buffers the chunks were decoded into (zero copy; Java copies out at >10 GB/s,
   the same single copy a Python reader makes with ``readinto``);
+* JPype ties the two garbage collectors together: every Java GC makes Python run a full collection (holding
+  the GIL the broker's reader threads wait for), and Python memory that grows between Python collections makes
+  it call ``System.gc()`` (a concurrent G1 cycle). Chunk buffers freshly allocated per chunk, each pinned by its
+  direct ByteBuffer until a Java GC, fed both loops; :class:`InProcessBuffers` decodes into one region made
+  once, each buffer wrapped once, and :func:`freeze_startup_objects` takes the objects of start-up out of
+  every Python collection (profile and figures in docs/broker.md);
 * a plain Python exception reaches Java as a message-less PyExceptionProxy, so every entry point maps errors
   to Kafka's RemoteResourceNotFoundException / RemoteStorageException with the Python type and message;
 * JPype's own JVM shutdown hook disables proxies before the broker's hook runs; :func:`adopt_shutdown_hooks`
@@ -18,9 +24,11 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 from __future__ import annotations
 
 import ctypes
+import gc
 import io
 import itertools
 import logging
+import mmap
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -29,6 +37,8 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
+from rsm.core.config import RsmConfig
+from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.seams import ManagerCapabilities
@@ -51,14 +61,59 @@ def pin_thread_state() -> None:
         _pinned.v = True
 
 
+class InProcessBuffers:
+    """The in-process ``ChunkBufferSupply``: one anonymous mapping, made when ``configure()`` asks for buffers of
+    ``chunk.size``, with room for the memory tier (``fetch.chunk.cache.size``, or ``fetch.chunk.cache.memory.size``
+    with the disk cache) and the chunks in flight (``2 x (transform.thread.pool.size + fetch.readahead.chunks)``).
+
+    Why not the plugin's own pool: that one allocates a fresh 4 MiB buffer whenever the memory tier keeps one and
+    drops it when the tier evicts it. In the broker's process each of those costs page faults on its first write,
+    a new direct ByteBuffer, and memory that stays allocated until the next Java GC lets go of the buffer; the
+    growth makes JPype call ``System.gc()``. A region's buffers live as long as the plugin and are wrapped once.
+    Its pages are touched on first use only (RSS grows up to the configured tier, as the heap pool's would); when
+    all buffers are out, the pool lends heap buffers, so a burst degrades to allocations, never to a failure."""
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        self.config = config
+        self.region: mmap.mmap | None = None
+
+    def chunk_buffers(self, buffer_size: int) -> SuppliedBuffers | None:
+        settings = RsmConfig.from_map(self.config)  # configure() validated it already
+        tier = settings[
+            "fetch.chunk.cache.memory.size"
+            if settings["fetch.chunk.cache.class"] == "disk"
+            else "fetch.chunk.cache.size"
+        ]
+        in_flight = 2 * (settings.thread_pool_size + settings["fetch.readahead.chunks"])
+        buffers = -(-tier // buffer_size) + in_flight
+        self.region = mmap.mmap(-1, buffers * buffer_size)
+        log.info("in-process transport: %d chunk buffers of %d bytes, made once", buffers, buffer_size)
+        return SuppliedBuffers(ChunkBufferPool(buffer_size, max_idle=8, region=memoryview(self.region)))
+
+
 def default_manager_factory(config: Mapping[str, str]) -> Any:
-    """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it."""
+    """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it, decoding into
+    :class:`InProcessBuffers` when the manager takes a transport's buffers."""
     from rsm.jvm.config import CONFIG_DEF
 
     spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
     manager = wire.load_manager_class(spec)()
+    takes_buffers = ManagerCapabilities.of(manager).chunk_buffers
+    if takes_buffers is not None:
+        takes_buffers.use_chunk_buffers(InProcessBuffers(config))
     manager.configure(dict(config))
     return manager
+
+
+def freeze_startup_objects() -> int:
+    """Move every object Python tracks now (modules, classes, the configured plugin) out of all later collections.
+
+    JPype answers each Java GC with a full Python collection (``PyGC_Collect``) under the GIL; in a broker that is
+    every young GC, and a full pass over start-up's objects is what the broker's reader threads would wait for.
+    Objects made later are collected as usual. Returns how many objects are frozen in all."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def adopt_shutdown_hooks() -> int:
@@ -296,7 +351,9 @@ def define_bridge() -> dict[str, Any]:
                             "ALL-UNNAMED set?): %s",
                             e,
                         )
-                return Session(self.factory(cfg))
+                session = Session(self.factory(cfg))
+                log.info("in-process transport: %d start-up objects left out of Python's GC", freeze_startup_objects())
+                return session
             except Exception as e:
                 raise _java_error(e) from None
 
