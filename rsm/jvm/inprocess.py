@@ -37,7 +37,6 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from rsm.core.config import RsmConfig
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
@@ -62,33 +61,29 @@ def pin_thread_state() -> None:
 
 
 class InProcessBuffers:
-    """The in-process ``ChunkBufferSupply``: one anonymous mapping, made when ``configure()`` asks for buffers of
-    ``chunk.size``, with room for the memory tier (``fetch.chunk.cache.size``, or ``fetch.chunk.cache.memory.size``
-    with the disk cache) and the chunks in flight (``2 x (transform.thread.pool.size + fetch.readahead.chunks)``).
+    """The in-process ``ChunkBufferSupply``: one anonymous mapping of ``jvm.inprocess.buffer.memory.bytes``, made
+    when ``configure()`` asks for buffers of ``chunk.size``; the memory tier keeps at most half of it, as with the
+    sidecar's shared memory. None for 0 bytes or less than two chunks: the manager then uses its own pool.
 
-    Why not the plugin's own pool: that one allocates a fresh 4 MiB buffer whenever the memory tier keeps one and
-    drops it when the tier evicts it. In the broker's process each of those costs page faults on its first write,
-    a new direct ByteBuffer, and memory that stays allocated until the next Java GC lets go of the buffer; the
-    growth makes JPype call ``System.gc()``. A region's buffers live as long as the plugin and are wrapped once.
-    Its pages are touched on first use only (RSS grows up to the configured tier, as the heap pool's would); when
-    all buffers are out, the pool lends heap buffers, so a burst degrades to allocations, never to a failure."""
+    Why not the plugin's own pool: that one allocates a fresh buffer whenever the memory tier keeps one and drops
+    it when the tier evicts it. In the broker's process each of those costs page faults on its first write, a
+    new direct ByteBuffer, and memory that stays allocated until the next Java GC lets go of that ByteBuffer;
+    the growth makes JPype call ``System.gc()``. A region's buffers live as long as the plugin and are wrapped
+    once. When all are out, the pool lends heap buffers, so a burst degrades to allocations, never to a failure.
+    """
 
-    def __init__(self, config: Mapping[str, str]) -> None:
-        self.config = config
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
         self.region: mmap.mmap | None = None
 
     def chunk_buffers(self, buffer_size: int) -> SuppliedBuffers | None:
-        settings = RsmConfig.from_map(self.config)  # configure() validated it already
-        tier = settings[
-            "fetch.chunk.cache.memory.size"
-            if settings["fetch.chunk.cache.class"] == "disk"
-            else "fetch.chunk.cache.size"
-        ]
-        in_flight = 2 * (settings.thread_pool_size + settings["fetch.readahead.chunks"])
-        buffers = -(-tier // buffer_size) + in_flight
+        buffers = self.total_bytes // buffer_size if buffer_size > 0 else 0
+        if buffers < 2:
+            return None
         self.region = mmap.mmap(-1, buffers * buffer_size)
         log.info("in-process transport: %d chunk buffers of %d bytes, made once", buffers, buffer_size)
-        return SuppliedBuffers(ChunkBufferPool(buffer_size, max_idle=8, region=memoryview(self.region)))
+        pool = ChunkBufferPool(buffer_size, max_idle=8, region=memoryview(self.region))
+        return SuppliedBuffers(pool, max_cached_bytes=self.total_bytes // 2)
 
 
 def default_manager_factory(config: Mapping[str, str]) -> Any:
@@ -96,11 +91,11 @@ def default_manager_factory(config: Mapping[str, str]) -> Any:
     :class:`InProcessBuffers` when the manager takes a transport's buffers."""
     from rsm.jvm.config import CONFIG_DEF
 
-    spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
-    manager = wire.load_manager_class(spec)()
+    settings = CONFIG_DEF.parse(dict(config))
+    manager = wire.load_manager_class(settings["python.manager.class"])()
     takes_buffers = ManagerCapabilities.of(manager).chunk_buffers
     if takes_buffers is not None:
-        takes_buffers.use_chunk_buffers(InProcessBuffers(config))
+        takes_buffers.use_chunk_buffers(InProcessBuffers(settings["jvm.inprocess.buffer.memory.bytes"]))
     manager.configure(dict(config))
     return manager
 
