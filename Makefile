@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint bench docs reliability-table demo-stack-check
 
-$(STAMP): pyproject.toml
+# setup.py and the C source too: a changed record walk is compiled again by the editable install.
+$(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[all,test]'

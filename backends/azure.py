@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 from backends.base import InvalidRange, KeyNotFound, PendingUpload, StorageBackendException
 from backends.cloud import (
+    MIN_POOL_CONNECTIONS,
     STORAGE_PREFIX,
     CloudBackend,
     common_keys,
@@ -208,7 +209,9 @@ class AzureBlobBackend(CloudBackend):
         attempt_s = values["azure.api.call.attempt.timeout"] / 1000
         # Our own pool so that `concurrency` parallel block uploads never exceed (and thrash) the default 10.
         session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency + 4), max_retries=0)
+        adapter = requests.adapters.HTTPAdapter(
+            pool_maxsize=max(MIN_POOL_CONNECTIONS, self.concurrency + 4), max_retries=0
+        )
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         kwargs: dict[str, Any] = {

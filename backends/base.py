@@ -6,9 +6,10 @@ Every backend (filesystem, S3, GCS, Azure, or a user's own ``module:Class``) imp
 the same for every store.
 
 A backend may offer more, each an optional protocol of its own: ranged reads straight into a buffer
-(``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``) and
-unfinished uploads (``PendingUploads``). ``BackendCapabilities.of`` is the one place that asks which of them a
-backend implements, once, when the plugin wires the backend; nothing asks again per call.
+(``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``),
+unfinished uploads (``PendingUploads``) and listing part of a large key space (``RangeListable``).
+``BackendCapabilities.of`` is the one place that asks which of them a backend implements, once, when the plugin
+(or a catalog) wires the backend; nothing asks again per call.
 """
 
 from __future__ import annotations
@@ -171,6 +172,21 @@ class PendingUploads(Protocol):
         ...
 
 
+@runtime_checkable
+class RangeListable(Protocol):
+    """Listing part of a large key space: catalogs of tens of thousands of segments list one partition's range,
+    or the directories of the key layout, instead of every key under a prefix."""
+
+    def list_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """Keys under ``prefix`` that sort after ``start_after`` (byte order), in order, page by page."""
+        ...
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Each distinct ``prefix + name + "/"`` that keys under ``prefix`` start with (the "directories" right
+        under it), without listing the keys below them."""
+        ...
+
+
 @dataclass(frozen=True)
 class BackendCapabilities:
     """Which optional protocols a backend implements: each field is the backend itself, or None."""
@@ -179,6 +195,7 @@ class BackendCapabilities:
     instrumentation: Instrumented | None = None
     details: ListsDetails | None = None
     pending_uploads: PendingUploads | None = None
+    range_listing: RangeListable | None = None
 
     @classmethod
     def of(cls, backend: StorageBackend) -> BackendCapabilities:
@@ -189,6 +206,7 @@ class BackendCapabilities:
             backend if instrumented else None,  # type: ignore[arg-type]
             backend if isinstance(backend, ListsDetails) else None,
             backend if isinstance(backend, PendingUploads) else None,
+            backend if isinstance(backend, RangeListable) else None,
         )
 
 

@@ -25,6 +25,11 @@ T = TypeVar("T")
 
 STORAGE_PREFIX = "storage."
 
+MIN_POOL_CONNECTIONS = 50
+"""HTTP connections a backend's client keeps at least: broker threads (remote log readers, copiers), prefetch and
+the tools' pools (32 manifest reads at once) share one client, and a pool below their count discards connections
+and reconnects under load (logging a warning for each). AWS's Java SDK keeps 50."""
+
 
 def parse_storage_config(config_def: ConfigDef, configs: Mapping[str, Any]) -> dict[str, Any]:
     """Parse the ``storage.``-stripped map, reporting problems under the broker-visible ``storage.`` names.

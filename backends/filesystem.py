@@ -402,6 +402,19 @@ class FileSystemBackend:
                     found.append(key)
         yield from sorted(found)
 
+    def list_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """Keys under ``prefix`` sorting after ``start_after`` (the object stores' StartAfter)."""
+        return (key for key in self.list(prefix) if key > start_after)
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Each distinct ``prefix + name + "/"`` that keys under ``prefix`` start with."""
+        seen: set[str] = set()
+        for key in self.list(prefix):
+            name, slash, _rest = key[len(prefix) :].partition("/")
+            if slash and name not in seen:
+                seen.add(name)
+                yield f"{prefix}{name}/"
+
     def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
         """``list`` with each object's size and modification time (for garbage collection)."""
         assert self.root is not None

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, StorageBackendException
 from backends.cloud import (
+    MIN_POOL_CONNECTIONS,
     CloudBackend,
     common_keys,
     config_error,
@@ -193,7 +194,7 @@ class GcsBackend(CloudBackend):
 
         session = AuthorizedSession(credentials)
         adapter = requests.adapters.HTTPAdapter(
-            pool_connections=2, pool_maxsize=max(16, self.delete_concurrency), max_retries=0
+            pool_connections=2, pool_maxsize=max(MIN_POOL_CONNECTIONS, self.delete_concurrency), max_retries=0
         )
         session.mount("https://", adapter)
         session.mount("http://", adapter)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import configparser
 import datetime
+import email.utils
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
 from backends.cloud import (
+    MIN_POOL_CONNECTIONS,
     CloudBackend,
     common_keys,
     config_error,
@@ -247,6 +249,25 @@ def _file_credential_provider(path: str) -> Any:
     return FileProvider()
 
 
+def _timestamp(value: Any) -> datetime.datetime:
+    """botocore's timestamp parser, with the two forms S3 sends parsed by the standard library: ISO 8601 (every
+    listed object's LastModified) and RFC 822 (every GET's Last-Modified header). botocore's own (dateutil) spends
+    about 60 us a value: a third of the CPU of listing 1,000 keys, a tenth of a small GET's."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            try:
+                parsed = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                parsed = None
+        if parsed is not None:
+            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.UTC)
+    from botocore.utils import parse_timestamp
+
+    return parse_timestamp(value)  # type: ignore[no-any-return]
+
+
 class S3Backend(CloudBackend):
     """Objects in one S3 bucket; keys are used as given (the manager adds ``key.prefix``)."""
 
@@ -301,6 +322,7 @@ class S3Backend(CloudBackend):
         from botocore.credentials import CredentialResolver
 
         core = botocore.session.Session()
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
         if values["aws.credentials.file"]:
             core.register_component(
                 "credential_provider", CredentialResolver([_file_credential_provider(values["aws.credentials.file"])])
@@ -318,7 +340,7 @@ class S3Backend(CloudBackend):
             retries={"total_max_attempts": 1, "mode": "standard"},
             # Broker threads (remote log readers, copiers), prefetch and part uploads share one client: a pool
             # below their count drops connections and reconnects (TLS) under load; AWS's Java SDK keeps 50.
-            max_pool_connections=max(50, 2 * self.concurrency + 2),
+            max_pool_connections=max(MIN_POOL_CONNECTIONS, 2 * self.concurrency + 2),
             s3={"addressing_style": addressing},
             request_checksum_calculation=checksum_mode,
             response_checksum_validation=checksum_mode,
@@ -609,12 +631,26 @@ class S3Backend(CloudBackend):
             )
 
     def list(self, prefix: str) -> Iterator[str]:
+        return self._list_names(prefix, {}, "Contents", "Key")
+
+    def list_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """Keys under ``prefix`` sorting after ``start_after`` (S3's StartAfter): one partition's segments from
+        an offset on, without the pages before it."""
+        return self._list_names(prefix, {"StartAfter": start_after}, "Contents", "Key")
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """The "directories" right under ``prefix`` (S3's CommonPrefixes with delimiter "/")."""
+        return self._list_names(prefix, {"Delimiter": "/"}, "CommonPrefixes", "Prefix")
+
+    def _list_names(self, prefix: str, extra: dict[str, Any], group: str, field: str) -> Iterator[str]:
+        """``field`` of every entry of ``group`` in a ListObjectsV2 listing of ``prefix`` with ``extra`` arguments."""
+
         def page(token: str | None) -> tuple[list[str], str | None]:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, **extra}
             if token:
                 kwargs["ContinuationToken"] = token
             result = self.client.list_objects_v2(**kwargs)
-            names = [item["Key"] for item in result.get("Contents", [])]
+            names = [item[field] for item in result.get(group, [])]
             return names, result.get("NextContinuationToken") if result.get("IsTruncated") else None
 
         return self._paginate("list-objects", prefix, page)

@@ -3,7 +3,8 @@
 In one run, over the same real segments (``write_large_segment``, tiered through the plugin onto the
 filesystem backend):
 
-- ``raw parser``: :class:`rsm.kafka.columnar.LogBatchDecoder` over the local ``.log`` files (no storage at all);
+- ``raw parser``: :class:`rsm.kafka.columnar.LogBatchDecoder` over the local ``.log`` files (no storage at all),
+  into the same columns the reader builds (the compiled walk's Arrow buffers, or lists where it is not built);
 - ``fetch path``: ``fetch_log_segment`` read to the end (bytes only, the ceiling for any tiered reader);
 - ``bare reader``: :class:`rsm.spark.reader.TieredReader` columns (fetch + decode), and the same plus the
   Arrow record batches Spark receives;
@@ -20,12 +21,13 @@ filesystem backend):
     data source path costs with no decoding at all: what ``kafka-tiered`` pays on top of it is ours;
   - ``decode floor``: the same, after fetching, framing, CRC-checking and inflating every batch as
     ``kafka-tiered`` does. What ``kafka-tiered`` pays above it is the record walk and building the Arrow
-    columns from per-row Python objects: what a compiled walk writing Arrow buffers could at best remove.
+    columns (with the compiled walk, writing the buffers; without it, per-row Python objects copied into Arrow).
 
   Queries: ``count(*) + sum(length(value))`` (every row and every value byte), ``count(distinct key)``, and
   ``nothing`` (a pushed ``offset < 0`` that prunes every segment and every row group: the fixed cost of a query).
 
-Prints seconds and records/s with the ratios the issue sets, all measured in this run: Spark / bare reader
+Prints which record walk read the batches, then seconds and records/s with the ratios the issue sets, all
+measured in this run: Spark / bare reader
 (targets: >= 0.5 uncompressed, >= 0.85 zstd), also net of the fixed cost of a query (the per-row cost), and
 each source against the Parquet copy (target for kafka-tiered: >= 0.5).
 
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rsm import RemoteStorageManager
-from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.columnar import COMPILED_WALK, NATIVE_RECORDS, LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.writer import write_large_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.reader import TieredReader, read_slice_columns, to_record_batch
@@ -207,13 +209,13 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         rows = 0
         for log in logs:
             decoder = LogBatchDecoder(ReadBounds())
-            cols = decoder.new_columns()
+            cols = decoder.new_columns(arrow=True)
             with open(log, "rb") as f:
                 for pos, entry in iter_log_entries(f, 0, None):
                     decoder.feed(pos, entry, cols)
-                    if len(cols) >= 8192:
+                    if len(cols) >= reader.options.rows_per_batch:
                         rows += len(cols)
-                        cols = decoder.new_columns()
+                        cols = decoder.new_columns(arrow=True)
             rows += len(cols)
         return rows
 
@@ -290,6 +292,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
         f"Parquet copy {parquet_mb:.1f} MB, written in {write_secs:.2f} s (not in any figure); best of {args.reps}"
     )
+    walk = "compiled, into Arrow buffers" if COMPILED_WALK else "aiokafka's" if NATIVE_RECORDS else "pure Python"
+    print(f"record walk: {walk}; rowsPerBatch {reader.options.rows_per_batch}")
     print(f"{'path':<16} {'seconds':>8} {'records/s':>12} {'MB/s':>8}")
     for name, (secs, _) in results.items():
         rate = "" if name == "fetch path" else f"{records / secs:>12,.0f}"

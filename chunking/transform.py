@@ -13,7 +13,7 @@ import crc32c as _crc32c
 import zstandard
 
 from chunking.errors import CorruptChunkError
-from encryption.aes import ChunkCipher
+from encryption.aes import ChunkCipher, plaintext_size
 
 
 def crc32c(data: bytes | memoryview) -> int:
@@ -58,18 +58,29 @@ class ChunkTransformer:
     def detransform_into(self, stored: bytes | memoryview, out: memoryview, what: str) -> None:
         """Decode one stored chunk into ``out``, which must be exactly the size the chunk index gives.
 
-        zstd decompresses straight into ``out``; only a chunk that is encrypted but not compressed pays one copy
-        (AES-GCM in ``cryptography`` returns new bytes).
+        Nothing is allocated per chunk: an encrypted chunk is decrypted into this thread's scratch buffer (or
+        straight into ``out`` when it is not compressed), and zstd decompresses straight into ``out``.
         """
         expected_size = len(out)
         data: bytes | memoryview = stored
         if self.cipher is not None:
-            data = self.cipher.decrypt(data, what)
-        if not self.compression:
+            plain = plaintext_size(len(stored))
+            if not self.compression:
+                if plain != expected_size:
+                    raise CorruptChunkError(f"{what} decodes to {plain} bytes, the chunk index says {expected_size}")
+                self.cipher.decrypt_into(stored, out, what)
+                return
+            data = _scratch(plain)
+            self.cipher.decrypt_into(stored, data, what)
+        elif not self.compression:
             if len(data) != expected_size:
                 raise CorruptChunkError(f"{what} decodes to {len(data)} bytes, the chunk index says {expected_size}")
             out[:] = data
             return
+        self._decompress_into(data, out, what)
+
+    def _decompress_into(self, data: bytes | memoryview, out: memoryview, what: str) -> None:
+        expected_size = len(out)
         try:
             params = zstandard.get_frame_parameters(data)
         except zstandard.ZstdError as e:
@@ -94,3 +105,23 @@ class ChunkTransformer:
                 f"{what} decodes to {'more than ' if trailing else ''}{got} bytes, the chunk index says "
                 f"{expected_size}: the zstd frame is truncated or corrupt"
             )
+
+
+SCRATCH_KEEP_BYTES = 8 * 1024 * 1024
+"""A thread keeps its scratch buffer up to this size (two default chunks, stored): larger chunks, from a foreign
+or hostile manifest, get a buffer of their own that goes away with them."""
+
+_thread_scratch = threading.local()
+
+
+def _scratch(size: int) -> memoryview:
+    """``size`` writable bytes that live as long as this thread, shared by every segment it decodes: decrypted
+    but still compressed chunks pass through here on their way to zstd. One per thread, not per segment, so
+    the memory follows the number of decoding threads, not the number of cached manifests."""
+    if size > SCRATCH_KEEP_BYTES:
+        return memoryview(bytearray(size))
+    buf: bytearray | None = getattr(_thread_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(max(size, len(buf) if buf is not None else 0))
+        _thread_scratch.buf = buf
+    return memoryview(buf)[:size]

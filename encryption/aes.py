@@ -20,6 +20,7 @@ TAG_SIZE = 16
 OVERHEAD = IV_SIZE + TAG_SIZE
 KEY_SIZE = 32
 AAD_SIZE = 32
+_HAS_DECRYPT_INTO = hasattr(AESGCM, "decrypt_into")
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,41 @@ class ChunkCipher:
         return iv + self._aead.encrypt(iv, plaintext, self._aad)
 
     def decrypt(self, blob: bytes | memoryview, what: str = "chunk") -> bytes:
-        if len(blob) < OVERHEAD:
-            raise DecryptionError(f"encrypted {what} is {len(blob)} bytes, shorter than IV+tag ({OVERHEAD})")
-        mv = memoryview(blob)
+        mv = self._checked(blob, what)
         try:
             return self._aead.decrypt(mv[:IV_SIZE], mv[IV_SIZE:], self._aad)
         except InvalidTag:
-            raise DecryptionError(
-                f"AES-GCM authentication failed for {what}: the stored bytes are corrupt or were written with a "
-                f"different data key/AAD"
-            ) from None
+            raise self._failed(what) from None
+
+    def decrypt_into(self, blob: bytes | memoryview, out: memoryview, what: str = "chunk") -> None:
+        """Decrypt into ``out``, which must be exactly ``plaintext_size(len(blob))`` bytes: the read path decrypts
+        into memory it reuses instead of a new ``bytes`` per chunk. When the tag does not match, ``out`` holds
+        unauthenticated bytes: the caller must not use them (it gets ``DecryptionError``)."""
+        mv = self._checked(blob, what)
+        if len(out) != len(mv) - OVERHEAD:
+            raise DecryptionError(f"encrypted {what} holds {len(mv) - OVERHEAD} bytes, not the {len(out)} expected")
+        if not _HAS_DECRYPT_INTO:  # an older cryptography without decrypt_into: one more copy
+            out[:] = self.decrypt(mv, what)
+            return
+        try:
+            self._aead.decrypt_into(mv[:IV_SIZE], mv[IV_SIZE:], self._aad, out)
+        except InvalidTag:
+            raise self._failed(what) from None
+
+    @staticmethod
+    def _checked(blob: bytes | memoryview, what: str) -> memoryview:
+        if len(blob) < OVERHEAD:
+            raise DecryptionError(f"encrypted {what} is {len(blob)} bytes, shorter than IV+tag ({OVERHEAD})")
+        return memoryview(blob)
+
+    @staticmethod
+    def _failed(what: str) -> DecryptionError:
+        return DecryptionError(
+            f"AES-GCM authentication failed for {what}: the stored bytes are corrupt or were written with a "
+            f"different data key/AAD"
+        )
+
+
+def plaintext_size(stored_size: int) -> int:
+    """The bytes an encrypted blob of ``stored_size`` decrypts to."""
+    return stored_size - OVERHEAD

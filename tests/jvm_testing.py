@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rsm.metadata import RemoteLogSegmentMetadata
 
@@ -134,6 +135,32 @@ def base_config(store: Path, **extra: str) -> dict[str, str]:
     }
     cfg.update(extra)
     return cfg
+
+
+def java_meta(meta: RemoteLogSegmentMetadata) -> Any:
+    """The broker's ``RemoteLogSegmentMetadata`` for ``meta``, built in a JVM that JPype started."""
+    import jpype
+
+    pkg = "org.apache.kafka.server.log.remote.storage."
+    uuid = jpype.JClass("org.apache.kafka.common.Uuid")
+    tip = meta.topic_id_partition
+    jtip = jpype.JClass("org.apache.kafka.common.TopicIdPartition")(
+        uuid.fromString(tip.topic_id), tip.partition, tip.topic
+    )
+    seg_id = jpype.JClass(pkg + "RemoteLogSegmentId")(jtip, uuid.fromString(meta.remote_log_segment_id.id))
+    epochs = jpype.JClass("java.util.HashMap")()
+    for epoch, offset in meta.segment_leader_epochs.items():
+        epochs.put(jpype.JInt(epoch), jpype.JLong(offset))
+    return jpype.JClass(pkg + "RemoteLogSegmentMetadata")(
+        seg_id,
+        meta.start_offset,
+        meta.end_offset,
+        meta.max_timestamp_ms,
+        meta.broker_id,
+        meta.event_timestamp_ms,
+        meta.segment_size_in_bytes,
+        epochs,
+    )
 
 
 class InMemoryIndexManager:

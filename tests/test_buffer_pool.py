@@ -376,6 +376,94 @@ def test_memory_tier_shares_buffers_and_gives_them_back(segment_factory: Any, ma
     assert _all_back(m)
 
 
+@pytest.fixture(params=["zstd+aes", "plain"])
+def recycling(request: Any, segment_factory: Any, key_pairs: Any, make_manager: Any) -> tuple[Any, Any, bytes]:
+    """A manager with its own heap pool (no region) and a memory tier of two chunks: a whole-segment read
+    evicts nearly every chunk it decodes, so the same few buffers go round and round."""
+    seg = segment_factory(target_bytes=300_000, seed=33)
+    encrypted = request.param == "zstd+aes"
+    m = make_manager(
+        encryption_configs(key_pairs) if encrypted else {},
+        chunk_size=CHUNK,
+        compression_enabled=encrypted,
+        fetch_readahead_chunks=2,
+        transform_thread_pool_size=2,
+        fetch_chunk_cache_size=2 * CHUNK,
+        fetch_chunk_cache_prefetch_max_size=0,
+    )
+    meta = seg.to_metadata(TIP)
+    m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    return m, meta, seg.log.read_bytes()
+
+
+def test_evicted_buffer_is_not_reused_while_a_stream_still_reads_it(recycling: Any) -> None:
+    """Stream A holds chunk 0's buffer (shared with the memory tier); stream B then reads the whole segment,
+    which evicts chunk 0 and recycles every other buffer. A's buffer must stay A's: B never gets it and its
+    bytes do not change. Once A lets go, it goes back to the pool and is used again."""
+    m, meta, original = recycling
+    pool = m.chunk_buffers
+    chunks = -(-len(original) // CHUNK)
+    a = m.fetch_log_segment(meta, 0)
+    held = a.next_piece()
+    assert held is not None and bytes(held.view) == original[: held.length]
+    seen_by_b: list[Any] = []
+    with m.fetch_log_segment(meta, 0) as b:
+        got = bytearray()
+        while (piece := b.next_piece()) is not None:
+            seen_by_b.append(piece.buffer)
+            got += piece.view
+    assert bytes(got) == original
+    assert m.chunk_cache.wait_idle()
+    assert m.chunk_cache.stats()["cache-eviction-total"] >= chunks - 2  # chunk 0 among them
+    assert not held.buffer.shared  # the tier let go of chunk 0: A is its only holder
+    assert all(buf is not held.buffer for buf in seen_by_b[1:])  # B's own chunk 0 came from the tier, before eviction
+    assert bytes(held.view) == original[: held.length]  # untouched while A holds it
+    # recycled, not allocated per chunk: the tier's two, the read-ahead window and the one A holds, with slack
+    assert pool.allocated <= 2 + 2 + 1 + 3 < chunks
+    a.close()
+    assert held.buffer in pool._idle  # A was its last holder: back to the pool now
+    with m.fetch_log_segment(meta, CHUNK) as c:
+        assert c.read() == original[CHUNK:]
+    assert pool.allocated <= 2 + 2 + 1 + 3
+
+
+def test_concurrent_readers_never_see_a_buffer_change_under_them(recycling: Any) -> None:
+    """Four threads read random ranges of the segment piece by piece through a tier that evicts constantly.
+    Each piece is checked twice, the second time after other threads had the chance to recycle buffers: a
+    buffer reused while its reader still held it would show another chunk's bytes."""
+    import random
+
+    m, meta, original = recycling
+    errors: list[str] = []
+
+    def reader(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(25):
+            start = rnd.randrange(len(original))
+            pos = start
+            with m.fetch_log_segment(meta, start) as f:
+                for _ in range(rnd.randint(1, 6)):
+                    piece = f.next_piece(rnd.choice([-1, 1000, CHUNK // 2]))
+                    if piece is None:
+                        break
+                    want = original[pos : pos + piece.length]
+                    if bytes(piece.view) != want:
+                        errors.append(f"wrong bytes at {pos}")
+                    threading.Event().wait(rnd.random() / 500)  # let the others evict and recycle
+                    if bytes(piece.view) != want:
+                        errors.append(f"bytes at {pos} changed while the stream held them")
+                    pos += piece.length
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:5]
+    assert m.chunk_cache.stats()["cache-eviction-total"] > 20  # the tier really was recycling
+    assert m.chunk_buffers.allocated <= 2 + 4 * (2 + 1) + 4  # the tier, each reader's window and current chunk
+
+
 def test_reading_on_after_a_failed_chunk_never_returns_another_chunks_bytes(
     segment_factory: Any, make_manager: Any
 ) -> None:
@@ -456,10 +544,11 @@ def test_any_range_via_next_piece_equals_the_original(shared_copy: Any, data: st
 DATA = os.urandom(3000) + b"kafka " * 5000
 
 
-@pytest.mark.parametrize("encrypted", [False, True])
-def test_detransform_into_round_trip_writes_only_the_target(encrypted: bool) -> None:
+@pytest.mark.parametrize("compressed, encrypted", [(True, False), (True, True), (False, True)])
+def test_detransform_into_round_trip_writes_only_the_target(compressed: bool, encrypted: bool) -> None:
+    """zstd and AES-GCM write straight into the target (AES alone too: decrypted where the chunk will live)."""
     cipher = ChunkCipher(DataKeyAndAad.generate()) if encrypted else None
-    t = ChunkTransformer(True, cipher=cipher)
+    t = ChunkTransformer(compressed, cipher=cipher)
     stored = t.transform(DATA)
     backing = bytearray(b"\xee" * (len(DATA) + 20))
     t.detransform_into(stored, memoryview(backing)[10 : 10 + len(DATA)], "chunk 0")

@@ -45,6 +45,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for data in ("grafana-dashboard.json", "prometheus-alerts.yml", "prometheus-alerts.test.yml"):
         assert f"rsm/metrics/monitoring/{data}" in names  # the dashboard and alert rules ship as package data
     assert wheels[0].name.startswith(f"kafka_tiered_storage-{__version__}-")
+    # the Spark reader's compiled record walk, built by the optional extension (a compiler is on this machine)
+    assert [n for n in names if n.startswith("rsm/kafka/_recordwalk") and n.endswith(".so")], names
     venv.create(work / "venv", with_pip=True, clear=True)
     bin_dir = work / "venv" / "bin"
     r = subprocess.run(
@@ -68,6 +70,9 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     assert f"Implementation-Version: {__version__}" in manifest
     r = subprocess.run([str(installed / "kts"), "--version"], capture_output=True, text=True)
     assert r.stdout.strip() == f"kts {__version__}"
+    probe_walk = "import rsm.kafka.columnar as c; print(c.COMPILED_WALK, c.RecordBuilder.__module__)"
+    r = subprocess.run([str(installed / "python"), "-c", probe_walk], capture_output=True, text=True, cwd=tmp_path)
+    assert r.stdout.split() == ["True", "rsm.kafka._recordwalk"], r.stderr
 
     # Load the shim by reflection the way a broker does: the plugin folder in its own class loader, Kafka's API
     # (our signature-exact stubs) from the parent.
@@ -155,6 +160,7 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tm
     assert any(n.endswith("PythonRemoteStorageManager.java") for n in names)
     assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran javac too
     assert f"{root}/rsm/cli/java/DemoBroker.java" in names
+    assert f"{root}/rsm/kafka/_recordwalk.c" in names
     # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
     unpacked = tmp_path / "unpacked"
     with tarfile.open(sdist) as tar:
@@ -165,3 +171,4 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tm
     wheel = next((tmp_path / "dist").glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names and "rsm/cli/java/DemoBroker.java" in names
+    assert [n for n in names if n.startswith("rsm/kafka/_recordwalk") and n.endswith(".so")], names

@@ -57,29 +57,6 @@ def shim(cfg: dict[str, str]) -> Any:
     return rsm
 
 
-def java_meta(meta: Any) -> Any:
-    pkg = "org.apache.kafka.server.log.remote.storage."
-    uuid = jpype.JClass("org.apache.kafka.common.Uuid")
-    tip = meta.topic_id_partition
-    jtip = jpype.JClass("org.apache.kafka.common.TopicIdPartition")(
-        uuid.fromString(tip.topic_id), tip.partition, tip.topic
-    )
-    seg_id = jpype.JClass(pkg + "RemoteLogSegmentId")(jtip, uuid.fromString(meta.remote_log_segment_id.id))
-    epochs = jpype.JClass("java.util.HashMap")()
-    for epoch, offset in meta.segment_leader_epochs.items():
-        epochs.put(jpype.JInt(epoch), jpype.JLong(offset))
-    return jpype.JClass(pkg + "RemoteLogSegmentMetadata")(
-        seg_id,
-        meta.start_offset,
-        meta.end_offset,
-        meta.max_timestamp_ms,
-        meta.broker_id,
-        meta.event_timestamp_ms,
-        meta.segment_size_in_bytes,
-        epochs,
-    )
-
-
 def java_data(seg: jt.SpecSegment) -> Any:
     paths = jpype.JClass("java.nio.file.Paths")
     optional = jpype.JClass("java.util.Optional")
@@ -109,9 +86,9 @@ def our_beans() -> list[str]:
 
 def exercise(rsm: Any, segments: list[jt.SpecSegment]) -> None:
     for seg in segments:
-        rsm.copyLogSegmentData(java_meta(seg.meta), java_data(seg))
+        rsm.copyLogSegmentData(jt.java_meta(seg.meta), java_data(seg))
     for _ in range(2):  # the second read of chunk 0 is a cache hit
-        stream = rsm.fetchLogSegment(java_meta(segments[0].meta), 0, 99)
+        stream = rsm.fetchLogSegment(jt.java_meta(segments[0].meta), 0, 99)
         try:
             assert len(bytes(stream.readAllBytes())) == 100
         finally:

@@ -325,7 +325,7 @@ def test_timestamps_bound_offsets_per_partition_as_kafkas_offsets_for_times(
     # A pushed filter on `timestamp` still selects rows by their own timestamps.
     reader = TieredReader({**config, "topic": "clock", "partitions": "0"})
     pushed = pushed_bounds([GreaterThanOrEqual(("timestamp",), _dt(t + 100))])
-    kept = [o for _, cols in reader.columns(pushed) for o in cols.offsets]
+    kept = [o for _, cols in reader.columns(pushed) for o in cols.to_columns().offsets]
     assert kept == [*range(10, 15), *range(20, 30)]
 
     df = _read(spark, config, topic="clock", startingTimestamp=str(t + 100), endingTimestamp=str(t + 200))
@@ -457,7 +457,8 @@ def _dt(ms: int) -> Any:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def _cols_rows(cols: Any) -> Iterator[dict[str, Any]]:
+def _cols_rows(out: Any) -> Iterator[dict[str, Any]]:
+    cols = out.to_columns()
     for i in range(len(cols)):
         yield {"offset": cols.offsets[i], "value": cols.values[i]}
 
@@ -874,3 +875,34 @@ def test_standalone_cluster_reads_from_s3_in_separate_executors(s3_store: Store,
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(tmp_path / "work", ignore_errors=True)
+
+
+_FREEZE_PROBE = textwrap.dedent(
+    """
+    import gc, json, sys
+    from pyspark.sql.types import LongType, StructField, StructType
+    from rsm.spark.datasource import KafkaTieredDataSource
+    reader = KafkaTieredDataSource(json.loads(sys.argv[1])).reader(StructType([StructField("offset", LongType())]))
+    pieces = reader.partitions()
+    before = gc.get_freeze_count()
+    first = sum(batch.num_rows for batch in reader.read(pieces[0]))
+    frozen = gc.get_freeze_count()
+    made_since = [[i] for i in range(5000)]  # new containers: a later task must leave them to the collector
+    second = sum(batch.num_rows for batch in reader.read(pieces[0]))
+    print(json.dumps([before, first, frozen, second, gc.get_freeze_count()]))
+    """
+)
+
+
+def test_a_worker_freezes_its_long_lived_objects_once(fs_store: Store) -> None:
+    # A reused PySpark worker runs gc.collect() after every task; the reader freezes what the worker holds after
+    # its first task's imports (rsm.spark.datasource._freeze_worker_heap) so those collections skip it, and only
+    # once: objects of later tasks stay collectable.
+    config, _ = fs_store
+    options = json.dumps({**config, "topic": "orders"})
+    r = subprocess.run([sys.executable, "-c", _FREEZE_PROBE, options], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    before, first, frozen, second, after = json.loads(r.stdout)
+    assert before == 0 and frozen > 10_000  # pyspark, pyarrow and rsm: tens of thousands of objects
+    assert first == second > 0
+    assert after == frozen

@@ -12,13 +12,15 @@ import json
 from datetime import UTC, datetime
 
 import click
-from rich.table import Table
 
-from rsm.cli.progress import stdout
-from rsm.cli.segments import parse_scope, resolve_segment, select_segments
+from rsm.cli.columns import Columns
+from rsm.cli.progress import progress_bar
+from rsm.cli.segments import iter_selected, parse_scope, resolve_segment
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
+from rsm.core.manifest_reader import SegmentFailure, read_summaries
+from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
 
@@ -46,46 +48,64 @@ def _key_id(manifest: SegmentManifest) -> str:
 @config_options
 @click.argument("scope", required=False)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per segment instead of a table")
-def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_json: bool) -> int:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="manifests read at once",
+)
+def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_json: bool, workers: int) -> int:
     """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id.
 
-    Reads manifests only: no private key is needed. A scope with nothing tiered is an error (exit 1)."""
+    Reads manifests only (--workers at once): no private key is needed. A scope with nothing tiered is an error
+    (exit 1); so is a manifest that cannot be read (named on stderr; the other rows still print)."""
     wanted = parse_scope(scope)
     with open_manager(config, sets, keys=False) as manager:
-        catalog = manager.catalog()
-        table = Table("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id")
-        for seg in select_segments(manager, wanted):
-            manifest, meta = catalog.metadata(seg)
-            stored = manifest.chunk_index.transformed_file_size
-            row = {
-                "topic": seg.topic,
-                "partition": seg.partition,
-                "start_offset": meta.start_offset,
-                "end_offset": meta.end_offset,
-                "max_timestamp": iso_time(meta.max_timestamp_ms),
-                "max_timestamp_ms": meta.max_timestamp_ms,
-                "size": meta.segment_size_in_bytes,
-                "stored": stored,
-                "codec": _codec(manifest),
-                "key_id": _key_id(manifest),
-                "segment_id": seg.segment_id,
-            }
-            if as_json:
-                click.echo(json.dumps(row))
-            else:
-                table.add_row(
-                    seg.topic,
-                    str(seg.partition),
-                    f"{meta.start_offset}-{meta.end_offset}",
-                    _shown(row["max_timestamp"]),
-                    f"{meta.segment_size_in_bytes:,}",
-                    f"{stored:,}",
-                    row["codec"],
-                    row["key_id"],
-                )
-        if not as_json:
-            stdout.print(table)
-    return 0
+        columns = Columns(
+            ("topic", "part", "offsets", "max timestamp", "size", "stored", "codec", "key id"),
+            click.echo,
+            right=frozenset({1, 4, 5}),
+        )
+        segments = iter_selected(manager, wanted)  # manifests are read while later pages are still listed
+        failures: list[SegmentFailure] = []
+        with progress_bar("reading manifests") as advance:
+            for got in read_summaries(manager, segments, workers):
+                advance(got.segment.describe())
+                if isinstance(got, SegmentFailure):
+                    failures.append(got)
+                    continue
+                seg = got.segment
+                row = {
+                    "topic": seg.topic,
+                    "partition": seg.partition,
+                    "start_offset": got.start_offset,
+                    "end_offset": got.end_offset,
+                    "max_timestamp": iso_time(got.max_timestamp_ms),
+                    "max_timestamp_ms": got.max_timestamp_ms,
+                    "size": got.segment_size_in_bytes,
+                    "stored": got.stored_size,
+                    "codec": "zstd" if got.compression else "none",
+                    "key_id": got.key_pair_id or "-",
+                    "segment_id": seg.segment_id,
+                }
+                if as_json:
+                    click.echo(json.dumps(row))
+                else:
+                    columns.add(
+                        seg.topic,
+                        str(seg.partition),
+                        f"{got.start_offset}-{got.end_offset}",
+                        _shown(row["max_timestamp"]),
+                        f"{got.segment_size_in_bytes:,}",
+                        f"{got.stored_size:,}",
+                        row["codec"],
+                        row["key_id"],
+                    )
+        columns.close()
+    for failure in failures:
+        click.echo(f"FAILED {failure.describe()}", err=True)
+    return 1 if failures else 0
 
 
 @click.command("inspect")

@@ -43,7 +43,8 @@ def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delet
     Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
     grace = parse_duration(older_than)
     with open_manager(config, sets, keys=False, disk_cache=True) as manager:
-        items = find_garbage(manager, grace)
+        with progress_bar("listing objects") as listed:
+            items = find_garbage(manager, grace, on_listed=listed)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
         for item in items:
             size = "" if item.size is None else f"{item.size:,}"

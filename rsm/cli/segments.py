@@ -9,6 +9,7 @@ a success: ``kts verify nosuch`` (a typo) reporting "0 damaged objects" would be
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import click
@@ -99,6 +100,17 @@ def select_segments(manager: RemoteStorageManager, scope: Scope) -> list[TieredS
     if not found:
         raise _nothing(manager, scope)
     return found
+
+
+def iter_selected(manager: RemoteStorageManager, scope: Scope) -> Iterator[TieredSegment]:
+    """``select_segments``, lazily: a caller reads the first segments' manifests while later listing pages still
+    arrive (``SegmentCatalog.iter_segments``). Raises ``NothingMatched`` at the end if nothing was in scope."""
+    empty = True
+    for seg in manager.catalog().iter_segments(scope.topic, scope.partition):
+        empty = False
+        yield seg
+    if empty:
+        raise _nothing(manager, scope)
 
 
 def resolve_segment(manager: RemoteStorageManager, name: str) -> TieredSegment:

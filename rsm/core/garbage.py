@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import PendingUpload, StorageBackendException
 from rsm.core.object_keys import Suffix
+from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
 from rsm.errors import RemoteStorageException
 
 if TYPE_CHECKING:
@@ -73,8 +74,14 @@ def _main_path(key: str) -> tuple[str, str] | None:
     return None
 
 
-def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> list[GarbageItem]:
+def find_garbage(
+    manager: RemoteStorageManager,
+    older_than_seconds: float,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    on_listed: Callable[[str], None] | None = None,
+) -> list[GarbageItem]:
     """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
+    ``on_listed`` is called with each listed object's key (progress: a store of 10,000 segments lists 30,000).
 
     The grace period must exceed the longest copy (the backend's upload timeout is a good floor): a copy in
     progress owns objects without a manifest and an open upload, and those must not be listed.
@@ -90,6 +97,8 @@ def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> li
         if capabilities.details is not None:
             by_segment: dict[str, list[tuple[str, int, float]]] = {}
             for info in capabilities.details.list_details(prefix):
+                if on_listed is not None:
+                    on_listed(info.key)
                 parsed = _main_path(info.key)
                 if parsed is not None:
                     by_segment.setdefault(parsed[0], []).append((parsed[1], info.size, info.modified))
@@ -103,59 +112,82 @@ def find_garbage(manager: RemoteStorageManager, older_than_seconds: float) -> li
             for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
-        items.extend(_stale_cache_entries(manager))
+        items.extend(_stale_cache_entries(manager, concurrency))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
 
 
-def _stale_cache_entries(manager: RemoteStorageManager) -> list[GarbageItem]:
+def _stale_cache_entries(manager: RemoteStorageManager, concurrency: int) -> list[GarbageItem]:
+    """Cached segments whose manifest is gone: one listing per cached segment, ``concurrency`` at a time."""
     cache = manager.chunk_cache
     if cache is None or cache.disk is None:
         return []
     backend = manager.backend
-    return [
-        GarbageItem(CACHE_ENTRY, manifest, 0.0)
-        for manifest in sorted(cache.disk.segment_keys())
-        if not any(k == manifest for k in backend.list(manifest))
-    ]
+    stale: list[GarbageItem] = []
+    for outcome in ordered_map(
+        lambda manifest: any(k == manifest for k in backend.list(manifest)),
+        sorted(cache.disk.segment_keys()),
+        concurrency,
+        "kts-gc-cache",
+    ):
+        if outcome.error is not None:
+            raise outcome.error
+        if not outcome.result:
+            stale.append(GarbageItem(CACHE_ENTRY, outcome.item, 0.0))
+    return stale
 
 
 def delete_garbage(
     manager: RemoteStorageManager,
     items: Iterable[GarbageItem],
     progress: Callable[[GarbageItem], None] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> GarbageReport:
-    """Remove ``items`` (from ``find_garbage``), one by one; ``progress`` is called after each item is handled.
+    """Remove ``items`` (from ``find_garbage``), ``concurrency`` at a time; ``progress`` is called (in the caller's
+    thread, in the items' order) after each item is handled.
 
     An orphan object whose manifest has appeared since it was listed (a slow copy completed) is skipped, not
     deleted. A failure on one item is recorded and the others still go.
     """
-    backend = manager.backend
-    pending_uploads = manager.backend_capabilities.pending_uploads
     report = GarbageReport()
-    for item in items:
-        try:
-            if item.kind == CACHE_ENTRY:
-                if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
-                    manager.chunk_cache.forget_segment(item.key)
+    for outcome in ordered_map(lambda item: _remove(manager, item), items, concurrency, "kts-gc-delete"):
+        item = outcome.item
+        if isinstance(outcome.error, StorageBackendException):
+            report.failed.append((item, str(outcome.error)))
+        elif outcome.error is not None:
+            raise outcome.error
+        else:
+            assert outcome.result is not None
+            state, why = outcome.result
+            if state == _DELETED:
                 report.deleted.append(item)
-            elif item.upload is not None:
-                if pending_uploads is None:
-                    report.failed.append((item, f"{backend} cannot abort uploads"))
-                else:
-                    pending_uploads.abort_pending_upload(item.upload)
-                    report.deleted.append(item)
             else:
-                parsed = _main_path(item.key)
-                manifest = None if parsed is None else parsed[0] + f".{Suffix.MANIFEST.value}"
-                if manifest is not None and any(k == manifest for k in backend.list(manifest)):
-                    report.skipped.append((item, "its segment's manifest exists now (the copy completed)"))
-                else:
-                    backend.delete(item.key)
-                    report.deleted.append(item)
-        except StorageBackendException as e:
-            report.failed.append((item, str(e)))
+                (report.skipped if state == _SKIPPED else report.failed).append((item, why))
         if progress is not None:
             progress(item)
     return report
+
+
+_DELETED, _SKIPPED, _FAILED = "deleted", "skipped", "failed"
+
+
+def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]:
+    """Remove one item; returns what became of it (``_DELETED``, ``_SKIPPED`` or ``_FAILED``) and why."""
+    backend = manager.backend
+    if item.kind == CACHE_ENTRY:
+        if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
+            manager.chunk_cache.forget_segment(item.key)
+        return _DELETED, ""
+    if item.upload is not None:
+        pending_uploads = manager.backend_capabilities.pending_uploads
+        if pending_uploads is None:
+            return _FAILED, f"{backend} cannot abort uploads"
+        pending_uploads.abort_pending_upload(item.upload)
+        return _DELETED, ""
+    parsed = _main_path(item.key)
+    manifest = None if parsed is None else parsed[0] + f".{Suffix.MANIFEST.value}"
+    if manifest is not None and any(k == manifest for k in backend.list(manifest)):
+        return _SKIPPED, "its segment's manifest exists now (the copy completed)"
+    backend.delete(item.key)
+    return _DELETED, ""

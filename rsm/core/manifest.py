@@ -13,7 +13,7 @@ import binascii
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from chunking.chunk_index import MAX_FILE_SIZE, ChunkIndex, ChunkIndexError, json_int
 from rsm.errors import CorruptDataException
@@ -22,6 +22,20 @@ from rsm.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata
 # A manifest is a few KiB (a variable index of the largest allowed chunk count stays well under this); anything
 # bigger is refused before it is parsed.
 MAX_MANIFEST_SIZE = 32 * 1024 * 1024
+READ_PIECE = 64 * 1024
+"""Manifests are read in pieces of this size: ``read(MAX_MANIFEST_SIZE + 1)`` at once may allocate the whole
+32 MiB bound up front (a file object sizes its buffer by the request), for every manifest a pool has in flight."""
+
+
+def read_bounded(f: BinaryIO) -> bytes:
+    """A manifest object's bytes, stopping once past ``MAX_MANIFEST_SIZE`` (the parser then refuses it by size)."""
+    parts: list[bytes] = []
+    total = 0
+    while total <= MAX_MANIFEST_SIZE and (piece := f.read(READ_PIECE)):
+        parts.append(piece)
+        total += len(piece)
+    return b"".join(parts)
+
 
 INDEX_JSON_NAMES: dict[IndexType, str] = {
     IndexType.OFFSET: "offset",

@@ -110,7 +110,7 @@ class ManifestStore:
 
     def catalog(self) -> SegmentCatalog:
         """The tiered segments under ``key.prefix``."""
-        return SegmentCatalog(self.backend, self.config["key.prefix"])
+        return SegmentCatalog(self.backend, self.config["key.prefix"], self.show)
 
     def partition_segments(self, tip: TopicIdPartition) -> list[TieredSegment]:
         return self.catalog().partition_segments(tip)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from backends.base import InvalidRange, KeyNotFound, RangeReader, StorageBackendException
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
@@ -46,6 +46,30 @@ ChunkKey = tuple[str, int]
 MAX_RUN_CHUNKS = 1024
 """At most this many chunks in one coalesced GET, whatever the chunk size: the run's bookkeeping (a future per
 chunk) stays small even for a manifest of a million tiny chunks."""
+
+
+STORED_BUFFER_BYTES = 16 * 1024 * 1024
+"""Pooled buffers for the stored bytes of coalesced GETs are at most this big (the default
+``fetch.coalesce.max.bytes``); a larger GET gets memory of its own, as every GET did before the pool."""
+
+STORED_BUFFERS_IDLE = 2
+"""Idle stored-bytes buffers kept for the next GETs: a fresh 16 MiB buffer costs 4,096 page faults. Only GETs of
+at least a quarter of a buffer use them, so a buffer in use is at least a quarter full."""
+
+
+class _RunBytes:
+    """The stored bytes one coalesced GET brought, shared by the chunks of its run.
+
+    ``users`` counts who may still read them: each chunk's settling, plus every reader that took a chunk from the
+    GET to decode it itself. The last one gives ``buffer`` back to the stored-bytes pool; nobody may read a view of
+    it afterwards, which is why a reader counts itself in (under the cache's lock, while the chunk is still in
+    flight, so the bytes are certainly alive) before it waits for the GET. Changed under the cache's lock only."""
+
+    __slots__ = ("buffer", "users")
+
+    def __init__(self, users: int) -> None:
+        self.buffer: ChunkBuffer | None = None
+        self.users = users
 
 
 def _retain(buf: ChunkBuffer) -> None:
@@ -114,11 +138,18 @@ class ChunkCache:
         # of the configured tier, whatever ``max_cached_bytes`` says: as it was when the sidecar lowered the
         # tier's capacity after the cache was built.)
         self.decode_ahead_bytes = memory_bytes // 4
+        # A tier too small for one of our buffers keeps nothing: decoding ahead of a reader into it is pure waste
+        # (with ``fetch.chunk.cache.size=0`` every prefetched chunk was decoded twice).
+        self._tier_holds_chunks = capacity >= buffers.buffer_size
+        # What coalesced GETs read into: recycled, like the decoded chunks, instead of a fresh buffer per GET.
+        self.stored_buffers = ChunkBufferPool(
+            min(STORED_BUFFER_BYTES, max(coalesce_bytes, 1)), max_idle=STORED_BUFFERS_IDLE
+        )
         self.background = background
         self.get_timeout_s = get_timeout_s
         self.rate_limiter = rate_limiter
         self._lock = threading.Lock()
-        self._fetching: dict[ChunkKey, Future[memoryview]] = {}
+        self._fetching: dict[ChunkKey, tuple[Future[memoryview], _RunBytes]] = {}
         # Chunks of a GET in flight that a reader already took to decode itself: their background decode would
         # be a second one (the reader's copy may even be evicted by then). Emptied as each chunk settles.
         self._taken: set[ChunkKey] = set()
@@ -200,18 +231,24 @@ class ChunkCache:
         key = (src.cache_id, chunk.id)
         if chunk.original_size > self.buffers.buffer_size:
             return False  # bigger than our chunks (a foreign manifest): never allocated ahead of a reader
+        if self.disk is None and not self._tier_holds_chunks:
+            return False  # nowhere to keep it: a chunk decoded now would be thrown away at once
         if self.memory.contains(key) or self.memory.in_flight(key) or self._is_fetching(key):
             return False
         if self.disk is not None and self.disk.contains(src.cache_id, chunk.id):
             return False
-        stored, _ = self._stored(src, chunk, horizon, background)
-        self._decode_in_background(src, chunk, stored, prefetched=True)
+        stored, _, run_bytes = self._stored(src, chunk, horizon, background)
+        try:
+            if self._tier_holds_chunks:  # else the GET's settling put it in the disk tier, still encoded
+                self._decode_in_background(src, chunk, stored, prefetched=True)
+        finally:
+            self._let_go(run_bytes)
         return True
 
     def _load_into(
         self, src: SegmentSource, chunk: Chunk, horizon: int, out: memoryview, planned: Callable[[], None]
     ) -> None:
-        stored, from_disk = self._stored(src, chunk, horizon, background=False, planned=planned)
+        stored, from_disk, run_bytes = self._stored(src, chunk, horizon, background=False, planned=planned)
         try:
             self._decode(src, chunk, stored, out)
         except CorruptDataException:
@@ -220,8 +257,13 @@ class ChunkCache:
             # A bad disk entry (bit rot, a torn write): drop it and read the chunk from the object store.
             assert self.disk is not None
             self.disk.drop(src.cache_id, chunk.id)
-            stored, _ = self._stored(src, chunk, chunk.id, background=False, use_disk=False)
-            self._decode(src, chunk, stored, out)
+            stored, _, again = self._stored(src, chunk, chunk.id, background=False, use_disk=False)
+            try:
+                self._decode(src, chunk, stored, out)
+            finally:
+                self._let_go(again)
+        finally:
+            self._let_go(run_bytes)
 
     def _decode(self, src: SegmentSource, chunk: Chunk, stored: bytes | memoryview, out: memoryview) -> None:
         what = src.what(chunk)
@@ -240,7 +282,9 @@ class ChunkCache:
         except (ChunkingError, DecryptionError) as e:
             self._count_integrity_failure()
             raise CorruptDataException(f"{e}; the stored chunk is corrupt (run kts verify)") from None
-        if src.chunk_crcs is not None and crc32c(view) != src.chunk_crcs[chunk.id]:
+        # The GCM tag already authenticated an encrypted chunk, and zstd checked its frame size: a CRC-32C pass
+        # over the decoded bytes would add nothing but another read of 4 MiB per chunk (about 6% of the decode).
+        if src.chunk_crcs is not None and src.transformer.cipher is None and crc32c(view) != src.chunk_crcs[chunk.id]:
             self._count_integrity_failure()
             raise CorruptDataException(
                 f"{what}: CRC-32C mismatch (expected {src.chunk_crcs[chunk.id]:#010x}); the stored chunk is "
@@ -272,39 +316,76 @@ class ChunkCache:
         background: bool,
         use_disk: bool = True,
         planned: Callable[[], None] = lambda: None,
-    ) -> tuple[bytes | memoryview, bool]:
+    ) -> tuple[bytes | memoryview, bool, _RunBytes | None]:
+        """The chunk's stored bytes, whether they came from the disk tier, and the GET's bytes they lie in (the
+        caller passes that to ``_let_go`` once it has decoded them; None for bytes of their own)."""
         key = (src.cache_id, chunk.id)
         # In flight first, then disk: a chunk leaves ``_fetching`` only after it is on disk, so in this order
         # a chunk whose GET just finished is found in one place or the other.
-        with self._lock:
-            pending = self._fetching.get(key)
-            if pending is not None:
-                self._taken.add(key)
+        pending = self._join_in_flight(key)
         if pending is not None:
             planned()
-            return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
+            return self._wait_in_flight(src, chunk, pending)
         if use_disk and self.disk is not None and self.disk.contains(src.cache_id, chunk.id):
             planned()  # the next chunk may plan now: reading this one from disk starts no GET
             stored = self.disk.get(src.cache_id, chunk.id)
             if stored is not None:
                 with self._lock:
                     self.disk_hits += 1
-                return stored, True
+                return stored, True, None
         run = self._plan_run(src, chunk, horizon) if use_disk else [chunk]
         with self._lock:
-            pending = self._fetching.get(key)
-            if pending is not None:
-                self._taken.add(key)
-            else:
+            pending = self._join_in_flight_locked(key)
+            if pending is None:
                 run = [c for c in itertools.takewhile(lambda c: (src.cache_id, c.id) not in self._fetching, run)]
                 futures: dict[int, Future[memoryview]] = {c.id: Future() for c in run}
+                run_bytes = _RunBytes(len(run) + 1)  # each chunk's settling, and this reader
                 for c in run:
-                    self._fetching[(src.cache_id, c.id)] = futures[c.id]
+                    self._fetching[(src.cache_id, c.id)] = (futures[c.id], run_bytes)
         planned()
         if pending is not None:
-            return wait_for(pending, self.get_timeout_s, src.what(chunk)), False
-        self._fetch_run(src, run, futures, background)
-        return futures[chunk.id].result(), False
+            return self._wait_in_flight(src, chunk, pending)
+        self._fetch_run(src, run, futures, run_bytes, background)
+        return futures[chunk.id].result(), False, run_bytes
+
+    def _join_in_flight(self, key: ChunkKey) -> tuple[Future[memoryview], _RunBytes] | None:
+        with self._lock:
+            return self._join_in_flight_locked(key)
+
+    def _join_in_flight_locked(self, key: ChunkKey) -> tuple[Future[memoryview], _RunBytes] | None:
+        """The GET in flight that brings ``key``, with the caller counted among its readers; None when there is
+        none. The caller holds the lock: the chunk is not settled yet, so the GET's bytes are still alive."""
+        entry = self._fetching.get(key)
+        if entry is not None:
+            self._taken.add(key)
+            entry[1].users += 1
+        return entry
+
+    def _wait_in_flight(
+        self, src: SegmentSource, chunk: Chunk, entry: tuple[Future[memoryview], _RunBytes]
+    ) -> tuple[memoryview, bool, _RunBytes]:
+        try:
+            return wait_for(entry[0], self.get_timeout_s, src.what(chunk)), False, entry[1]
+        except BaseException:
+            self._let_go(entry[1])
+            raise
+
+    def _let_go(self, run_bytes: _RunBytes | None, settled: ChunkKey | None = None) -> None:
+        """One reader of a GET's bytes is done with them; the last one recycles the buffer. ``settled``: the
+        chunk whose settling this is leaves ``_fetching`` in the same step, so ``wait_idle`` never sees a GET
+        finished whose buffer is not back yet."""
+        if run_bytes is None:
+            return
+        with self._lock:
+            if settled is not None:
+                self._fetching.pop(settled, None)
+                self._taken.discard(settled)
+            run_bytes.users -= 1
+            buf = run_bytes.buffer if run_bytes.users == 0 else None
+            if buf is not None:
+                run_bytes.buffer = None
+        if buf is not None:
+            buf.release()
 
     def _plan_run(self, src: SegmentSource, first: Chunk, horizon: int) -> list[Chunk]:
         """``first`` and the chunks after it that are nowhere yet, up to the horizon and the coalescing size."""
@@ -331,14 +412,19 @@ class ChunkCache:
         return run
 
     def _fetch_run(
-        self, src: SegmentSource, run: list[Chunk], futures: dict[int, Future[memoryview]], background: bool
+        self,
+        src: SegmentSource,
+        run: list[Chunk],
+        futures: dict[int, Future[memoryview]],
+        run_bytes: _RunBytes,
+        background: bool,
     ) -> None:
         """One GET for the run. Waiters get their bytes at once; writing the disk tier and decoding the chunks
         nobody asked for yet happen on the background pool, each chunk leaving ``_fetching`` only once it is
         settled (on disk, or claimed in the memory tier), so no reader can miss it in between."""
         start, end = run[0].transformed_position, run[-1].transformed_end
         try:
-            blob = memoryview(self._get(src, run[0], start, end, background))
+            blob = self._get(src, run[0], start, end, background, run_bytes)
         except BaseException as e:
             with self._lock:
                 for c in run:
@@ -351,14 +437,17 @@ class ChunkCache:
             futures[c.id].set_result(blob[c.transformed_position - start : c.transformed_end - start])
         ahead = 0
         for i, c in enumerate(run):
-            decode = i > 0 and ahead + c.original_size <= self.decode_ahead_bytes
+            decode = self._tier_holds_chunks and i > 0 and ahead + c.original_size <= self.decode_ahead_bytes
             ahead += c.original_size if decode else 0
+            if not decode and self.disk is None:  # nothing to do but mark it settled: no thread hand-off for that
+                self._settle(src, c, futures[c.id].result(), False, run_bytes)
+                continue
             try:
-                self.background.submit(self._settle, src, c, futures[c.id].result(), decode)
+                self.background.submit(self._settle, src, c, futures[c.id].result(), decode, run_bytes)
             except RuntimeError:  # the plugin is closing
-                self._settle(src, c, futures[c.id].result(), False)
+                self._settle(src, c, futures[c.id].result(), False, run_bytes)
 
-    def _settle(self, src: SegmentSource, chunk: Chunk, stored: memoryview, decode: bool) -> None:
+    def _settle(self, src: SegmentSource, chunk: Chunk, stored: memoryview, decode: bool, run_bytes: _RunBytes) -> None:
         key = (src.cache_id, chunk.id)
         try:
             with self._lock:
@@ -370,13 +459,16 @@ class ChunkCache:
         except Exception:  # noqa: BLE001 - a cache write is an optimisation: the reader reads the store again
             pass
         finally:
-            with self._lock:
-                self._fetching.pop(key, None)
-                self._taken.discard(key)
+            self._let_go(run_bytes, settled=key)
 
-    def _get(self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool) -> bytearray:
+    def _get(
+        self, src: SegmentSource, first: Chunk, start: int, end: int, background: bool, run_bytes: _RunBytes
+    ) -> memoryview:
+        """Bytes ``[start, end)`` of the segment's ``.log``: into a pooled buffer, which ``run_bytes`` then holds,
+        when they fill at least a quarter of one (a small GET must not pin a big buffer while its chunks settle;
+        its memory comes cheaply from the heap anyway), else into memory of their own."""
         if end == start:
-            return bytearray()
+            return memoryview(b"")
         if self.rate_limiter is not None:
             self.rate_limiter.acquire(end - start, background=background)
         with self._lock:
@@ -386,19 +478,35 @@ class ChunkCache:
                 self.coalesced_gets += 1
                 self.coalesced_bytes += end - start
         what = src.what(first)
+        pooled = self.stored_buffers.buffer_size // 4 <= end - start <= self.stored_buffers.buffer_size
+        buf = self.stored_buffers.take(end - start) if pooled else None
         try:
-            return self.ranges.read(src.log_key, start, end - 1)
-        except KeyNotFound:
+            if buf is None:
+                return memoryview(self.ranges.read(src.log_key, start, end - 1))
+            self.ranges.read_into(src.log_key, start, end - 1, buf.view)
+        except BaseException as e:
+            if buf is not None:
+                buf.release()  # nobody saw these bytes
+            self._raise_get_failure(e, what)
+        with self._lock:
+            run_bytes.buffer = buf
+        return buf.view
+
+    @staticmethod
+    def _raise_get_failure(error: BaseException, what: str) -> NoReturn:
+        """A failed ranged read of the ``.log``, as the plugin's public family of exceptions."""
+        if isinstance(error, KeyNotFound):
             raise RemoteStorageException(
                 f"{what}: the .log object is missing although the manifest exists (deleted or partially removed "
                 f"segment)"
             ) from None
-        except InvalidRange as e:
+        if isinstance(error, InvalidRange):
             raise CorruptDataException(
-                f"{what}: the .log object is shorter than its manifest says (truncated object): {e}"
+                f"{what}: the .log object is shorter than its manifest says (truncated object): {error}"
             ) from None
-        except StorageBackendException as e:
-            raise RemoteStorageException(f"cannot read {what}: {e}") from e
+        if isinstance(error, StorageBackendException):
+            raise RemoteStorageException(f"cannot read {what}: {error}") from error
+        raise error
 
     def _decode_in_background(
         self, src: SegmentSource, chunk: Chunk, stored: bytes | memoryview, prefetched: bool

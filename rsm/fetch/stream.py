@@ -3,7 +3,7 @@
 The broker opens a stream at a batch position, reads until it has ``max.partition.fetch.bytes`` and closes
 it, so the stream must cost only what is read. It decodes chunks on the shared thread pool at most
 ``readahead`` chunks ahead of the reader, hands out the requested byte range only, and cancels what is
-pending when closed. Every chunk is verified (GCM tag, zstd frame size, CRC-32C) before a byte of it is
+pending when closed. Every chunk is verified (GCM tag, else CRC-32C; zstd frame size) before a byte of it is
 returned.
 
 Chunks are decoded into pooled ``ChunkBuffer`` objects; the stream owns each one from

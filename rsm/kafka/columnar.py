@@ -2,17 +2,27 @@
 
 Why not :func:`rsm.kafka.records.decode_records`: it builds one frozen ``Record`` per record, which is what
 tests want but costs several Python objects per row. An analytical reader (Spark, the bare reader API) wants
-column lists it can hand to Arrow in one call, and it wants to skip work early: batches outside the offset or
+columns it can hand to Arrow in one call, and it wants to skip work early: batches outside the offset or
 time bounds are dropped on their header without CRC or decompression, aborted transactional batches on their
 producer id, and headers are jumped over unless asked for.
 
-Records of a v2 batch are parsed by aiokafka's compiled (Cython) batch reader when it is importable: decoding
-record fields one by one in Python is what bounded the bare reader to ~0.2 M records/s, the C loop does several
-millions. Only the record walk is handed over; header checks, CRC-32C, control and aborted batches and
-decompression (with our ``max_decompressed`` cap, which aiokafka's own decompression lacks) stay here, and the
-C reader is given an uncompressed copy of the batch, and only when a cheap scan shows it will frame every record
-as Kafka does (:func:`_native_reads_alike`). Without aiokafka the pure-Python walk below (fields decoded
-inline with a fast path for one- and two-byte varints) does the same job, slower.
+Three record walks read the records of a v2 batch, fastest first:
+
+- the compiled walk (``rsm/kafka/_recordwalk.c``, built with the package): from the decompressed records
+  straight into Arrow column buffers (:class:`RecordBuffers`), which pyarrow wraps without a copy. Walking in
+  Python, building a Python object per field and copying them again into Arrow cost more than twice the
+  decompression of a zstd batch; this walk costs a fraction of it. It is the Python walk's exact twin (same
+  rows kept, same batches refused), and a reader asks for it with ``new_columns(arrow=True)``;
+- aiokafka's compiled (Cython) walk, into :class:`Columns` lists, when aiokafka is importable: handed an
+  uncompressed copy of the batch, and only when a cheap scan shows it frames every record as Kafka does
+  (:func:`_native_reads_alike`);
+- the pure-Python walk below (fields decoded inline with a fast path for one- and two-byte varints), the
+  reference the other two are tested against.
+
+Header checks, CRC-32C, control and aborted batches and decompression (with our ``max_decompressed`` cap) stay
+here whichever walk runs. Without the compiled module (a platform where the package was installed without a C
+compiler) the decoder falls back to the list walks, which give the same rows, slower; one DEBUG line on this
+module's logger says so.
 
 Magic 2 batches and legacy magic 0/1 message sets are both read; an entry in either format is framed by
 ``offset int64, length int32``, so one walker serves both.
@@ -20,39 +30,67 @@ Magic 2 batches and legacy magic 0/1 message sets are both read; an entry in eit
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from rsm.kafka.compression import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    CompressionType,
+    DecompressionLimitExceeded,
+    decompress,
+)
+from rsm.kafka.errors import CorruptRecordBatch, TruncatedBatch
+from rsm.kafka.legacy import decode_legacy_entry
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
-    CompressionType,
-    CorruptRecordBatch,
-    DecompressionLimitExceeded,
-    TruncatedBatch,
-    decode_legacy_entry,
-    decode_varint,
-    decode_varlong,
-    decompress,
+    BatchHeader,
     parse_batch_header,
     verify_crc,
 )
+from rsm.kafka.varint import decode_varint, decode_varlong
 
-try:  # the compiled record walker; optional (the ``spark`` extra installs it)
+try:  # our compiled walk into Arrow buffers; built with the package (an optional extension in setup.py)
+    from rsm.kafka._recordwalk import RecordBuilder
+except ImportError:  # pragma: no cover - exercised in a subprocess that hides the module (test_columnar_walk)
+    RecordBuilder = None  # type: ignore[assignment,misc]
+
+try:  # aiokafka's compiled record walker; optional (the ``spark`` extra installs it)
     from aiokafka.record._crecords.default_records import DefaultRecordBatch as _NativeBatch
 except ImportError:  # pragma: no cover - exercised only where aiokafka is absent
     _NativeBatch = None
 
-__all__ = ["NATIVE_RECORDS", "Columns", "LogBatchDecoder", "ReadBounds", "iter_log_entries"]
+__all__ = [
+    "COMPILED_WALK",
+    "NATIVE_RECORDS",
+    "Columns",
+    "LogBatchDecoder",
+    "ReadBounds",
+    "RecordBuffers",
+    "iter_log_entries",
+]
+
+log = logging.getLogger(__name__)
+
+COMPILED_WALK: bool = RecordBuilder is not None
+"""Whether v2 records can be walked into Arrow buffers by the compiled module (``new_columns(arrow=True)``)."""
 
 NATIVE_RECORDS: bool = _NativeBatch is not None
-"""Whether v2 records are parsed by aiokafka's compiled reader (else by the pure-Python walk)."""
+"""Whether v2 records read into lists are parsed by aiokafka's compiled reader (else by the pure-Python walk)."""
+
+if not COMPILED_WALK:  # pragma: no cover - see above
+    log.debug(
+        "rsm.kafka._recordwalk is not built (the package was installed without a C compiler): v2 records are read "
+        "by %s into Python lists, several times slower; reinstall with a compiler for the compiled walk",
+        "aiokafka's walk" if NATIVE_RECORDS else "the pure-Python walk",
+    )
 
 _PREFIX = struct.Struct(">qi")
 _NO_LIMIT = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
 _INT32 = 1 << 31
 _ATTRIBUTES_AT = 21  # int16 attributes of a v2 batch; its low 3 bits are the codec
 # Zero bytes kept after the end the C reader is told about. Its header-key and header-value varints are read
@@ -68,7 +106,8 @@ class Columns:
     """Decoded records as parallel lists; ``headers`` stays ``None`` unless headers were asked for.
 
     ``keys`` or ``values`` stay empty when the decoder was told they are not wanted (``keys=False``); the
-    other lists always hold every row.
+    other lists always hold every row. ``nbytes`` bounds the key, value and header bytes held from above (the
+    size of the records the rows came from), so a reader can cut its batches by weight without summing lists.
     """
 
     offsets: list[int] = field(default_factory=list)
@@ -77,6 +116,7 @@ class Columns:
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
     headers: list[list[tuple[str, bytes | None]]] | None = None
+    nbytes: int = field(default=0, compare=False)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -84,6 +124,98 @@ class Columns:
     def value_bytes(self) -> int:
         """Bytes of keys and values held (a measure of how much a batch of rows weighs)."""
         return sum(len(k) for k in self.keys if k is not None) + sum(len(v) for v in self.values if v is not None)
+
+    @property
+    def has_headers(self) -> bool:
+        return self.headers is not None
+
+    def to_columns(self) -> Columns:
+        """These lists (:class:`RecordBuffers` has the same method)."""
+        return self
+
+    def truncate(self, rows: int) -> None:
+        """Drop the rows after the first ``rows`` (those of a batch found damaged half-way)."""
+        for column in (self.offsets, self.timestamps, self.timestamp_types, self.keys, self.values, self.headers):
+            if column is not None:
+                del column[rows:]
+
+
+def _binary_list(part: tuple[object, object, object, int] | None, rows: int) -> list[bytes | None]:
+    """A variable-width column of :meth:`RecordBuffers.parts` as bytes and ``None``."""
+    if part is None:
+        return []
+    validity, offsets, data = (None if b is None else memoryview(b) for b in part[:3])  # type: ignore[arg-type]
+    ends = offsets.cast("i")  # type: ignore[union-attr]
+    raw = bytes(data)  # type: ignore[arg-type]
+    out: list[bytes | None] = []
+    for i in range(rows):
+        if validity is not None and not validity[i >> 3] >> (i & 7) & 1:
+            out.append(None)
+        else:
+            out.append(raw[ends[i] : ends[i + 1]])
+    return out
+
+
+class RecordBuffers:
+    """Rows kept by the compiled walk, held as Arrow column buffers (``rsm/kafka/_recordwalk.c``).
+
+    The decoder appends to it; :meth:`parts` hands the buffers over (pyarrow wraps them without a copy, see
+    :func:`rsm.spark.reader.to_record_batch`) and seals it: it takes no more rows, and later calls see the same
+    parts. :meth:`to_columns` gives the rows as :class:`Columns` lists, for a quick look and for tests.
+    """
+
+    __slots__ = ("builder", "_parts")
+
+    def __init__(self, *, keys: bool = True, values: bool = True, headers: bool = False) -> None:
+        if RecordBuilder is None:
+            raise RuntimeError("rsm.kafka._recordwalk is not built: use Columns (new_columns(arrow=False))")
+        self.builder: RecordBuilder | None = RecordBuilder(keys, values, headers)
+        self._parts: dict[str, object] | None = None
+
+    def __len__(self) -> int:
+        return len(self.builder) if self.builder is not None else self._parts["rows"]  # type: ignore[index]
+
+    def __repr__(self) -> str:
+        return f"RecordBuffers({len(self)} rows{'' if self.builder is not None else ', sealed'})"
+
+    @property
+    def has_headers(self) -> bool:
+        """Whether headers are built."""
+        return self.builder.headers if self.builder is not None else self._parts["headers"] is not None  # type: ignore[index]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of keys, values and headers held."""
+        return self.builder.nbytes if self.builder is not None else 0
+
+    def parts(self) -> dict[str, object]:
+        """The column buffers (see ``RecordBuilder.take``): ``rows``, ``offset``, ``timestamp`` (ms),
+        ``timestampType``, ``key``, ``value`` and ``headers``. Seals the buffers."""
+        if self._parts is None:
+            self._parts = self.builder.take()  # type: ignore[union-attr]
+            self.builder = None
+        return self._parts
+
+    def to_columns(self) -> Columns:
+        parts = self._parts if self._parts is not None else self.builder.copy()  # type: ignore[union-attr]
+        rows: int = parts["rows"]  # type: ignore[assignment]
+        cols = Columns(
+            offsets=memoryview(parts["offset"]).cast("q").tolist(),  # type: ignore[arg-type]
+            timestamps=memoryview(parts["timestamp"]).cast("q").tolist(),  # type: ignore[arg-type]
+            timestamp_types=memoryview(parts["timestampType"]).cast("i").tolist(),  # type: ignore[arg-type]
+            keys=_binary_list(parts["key"], rows),  # type: ignore[arg-type]
+            values=_binary_list(parts["value"], rows),  # type: ignore[arg-type]
+        )
+        if parts["headers"] is not None:
+            lists, names, values, count = parts["headers"]  # type: ignore[misc]
+            name_list = [b.decode("utf-8") for b in _binary_list(names, count)]  # type: ignore[union-attr]
+            value_list = _binary_list(values, count)
+            starts = memoryview(lists).cast("i")
+            cols.headers = [
+                list(zip(name_list[starts[i] : starts[i + 1]], value_list[starts[i] : starts[i + 1]], strict=True))
+                for i in range(rows)
+            ]
+        return cols
 
 
 @dataclass(frozen=True)
@@ -184,11 +316,16 @@ def _native_reads_alike(payload: bytes, pos: int, end: int, count: int) -> bool:
 class LogBatchDecoder:
     """Turns whole entries into rows within ``bounds``; read_committed when ``aborted`` is given.
 
+    Rows go to the output the caller makes with :meth:`new_columns`: :class:`RecordBuffers` filled by the
+    compiled walk (``arrow=True``, when built), else :class:`Columns` lists. Offsets and timestamps are int64,
+    as Kafka's are: bounds beyond int64 are clamped, an offset beyond it is outside every bound, and a kept
+    record whose timestamp leaves int64 is damage (every walk agrees).
+
     ``aborted`` maps producer id to ``(first_offset, last_offset)`` spans of its aborted transactions (the
     transaction index): a transactional batch of that producer inside a span is dropped, and control batches
-    are always dropped. With ``fail_on_corruption=False`` a damaged batch is skipped instead of raising: it is
-    kept in ``skipped`` (its error: position and reason; ``skipped_batches`` counts them), so the caller can
-    report every skipped batch as it happens rather than only a total at the end.
+    are always dropped. With ``fail_on_corruption=False`` a damaged batch is skipped instead of raising, none of
+    its rows kept: it is kept in ``skipped`` (its error: position and reason; ``skipped_batches`` counts them),
+    so the caller can report every skipped batch as it happens rather than only a total at the end.
     """
 
     def __init__(
@@ -209,8 +346,20 @@ class LogBatchDecoder:
         # for it, and nothing for Arrow to copy. The Python walks still decode the field to frame the record.
         self.keys = keys
         self.values = values
-        # ``native=False`` forces the pure-Python walk (the reference the compiled path is tested against).
+        # ``native=False`` forces the pure-Python walk (the reference the compiled walks are tested against).
         self.native = native and NATIVE_RECORDS
+        self.compiled = native and COMPILED_WALK
+        # The bounds the record walks apply to rows, within int64 (``bounds`` itself decides on whole batches).
+        lo, hi = max(bounds.first_offset, _INT64_MIN), min(bounds.last_offset, _NO_LIMIT)
+        if lo > hi:
+            lo, hi = _NO_LIMIT, _INT64_MIN  # nothing representable is kept
+        ts_lo, ts_hi = bounds.min_timestamp, bounds.end_timestamp
+        self._row_bounds = (
+            lo,
+            hi,
+            None if ts_lo is None else min(max(ts_lo, _INT64_MIN), _NO_LIMIT),
+            None if ts_hi is None else min(max(ts_hi, _INT64_MIN), _NO_LIMIT),
+        )
         self.include_headers = include_headers
         self.aborted = aborted
         self.verify = verify_crc
@@ -226,29 +375,35 @@ class LogBatchDecoder:
     def skipped_batches(self) -> int:
         return len(self.skipped)
 
-    def new_columns(self) -> Columns:
+    def new_columns(self, arrow: bool = False) -> Columns | RecordBuffers:
+        """An empty output: for Arrow (``arrow=True``) the compiled walk's buffers when it is built, else lists."""
+        if arrow and self.compiled:
+            return RecordBuffers(keys=self.keys, values=self.values, headers=self.include_headers)
         return Columns(headers=[] if self.include_headers else None)
 
     def _is_aborted(self, producer_id: int, base_offset: int) -> bool:
         spans = self.aborted.get(producer_id) if self.aborted else None
         return bool(spans) and any(first <= base_offset <= last for first, last in spans)  # type: ignore[union-attr]
 
-    def feed(self, position: int, entry: bytes, out: Columns) -> bool:
+    def feed(self, position: int, entry: bytes, out: Columns | RecordBuffers) -> bool:
         """Append the kept rows of one entry to ``out``; ``False`` once past ``last_offset`` (stop reading)."""
+        rows = len(out)
         try:
             return self._feed(position, entry, out)
         except CorruptRecordBatch as exc:
-            return self._damaged(exc)
+            return self._damaged(exc, out, rows)
         except (ValueError, IndexError, UnicodeDecodeError) as exc:
-            return self._damaged(CorruptRecordBatch(f"malformed records: {exc}", position))
+            return self._damaged(CorruptRecordBatch(f"malformed records: {exc}", position), out, rows)
 
-    def _damaged(self, exc: CorruptRecordBatch) -> bool:
+    def _damaged(self, exc: CorruptRecordBatch, out: Columns | RecordBuffers, rows: int) -> bool:
         if self.fail_on_corruption:
             raise exc
+        if isinstance(out, Columns):  # the Python walk appends as it goes; the compiled one has rolled back
+            out.truncate(rows)
         self.skipped.append(exc)
         return True
 
-    def _feed(self, position: int, entry: bytes, out: Columns) -> bool:
+    def _feed(self, position: int, entry: bytes, out: Columns | RecordBuffers) -> bool:
         magic = entry[16] if len(entry) > 16 else -1
         if magic in (0, 1):
             return self._feed_legacy(position, entry, out)
@@ -270,30 +425,50 @@ class LogBatchDecoder:
             self.aborted_batches += 1
             return True
         body = memoryview(entry)[BATCH_HEADER_SIZE : header.size]
+        if isinstance(out, RecordBuffers):
+            builder = out.builder
+            if builder is None:
+                raise RuntimeError("these RecordBuffers were handed over to Arrow: start new ones")
+            records = self._inflate_batch(header, body, position) if header.compression else body
+            builder.walk(
+                records,
+                header.records_count,
+                header.base_offset,
+                header.base_timestamp,
+                header.max_timestamp if header.timestamp_type == 1 else None,
+                self._row_bounds,
+            )
+            return True
         if (
             self.native
             and not header.compression
             and _native_reads_alike(entry, BATCH_HEADER_SIZE, header.size, header.records_count)
         ):
             self._append_v2_native(entry, body, header, out, position)  # one copy, no decompress() copy
+            out.nbytes += len(body)
             return True
-        try:
-            payload = self.inflate(header.compression, body)
-        except DecompressionLimitExceeded as exc:
-            raise CorruptRecordBatch(str(exc), position) from None
-        except Exception as exc:  # codec libraries raise assorted types
-            raise CorruptRecordBatch(f"cannot decompress {header.compression_name} records: {exc}", position) from None
+        payload = self._inflate_batch(header, body, position)
+        out.nbytes += len(payload)
         if self.native and _native_reads_alike(payload, 0, len(payload), header.records_count):
             self._append_v2_native(entry, payload, header, out, position)
         else:
             self._append_v2(payload, header.records_count, header, out)
         return True
 
+    def _inflate_batch(self, header: BatchHeader, body: memoryview, position: int) -> bytes:
+        """The batch's records section, uncompressed; any failure is damage of this batch."""
+        try:
+            return self.inflate(header.compression, body)
+        except DecompressionLimitExceeded as exc:
+            raise CorruptRecordBatch(str(exc), position) from None
+        except Exception as exc:  # codec libraries raise assorted types
+            raise CorruptRecordBatch(f"cannot decompress {header.compression_name} records: {exc}", position) from None
+
     def inflate(self, codec: int, body: memoryview) -> bytes:
         """The records section of a compressed batch, inflated under ``max_decompressed``.
 
         zstd, the codec most producers pick, is inflated here with one decompression context per decoder, read
-        in :data:`_INFLATE_STEP` steps: :func:`rsm.kafka.records.decompress` makes a context per batch and asks
+        in :data:`_INFLATE_STEP` steps: :func:`rsm.kafka.compression.decompress` makes a context per batch and asks
         its stream for the whole cap at once, which allocated 64 MiB per batch and took 2.4x as long on producer
         batches of tens of KiB (the decoder's largest cost on zstd segments). Every other codec goes there.
         """
@@ -350,8 +525,7 @@ class LogBatchDecoder:
             if ts_type == 1
             else [r.timestamp for r in records]
         )
-        b = self.bounds
-        lo, hi, ts_lo, ts_hi = b.first_offset, b.last_offset, b.min_timestamp, b.end_timestamp
+        lo, hi, ts_lo, ts_hi = self._row_bounds
         if (
             low < lo
             or high > hi
@@ -377,10 +551,7 @@ class LogBatchDecoder:
             out.headers.extend([r.headers for r in records])
 
     def _append_v2(self, payload: bytes, count: int, header: object, out: Columns) -> None:
-        b = self.bounds
-        lo, hi = b.first_offset, b.last_offset
-        ts_lo = b.min_timestamp
-        ts_hi = b.end_timestamp
+        lo, hi, ts_lo, ts_hi = self._row_bounds
         base_off = header.base_offset  # type: ignore[attr-defined]
         base_ts = header.base_timestamp  # type: ignore[attr-defined]
         ts_type = header.timestamp_type  # type: ignore[attr-defined]
@@ -392,6 +563,7 @@ class LogBatchDecoder:
         hdrs = out.headers
         end = len(payload)
         pos = 0
+        first = len(tss)
         for _ in range(count):
             c = payload[pos]
             if c < 0x80:
@@ -474,6 +646,10 @@ class LogBatchDecoder:
             vals.append(value)
         if pos != end:
             raise ValueError(f"{end - pos} bytes left after {count} records")
+        if log_append_ts is None and len(tss) > first:
+            kept = tss[first:]
+            if min(kept) < _INT64_MIN or max(kept) > _NO_LIMIT:
+                raise ValueError("a timestamp does not fit in 64 bits")
 
     @staticmethod
     def _headers(payload: bytes, pos: int, rec_end: int, out: list[list[tuple[str, bytes | None]]]) -> int:
@@ -498,12 +674,19 @@ class LogBatchDecoder:
         out.append(items)
         return pos
 
-    def _feed_legacy(self, position: int, entry: bytes, out: Columns) -> bool:
+    def _feed_legacy(self, position: int, entry: bytes, out: Columns | RecordBuffers) -> bool:
         b = self.bounds
         self.batches += 1
         messages = decode_legacy_entry(
             entry, verify=self.verify, position=position, max_decompressed=self.max_decompressed
         )
+        if isinstance(out, RecordBuffers):
+            builder = out.builder
+            if builder is None:
+                raise RuntimeError("these RecordBuffers were handed over to Arrow: start new ones")
+            append = builder.append
+        else:
+            out.nbytes += len(entry)
         for m in messages:
             if m.offset > b.last_offset:
                 return False
@@ -512,6 +695,9 @@ class LogBatchDecoder:
             if b.min_timestamp is not None and m.timestamp < b.min_timestamp:
                 continue
             if b.end_timestamp is not None and m.timestamp >= b.end_timestamp:
+                continue
+            if isinstance(out, RecordBuffers):
+                append(m.offset, m.timestamp, m.timestamp_type, m.key, m.value)
                 continue
             out.offsets.append(m.offset)
             out.timestamps.append(m.timestamp)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.core.config import closest_name, known_key_names, unknown_keys
+from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.errors import RemoteStorageException
 
 __all__ = [
@@ -59,6 +60,7 @@ READER_KEYS = frozenset(
         "maxslicebytes",
         "maxbatchbytes",
         "rowsperbatch",
+        "planningconcurrency",
         "config.file",
         "path",
     }
@@ -109,6 +111,7 @@ _DISPLAY = {
         "maxSliceBytes",
         "maxBatchBytes",
         "rowsPerBatch",
+        "planningConcurrency",
     )
 }
 
@@ -327,6 +330,7 @@ class TieredReadOptions:
     max_slice_bytes: int = 64 << 20
     max_batch_bytes: int = 64 << 20
     rows_per_batch: int = 8192
+    planning_concurrency: int = DEFAULT_CONCURRENCY
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TieredReadOptions:
@@ -378,6 +382,7 @@ class TieredReadOptions:
             max_slice_bytes=_int(o, "maxslicebytes", 64 << 20, 1) or 64 << 20,
             max_batch_bytes=_int(o, "maxbatchbytes", 64 << 20, 1024) or 64 << 20,
             rows_per_batch=_int(o, "rowsperbatch", 8192, 1) or 8192,
+            planning_concurrency=_int(o, "planningconcurrency", DEFAULT_CONCURRENCY, 1) or DEFAULT_CONCURRENCY,
         )
 
     def matches_topic(self, topic: str) -> bool:

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain, takewhile
+from typing import Protocol, TypeVar
 
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
+from rsm.core.manifest_reader import SegmentFailure, SegmentSummary, raise_failures, read_summaries
+from rsm.core.parallel import ordered_map
 from rsm.errors import CorruptDataException
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_producer_snapshot, decode_txn_index
 from rsm.kafka.records import CorruptRecordBatch
-from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+from rsm.metadata import IndexType, TopicIdPartition
 from rsm.spark.options import TieredReadOptions
 
 __all__ = ["PushedBounds", "SegmentSlice", "plan_slices", "resolve_overlaps"]
@@ -69,15 +73,25 @@ class SegmentSlice:
         return f"{self.segment.describe()}, bytes {self.start_position}..{end}"
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    segment: TieredSegment
-    meta: RemoteLogSegmentMetadata
+class _Ranked(Protocol):
+    """What ranking needs of a segment: a ``SegmentSummary`` or a ``RemoteLogSegmentMetadata``."""
 
     @property
-    def rank(self) -> tuple[int, int, str]:
-        epochs = self.meta.segment_leader_epochs
-        return (max(epochs) if epochs else -1, self.meta.event_timestamp_ms, self.segment.segment_id)
+    def start_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def event_timestamp_ms(self) -> int: ...
+    @property
+    def segment_leader_epochs(self) -> dict[int, int]: ...
+
+
+M = TypeVar("M", bound=_Ranked)
+
+
+def _rank(segment: TieredSegment, meta: _Ranked) -> tuple[int, int, str]:
+    epochs = meta.segment_leader_epochs
+    return (max(epochs) if epochs else -1, meta.event_timestamp_ms, segment.segment_id)
 
 
 def _subtract(lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -99,20 +113,18 @@ def _subtract(lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tuple[int,
     return free
 
 
-def resolve_overlaps(
-    candidates: Iterable[tuple[TieredSegment, RemoteLogSegmentMetadata]],
-) -> list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]]:
+def resolve_overlaps(candidates: Iterable[tuple[TieredSegment, M]]) -> list[tuple[TieredSegment, M, int, int]]:
     """``(segment, meta, first, last)`` ranges of one partition such that each offset appears once, taken
     from the segment with the highest leader epoch (then the latest event time) that holds it."""
-    ranked = sorted((_Candidate(s, m) for s, m in candidates), key=lambda c: c.rank, reverse=True)
+    ranked = sorted(candidates, key=lambda c: _rank(c[0], c[1]), reverse=True)
     taken: list[tuple[int, int]] = []
-    out: list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]] = []
-    for c in ranked:
-        if c.meta.end_offset < c.meta.start_offset:
+    out: list[tuple[TieredSegment, M, int, int]] = []
+    for segment, meta in ranked:
+        if meta.end_offset < meta.start_offset:
             continue  # an empty segment holds no offsets
-        for lo, hi in _subtract(c.meta.start_offset, c.meta.end_offset, taken):
-            out.append((c.segment, c.meta, lo, hi))
-        bisect.insort(taken, (c.meta.start_offset, c.meta.end_offset))
+        for lo, hi in _subtract(meta.start_offset, meta.end_offset, taken):
+            out.append((segment, meta, lo, hi))
+        bisect.insort(taken, (meta.start_offset, meta.end_offset))
         taken = _merge(taken)
     return sorted(out, key=lambda r: r[2])
 
@@ -127,53 +139,228 @@ def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _latest_topic_id(metas: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]) -> str:
+def _latest_topic_id(summaries: Iterable[SegmentSummary]) -> str:
     """A re-created topic has segments under several ids; the current one is the most recently tiered."""
     best: dict[str, int] = {}
-    for seg, meta in metas:
-        best[seg.topic_id] = max(best.get(seg.topic_id, -1), meta.event_timestamp_ms)
+    for s in summaries:
+        best[s.segment.topic_id] = max(best.get(s.segment.topic_id, -1), s.event_timestamp_ms)
     return max(best, key=lambda t: (best[t], t))
+
+
+LOOK_BEHIND = 2
+"""Segments starting below an offset bound that are read at once: in a partition without overlaps, the one
+holding the bound and the one before it, which ends before the bound and so closes the walk."""
+PROBE_GROWTH = 16
+"""How much further back each listing probe for segments below a lower bound starts than the previous one."""
+
+
+class _Selection:
+    """Which of one partition's segments have their manifests read, decided on the keys' start offsets.
+
+    Segments starting past the last wanted offset hold nothing wanted: never listed far nor read (unless
+    read_committed, where a later segment may hold the ABORT marker of a wanted record). Segments starting in the
+    wanted range are read. Below the first wanted offset the walk goes down from the nearest start and stops at the
+    first segment that ends before that offset: a partition's segments follow each other, so nothing earlier
+    reaches into the range, while a segment that overlaps its successors (an old leader's copy after a leader
+    change) is read and ranked. ``below`` may be only the nearest few segments; ``rest_below`` then lists all of
+    them, for the rare walk that goes further.
+    """
+
+    def __init__(
+        self,
+        first: int,
+        below: list[TieredSegment],
+        wanted: Iterable[TieredSegment],
+        rest_below: Callable[[], list[TieredSegment]] | None,
+    ) -> None:
+        self.first = first
+        self.below = below  # nearest first
+        self.rest_below = rest_below
+        self.taken_below = 0
+        self.pending: Iterable[TieredSegment] | None = wanted
+        self.read: list[SegmentSummary] = []
+        self.closed = not self.below and rest_below is None
+
+    def next_reads(self) -> Iterable[TieredSegment] | None:
+        """The segments to read in the next round, the wanted ones possibly still being listed (None: nothing is
+        left to read)."""
+        parts: list[Iterable[TieredSegment]] = []
+        if self.pending is not None:
+            parts.append(self.pending)
+            self.pending = None
+        if not self.closed:
+            if self.taken_below >= len(self.below) and self.rest_below is not None:
+                self.below, self.rest_below = self.rest_below(), None
+            round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
+            if round_below:
+                parts.append(round_below)
+            else:
+                self.closed = True
+        return chain.from_iterable(parts) if parts else None
+
+    def took(self, got: dict[TieredSegment, SegmentSummary]) -> None:
+        """Record a round's summaries; the walk below the bound closes at a segment ending before it."""
+        self.read.extend(got.values())
+        if self.closed:
+            return
+        round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
+        self.taken_below += len(round_below)
+        for seg in round_below:
+            summary = got.get(seg)
+            if summary is None or summary.end_offset < self.first:
+                self.closed = True  # a failed read closes it too: the plan fails on that failure anyway
+                return
+        if self.taken_below >= len(self.below) and self.rest_below is None:
+            self.closed = True
 
 
 class _Planner:
     def __init__(self, manager: RemoteStorageManager, opts: TieredReadOptions, pushed: PushedBounds) -> None:
         self.m = manager
+        self.catalog = manager.catalog()
         self.opts = opts
         self.pushed = pushed
+        self.concurrency = opts.planning_concurrency
+        self.failures: list[SegmentFailure] = []
+        self.tried = 0
 
-    def topics(self) -> list[str]:
-        catalog = self.m.catalog()
-        if self.opts.topic_pattern is not None:
-            return [t for t in catalog.topics() if self.opts.matches_topic(t)]
-        return list(self.opts.topics)
+    def _wanted_partition(self, partition: int) -> bool:
+        return (self.opts.partitions is None or partition in self.opts.partitions) and (
+            self.pushed.partitions is None or partition in self.pushed.partitions
+        )
+
+    def _topics(self) -> list[str] | None:
+        """The topics to read (None: only a full listing can tell, for a pattern on a backend without directory
+        listings)."""
+        if self.opts.topic_pattern is None:
+            return list(self.opts.topics)
+        tips = self.catalog.partitions()
+        if tips is None:
+            return None
+        return sorted({t.topic for t in tips if self.opts.matches_topic(t.topic)})
+
+    def _read(self, segments: Iterable[TieredSegment]) -> dict[TieredSegment, SegmentSummary]:
+        got: dict[TieredSegment, SegmentSummary] = {}
+        for summary in read_summaries(self.m, segments, self.concurrency):
+            self.tried += 1
+            if isinstance(summary, SegmentFailure):
+                self.failures.append(summary)
+            else:
+                got[summary.segment] = summary
+        return got
+
+    def _time_bound(self) -> bool:
+        """Whether the plan depends on segments' max timestamps (only their manifests have them)."""
+        return (
+            self.opts.starting_timestamp is not None
+            or self.opts.ending_timestamp is not None
+            or self.pushed.min_timestamp is not None
+        )
+
+    def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        first, last = self.opts.offset_range(topic, partition)
+        return max(first, self.pushed.first_offset), min(last, self.pushed.last_offset)
+
+    def summaries(self) -> dict[str, dict[int, list[SegmentSummary]]]:
+        """Topic -> partition -> the summaries planning needs (see :class:`_Selection`); every segment of a topic
+        when a time bound needs their max timestamps or the topic was re-created (several topic ids)."""
+        topics = self._topics()
+        if topics is None:
+            listed = [s for s in self.catalog.segments() if self.opts.matches_topic(s.topic)]
+            return {
+                t: self._topic_from_listing(t, [s for s in listed if s.topic == t]) for t in {s.topic for s in listed}
+            }
+        out: dict[str, dict[int, list[SegmentSummary]]] = {}
+        for topic in topics:
+            tips = self.catalog.partitions(topic)
+            if tips is None or self._time_bound() or len({t.topic_id for t in tips}) > 1:
+                out[topic] = self._topic_from_listing(topic, self.catalog.segments(topic))
+            else:
+                out[topic] = self._select(
+                    {t.partition: self._window(t) for t in tips if self._wanted_partition(t.partition)}
+                )
+        return out
+
+    def _topic_from_listing(self, topic: str, listed: list[TieredSegment]) -> dict[int, list[SegmentSummary]]:
+        """Planning from a listing of the whole topic (no directory listing, a time bound, several topic ids)."""
+        listed = [s for s in listed if self._wanted_partition(s.partition)]
+        if len({s.topic_id for s in listed}) > 1 or self._time_bound():
+            every = self._read(listed)
+            current = _latest_topic_id(every.values()) if every else None
+            by_partition: dict[int, list[SegmentSummary]] = defaultdict(list)
+            for s in every.values():
+                if s.segment.topic_id == current:
+                    by_partition[s.segment.partition].append(s)
+            return by_partition
+        groups: dict[int, list[TieredSegment]] = defaultdict(list)
+        for s in sorted(listed):
+            groups[s.partition].append(s)
+        selections = {}
+        for partition, segs in groups.items():
+            first, last = self._bounds(topic, partition)
+            to_end = self.opts.read_committed
+            below = [s for s in segs if s.start_offset < first][::-1]
+            wanted = [s for s in segs if s.start_offset >= first and (to_end or s.start_offset <= last)]
+            selections[partition] = _Selection(first, below, wanted, None)
+        return self._select(selections)
+
+    def _window(self, tip: TopicIdPartition) -> _Selection:
+        """A partition's selection from listings that start at or near the lower bound and stop past the upper one.
+
+        The wanted segments are listed from the lower bound on. The segments just below it are found by a probe
+        that starts as far below as ``LOOK_BEHIND + 1`` segments span at the wanted ones' spacing (or one range
+        width); one that finds fewer starts ``PROBE_GROWTH`` times further back, down to the partition's start."""
+        first, last = self._bounds(tip.topic, tip.partition)
+        listing = self.catalog.segments_from(tip, first)
+        if not self.opts.read_committed:  # past the upper bound, the listing goes no further
+            listing = takewhile(lambda s: s.start_offset <= last, listing)
+        if first <= 0:
+            # Nothing below to look at: the manifests are read while the listing's later pages still arrive.
+            return _Selection(first, [], listing, None)
+        wanted = list(listing)
+        if len(wanted) >= 2:
+            spacing = (wanted[-1].start_offset - wanted[0].start_offset) // (len(wanted) - 1)
+            reach = max(1, spacing) * (LOOK_BEHIND + 1)
+        else:
+            reach = max(1, min(last - first + 1, first))
+        while True:
+            start = max(0, first - reach)
+            below = list(takewhile(lambda s: s.start_offset < first, self.catalog.segments_from(tip, start)))
+            if len(below) >= LOOK_BEHIND or start == 0:
+                break
+            reach *= PROBE_GROWTH
+        rest = None if start == 0 else (lambda: self._all_below(tip, first))
+        return _Selection(first, below[::-1], wanted, rest)
+
+    def _all_below(self, tip: TopicIdPartition, first: int) -> list[TieredSegment]:
+        """Every segment of the partition starting below ``first``, nearest first (a walk that went far down)."""
+        return list(takewhile(lambda s: s.start_offset < first, self.catalog.segments_from(tip, 0)))[::-1]
+
+    def _select(self, selections: dict[int, _Selection]) -> dict[int, list[SegmentSummary]]:
+        """Read, round by round, what the partitions' selections ask for (all partitions at once)."""
+        while True:
+            rounds = {p: reads for p, sel in selections.items() if (reads := sel.next_reads()) is not None}
+            if not rounds:
+                break
+            by_partition: dict[int, dict[TieredSegment, SegmentSummary]] = defaultdict(dict)
+            for seg, summary in self._read(chain.from_iterable(rounds.values())).items():
+                by_partition[seg.partition][seg] = summary
+            for p in rounds:
+                selections[p].took(by_partition[p])
+        return {p: sel.read for p, sel in selections.items()}
 
     def slices(self) -> list[SegmentSlice]:
+        per_topic = self.summaries()
+        raise_failures(self.failures, self.tried)
         out: list[SegmentSlice] = []
-        catalog = self.m.catalog()
-        for topic in self.topics():
-            wanted = [
-                s
-                for s in catalog.segments(topic)
-                if (self.opts.partitions is None or s.partition in self.opts.partitions)
-                and (self.pushed.partitions is None or s.partition in self.pushed.partitions)
-            ]
-            if not wanted:
-                continue
-            metas = [(s, self.m.segment_metadata(s)) for s in wanted]
-            topic_id = _latest_topic_id(metas)
-            by_partition: dict[int, list[tuple[TieredSegment, RemoteLogSegmentMetadata]]] = defaultdict(list)
-            for seg, meta in metas:
-                if seg.topic_id == topic_id:
-                    by_partition[seg.partition].append((seg, meta))
+        for topic, by_partition in sorted(per_topic.items()):
             for partition in sorted(by_partition):
                 out.extend(self._partition(topic, partition, by_partition[partition]))
         return out
 
-    def _partition(
-        self, topic: str, partition: int, segs: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]
-    ) -> list[SegmentSlice]:
+    def _partition(self, topic: str, partition: int, segs: list[SegmentSummary]) -> list[SegmentSlice]:
         first, last = self.opts.offset_range(topic, partition)
-        ranges = resolve_overlaps(segs)
+        ranges = resolve_overlaps((s.segment, s) for s in segs)
         # startingTimestamp/endingTimestamp become offsets, as in Spark's Kafka source (and take precedence
         # over startingOffsets/endingOffsets there too); only pushed filters on `timestamp` filter rows.
         if self.opts.starting_timestamp is not None:
@@ -191,33 +378,56 @@ class _Planner:
         aborted: list[tuple[int, int, int]] = []
         if self.opts.read_committed and ranges:
             aborted = self._aborted(segs)
-            stable = self._last_stable_offset(ranges[-1][0])
+            stable = self._last_stable_offset(ranges[-1][1])
             if stable is not None:
                 last = min(last, stable - 1)  # undecided transactions: nothing from their first offset on
-        out: list[SegmentSlice] = []
-        for seg, meta, lo, hi in ranges:
+        wanted: list[tuple[SegmentSummary, int, int, tuple[tuple[int, int, int], ...]]] = []
+        for _seg, summary, lo, hi in ranges:
             lo, hi = max(lo, first), min(hi, last)
             if lo > hi:
                 continue  # outside the asked offsets: skipped on manifest metadata alone
-            if ts_lo is not None and 0 <= meta.max_timestamp_ms < ts_lo:
+            if ts_lo is not None and 0 <= summary.max_timestamp_ms < ts_lo:
                 continue  # every record is older than the lower time bound
             spans = tuple(a for a in aborted if a[2] >= lo and a[1] <= hi)
-            out.extend(self._cut(seg, meta, lo, hi, ts_lo, spans))
+            wanted.append((summary, lo, hi, spans))
+        return self._cut_all(wanted, ts_lo)
+
+    def _cut_all(
+        self, wanted: list[tuple[SegmentSummary, int, int, tuple[tuple[int, int, int], ...]]], ts_lo: int | None
+    ) -> list[SegmentSlice]:
+        """Every wanted range as slices; the ones that need a segment's indexes read them through the pool."""
+        out: list[SegmentSlice] = []
+        failures: list[SegmentFailure] = []
+        jobs = ordered_map(lambda w: self._cut(*w, ts_lo), wanted, self.concurrency, "kts-plan-indexes")
+        for outcome in jobs:
+            if outcome.error is not None:
+                failures.append(SegmentFailure(outcome.item[0].segment, outcome.error))
+            elif not failures:
+                assert outcome.result is not None
+                out.extend(outcome.result)
+        raise_failures(failures, len(wanted), "segments' indexes")
         return out
 
-    def _aborted(self, segs: list[tuple[TieredSegment, RemoteLogSegmentMetadata]]) -> list[tuple[int, int, int]]:
-        """Aborted transactions of the whole partition: a transaction's records and its ABORT marker may sit
-        in different segments, so each slice is checked against every tiered transaction index."""
+    def _aborted(self, segs: list[SegmentSummary]) -> list[tuple[int, int, int]]:
+        """Aborted transactions of the partition from the first wanted segment on: a transaction's records and its
+        ABORT marker may sit in different segments, so each slice is checked against every later transaction
+        index (a marker comes after its records, so no earlier index can name a wanted record)."""
+        with_txns = [s for s in segs if s.transaction_index_size]
+        failures: list[SegmentFailure] = []
         spans: list[tuple[int, int, int]] = []
-        for seg, _meta in segs:
-            entry = self.m.fetch_manifest(seg.metadata_stub()).segment_indexes.get(IndexType.TRANSACTION)
-            if entry is None or entry.size == 0:
-                continue
-            with self.m.fetch_index(seg.metadata_stub(), IndexType.TRANSACTION) as f:
-                spans.extend((t.producer_id, t.first_offset, t.last_offset) for t in decode_txn_index(f.read()))
+        for outcome in ordered_map(self._txn_spans, with_txns, self.concurrency, "kts-plan-txns"):
+            if outcome.error is not None:
+                failures.append(SegmentFailure(outcome.item.segment, outcome.error))
+            else:
+                spans.extend(outcome.result or ())
+        raise_failures(failures, len(with_txns), "transaction indexes")
         return spans
 
-    def _last_stable_offset(self, last_segment: TieredSegment) -> int | None:
+    def _txn_spans(self, summary: SegmentSummary) -> list[tuple[int, int, int]]:
+        with self.m.fetch_index(summary.segment.metadata_stub(), IndexType.TRANSACTION) as f:
+            return [(t.producer_id, t.first_offset, t.last_offset) for t in decode_txn_index(f.read())]
+
+    def _last_stable_offset(self, last_segment: SegmentSummary) -> int | None:
         """The first offset of the earliest transaction still open at the end of the tiered data, if any.
 
         A transaction whose COMMIT or ABORT marker is not tiered yet is undecided here, and a read_committed
@@ -225,17 +435,15 @@ class _Planner:
         so neither do we. The producer snapshot tiered with the partition's last segment is the producer state
         at its end: its ``currentTxnFirstOffset`` fields name exactly the transactions without a tiered marker.
         """
-        stub = last_segment.metadata_stub()
-        entry = self.m.fetch_manifest(stub).segment_indexes.get(IndexType.PRODUCER_SNAPSHOT)
-        if entry is None or entry.size == 0:
+        if not last_segment.producer_snapshot_size:
             return None  # no producer state tiered (KIP-405 requires it): no transaction is known to be open
-        with self.m.fetch_index(stub, IndexType.PRODUCER_SNAPSHOT) as f:
+        with self.m.fetch_index(last_segment.segment.metadata_stub(), IndexType.PRODUCER_SNAPSHOT) as f:
             firsts = [e.current_txn_first_offset for e in decode_producer_snapshot(f.read())]
         open_firsts = [o for o in firsts if o >= 0]
         return min(open_firsts) if open_firsts else None
 
     def _offset_for_time(
-        self, ranges: list[tuple[TieredSegment, RemoteLogSegmentMetadata, int, int]], timestamp: int
+        self, ranges: list[tuple[TieredSegment, SegmentSummary, int, int]], timestamp: int
     ) -> int | None:
         """Kafka's ``offsetsForTimes`` over the tiered data: the earliest offset whose timestamp is >= ``timestamp``.
 
@@ -243,8 +451,8 @@ class _Planner:
         manifest, and the first that may hold it is searched from its time index on (the scan reads only the
         chunks from there to the first match).
         """
-        for seg, meta, lo, hi in ranges:
-            if 0 <= meta.max_timestamp_ms < timestamp:
+        for seg, summary, lo, hi in ranges:
+            if 0 <= summary.max_timestamp_ms < timestamp:
                 continue
             found = self._first_offset_at(seg, lo, hi, timestamp)
             if found is not None:
@@ -285,16 +493,16 @@ class _Planner:
 
     def _cut(
         self,
-        seg: TieredSegment,
-        meta: RemoteLogSegmentMetadata,
+        summary: SegmentSummary,
         lo: int,
         hi: int,
-        ts_lo: int | None,
         spans: tuple[tuple[int, int, int], ...],
+        ts_lo: int | None,
     ) -> list[SegmentSlice]:
-        size = meta.segment_size_in_bytes
+        seg = summary.segment
+        size = summary.segment_size_in_bytes
         limit = self.opts.max_slice_bytes
-        needs_index = lo > meta.start_offset or ts_lo is not None or size > limit
+        needs_index = lo > summary.start_offset or ts_lo is not None or size > limit
         if not needs_index:
             return [SegmentSlice(seg, 0, None, lo, hi, spans)]
         index = self._offset_index(seg)
@@ -304,7 +512,7 @@ class _Planner:
                 # ts_lo - 1: an entry equal to the bound may follow older records that also equal it
                 ts_offset = TimeIndex.from_bytes(f.read(), seg.start_offset).lookup(ts_lo - 1).offset
             start = max(start, index.lookup(ts_offset).position)
-        if hi < meta.end_offset:
+        if hi < summary.end_offset:
             # Entries pair a batch's *last* offset with its start: the first entry past hi may still hold hi,
             # but every batch after it starts past hi, so the entry after that one bounds the read.
             nxt = bisect.bisect_right(index.entries, hi, key=lambda e: e.offset) + 1
@@ -313,7 +521,7 @@ class _Planner:
             stop = size
         if stop - start <= limit:
             return [SegmentSlice(seg, start, None if stop == size else stop, lo, hi, spans)]
-        chunk = self.m.fetch_manifest(seg.metadata_stub()).chunk_index.original_chunk_size
+        chunk = summary.chunk_size
         step = max(chunk, -(-limit // chunk) * chunk)  # whole chunks, so slices rarely share one
         positions = [e.position for e in index.entries]
         cuts = [start]
@@ -335,5 +543,9 @@ class _Planner:
 def plan_slices(
     manager: RemoteStorageManager, opts: TieredReadOptions, pushed: PushedBounds | None = None
 ) -> list[SegmentSlice]:
-    """The slices to read for ``opts`` (narrowed by pushed-down filters), in topic/partition/offset order."""
+    """The slices to read for ``opts`` (narrowed by pushed-down filters), in topic/partition/offset order.
+
+    Manifests are read ``opts.planning_concurrency`` at a time, and only those of segments that can hold wanted
+    offsets; a manifest or index that cannot be read fails the plan with one exception naming every such segment.
+    """
     return _Planner(manager, opts, pushed or PushedBounds()).slices()

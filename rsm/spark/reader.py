@@ -5,7 +5,9 @@ plain dicts for a quick look): "the records of orders/3 between these offsets" i
 ``TieredReader({...storage..., "topic": "orders"}).records(partition=3, first_offset=100, last_offset=199)``.
 
 A slice is read through ``RemoteStorageManager.fetch_log_segment`` from its start position, so only the chunks
-under it are fetched and decrypted, and decoded by :class:`rsm.kafka.columnar.LogBatchDecoder` into columns.
+under it are fetched and decrypted, and decoded by :class:`rsm.kafka.columnar.LogBatchDecoder` into columns: Arrow
+buffers written by the compiled record walk, which become record batches without a copy (lists where the
+compiled walk is not built).
 Damage is reported as :class:`rsm.errors.CorruptDataException` naming topic, partition, segment and byte
 position. One manager per process and configuration is kept (executors reuse Python workers across tasks).
 """
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import CorruptDataException
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds, RecordBuffers, iter_log_entries
 from rsm.kafka.records import CorruptRecordBatch
 from rsm.spark.options import TieredReadOptions
 from rsm.spark.planning import PushedBounds, SegmentSlice, plan_slices
@@ -45,6 +47,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: A batch of rows is handed on once its keys, values and headers weigh this much, whatever ``rowsPerBatch`` says:
+#: an Arrow binary column holds at most 2 GiB, and a batch of large values would otherwise hold that much memory.
+BATCH_BYTES = 128 << 20
 
 _MANAGERS: dict[str, RemoteStorageManager] = {}
 _MANAGERS_LOCK = threading.Lock()
@@ -125,9 +131,10 @@ def read_slice_columns(
     pushed: PushedBounds | None = None,
     stats: ReadStats | None = None,
     columns: Sequence[str] | None = None,
-) -> Iterator[Columns]:
-    """Columns of about ``opts.rows_per_batch`` rows each, for one slice (keys and values only when ``columns``,
-    the Kafka source's columns the caller will build, names them; default all)."""
+) -> Iterator[Columns | RecordBuffers]:
+    """Columns of about ``opts.rows_per_batch`` rows each (fewer when they weigh :data:`BATCH_BYTES`), for one
+    slice (keys and values only when ``columns``, the Kafka source's columns the caller will build, names them;
+    default all). They are Arrow buffers for :func:`to_record_batch` where the compiled walk is built."""
     pushed = pushed or PushedBounds()
     # startingTimestamp/endingTimestamp are already offsets in the slice (planning); only pushed filters on
     # `timestamp` select rows by their timestamps.
@@ -152,7 +159,7 @@ def read_slice_columns(
         values=columns is None or "value" in columns,
     )
     seg = piece.segment
-    out = decoder.new_columns()
+    out = decoder.new_columns(arrow=True)
     reported = 0
     try:
         with manager.fetch_log_segment(seg.metadata_stub(), piece.start_position) as f:
@@ -162,9 +169,9 @@ def read_slice_columns(
                     reported = _report_skipped(piece, decoder, reported, stats)
                 if not more:
                     break
-                if len(out) >= opts.rows_per_batch:
+                if len(out) >= opts.rows_per_batch or out.nbytes >= BATCH_BYTES:
                     yield out
-                    out = decoder.new_columns()
+                    out = decoder.new_columns(arrow=True)
     except CorruptRecordBatch as exc:
         raise CorruptDataException(
             f"{seg.topic}-{seg.partition}: corrupt record batch in segment {seg.segment_id} (start offset "
@@ -262,8 +269,54 @@ def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
     raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
 
 
+def _wrap(memory: object | None) -> pa.Buffer | None:
+    import pyarrow as pa
+
+    return None if memory is None else pa.py_buffer(memory)
+
+
+def _binary(part: tuple[object, object, object, int], rows: int, kind: pa.DataType) -> pa.Array:
+    """A binary or string column from the compiled walk's (validity, offsets, data, null count), without a copy."""
+    import pyarrow as pa
+
+    validity, offsets, data, nulls = part
+    return pa.Array.from_buffers(kind, rows, [_wrap(validity), _wrap(offsets), _wrap(data)], null_count=nulls)
+
+
+def _buffers_array(name: str, parts: dict[str, Any], topic: str, partition: int) -> pa.Array:
+    """One column of a batch from the compiled walk's buffers (:meth:`RecordBuffers.parts`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows: int = parts["rows"]
+    if name in ("key", "value"):
+        if parts[name] is None:
+            raise ValueError(f"{name!r} was not read: the decoder was told it is not wanted")
+        return _binary(parts[name], rows, pa.binary())
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, pa.string()), rows)
+    if name == "partition":
+        return pa.repeat(pa.scalar(partition, pa.int32()), rows)
+    if name == "offset":
+        return pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["offset"])])
+    if name == "timestamp":
+        millis = pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestamp"])])
+        return pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC"))
+    if name == "timestampType":
+        return pa.Array.from_buffers(pa.int32(), rows, [None, _wrap(parts["timestampType"])])
+    if name == HEADERS_COLUMN and parts["headers"] is not None:
+        lists, names, values, count = parts["headers"]
+        kind = arrow_field(HEADERS_COLUMN).type
+        entries = pa.StructArray.from_arrays(
+            [_binary(names, count, pa.string()), _binary(values, count, pa.binary())],
+            fields=list(kind.value_type),
+        )
+        return pa.Array.from_buffers(kind, rows, [None, _wrap(lists)], children=[entries])
+    raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
+
+
 def to_record_batch(
-    cols: Columns,
+    cols: Columns | RecordBuffers,
     topic: str,
     partition: int,
     columns: Sequence[str] | None = None,
@@ -273,13 +326,18 @@ def to_record_batch(
 
     ``names`` spells the columns as the caller's schema does (Spark compares the batch's schema with it exactly).
     Only the asked columns are built: a value column copies every value byte, so a read of keys alone is cheaper.
+    :class:`RecordBuffers` become the batch's buffers without a copy (and are sealed: they take no more rows).
     """
     import pyarrow as pa
 
     if columns is None:
-        columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if cols.headers is not None else KAFKA_COLUMNS
+        columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if cols.has_headers else KAFKA_COLUMNS
     wanted = tuple(columns)
-    arrays = [_array(c, cols, topic, partition) for c in wanted]
+    if isinstance(cols, RecordBuffers):
+        parts = cols.parts()
+        arrays = [_buffers_array(c, parts, topic, partition) for c in wanted]
+    else:
+        arrays = [_array(c, cols, topic, partition) for c in wanted]
     return pa.RecordBatch.from_arrays(arrays, schema=_schema(wanted, tuple(names) if names else wanted))
 
 
@@ -305,7 +363,9 @@ class TieredReader:
     def plan(self, pushed: PushedBounds | None = None) -> list[SegmentSlice]:
         return plan_slices(self.manager, self.options, pushed)
 
-    def columns(self, pushed: PushedBounds | None = None) -> Iterator[tuple[SegmentSlice, Columns]]:
+    def columns(self, pushed: PushedBounds | None = None) -> Iterator[tuple[SegmentSlice, Columns | RecordBuffers]]:
+        """Each slice's rows as the decoder holds them: Arrow buffers (:class:`RecordBuffers`) where the compiled
+        walk is built, else lists; ``to_columns()`` gives :class:`Columns` lists either way."""
         for piece in self.plan(pushed):
             for cols in read_slice_columns(self.manager, piece, self.options, pushed, self.stats):
                 self.stats.rows += len(cols)
@@ -325,7 +385,8 @@ class TieredReader:
             first_offset=first_offset,
             last_offset=last_offset,
         )
-        for piece, cols in self.columns(pushed):
+        for piece, out in self.columns(pushed):
+            cols = out.to_columns()
             headers = cols.headers
             for i in range(len(cols)):
                 row: dict[str, Any] = {
