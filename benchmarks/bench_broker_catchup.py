@@ -11,7 +11,11 @@ Needs a Kafka distribution: ``KAFKA_HOME`` (``../shared/tools/build-kafka-ref.sh
 the script says so and exits 0; it is not part of CI.
 
     KAFKA_HOME=~/refs/kafka python benchmarks/bench_broker_catchup.py [--mb 229] [--rounds 3]
-        [--transport sidecar|inprocess] [--cache memory|disk] [--only local|ours] [--pyspy FILE] [--plugin-time]
+        [--transport sidecar|inprocess ...] [--cache memory|disk] [--only local|ours] [--pyspy FILE] [--plugin-time]
+
+``--transport`` is repeatable: ``--only ours --transport sidecar --transport inprocess`` is the A/B of the two
+transports, alternated round by round in the same run, and prints the in-process/sidecar ratio of rate and of
+the CPU each spent per MB (broker JVM plus sidecar, which for the in-process transport is the broker alone).
 
 Besides the rate, each plugin's run reports the consumer's average fetch latency (what the remote read adds to
 every 1 MiB fetch), the CPU each process spent per MB read (broker JVM, our Python sidecar, the consumer), and
@@ -172,6 +176,12 @@ def _tree_cpu(root: int) -> dict[str, float]:
     return out
 
 
+def _pyspy() -> str:
+    """py-spy next to this interpreter (a venv's bin/) or on PATH."""
+    local = Path(sys.executable).parent / "py-spy"
+    return str(local) if local.exists() else "py-spy"
+
+
 def _sidecar_pid(root: int) -> int:
     return next(pid for pid, name, _ in _process_tree(root) if name == "sidecar")
 
@@ -196,6 +206,7 @@ def run_one(
     cache: str,
     pyspy: str | None = None,
     timed_jar: Path | None = None,
+    perf_out: str | None = None,
 ) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
     broker_port, controller_port = _free_ports(2)
@@ -256,12 +267,23 @@ def run_one(
         before = _tree_cpu(broker.pid)
         children_before = os.times()
         spy = None
-        if pyspy and kind != "local" and transport == "sidecar":
+        if pyspy and kind != "local":
+            # the in-process broker is the Python process that hosts the JVM: its embedded threads are sampled
+            target = _sidecar_pid(broker.pid) if transport == "sidecar" else broker.pid
             spy = subprocess.Popen(
-                ["py-spy", "record", "-p", str(_sidecar_pid(broker.pid)), "-o", pyspy, "--format", "raw"]
+                [_pyspy(), "record", "-p", str(target), "-o", f"{pyspy}.{transport}", "--format", "raw"]
                 + ["--rate", "250", "--threads", "--nonblocking"]
             )
             time.sleep(1)  # py-spy attaches
+        perf = None
+        if perf_out:  # every process of the broker's tree (the sidecar too), by shared object: where the CPU goes
+            pids = ",".join(str(pid) for pid, _, _ in _process_tree(broker.pid))
+            perf = subprocess.Popen(
+                ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", f"{perf_out}.{kind}.{transport}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1)
         started = time.monotonic()
         res = subprocess.run(
             [bin_ / "kafka-consumer-perf-test.sh", "--bootstrap-server", boot, "--topic", "t"]
@@ -274,9 +296,10 @@ def run_one(
         elapsed = time.monotonic() - started
         after = _tree_cpu(broker.pid)
         children_after = os.times()  # before py-spy is reaped: its CPU is not the consumer's
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait()
+        for profiler in (spy, perf):
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait()
         cpu = {k: v - before.get(k, 0.0) for k, v in after.items()}
         cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
             children_before.children_user + children_before.children_system
@@ -313,7 +336,12 @@ def run_one(
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=int, default=229, help="topic size in MB")
-    p.add_argument("--transport", choices=["sidecar", "inprocess"], default="sidecar")
+    p.add_argument(
+        "--transport",
+        action="append",
+        choices=["sidecar", "inprocess"],
+        help="our transport (repeatable: an A/B in the same run, alternating); default sidecar",
+    )
     p.add_argument("--cache", choices=["memory", "disk"], default="memory", help="our fetch.chunk.cache.class")
     p.add_argument(
         "--only",
@@ -322,8 +350,18 @@ def main() -> int:
         help="run only this plugin (repeatable); ours-plain: ours without compression and encryption",
     )
     p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
-    p.add_argument("--pyspy", metavar="FILE", help="record the sidecar with py-spy (raw format) during the read")
+    p.add_argument(
+        "--pyspy",
+        metavar="FILE",
+        help="record our Python (the sidecar, or the in-process broker) with py-spy during the read: FILE.<transport>",
+    )
     p.add_argument("--plugin-time", action="store_true", help="time the broker's calls into each plugin")
+    p.add_argument(
+        "--perf",
+        metavar="FILE",
+        help="perf record -g the broker's process tree during the read: FILE.<plugin>.<transport> "
+        "(perf report -i ... --sort dso)",
+    )
     args = p.parse_args()
     home = os.environ.get("KAFKA_HOME")
     if not home or not (Path(home) / "bin" / "kafka-server-start.sh").exists():
@@ -332,19 +370,25 @@ def main() -> int:
     kafka = Path(home)
     build = Path(tempfile.mkdtemp(prefix="kts-timed-rsm-"))
     timed_jar = _build_timed_jar(kafka, build) if args.plugin_time else None
+    transports = list(dict.fromkeys(args.transport or ["sidecar"]))
+    # (plugin, transport) in the order they run each round; LocalTieredStorage has no transport
+    setups = [
+        (kind, transport)
+        for kind in dict.fromkeys(args.only or ["local", "ours"])
+        for transport in (["-"] if kind == "local" else transports)
+    ]
     runs: dict[str, list[Run]] = {}
     try:
-        for _ in range(args.rounds):  # alternating, so a change in the machine's load hits both alike
-            for kind in args.only or ["local", "ours"]:
-                run = run_one(kind, kafka, args.mb, args.transport, args.cache, args.pyspy, timed_jar)
-                runs.setdefault(kind, []).append(run)
+        for _ in range(args.rounds):  # alternating, so a change in the machine's load hits all alike
+            for kind, transport in setups:
+                run = run_one(kind, kafka, args.mb, transport, args.cache, args.pyspy, timed_jar, args.perf)
+                runs.setdefault(_setup_key(kind, transport), []).append(run)
     finally:
         shutil.rmtree(build, ignore_errors=True)
-    labels = {
-        "local": "LocalTieredStorage (plain files)",
-        "ours": f"ours ({args.transport}, zstd + AES, {args.cache} cache)",
-        "ours-plain": f"ours ({args.transport}, no transform, {args.cache} cache)",
-    }
+    labels = {"local": "LocalTieredStorage (plain files)"}
+    for transport in transports:
+        labels[f"ours/{transport}"] = f"ours ({transport}, zstd + AES, {args.cache} cache)"
+        labels[f"ours-plain/{transport}"] = f"ours ({transport}, no transform, {args.cache} cache)"
 
     def median(kind: str, field: str) -> float:
         return statistics.median(getattr(r, field) for r in runs[kind])
@@ -353,6 +397,11 @@ def main() -> int:
         f"catch-up of a {args.mb} MB topic (8 MiB segments) from remote storage, kafka-consumer-perf-test, "
         f"median of {args.rounds} round(s):"
     )
+
+    def cpu_per_mb(kind: str) -> dict[str, float]:
+        rs = runs[kind]
+        return {k: statistics.median(r.cpu.get(k, 0.0) for r in rs) * 1000 / args.mb for k in rs[0].cpu}
+
     for kind, rs in runs.items():
         ratio = ""
         if kind != "local" and "local" in runs:
@@ -367,7 +416,7 @@ def main() -> int:
             + "; fetch-only: "
             + ", ".join(f"{r.fetch_mbs:.1f}" for r in rs)
         )
-        cpu = {k: statistics.median(r.cpu.get(k, 0.0) for r in rs) * 1000 / args.mb for k in rs[0].cpu}
+        cpu = cpu_per_mb(kind)
         print(
             f"  {'':<46}fetch latency {median(kind, 'fetch_latency_ms'):.2f} ms; CPU ms per MB: "
             + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items()))
@@ -382,7 +431,21 @@ def main() -> int:
                 + f" ms ({len(timed[0]['segment'])} fetches, median {statistics.median(seg):.3f} ms each; "
                 + f"{len(timed[0]['index'])} index fetches, {statistics.median(sum(t['index']) for t in timed):.0f} ms)"
             )
+    for kind in ("ours", "ours-plain"):
+        a, b = f"{kind}/inprocess", f"{kind}/sidecar"
+        if a in runs and b in runs:
+            rate = [x.mbs / y.mbs for x, y in zip(runs[a], runs[b], strict=True)]
+            plugin_cpu = {t: sum(v for k, v in cpu_per_mb(t).items() if k != "consumer") for t in (a, b)}
+            print(
+                f"  {kind}: in-process / sidecar = {median(a, 'mbs') / median(b, 'mbs'):.2f}x the rate "
+                f"(per round: {', '.join(f'{x:.2f}' for x in rate)}); CPU ms per MB of broker + sidecar: "
+                f"in-process {plugin_cpu[a]:.1f}, sidecar {plugin_cpu[b]:.1f}"
+            )
     return 0
+
+
+def _setup_key(kind: str, transport: str) -> str:
+    return kind if kind == "local" else f"{kind}/{transport}"
 
 
 if __name__ == "__main__":

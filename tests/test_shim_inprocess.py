@@ -88,15 +88,37 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_inprocess_lifecycle_16_threads(jvm: Any, spec: Path, tmp_path: Path) -> None:
+    import gc
+
     from rsm.jvm import inprocess as jvm_inprocess
 
-    jvm_inprocess.install(adopt_hooks=False)
+    managers: list[Any] = []
+
+    def factory(config: Any) -> Any:
+        managers.append(jvm_inprocess.default_manager_factory(config))
+        return managers[-1]
+
+    jvm_inprocess.install(factory, adopt_hooks=False)
     try:
-        cfg = jt.base_config(tmp_path / "store", **{"jvm.transport": "inprocess"})
+        cfg = jt.base_config(
+            tmp_path / "store", **{"jvm.transport": "inprocess", "jvm.inprocess.buffer.memory.bytes": "8388608"}
+        )
         report = str(jpype.JClass(jt.HARNESS_CLASS).lifecycle(jt.SHIM_CLASS, jmap(cfg), str(spec), 16, 24))
+        assert gc.get_freeze_count() > 0  # start-up objects are out of the full collections each Java GC causes
     finally:
         jvm_inprocess.uninstall()
+        gc.unfreeze()
     assert report.startswith("OK lifecycle segments=4 threads=16"), report
+    # The chunks were decoded into the region made at configure() (8 MiB: 8 chunks of 1 MiB, the memory tier
+    # keeping at most 4); Java read them through direct buffers made once per region buffer. (16 threads at once
+    # may need more buffers than the region has: those borrow heap buffers.)
+    (manager,) = managers
+    pool = manager._wired.chunks.buffers
+    assert pool.region_buffers == 8
+    assert manager._wired.chunks.memory.capacity == 4 * 1024 * 1024
+    handed_to_java = [b for b in pool._region_free if "jpype" in b.handles]
+    assert handed_to_java
+    assert all(b.region_offset is not None for b in handed_to_java)
 
 
 def test_auto_transport_prefers_a_registered_bridge(jvm: Any, tmp_path: Path) -> None:

@@ -119,6 +119,17 @@ CONFIG_DEF = ConfigDef().extend(
             group=_GROUP,
         ),
         ConfigKey(
+            "jvm.inprocess.buffer.memory.bytes",
+            "long",
+            128 * 1024 * 1024,
+            "With the in-process transport: memory in the broker's process that fetched chunks are decoded into, "
+            "split into buffers of chunk.size made once at configure() (pages are used as they are first "
+            "written). The chunk cache's memory tier keeps at most half of it, the rest is for fetches in flight; "
+            "when all buffers are in use, fetches decode into buffers allocated for the moment.",
+            validator=in_range(0, None),
+            group=_GROUP,
+        ),
+        ConfigKey(
             "jvm.sidecar.kept.streams",
             "int",
             8,

@@ -9,6 +9,12 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 * Python ``bytes`` -> ``byte[]`` conversion runs at 0.2-0.5 GB/s, so fetched data crosses as direct
   ByteBuffers over the pooled buffers the chunks were decoded into (zero copy; Java copies out at >10 GB/s,
   the same single copy a Python reader makes with ``readinto``);
+* JPype ties the two garbage collectors together: every Java GC makes Python run a full collection (holding
+  the GIL the broker's reader threads wait for), and Python memory that grows between Python collections makes
+  it call ``System.gc()`` (a concurrent G1 cycle). Chunk buffers freshly allocated per chunk, each pinned by its
+  direct ByteBuffer until a Java GC, fed both loops; :class:`InProcessBuffers` decodes into one region made
+  once, each buffer wrapped once, and :func:`freeze_startup_objects` takes the objects of start-up out of
+  every Python collection (profile and figures in docs/broker.md);
 * a plain Python exception reaches Java as a message-less PyExceptionProxy, so every entry point maps errors
   to Kafka's RemoteResourceNotFoundException / RemoteStorageException with the Python type and message;
 * JPype's own JVM shutdown hook disables proxies before the broker's hook runs; :func:`adopt_shutdown_hooks`
@@ -18,9 +24,11 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 from __future__ import annotations
 
 import ctypes
+import gc
 import io
 import itertools
 import logging
+import mmap
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -29,6 +37,7 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
+from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm.seams import ManagerCapabilities
@@ -51,14 +60,55 @@ def pin_thread_state() -> None:
         _pinned.v = True
 
 
+class InProcessBuffers:
+    """The in-process ``ChunkBufferSupply``: one anonymous mapping of ``jvm.inprocess.buffer.memory.bytes``, made
+    when ``configure()`` asks for buffers of ``chunk.size``; the memory tier keeps at most half of it, as with the
+    sidecar's shared memory. None for 0 bytes or less than two chunks: the manager then uses its own pool.
+
+    Why not the plugin's own pool: that one allocates a fresh buffer whenever the memory tier keeps one and drops
+    it when the tier evicts it. In the broker's process each of those costs page faults on its first write, a
+    new direct ByteBuffer, and memory that stays allocated until the next Java GC lets go of that ByteBuffer;
+    the growth makes JPype call ``System.gc()``. A region's buffers live as long as the plugin and are wrapped
+    once. When all are out, the pool lends heap buffers, so a burst degrades to allocations, never to a failure.
+    """
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        self.region: mmap.mmap | None = None
+
+    def chunk_buffers(self, buffer_size: int) -> SuppliedBuffers | None:
+        buffers = self.total_bytes // buffer_size if buffer_size > 0 else 0
+        if buffers < 2:
+            return None
+        self.region = mmap.mmap(-1, buffers * buffer_size)
+        log.info("in-process transport: %d chunk buffers of %d bytes, made once", buffers, buffer_size)
+        pool = ChunkBufferPool(buffer_size, max_idle=8, region=memoryview(self.region))
+        return SuppliedBuffers(pool, max_cached_bytes=self.total_bytes // 2)
+
+
 def default_manager_factory(config: Mapping[str, str]) -> Any:
-    """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it."""
+    """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it, decoding into
+    :class:`InProcessBuffers` when the manager takes a transport's buffers."""
     from rsm.jvm.config import CONFIG_DEF
 
-    spec = config.get("python.manager.class", CONFIG_DEF.keys["python.manager.class"].default)
-    manager = wire.load_manager_class(spec)()
+    settings = CONFIG_DEF.parse(dict(config))
+    manager = wire.load_manager_class(settings["python.manager.class"])()
+    takes_buffers = ManagerCapabilities.of(manager).chunk_buffers
+    if takes_buffers is not None:
+        takes_buffers.use_chunk_buffers(InProcessBuffers(settings["jvm.inprocess.buffer.memory.bytes"]))
     manager.configure(dict(config))
     return manager
+
+
+def freeze_startup_objects() -> int:
+    """Move every object Python tracks now (modules, classes, the configured plugin) out of all later collections.
+
+    JPype answers each Java GC with a full Python collection (``PyGC_Collect``) under the GIL; in a broker that is
+    every young GC, and a full pass over start-up's objects is what the broker's reader threads would wait for.
+    Objects made later are collected as usual. Returns how many objects are frozen in all."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def adopt_shutdown_hooks() -> int:
@@ -296,7 +346,9 @@ def define_bridge() -> dict[str, Any]:
                             "ALL-UNNAMED set?): %s",
                             e,
                         )
-                return Session(self.factory(cfg))
+                session = Session(self.factory(cfg))
+                log.info("in-process transport: %d start-up objects left out of Python's GC", freeze_startup_objects())
+                return session
             except Exception as e:
                 raise _java_error(e) from None
 
