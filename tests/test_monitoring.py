@@ -35,7 +35,8 @@ import pytest
 import yaml
 from conftest import wait_until
 from emulators import StoreServer, free_port, s3_moto_server  # noqa: F401 - fixtures are found by name
-from test_shim_jmx import java_data, java_meta, jvm, shim  # noqa: F401 - jvm is a fixture
+from jvm_testing import java_meta
+from test_shim_jmx import java_data, jvm, shim  # noqa: F401 - jvm is a fixture
 
 from backends.s3 import S3Backend
 from rsm.core.object_keys import segment_keys
