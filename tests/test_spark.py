@@ -659,6 +659,15 @@ def test_option_keys_are_case_insensitive_for_reader_and_plugin_keys(fs_store: S
         )
     with pytest.raises(ReadOptionsError, match="storage.root is given twice, as 'storage.root' and 'STORAGE.ROOT'"):
         TieredReadOptions.from_options({**config, "topic": "t", "STORAGE.ROOT": str(tmp_path / "elsewhere")})
+    # ...and the refusal shows the two values, except a secret's: error messages reach driver logs.
+    secret = {"storage.s3.secret.access.key": "old-7f3a", "STORAGE.S3.SECRET.ACCESS.KEY": "new-7f3a"}
+    with pytest.raises(ReadOptionsError, match="secret.access.key is given twice") as refused:
+        TieredReadOptions.from_options({**config, "topic": "t", **secret})
+    assert "7f3a" not in str(refused.value)
+    with pytest.raises(ReadOptionsError, match=r"\('read_committed' and 'read_uncommitted'\)"):
+        TieredReadOptions.from_options(
+            {**config, "topic": "t", "isolationLevel": "read_committed", "ISOLATIONLEVEL": "read_uncommitted"}
+        )
 
 
 def test_unknown_option_keys_name_the_closest_key(fs_store: Store, caplog: pytest.LogCaptureFixture) -> None:
