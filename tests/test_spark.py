@@ -388,6 +388,11 @@ def test_secrets_stay_out_of_plans_and_reprs(
     df.explain(mode="formatted")
     plans = capsys.readouterr().out + df._jdf.queryExecution().toString()
     assert "kafka-tiered" in plans and secret not in plans
+    # Those plans show no options at all (Spark 4.3); a SQL statement's plan does, masked by the regex register()
+    # set on this session: Spark's own default would show the private key.
+    listed = ", ".join(f"`{k}` '{v}'" for k, v in options.items())
+    explained = spark.sql(f"EXPLAIN CREATE TEMPORARY VIEW v USING `kafka-tiered` OPTIONS ({listed})").first()[0]
+    assert "encryption.key.pairs.k.private.key -> *********(redacted)" in explained and secret not in explained
     opts = TieredReadOptions.from_options({**options, "topic": "orders"})
     assert secret not in repr(opts) and secret not in repr(TieredReader(opts))
     assert secret not in json.dumps(redact(options))
