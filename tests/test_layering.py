@@ -34,7 +34,7 @@ def test_contracts_hold() -> None:
 @pytest.fixture(scope="module")
 def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("house")
-    for name in ("rsm", "backends", "chunking", "encryption"):
+    for name in ("rsm", "backends", "chunking", "encryption", "pyspark_kafka_tiered"):
         shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "_jars"))
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
     return tree
@@ -58,6 +58,8 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("rsm/core/manifest_store.py", "import rsm.core.manager", "The plugin:"),
         ("rsm/jvm/seams.py", "import rsm.jvm.sidecar", "The transports:"),
         ("rsm/jvm/sidecar_streams.py", "import rsm.core.manager", "serve any manager"),
+        ("pyspark_kafka_tiered/__init__.py", "import rsm.cli.main", "Spark's door"),
+        ("rsm/spark/example.py", "import pyspark_kafka_tiered", "Nothing of ours imports Spark's door"),
     ],
 )
 def test_contracts_catch_an_upward_import(tree_copy: Path, module: str, bad_import: str, contract: str) -> None:

@@ -42,6 +42,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names
+    assert "pyspark_kafka_tiered/__init__.py" in names  # Spark 4 registers `kafka-tiered` from it (docs/spark.md)
     for data in ("grafana-dashboard.json", "prometheus-alerts.yml", "prometheus-alerts.test.yml"):
         assert f"rsm/metrics/monitoring/{data}" in names  # the dashboard and alert rules ship as package data
     assert wheels[0].name.startswith(f"kafka_tiered_storage-{__version__}-")
@@ -118,6 +119,20 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     assert f"rsm=true version={__version__}" in r.stdout
 
 
+def test_the_installed_wheel_lists_sparks_door_where_sparks_lookup_looks(installed: Path, tmp_path: Path) -> None:
+    # Spark 4's lookup (pyspark.sql.worker.lookup_data_sources) imports the pyspark_* names that
+    # pkgutil.iter_modules() lists; an installed wheel must be listed there, unlike an editable install's import
+    # hook. Only listed here: this venv has no pyspark, and tests/test_spark_lookup.py runs the lookup for real.
+    probe = "import pkgutil; print(sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')))"
+    r = subprocess.run([str(installed / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['pyspark_kafka_tiered']"
+    r = subprocess.run(
+        [str(installed / "python"), "-c", "import pyspark_kafka_tiered"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert "No module named 'pyspark'" in r.stderr  # without the [spark] extra it needs pyspark, as Spark has
+
+
 def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
     # A PATH with Python, bash and the usual tools, but no javac/jar.
     bin_dir = tmp_path / "bin"
@@ -161,6 +176,7 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tm
     assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran javac too
     assert f"{root}/rsm/cli/java/DemoBroker.java" in names
     assert f"{root}/rsm/kafka/_recordwalk.c" in names
+    assert f"{root}/pyspark_kafka_tiered/__init__.py" in names
     # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
     unpacked = tmp_path / "unpacked"
     with tarfile.open(sdist) as tar:

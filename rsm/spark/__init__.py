@@ -3,7 +3,8 @@
 - :mod:`rsm.spark.options`: the read's options (plugin keys, ``config.file``, topics, bounds), secrets redacted;
 - :mod:`rsm.spark.planning`: segments from manifests, the overlap rule, slices cut at batch starts;
 - :mod:`rsm.spark.reader`: reading a slice into columns and Arrow, and ``TieredReader`` for use without Spark;
-- :mod:`rsm.spark.datasource`: the PySpark classes and ``register(spark)`` (imports pyspark);
+- :mod:`rsm.spark.datasource`: the PySpark classes and ``register(spark)`` (imports pyspark); Spark 4 registers
+  the source without it through the top-level ``pyspark_kafka_tiered``;
 - :mod:`rsm.spark.example`: the demo's job.
 
 Importing this package does not import pyspark. It may import ``rsm.core`` and everything below it, never

@@ -267,8 +267,12 @@ class KafkaTieredPushdownDataSource(KafkaTieredDataSource):
 def register(spark: SparkSession, *, pushdown: bool | None = None) -> type[KafkaTieredDataSource]:
     """Register ``kafka-tiered`` with ``spark``; pushdown follows the session's conf unless given.
 
-    Also widens Spark's option-redaction regex so storage secrets and private keys given as options are masked
-    in plans and the UI (Spark masks only ``url`` by default).
+    Spark 4 registers the pushdown-free source by itself (the top-level ``pyspark_kafka_tiered``, found by its
+    Python data source lookup, which cannot see the session's conf); this call is for the pushdown variant, for
+    Pythons where that lookup does not see the package, and for sessions started without the redaction conf.
+    It widens Spark's option-redaction regex so storage secrets and private keys given as options are masked
+    in plans and the UI (Spark masks only ``url`` by default): a runtime conf, so it can be set here, but no code
+    of ours runs in the session when Spark registers the source itself (docs/spark.md gives the line to add).
     """
     if pushdown is None:
         pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"

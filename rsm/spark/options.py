@@ -152,9 +152,11 @@ def _lowered(options: Mapping[str, Any]) -> dict[str, str]:
     for key, value in options.items():
         low = str(key).lower()
         if low in out and out[low] != str(value):
+            # the values tell which copy is stale, but not a secret's: error messages end up in driver logs
+            shown = "" if _SECRET.search(low) else f" ({out[low]!r} and {str(value)!r})"
             raise ReadOptionsError(
-                f"option {_name(low)} is given twice, as {spelled[low]!r} and {key!r}, with different values "
-                f"({out[low]!r} and {str(value)!r}); option keys are case-insensitive, give it once"
+                f"option {_name(low)} is given twice, as {spelled[low]!r} and {key!r}, with different values"
+                f"{shown}; option keys are case-insensitive, give it once"
             )
         out[low], spelled[low] = str(value), str(key)
     return out
