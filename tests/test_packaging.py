@@ -42,7 +42,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names
-    assert "pyspark_kafka_tiered/__init__.py" in names  # Spark 4 registers `kafka-tiered` from it (docs/spark.md)
+    assert "pyspark_kafka_tiered.py" in names  # Spark 4 registers `kafka-tiered` from it (docs/spark.md)
     for data in ("grafana-dashboard.json", "prometheus-alerts.yml", "prometheus-alerts.test.yml"):
         assert f"rsm/metrics/monitoring/{data}" in names  # the dashboard and alert rules ship as package data
     assert wheels[0].name.startswith(f"kafka_tiered_storage-{__version__}-")
@@ -176,7 +176,7 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tm
     assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran javac too
     assert f"{root}/rsm/cli/java/DemoBroker.java" in names
     assert f"{root}/rsm/kafka/_recordwalk.c" in names
-    assert f"{root}/pyspark_kafka_tiered/__init__.py" in names
+    assert f"{root}/pyspark_kafka_tiered.py" in names
     # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
     unpacked = tmp_path / "unpacked"
     with tarfile.open(sdist) as tar:

@@ -1,8 +1,8 @@
-"""Spark 4 finds ``spark.read.format("kafka-tiered")`` through this package; no ``register(spark)`` needed.
+"""Spark 4 finds ``spark.read.format("kafka-tiered")`` through this module; no ``register(spark)`` needed.
 
 At a session's first data-source lookup, Spark (``pyspark.sql.worker.lookup_data_sources``) runs a Python worker
 that imports every top-level module whose name starts with ``pyspark_`` and registers each one's
-``DefaultSource`` (a ``pyspark.sql.datasource.DataSource`` subclass) under ``DefaultSource.name()``. This package
+``DefaultSource`` (a ``pyspark.sql.datasource.DataSource`` subclass) under ``DefaultSource.name()``. This module
 exists only to be found that way; the data source itself lives in :mod:`rsm.spark.datasource`.
 
 Spark imports every ``pyspark_*`` module in that one worker, and when any import raises it skips the lookup of
