@@ -4,6 +4,7 @@
 #   jvm-shim/build/kafka-api-stubs.jar        signature-exact KIP-405 stubs, compile/test classpath only
 #   jvm-shim/build/kts-shim-test.jar          the Java test harness (16-thread lifecycle driver)
 #   jvm-shim/build/fake-kafka.jar             a stand-in kafka.Kafka main for testing `kts kafka-server-start`
+# Everything is compiled for Java 11 (class files of major version 55): the oldest Java a supported broker runs on.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -15,12 +16,12 @@ JAR="${JAR:-jar}"
 rm -rf "$build"
 mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafka" "$(dirname "$out_jar")"
 
-"$JAVAC" --release 17 -d "$build/stubs" $(find "$here/stubs" -name '*.java' | sort)
-"$JAVAC" --release 17 -Xlint:all,-serial -cp "$build/stubs" -d "$build/classes" \
+"$JAVAC" --release 11 -d "$build/stubs" $(find "$here/stubs" -name '*.java' | sort)
+"$JAVAC" --release 11 -Xlint:all,-serial -cp "$build/stubs" -d "$build/classes" \
     $(find "$here/src" -name '*.java' | sort)
-"$JAVAC" --release 17 -cp "$build/stubs:$build/classes" -d "$build/test-classes" \
+"$JAVAC" --release 11 -cp "$build/stubs:$build/classes" -d "$build/test-classes" \
     $(find "$here/test-src/io" -name '*.java' | sort)
-"$JAVAC" --release 17 -cp "$build/stubs" -d "$build/fake-kafka" $(find "$here/test-src/kafka" -name '*.java' | sort)
+"$JAVAC" --release 11 -cp "$build/stubs" -d "$build/fake-kafka" $(find "$here/test-src/kafka" -name '*.java' | sort)
 
 "$JAR" --create --file "$build/kafka-api-stubs.jar" -C "$build/stubs" .
 "$JAR" --create --file "$build/kts-shim-test.jar" -C "$build/test-classes" .

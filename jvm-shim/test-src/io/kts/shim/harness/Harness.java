@@ -542,22 +542,26 @@ public final class Harness {
         Args parsed = new Args(args, 1);
         Map<String, Object> config = parsed.config;
         List<String> pos = parsed.positional;
-        report(() -> switch (mode) {
-            case "lifecycle" -> lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
-                    Integer.parseInt(pos.get(3)));
-            case "kept" -> kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
-            case "indexes" -> indexes(pos.get(0), config, pos.get(1));
-            case "supervise" -> {
-                supervise(pos.get(0), config, pos.get(1));
-                yield null;
+        report(() -> {
+            switch (mode) {
+                case "lifecycle":
+                    return lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
+                            Integer.parseInt(pos.get(3)));
+                case "kept":
+                    return kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
+                case "indexes":
+                    return indexes(pos.get(0), config, pos.get(1));
+                case "supervise":
+                    supervise(pos.get(0), config, pos.get(1));
+                    return null;
+                case "configure":
+                    RemoteStorageManager rsm = create(pos.get(0), config);
+                    System.out.println("CONFIGURED " + pid(rsm));
+                    rsm.close();
+                    return "CLOSED";
+                default:
+                    throw new IllegalArgumentException("unknown mode " + mode);
             }
-            case "configure" -> {
-                RemoteStorageManager rsm = create(pos.get(0), config);
-                System.out.println("CONFIGURED " + pid(rsm));
-                rsm.close();
-                yield "CLOSED";
-            }
-            default -> throw new IllegalArgumentException("unknown mode " + mode);
         });
     }
 }
