@@ -4,6 +4,8 @@
 #   jvm-shim/build/kafka-api-stubs.jar        signature-exact KIP-405 stubs, compile/test classpath only
 #   jvm-shim/build/kts-shim-test.jar          the Java test harness (16-thread lifecycle driver)
 #   jvm-shim/build/fake-kafka.jar             a stand-in kafka.Kafka main for testing `kts kafka-server-start`
+#   jvm-shim/build/retriable-stub.jar         test only: Kafka's newer RetriableRemoteStorageException, so tests can
+#                                             run the shim with and without it on the class path
 # Everything is compiled for Java 11 (class files of major version 55): the oldest Java a supported broker runs on.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,7 +16,8 @@ JAVAC="${JAVAC:-javac}"
 JAR="${JAR:-jar}"
 
 rm -rf "$build"
-mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafka" "$(dirname "$out_jar")"
+mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafka" "$build/retriable-stub" \
+    "$(dirname "$out_jar")"
 
 "$JAVAC" --release 11 -d "$build/stubs" $(find "$here/stubs" -name '*.java' | sort)
 "$JAVAC" --release 11 -Xlint:all,-serial -cp "$build/stubs" -d "$build/classes" \
@@ -23,7 +26,10 @@ mkdir -p "$build/stubs" "$build/classes" "$build/test-classes" "$build/fake-kafk
     $(find "$here/test-src/io" -name '*.java' | sort)
 "$JAVAC" --release 11 -cp "$build/stubs" -d "$build/fake-kafka" $(find "$here/test-src/kafka" -name '*.java' | sort)
 
+"$JAVAC" --release 11 -cp "$build/stubs" -d "$build/retriable-stub" $(find "$here/test-stubs" -name '*.java' | sort)
+
 "$JAR" --create --file "$build/kafka-api-stubs.jar" -C "$build/stubs" .
+"$JAR" --create --file "$build/retriable-stub.jar" -C "$build/retriable-stub" .
 "$JAR" --create --file "$build/kts-shim-test.jar" -C "$build/test-classes" .
 "$JAR" --create --file "$build/fake-kafka.jar" -C "$build/fake-kafka" .
 # The release version lives in rsm/_version.py only; the jar's manifest carries the same one.

@@ -57,7 +57,7 @@ def test_every_packaged_class_is_a_java_11_class_file() -> None:
 def test_test_jars_are_java_11_too() -> None:
     """The harness and stubs run on the Java 11 runtime in the KTS_TEST_JAVA runs below."""
     jt.ensure_built()
-    for jar in (jt.STUBS_JAR, jt.TEST_JAR):
+    for jar in (jt.STUBS_JAR, jt.TEST_JAR, jt.RETRIABLE_STUB_JAR):
         assert set(class_file_majors(jar).values()) == {JAVA_11_MAJOR}, jar.name
 
 

@@ -294,6 +294,7 @@ final class SidecarTransport implements Transport {
         String message = c.readStr32();
         String text = Wire.pythonError(type, message);
         if (status == Wire.STATUS_NOT_FOUND) return new RemoteResourceNotFoundException(text);
+        if (status == Wire.STATUS_RETRIABLE) return KafkaErrors.retriable(text);
         return new RemoteStorageException(text);
     }
 
