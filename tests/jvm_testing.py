@@ -24,6 +24,8 @@ TEST_JAR = BUILD_DIR / "kts-shim-test.jar"
 FAKE_KAFKA_JAR = BUILD_DIR / "fake-kafka.jar"
 RETRIABLE_STUB_JAR = BUILD_DIR / "retriable-stub.jar"
 """Test only: a stand-in for Kafka's newer RetriableRemoteStorageException (jvm-shim/test-stubs)."""
+METADATA_4X_STUB_JAR = BUILD_DIR / "kafka-4x-metadata-stub.jar"
+"""Test only: RemoteLogSegmentMetadata with Kafka 4.0's txnIdxEmpty (jvm-shim/test-stubs-4x), ahead of the stubs."""
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 HARNESS_CLASS = "io.kts.shim.harness.Harness"
 
@@ -36,7 +38,7 @@ def ensure_built() -> None:
     """Runs jvm-shim/build.sh when a jar is missing or older than a source (the source tree only)."""
     if not SHIM_DIR.is_dir():
         return
-    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR, RETRIABLE_STUB_JAR]
+    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR, RETRIABLE_STUB_JAR, METADATA_4X_STUB_JAR]
     if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
         return
     subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
