@@ -20,7 +20,15 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 
 class StorageBackendException(Exception):
-    """A backend call failed; the message names the operation, the bucket/root and the key."""
+    """A backend call failed; the message names the operation, the bucket/root and the key. ``retriable`` says the
+    failure was transient (throttling, a 5xx, a timeout, a connection error) and the same call may succeed later,
+    after the backend's own retries gave up."""
+
+    retriable: bool = False
+
+    def __init__(self, *args: object, retriable: bool = False) -> None:
+        super().__init__(*args)
+        self.retriable = retriable
 
 
 class KeyNotFound(StorageBackendException):

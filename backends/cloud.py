@@ -260,7 +260,9 @@ class CloudBackend:
         if isinstance(e, StorageBackendException):
             return e
         if isinstance(e, DeadlineExceeded):
-            return StorageBackendException(f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: {e}")
+            return StorageBackendException(
+                f"{self.STORE} {operation} of key {key!r} in {self._where()} failed: {e}", retriable=True
+            )
         if self._container_missing(e):
             return StorageBackendException(
                 f"{self.STORE} {operation} of key {key!r} failed: the {self._where()} does not exist (create it, or "
@@ -277,7 +279,8 @@ class CloudBackend:
         if kind is ErrorKind.INVALID_RANGE:
             return InvalidRange(key, start, end)
         return StorageBackendException(
-            f"{self.STORE} {operation} of key {key!r} in {self._where()} failed ({kind.value}): {self._describe(e)}"
+            f"{self.STORE} {operation} of key {key!r} in {self._where()} failed ({kind.value}): {self._describe(e)}",
+            retriable=kind.retriable,
         )
 
     def _stream_error(self, operation: str, key: str) -> Callable[[BaseException], StorageBackendException]:

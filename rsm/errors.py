@@ -17,6 +17,15 @@ class RetriableRemoteStorageException(RemoteStorageException):
     """A transient failure (throttling, timeout); Kafka 4.x keeps the partial upload and retries."""
 
 
+def storage_failure(message: str, cause: BaseException) -> RemoteStorageException:
+    """The exception for a failed store call: retriable when the backend says the failure was transient (its own
+    retries gave up on throttling, a 5xx, a timeout or a dropped connection), else a plain RemoteStorageException.
+    The JVM shim turns the retriable one into Kafka's RetriableRemoteStorageException on brokers that have it."""
+    if getattr(cause, "retriable", False) is True:
+        return RetriableRemoteStorageException(message)
+    return RemoteStorageException(message)
+
+
 class CorruptDataException(RemoteStorageException):
     """Stored bytes failed an integrity check (GCM tag, CRC-32C, zstd frame, size); nothing is returned."""
 
@@ -32,4 +41,5 @@ __all__ = [
     "RemoteResourceNotFoundException",
     "RemoteStorageException",
     "RetriableRemoteStorageException",
+    "storage_failure",
 ]

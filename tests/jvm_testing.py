@@ -22,6 +22,10 @@ PLUGIN_JAR = REPO / "rsm" / "_jars" / "kafka-tiered-storage-shim.jar"
 STUBS_JAR = BUILD_DIR / "kafka-api-stubs.jar"
 TEST_JAR = BUILD_DIR / "kts-shim-test.jar"
 FAKE_KAFKA_JAR = BUILD_DIR / "fake-kafka.jar"
+RETRIABLE_STUB_JAR = BUILD_DIR / "retriable-stub.jar"
+"""Test only: a stand-in for Kafka's newer RetriableRemoteStorageException (jvm-shim/test-stubs)."""
+METADATA_4X_STUB_JAR = BUILD_DIR / "kafka-4x-metadata-stub.jar"
+"""Test only: RemoteLogSegmentMetadata with Kafka 4.0's txnIdxEmpty (jvm-shim/test-stubs-4x), ahead of the stubs."""
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 HARNESS_CLASS = "io.kts.shim.harness.Harness"
 
@@ -34,7 +38,7 @@ def ensure_built() -> None:
     """Runs jvm-shim/build.sh when a jar is missing or older than a source (the source tree only)."""
     if not SHIM_DIR.is_dir():
         return
-    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR]
+    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR, RETRIABLE_STUB_JAR, METADATA_4X_STUB_JAR]
     if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
         return
     subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
@@ -187,6 +191,39 @@ class InMemoryIndexManager:
 
     def delete_log_segment_data(self, meta: object) -> None:
         pass
+
+    def close(self) -> None:
+        pass
+
+
+class FailingManager:
+    """A manager whose every call fails the way a store in trouble makes the real one fail: copies and fetches
+    with ``RetriableRemoteStorageException`` (what ``rsm.errors.storage_failure`` raises once a backend's retries
+    gave up on throttling or a timeout), deletes with a plain ``RemoteStorageException``, indexes not found.
+    ``python.manager.class=jvm_testing:FailingManager`` with ``tests/`` on ``python.path``."""
+
+    def configure(self, configs: object) -> None:
+        pass
+
+    def copy_log_segment_data(self, meta: object, data: object) -> None:
+        from rsm.errors import RetriableRemoteStorageException
+
+        raise RetriableRemoteStorageException("upload throttled (SlowDown), gave up after 3 attempt(s)")
+
+    def fetch_log_segment(self, meta: object, start: int, end: int | None = None) -> object:
+        from rsm.errors import RetriableRemoteStorageException
+
+        raise RetriableRemoteStorageException("GET timed out")
+
+    def fetch_index(self, meta: object, index_type: object) -> object:
+        from rsm.errors import RemoteResourceNotFoundException
+
+        raise RemoteResourceNotFoundException("no such index")
+
+    def delete_log_segment_data(self, meta: object) -> None:
+        from rsm.errors import RemoteStorageException
+
+        raise RemoteStorageException("access denied")
 
     def close(self) -> None:
         pass

@@ -44,7 +44,12 @@ from reliability_table import record_row
 from backends.azure import AzureBlobBackend
 from backends.gcs import GcsBackend
 from backends.s3 import S3Backend
-from rsm import CorruptDataException, RemoteStorageException, RemoteStorageManager
+from rsm import (
+    CorruptDataException,
+    RemoteStorageException,
+    RemoteStorageManager,
+    RetriableRemoteStorageException,
+)
 from rsm.core.garbage import delete_garbage, find_garbage
 from rsm.core.object_keys import segment_keys
 
@@ -135,7 +140,7 @@ def unfinished_gcs_sessions(seen: list[tuple[str, str, int | str]]) -> set[str]:
     return used - closed
 
 
-def _manager(server: StoreServer, endpoint: str, prefix: str) -> RemoteStorageManager:
+def _manager(server: StoreServer, endpoint: str, prefix: str, **storage: str) -> RemoteStorageManager:
     store = STORES[server.name]
     kind = server.backend
     configs = {
@@ -149,7 +154,7 @@ def _manager(server: StoreServer, endpoint: str, prefix: str) -> RemoteStorageMa
         "fetch.coalesce.max.bytes": "1",
         "fetch.chunk.cache.size": "0",
         "fetch.chunk.cache.prefetch.max.size": "0",
-        **{f"storage.{k}": v for k, v in server.config(**{store.endpoint_key: endpoint}).items()},
+        **{f"storage.{k}": v for k, v in server.config(**{store.endpoint_key: endpoint, **storage}).items()},
         f"storage.{kind}.api.call.attempt.timeout": "400",
         f"storage.{kind}.retry.max.attempts": "6",
         f"storage.{kind}.retry.backoff.ms": "10",
@@ -267,6 +272,40 @@ def test_copies_and_fetches_under_faults(
             "seconds": round(time.monotonic() - started, 1),
         }
     )
+
+
+@pytest.mark.parametrize("flavour", list(STORES))
+def test_a_copy_the_store_keeps_throttling_fails_as_retriable(
+    flavour: str, request: pytest.FixtureRequest, segment_factory: Any
+) -> None:
+    """Throttling that outlasts the backend's retries is transient: the copy fails with
+    RetriableRemoteStorageException (the shim hands newer brokers Kafka's class of that name), and still leaves
+    no manifest behind. A store that refuses for good (no such bucket) gives a plain RemoteStorageException."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    seg = segment_factory(target_bytes=300_000, seed=11)
+    proxy = FaultProxy(server.endpoint, FaultPlan(1.0, faults=("slowdown",), dialect=server.backend))
+    prefix = f"retriable-{flavour}/"
+    meta = seg.to_metadata(TIP, "retriablecopyaaaaaaaaa")
+    m = _manager(server, proxy.url, prefix)
+    try:
+        with pytest.raises(RetriableRemoteStorageException, match=r"failed \((throttling|server)\)"):
+            m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    finally:
+        m.close()
+        proxy.stop()
+    direct = _direct(server)
+    try:
+        assert not list(direct.list(segment_keys(prefix, meta).manifest)), "failed copy left a manifest"
+    finally:
+        direct.close()
+    container = next(k for k in server.configs if k.endswith((".bucket.name", ".container.name")))
+    gone = _manager(server, server.endpoint, prefix, **{container: "no-such-bucket-kts"})
+    try:
+        with pytest.raises(RemoteStorageException) as e:
+            gone.copy_log_segment_data(meta, seg.to_log_segment_data())
+        assert type(e.value) is RemoteStorageException, e.value
+    finally:
+        gone.close()
 
 
 @pytest.mark.parametrize("flavour", list(STORES))

@@ -17,7 +17,7 @@ from rsm.cli.properties import read_properties
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 # Pages other branches write; a link to them may exist before they do.
-PENDING = {"docs/compatibility.md"}
+PENDING: set[str] = set()
 
 
 def section(title: str) -> str:

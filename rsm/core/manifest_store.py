@@ -25,7 +25,7 @@ from rsm.errors import (
     CorruptDataException,
     KeyRingException,
     RemoteResourceNotFoundException,
-    RemoteStorageException,
+    storage_failure,
 )
 from rsm.fetch.lru import TimedLru
 from rsm.fetch.rate_limit import RateLimiter, throttled
@@ -140,8 +140,8 @@ class ManifestStore:
                 f"{meta.describe()} is not in remote storage: manifest {self.show(keys.manifest)} not found"
             ) from None
         except StorageBackendException as e:
-            raise RemoteStorageException(
-                f"cannot read the manifest {self.show(keys.manifest)} of {meta.describe()}: {e}"
+            raise storage_failure(
+                f"cannot read the manifest {self.show(keys.manifest)} of {meta.describe()}: {e}", e
             ) from e
 
     def _read(self, keys: SegmentKeys, meta: RemoteLogSegmentMetadata) -> LoadedManifest:

@@ -34,7 +34,7 @@ from rsm.core.manifest import (
 )
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
-from rsm.errors import RemoteStorageException
+from rsm.errors import RemoteStorageException, storage_failure
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader, throttled
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.recorders import RsmRecorder
@@ -110,7 +110,7 @@ class SegmentObjects:
             if isinstance(e, RemoteStorageException):
                 raise
             if isinstance(e, (StorageBackendException, OSError, ValueError)):
-                raise RemoteStorageException(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}") from e
+                raise storage_failure(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}", e) from e
             raise
         recorder = self.recorder
         recorder.object_uploaded(tip.topic, tip.partition, "log", log_size)
@@ -236,6 +236,6 @@ class SegmentObjects:
         except BaseException as e:
             self.recorder.segment_delete_failed(tip.topic, tip.partition)
             if isinstance(e, StorageBackendException):
-                raise RemoteStorageException(f"delete of {meta.describe()} failed: {e}") from e
+                raise storage_failure(f"delete of {meta.describe()} failed: {e}", e) from e
             raise
         self.recorder.segment_deleted(tip.topic, tip.partition, meta.segment_size_in_bytes, time.monotonic() - started)

@@ -35,7 +35,7 @@ from chunking.chunk_index import Chunk
 from chunking.errors import ChunkingError
 from chunking.transform import crc32c
 from encryption.errors import DecryptionError
-from rsm.errors import CorruptDataException, RemoteStorageException
+from rsm.errors import CorruptDataException, RemoteStorageException, storage_failure
 from rsm.fetch.disk_store import DiskChunkStore
 from rsm.fetch.lru import TimedLru, wait_for
 from rsm.fetch.rate_limit import RateLimiter
@@ -505,7 +505,7 @@ class ChunkCache:
                 f"{what}: the .log object is shorter than its manifest says (truncated object): {error}"
             ) from None
         if isinstance(error, StorageBackendException):
-            raise RemoteStorageException(f"cannot read {what}: {error}") from error
+            raise storage_failure(f"cannot read {what}: {error}", error) from error
         raise error
 
     def _decode_in_background(

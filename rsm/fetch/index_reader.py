@@ -15,7 +15,12 @@ from collections.abc import Callable
 from backends.base import InvalidRange, KeyNotFound, RangeReader, StorageBackendException
 from chunking.transform import crc32c
 from encryption.errors import DecryptionError
-from rsm.errors import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
+from rsm.errors import (
+    CorruptDataException,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    storage_failure,
+)
 from rsm.fetch.lru import TimedLru
 from rsm.fetch.source import SegmentSource, SegmentSources, StoredSpan
 from rsm.metadata import BROKER_INDEX_SET, IndexType, RemoteLogSegmentMetadata
@@ -114,7 +119,7 @@ class IndexReader:
         except InvalidRange as e:
             raise CorruptDataException(f"{what}: the .indexes object is shorter than its manifest says: {e}") from None
         except StorageBackendException as e:
-            raise RemoteStorageException(f"cannot read the {what}: {e}") from e
+            raise storage_failure(f"cannot read the {what}: {e}", e) from e
 
     def _decode(self, src: SegmentSource, stored: bytes | memoryview, index_type: IndexType, what: str) -> bytes:
         cipher = src.transformer.cipher

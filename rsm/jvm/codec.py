@@ -41,6 +41,7 @@ OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the s
 STATUS_OK = 0
 STATUS_NOT_FOUND = 1  # the shim raises RemoteResourceNotFoundException
 STATUS_ERROR = 2  # the shim raises RemoteStorageException
+STATUS_RETRIABLE = 3  # the shim raises RetriableRemoteStorageException where the broker has it, else as STATUS_ERROR
 
 # Stream frames, sidecar -> shim, after a fetch's OK status: an i32 n saying what follows (n > 0: an inline piece
 # of n bytes).
@@ -224,9 +225,14 @@ def error_frame(exc: BaseException) -> bytes:
 
 def error_parts(exc: BaseException) -> tuple[int, str, str]:
     """(status, Python type name, message) for an exception raised by the manager."""
-    from rsm.errors import RemoteResourceNotFoundException
+    from rsm.errors import RemoteResourceNotFoundException, RetriableRemoteStorageException
 
-    status = STATUS_NOT_FOUND if isinstance(exc, RemoteResourceNotFoundException) else STATUS_ERROR
+    if isinstance(exc, RemoteResourceNotFoundException):
+        status = STATUS_NOT_FOUND
+    elif isinstance(exc, RetriableRemoteStorageException):
+        status = STATUS_RETRIABLE
+    else:
+        status = STATUS_ERROR
     return status, type(exc).__name__, str(exc)
 
 

@@ -67,6 +67,16 @@ CONFIG_DEF = ConfigDef().extend(
             group=_GROUP,
         ),
         ConfigKey(
+            "jvm.sidecar.socket",
+            "string",
+            "auto",
+            "How the shim reaches its sidecar: unix (an owner-only Unix socket; needs Java 16+), tcp (a loopback "
+            "port; each connection first sends a 32-byte secret the shim passes in the sidecar's environment), "
+            "or auto (unix on Java 16+, tcp on Java 11-15).",
+            validator=one_of("auto", "unix", "tcp"),
+            group=_GROUP,
+        ),
+        ConfigKey(
             "jvm.sidecar.startup.timeout.ms",
             "long",
             60000,

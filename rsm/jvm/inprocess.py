@@ -147,6 +147,10 @@ def _java_error(exc: BaseException) -> BaseException:
         return exc
     status, type_name, message = wire.error_parts(exc)
     text = f"{type_name}: {message}" if message else type_name
+    if status == wire.STATUS_RETRIABLE:
+        # the shim's own run-time lookup: RetriableRemoteStorageException where the broker has it (as the sidecar
+        # transport throws it), else RemoteStorageException
+        return jpype.JClass("io.kts.shim.KafkaErrors").retriable(text)
     pkg = "org.apache.kafka.server.log.remote.storage."
     name = "RemoteResourceNotFoundException" if status == wire.STATUS_NOT_FOUND else "RemoteStorageException"
     return jpype.JClass(pkg + name)(text)

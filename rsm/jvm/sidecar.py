@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import logging
 import os
 import signal
@@ -174,6 +175,45 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.sidecar.handle_connection(request)
 
 
+TOKEN_ENV = "KTS_SIDECAR_TOKEN"
+TOKEN_BYTES = 32  # SidecarSockets.TOKEN_BYTES
+
+
+class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """The loopback listener for a shim on Java 11-15, which has no Unix socket channels (``--tcp``): every
+    connection must first send the secret the shim put in our environment, or it is closed unanswered."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+    allow_reuse_address = False
+    sidecar: Sidecar
+    token: bytes
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request.settimeout(10)
+        try:
+            got = recv_exact(request, TOKEN_BYTES)
+        except OSError:
+            return
+        request.settimeout(None)
+        if got is None or not hmac.compare_digest(got, self.token):
+            log.warning("a connection to the sidecar's loopback port without the shim's secret was closed")
+            return
+        self.sidecar.handle_connection(request)
+
+
+def _token_from_env() -> bytes | None:
+    """The shim's secret (hex in ``KTS_SIDECAR_TOKEN``), removed from the environment once read."""
+    raw = os.environ.pop(TOKEN_ENV, "")
+    try:
+        token = bytes.fromhex(raw)
+    except ValueError:
+        return None
+    return token if len(token) == TOKEN_BYTES else None
+
+
 def _read_exact(stream: BinaryIO, n: int) -> bytes:
     data = b""
     while len(data) < n:
@@ -235,11 +275,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0, help="pid of the broker (for log lines)")
     parser.add_argument("--starts", type=int, default=1, help="sidecars the shim started so far, this one included")
     parser.add_argument("--restart-failures", type=int, default=0, help="restarts of the shim that failed so far")
+    parser.add_argument(
+        "--tcp",
+        action="store_true",
+        help=f"listen on a loopback TCP port instead of --socket (shims on Java 11-15); needs ${TOKEN_ENV}",
+    )
     args = parser.parse_args(argv)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     stdin = sys.stdin.buffer
+    token = _token_from_env() if args.tcp else None
+    if args.tcp and token is None:
+        _say(f"CONFIG-ERROR --tcp needs the shim's {TOKEN_BYTES}-byte secret, hex, in ${TOKEN_ENV}")
+        return 4
     try:
         config = read_config(stdin)
     except (EOFError, wire.WireError) as e:
@@ -284,13 +333,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     prometheus = _start_prometheus(capabilities, health)
     sidecar = Sidecar(capabilities, region, health)
     path = args.socket
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    old_umask = os.umask(0o077)  # only the broker's user may talk to the sidecar
-    try:
-        server = _Server(path, socketserver.BaseRequestHandler, bind_and_activate=True)
-    finally:
-        os.umask(old_umask)
+    server: _Server | _TcpServer
+    if token is not None:
+        server = _TcpServer(("127.0.0.1", 0), socketserver.BaseRequestHandler, bind_and_activate=True)
+        server.token = token
+        where = f"127.0.0.1:{server.server_address[1]}"
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        old_umask = os.umask(0o077)  # only the broker's user may talk to the sidecar
+        try:
+            server = _Server(path, socketserver.BaseRequestHandler, bind_and_activate=True)
+        finally:
+            os.umask(old_umask)
+        where = path
     server.sidecar = sidecar
     threading.Thread(target=_watch_stdin, args=(stdin, sidecar.stop), name="stdin-watch", daemon=True).start()
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="accept", daemon=True)
@@ -301,9 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.parent_pid,
         sys.version.split()[0],
         spec,
-        path,
+        where,
     )
-    _say(f"READY {os.getpid()}" + (f" shm={region.path}" if region is not None else ""))
+    ready = f"READY {os.getpid()}" + (f" shm={region.path}" if region is not None else "")
+    _say(ready + (f" tcp={server.server_address[1]}" if token is not None else ""))
     sidecar.stop.wait()
 
     server.shutdown()
@@ -313,8 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prometheus.server_close()
     if region is not None:
         region.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    if token is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     closer = threading.Thread(target=manager.close, name="manager-close", daemon=True)
     closer.start()
     closer.join(30)

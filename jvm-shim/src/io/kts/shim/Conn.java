@@ -2,14 +2,12 @@ package io.kts.shim;
 
 import java.io.EOFException;
 import java.io.IOException;
-import java.net.StandardProtocolFamily;
-import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 
 /**
- * One Unix-socket connection to the sidecar with its own read buffer. Blocking channels have no read timeout,
+ * One connection to the sidecar (a Unix socket, or loopback TCP before Java 16: {@link SidecarSockets}) with its own read buffer. Blocking channels have no read timeout,
  * so a watchdog closes the channel when {@link #deadlineNanos} passes; the blocked read then fails.
  */
 final class Conn implements Wire.FrameSource {
@@ -45,9 +43,9 @@ final class Conn implements Wire.FrameSource {
     }
 
     static Conn open(SidecarProcess p) throws IOException {
-        SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        SocketChannel ch = p.tcpPort > 0 ? SidecarSockets.connectTcp(p.tcpPort, p.token)
+                : SidecarSockets.connectUnix(p.socket);
         try {
-            ch.connect(UnixDomainSocketAddress.of(p.socket));
             Conn c = new Conn(ch, p.generation, p.sharedMemory);
             if (c.sharedMemory != null) {
                 c.send(ByteBuffer.allocate(5).putInt(1).put(Wire.OP_SHARED_MEMORY_MAPPED).flip());

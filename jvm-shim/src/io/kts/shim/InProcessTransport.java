@@ -138,7 +138,7 @@ final class InProcessTransport implements Transport {
                         + (buf.capacity() - 8) + " bytes");
             }
             byte[] copy = new byte[n];
-            buf.get(0, copy, 0, n);
+            buf.duplicate().position(0).get(copy, 0, n);  // absolute bulk get(int, byte[], ..) is Java 13+
             return new java.io.ByteArrayInputStream(copy);
         }
         if (result instanceof ByteBuffer) return new BufferStream(((ByteBuffer) result).duplicate());

@@ -22,7 +22,28 @@ final class IndexesAhead {
     static final int MAX_SEGMENTS = 8;
 
     /** An index's bytes, or, for one the segment does not have, the not-found message to throw. */
-    private record Held(byte[] data, String notFound, long sinceNanos) {
+    private static final class Held {
+        private final byte[] data;
+        private final String notFound;
+        private final long sinceNanos;
+
+        Held(byte[] data, String notFound, long sinceNanos) {
+            this.data = data;
+            this.notFound = notFound;
+            this.sinceNanos = sinceNanos;
+        }
+
+        byte[] data() {
+            return data;
+        }
+
+        String notFound() {
+            return notFound;
+        }
+
+        long sinceNanos() {
+            return sinceNanos;
+        }
     }
 
     private final LinkedHashMap<String, Map<String, Held>> bySegment = new LinkedHashMap<>();

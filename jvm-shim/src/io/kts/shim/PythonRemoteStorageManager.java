@@ -202,7 +202,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
 
     private long ofSidecar(java.util.function.ToLongFunction<SidecarTransport> counter) {
         Transport t = transport;
-        return t instanceof SidecarTransport s ? counter.applyAsLong(s) : -1;
+        return t instanceof SidecarTransport ? counter.applyAsLong((SidecarTransport) t) : -1;
     }
 
     /** Metrics snapshots taken from Python so far (-1 before configure()): for tests and diagnostics. */

@@ -11,6 +11,8 @@ final class Settings {
     final String pythonExecutable;
     final String pythonPath;
     final String socketDir;
+    /** jvm.sidecar.socket: auto (Unix socket on Java 16+, loopback TCP before), unix or tcp. */
+    final String socketKind;
     final long startupTimeoutMs;
     final long requestTimeoutMs;
     final long copyTimeoutMs;
@@ -27,6 +29,7 @@ final class Settings {
         pythonExecutable = c.getOrDefault("python.executable", "python3").trim();
         pythonPath = c.getOrDefault("python.path", "").trim();
         socketDir = c.getOrDefault("jvm.sidecar.socket.dir", "").trim();
+        socketKind = c.getOrDefault("jvm.sidecar.socket", "auto").trim().toLowerCase(java.util.Locale.ROOT);
         startupTimeoutMs = longOf(c, "jvm.sidecar.startup.timeout.ms", 60_000L);
         requestTimeoutMs = longOf(c, "jvm.sidecar.request.timeout.ms", 120_000L);
         copyTimeoutMs = longOf(c, "jvm.sidecar.copy.timeout.ms", 1_800_000L);
@@ -40,9 +43,22 @@ final class Settings {
             throw new IllegalArgumentException("Invalid value " + transport
                     + " for configuration jvm.transport: expected auto, sidecar or inprocess");
         }
+        if (!socketKind.equals("auto") && !socketKind.equals("unix") && !socketKind.equals("tcp")) {
+            throw new IllegalArgumentException("Invalid value " + socketKind
+                    + " for configuration jvm.sidecar.socket: expected auto, unix or tcp");
+        }
+        if (socketKind.equals("unix") && !SidecarSockets.unixSupported()) {
+            throw new IllegalArgumentException("jvm.sidecar.socket=unix needs Java 16 or newer (this is Java "
+                    + System.getProperty("java.specification.version") + "); use auto or tcp");
+        }
         if (pythonExecutable.isEmpty()) {
             throw new IllegalArgumentException("Invalid empty value for configuration python.executable");
         }
+    }
+
+    /** Whether the sidecar listens on loopback TCP rather than a Unix socket. */
+    boolean useTcp() {
+        return socketKind.equals("tcp") || (socketKind.equals("auto") && !SidecarSockets.unixSupported());
     }
 
     private static long longOf(Map<String, String> c, String key, long dflt) {

@@ -51,8 +51,38 @@ final class SidecarInputStream extends InputStream {
      * or, with {@code holding} false and no piece, a stream that went on into the next segment, before its first
      * piece (see {@link SidecarTransport#nextSegment}).
      */
-    record Kept(Conn conn, String segment, int pieceStart, int pieceRegion, int pieceLength, long sinceNanos,
-                boolean holding) {
+    static final class Kept {
+        private final Conn conn;
+        private final String segment;
+        private final int pieceStart;
+        private final int pieceRegion;
+        private final int pieceLength;
+        private final long sinceNanos;
+        private final boolean holding;
+
+        Kept(Conn conn, String segment, int pieceStart, int pieceRegion, int pieceLength, long sinceNanos,
+             boolean holding) {
+            this.conn = conn;
+            this.segment = segment;
+            this.pieceStart = pieceStart;
+            this.pieceRegion = pieceRegion;
+            this.pieceLength = pieceLength;
+            this.sinceNanos = sinceNanos;
+            this.holding = holding;
+        }
+
+        Conn conn() {
+            return conn;
+        }
+
+        String segment() {
+            return segment;
+        }
+
+        long sinceNanos() {
+            return sinceNanos;
+        }
+
         /** A fetch from {@code start} can go on with this stream: start lies in the piece, or just after it. */
         boolean covers(String seg, int start) {
             return segment.equals(seg) && pieceStart <= start && start <= pieceStart + pieceLength;
@@ -123,7 +153,8 @@ final class SidecarInputStream extends InputStream {
             }
             if (sharedLeft > 0) {
                 int k = Math.min(len, sharedLeft);
-                c.sharedMemory.get(sharedPos, b, off, k);
+                // a duplicate's own position: the absolute bulk get(int, byte[], int, int) is Java 13+
+                c.sharedMemory.duplicate().position(sharedPos).get(b, off, k);
                 sharedPos += k;
                 sharedLeft -= k;
                 ackPending = sharedLeft == 0;

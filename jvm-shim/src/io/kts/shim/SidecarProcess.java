@@ -54,6 +54,10 @@ final class SidecarProcess {
 
     final Process process;
     final Path socket;
+    /** The loopback port the sidecar listens on instead of {@link #socket} ({@link SidecarSockets}), or 0. */
+    int tcpPort;
+    /** The secret a TCP connection sends first (null over a Unix socket). */
+    final byte[] token;
     final int generation;
     final long pid;
     /** The sidecar's shared-memory region, mapped read-only, or null (fetched bytes then come over the socket). */
@@ -61,9 +65,10 @@ final class SidecarProcess {
     private final ArrayDeque<String> stderrTail = new ArrayDeque<>();
     private final CompletableFuture<String> ready = new CompletableFuture<>();
 
-    private SidecarProcess(Process process, Path socket, int generation) {
+    private SidecarProcess(Process process, Path socket, byte[] token, int generation) {
         this.process = process;
         this.socket = socket;
+        this.token = token;
         this.generation = generation;
         this.pid = process.pid();
     }
@@ -107,9 +112,12 @@ final class SidecarProcess {
         cmd.add(Long.toString(starts));
         cmd.add("--restart-failures");
         cmd.add(Long.toString(restartFailures));
+        byte[] token = s.useTcp() ? SidecarSockets.newToken() : null;
+        if (token != null) cmd.add("--tcp");
         ProcessBuilder pb = new ProcessBuilder(cmd);
         Map<String, String> env = pb.environment();
         env.put("PYTHONUNBUFFERED", "1");
+        if (token != null) env.put(SidecarSockets.TOKEN_ENV, SidecarSockets.hex(token));
         if (!s.pythonPath.isEmpty()) {
             String old = env.get("PYTHONPATH");
             env.put("PYTHONPATH", old == null || old.isEmpty() ? s.pythonPath : s.pythonPath + ":" + old);
@@ -121,7 +129,7 @@ final class SidecarProcess {
             throw new SidecarStartException("cannot run the Python interpreter '" + s.pythonExecutable
                     + "' (rsm.config.python.executable): " + Wire.describe(e));
         }
-        SidecarProcess sp = new SidecarProcess(proc, socket, generation);
+        SidecarProcess sp = new SidecarProcess(proc, socket, token, generation);
         sp.startPumps();
         try {
             OutputStream stdin = proc.getOutputStream();
@@ -149,8 +157,16 @@ final class SidecarProcess {
         }
         if (line.startsWith("READY")) {
             sp.mapSharedMemory(line);
+            if (token != null) {
+                sp.tcpPort = readyPort(line);
+                if (sp.tcpPort <= 0) {
+                    sp.kill();
+                    throw new SidecarStartException("the Python sidecar was asked to listen on loopback TCP but its"
+                            + " READY line names no port (a Python package older than the shim jar?): " + line);
+                }
+            }
             LOG.log(Level.INFO, "Python sidecar started: pid {0}, interpreter {1}, socket {2}, shared memory {3}",
-                    String.valueOf(sp.pid), s.pythonExecutable, socket,
+                    String.valueOf(sp.pid), s.pythonExecutable, SidecarSockets.describe(socket, sp.tcpPort),
                     sp.sharedMemory == null ? "off" : sp.sharedMemory.capacity() >= (1 << 20)
                             ? (sp.sharedMemory.capacity() >> 20) + " MiB" : (sp.sharedMemory.capacity() >> 10) + " KiB");
             return sp;
@@ -192,6 +208,19 @@ final class SidecarProcess {
         err.setDaemon(true);
         out.start();
         err.start();
+    }
+
+    /** The {@code tcp=PORT} token of a READY line, or 0. */
+    static int readyPort(String readyLine) {
+        for (String token : readyLine.split(" ")) {
+            if (!token.startsWith("tcp=")) continue;
+            try {
+                return Integer.parseInt(token.substring(4));
+            } catch (NumberFormatException e) {
+                return 0;
+            }
+        }
+        return 0;
     }
 
     /**

@@ -294,6 +294,7 @@ final class SidecarTransport implements Transport {
         String message = c.readStr32();
         String text = Wire.pythonError(type, message);
         if (status == Wire.STATUS_NOT_FOUND) return new RemoteResourceNotFoundException(text);
+        if (status == Wire.STATUS_RETRIABLE) return KafkaErrors.retriable(text);
         return new RemoteStorageException(text);
     }
 
@@ -301,7 +302,28 @@ final class SidecarTransport implements Transport {
      * An index entry of a fetchIndex reply or of a next-segment frame: the index's bytes, or, for one the segment
      * does not have, the not-found message to throw when the broker asks for it.
      */
-    record IndexEntry(String type, byte[] data, String notFound) {
+    static final class IndexEntry {
+        private final String type;
+        private final byte[] data;
+        private final String notFound;
+
+        IndexEntry(String type, byte[] data, String notFound) {
+            this.type = type;
+            this.data = data;
+            this.notFound = notFound;
+        }
+
+        String type() {
+            return type;
+        }
+
+        byte[] data() {
+            return data;
+        }
+
+        String notFound() {
+            return notFound;
+        }
     }
 
     static IndexEntry readIndexEntry(Wire.FrameSource in) throws IOException {

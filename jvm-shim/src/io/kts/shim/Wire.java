@@ -78,6 +78,8 @@ final class Wire {
     static final byte STATUS_OK = 0;
     static final byte STATUS_NOT_FOUND = 1;
     static final byte STATUS_ERROR = 2;
+    /** A transient failure (throttling, timeout, 5xx): {@link KafkaErrors#retriable}. */
+    static final byte STATUS_RETRIABLE = 3;
 
     /** Kafka 4.0 added isTxnIdxEmpty(); looked up reflectively so one jar works on 3.6+ brokers. */
     private static final Method TXN_IDX_EMPTY = findTxnIdxEmpty();

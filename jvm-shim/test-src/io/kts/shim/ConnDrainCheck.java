@@ -1,8 +1,6 @@
 package io.kts.shim;
 
 import java.io.IOException;
-import java.net.StandardProtocolFamily;
-import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
@@ -26,7 +24,7 @@ public final class ConnDrainCheck {
             headerSplitAcrossWrites(dir.resolve("b.sock"));
             impossibleFrameSize(dir.resolve("c.sock"));
         } finally {
-            try (var files = Files.list(dir)) {
+            try (java.util.stream.Stream<Path> files = Files.list(dir)) {
                 for (Path p : (Iterable<Path>) files::iterator) Files.deleteIfExists(p);
             }
             Files.deleteIfExists(dir);
@@ -48,7 +46,7 @@ public final class ConnDrainCheck {
             all.putInt(0).putInt(NEXT_REPLY).flip();
             int writes = 0;
             while (all.hasRemaining()) {
-                ByteBuffer step = all.slice(all.position(), Math.min(64 * 1024, all.remaining()));
+                ByteBuffer step = (ByteBuffer) all.duplicate().limit(all.position() + Math.min(64 * 1024, all.remaining()));
                 all.position(all.position() + step.remaining());
                 pair.write(step);
                 writes++;
@@ -91,12 +89,22 @@ public final class ConnDrainCheck {
     }
 
     /** Our end of the socket plays the sidecar; the other end is a real Conn marked as draining a cancel. */
-    private record Pair(ServerSocketChannel server, SocketChannel peer, Conn conn) implements AutoCloseable {
+    private static final class Pair implements AutoCloseable {
+        final ServerSocketChannel server;
+        final SocketChannel peer;
+        final Conn conn;
+
+        Pair(ServerSocketChannel server, SocketChannel peer, Conn conn) {
+            this.server = server;
+            this.peer = peer;
+            this.conn = conn;
+        }
+
+        /** Unix sockets through the shim's own run-time lookup (the harness is built for Java 11 too). */
         static Pair open(Path socket) throws IOException {
-            ServerSocketChannel server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
-            server.bind(UnixDomainSocketAddress.of(socket));
-            SocketChannel client = SocketChannel.open(StandardProtocolFamily.UNIX);
-            client.connect(UnixDomainSocketAddress.of(socket));
+            ServerSocketChannel server = SidecarSockets.openUnixServer();
+            server.bind(SidecarSockets.unixAddress(socket));
+            SocketChannel client = SidecarSockets.connectUnix(socket);
             SocketChannel peer = server.accept();
             Conn conn = new Conn(client, 0, null);
             conn.cancelStream();

@@ -86,7 +86,22 @@ public final class BrokerSim {
         volatile RemoteLogSegmentMetadata meta;
     }
 
-    record Epoch(int epoch, long start) {
+    static final class Epoch {
+        private final int epoch;
+        private final long start;
+
+        Epoch(int epoch, long start) {
+            this.epoch = epoch;
+            this.start = start;
+        }
+
+        int epoch() {
+            return epoch;
+        }
+
+        long start() {
+            return start;
+        }
     }
 
     // ------------------------------------------------------------------------------------------------------------
@@ -493,8 +508,8 @@ public final class BrokerSim {
                     f.get();
                 } catch (ExecutionException e) {
                     Throwable c = e.getCause();
-                    if (c instanceof Exception ex) throw ex;
-                    if (c instanceof Error err) throw err;
+                    if (c instanceof Exception) throw (Exception) c;
+                    if (c instanceof Error) throw (Error) c;
                     throw e;
                 }
             }

@@ -193,6 +193,44 @@ public final class Harness {
         throw new AssertionError(what + ": expected RemoteResourceNotFoundException");
     }
 
+    /** The class and message of what {@code call} throws, "returned" when it does not. */
+    static String thrown(Callable<?> call) {
+        try {
+            Object o = call.call();
+            if (o instanceof InputStream) {
+                readAll((InputStream) o);
+                ((InputStream) o).close();
+            }
+            return "returned";
+        } catch (Exception e) {
+            return e.getClass().getName() + " (" + e.getMessage() + ")";
+        }
+    }
+
+    /**
+     * Every KIP-405 call on the first segment, each expected to fail (python.manager.class names a manager that
+     * fails them): one line per call with the class the broker would catch, and whether this JVM has Kafka's
+     * RetriableRemoteStorageException.
+     */
+    public static String errors(String className, Map<String, Object> config, String specFile) throws Exception {
+        Seg s = readSpec(Paths.get(specFile)).get(0);
+        RemoteStorageManager rsm = create(className, config);
+        try {
+            StringBuilder out = new StringBuilder();
+            out.append("hasRetriable=").append(io.kts.shim.KafkaErrors.hasRetriable()).append('\n');
+            out.append("copy=").append(thrown(() -> rsm.copyLogSegmentData(s.meta, s.data))).append('\n');
+            out.append("fetch=").append(thrown(() -> rsm.fetchLogSegment(s.meta, 0))).append('\n');
+            out.append("fetchIndex=").append(thrown(() -> rsm.fetchIndex(s.meta, IndexType.OFFSET))).append('\n');
+            out.append("delete=").append(thrown(() -> {
+                rsm.deleteLogSegmentData(s.meta);
+                return null;
+            }));
+            return out.toString();
+        } finally {
+            rsm.close();
+        }
+    }
+
     static byte[] index(RemoteStorageManager rsm, Seg s, IndexType t) throws Exception {
         try (InputStream in = rsm.fetchIndex(s.meta, t)) {
             return readAll(in);
@@ -542,22 +580,28 @@ public final class Harness {
         Args parsed = new Args(args, 1);
         Map<String, Object> config = parsed.config;
         List<String> pos = parsed.positional;
-        report(() -> switch (mode) {
-            case "lifecycle" -> lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
-                    Integer.parseInt(pos.get(3)));
-            case "kept" -> kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
-            case "indexes" -> indexes(pos.get(0), config, pos.get(1));
-            case "supervise" -> {
-                supervise(pos.get(0), config, pos.get(1));
-                yield null;
+        report(() -> {
+            switch (mode) {
+                case "lifecycle":
+                    return lifecycle(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)),
+                            Integer.parseInt(pos.get(3)));
+                case "kept":
+                    return kept(pos.get(0), config, pos.get(1), Long.parseLong(pos.get(2)));
+                case "indexes":
+                    return indexes(pos.get(0), config, pos.get(1));
+                case "errors":
+                    return errors(pos.get(0), config, pos.get(1));
+                case "supervise":
+                    supervise(pos.get(0), config, pos.get(1));
+                    return null;
+                case "configure":
+                    RemoteStorageManager rsm = create(pos.get(0), config);
+                    System.out.println("CONFIGURED " + pid(rsm));
+                    rsm.close();
+                    return "CLOSED";
+                default:
+                    throw new IllegalArgumentException("unknown mode " + mode);
             }
-            case "configure" -> {
-                RemoteStorageManager rsm = create(pos.get(0), config);
-                System.out.println("CONFIGURED " + pid(rsm));
-                rsm.close();
-                yield "CLOSED";
-            }
-            default -> throw new IllegalArgumentException("unknown mode " + mode);
         });
     }
 }

@@ -262,12 +262,23 @@ public final class Soak {
         byte[] want;
         byte[][] idx = s.indexes.get(l.src);
         switch (t) {
-            case OFFSET -> want = idx[0];
-            case TIMESTAMP -> want = idx[1];
-            case PRODUCER_SNAPSHOT -> want = idx[2];
-            case TRANSACTION -> want = idx[3];
-            case LEADER_EPOCH -> want = l.src.epochs;
-            default -> throw new AssertionError("unknown index type " + t);
+            case OFFSET:
+                want = idx[0];
+                break;
+            case TIMESTAMP:
+                want = idx[1];
+                break;
+            case PRODUCER_SNAPSHOT:
+                want = idx[2];
+                break;
+            case TRANSACTION:
+                want = idx[3];
+                break;
+            case LEADER_EPOCH:
+                want = l.src.epochs;
+                break;
+            default:
+                throw new AssertionError("unknown index type " + t);
         }
         String what = "segment " + l.meta.remoteLogSegmentId().id() + " " + t + " index";
         if (want == null) {  // no .txnindex: not found is the answer
@@ -347,10 +358,17 @@ public final class Soak {
             s.callStart.set(id, t0);
             try {
                 switch (op) {
-                    case "copy" -> copy(s, rnd);
-                    case "fetch" -> fetch(s, rnd, l);
-                    case "fetch_index" -> fetchIndex(s, rnd, l);
-                    default -> delete(s, rnd);
+                    case "copy":
+                        copy(s, rnd);
+                        break;
+                    case "fetch":
+                        fetch(s, rnd, l);
+                        break;
+                    case "fetch_index":
+                        fetchIndex(s, rnd, l);
+                        break;
+                    default:
+                        delete(s, rnd);
                 }
                 long dt = System.nanoTime() - t0;
                 s.st.ok.get(op).incrementAndGet();
@@ -468,9 +486,9 @@ public final class Soak {
             if (sb.length() > 1) sb.append(", ");
             sb.append('"').append(e.getKey()).append("\": ");
             Object v = e.getValue();
-            if (v instanceof AtomicLong a) sb.append(a.get());
+            if (v instanceof AtomicLong) sb.append(((AtomicLong) v).get());
             else if (v instanceof Number) sb.append(v);
-            else if (v instanceof String str && (str.startsWith("{") || str.startsWith("["))) sb.append(str);
+            else if (v instanceof String && (((String) v).startsWith("{") || ((String) v).startsWith("["))) sb.append(v);
             else sb.append('"').append(String.valueOf(v).replace("\\", "\\\\").replace("\"", "\\\"")).append('"');
         }
         return sb.append('}').toString();
