@@ -5,6 +5,7 @@ counts them on the server)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import threading
@@ -18,7 +19,7 @@ import pytest
 from conftest import TIP, damage_stored_index, encryption_configs, wait_until
 from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 
-from rsm import CorruptDataException, RemoteStorageException
+from rsm import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
 from rsm.core.object_keys import segment_keys
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
@@ -623,6 +624,54 @@ def test_delete_drops_cached_chunks(segment: Any, make_manager: Any, key_pairs: 
     m.delete_log_segment_data(meta)
     assert len(m.chunk_cache.disk) == 0
     assert m.chunk_cache.stats()["cache-weight-total"] == 0
+
+
+def test_a_manifest_read_in_flight_during_delete_is_not_kept(segment: Any, make_manager: Any, key_pairs: Any) -> None:
+    """A reader that had read the manifest from the store, but not yet put it in the cache, when the segment was
+    deleted gets its answer; the cache does not keep that manifest. Kept, it would outlive the delete: the
+    segment's next fetch_index would find it and fail on the missing .indexes object with a plain
+    RemoteStorageException instead of "not found" (the JVM soak saw a stream after a delete)."""
+    m = _manager(make_manager, key_pairs)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    manifest_key = segment_keys("", meta).manifest
+    real_fetch = m.backend.fetch
+    read_done, go_on = threading.Event(), threading.Event()
+
+    def fetch_then_wait(key: str, *args: Any) -> Any:
+        stream = real_fetch(key, *args)
+        if key == manifest_key and not read_done.is_set():
+            body = stream.read()
+            stream.close()
+            read_done.set()
+            assert go_on.wait(10)
+            return _Body(body)
+        return stream
+
+    m.backend.fetch = fetch_then_wait
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(lambda: m.fetch_index(meta, IndexType.OFFSET).read())
+        assert read_done.wait(10)
+        m.delete_log_segment_data(meta)
+        go_on.set()
+        with pytest.raises(RemoteStorageException):  # its .indexes object went with the delete
+            first.result(10)
+    with pytest.raises(RemoteResourceNotFoundException):
+        m.fetch_index(meta, IndexType.OFFSET)
+    assert m.manifest_cache.stats()["cache-size-total"] == 0
+
+
+class _Body:
+    """A manifest body already read, handed out as the backend's stream would be."""
+
+    def __init__(self, body: bytes) -> None:
+        self._io = io.BytesIO(body)
+
+    def __enter__(self) -> io.BytesIO:
+        return self._io
+
+    def __exit__(self, *exc: object) -> None:
+        self._io.close()
 
 
 # --- rate limits ---------------------------------------------------------------------------------------------

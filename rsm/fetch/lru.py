@@ -51,6 +51,9 @@ class TimedLru(Generic[K, V]):
         self._items: OrderedDict[K, tuple[V, int, float]] = OrderedDict()  # value, weight, last access
         self._weight = 0
         self._loading: dict[K, Future[V]] = {}
+        # Keys invalidated while their load was in flight: that load's value is handed to its waiters but not
+        # stored, or a segment deleted (or copied again) during a read would be served from the cache afterwards.
+        self._voided: set[K] = set()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -113,23 +116,29 @@ class TimedLru(Generic[K, V]):
         if weight > self.capacity:
             return
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._weight -= old[1]
-                self._dropped(old[0])
-            if self._on_store is not None:
-                self._on_store(value)
-            self._items[key] = (value, weight, self._clock())
-            self._weight += weight
-            while self._weight > self.capacity:
-                _, (v, w, _) = self._items.popitem(last=False)
-                self._weight -= w
-                self.evictions += 1
-                self.eviction_weight += w
-                self._dropped(v)
+            self._store(key, value, weight)
+
+    def _store(self, key: K, value: V, weight: int) -> None:
+        """Caller holds the lock and has checked ``weight`` against the capacity."""
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+            self._dropped(old[0])
+        if self._on_store is not None:
+            self._on_store(value)
+        self._items[key] = (value, weight, self._clock())
+        self._weight += weight
+        while self._weight > self.capacity:
+            _, (v, w, _) = self._items.popitem(last=False)
+            self._weight -= w
+            self.evictions += 1
+            self.eviction_weight += w
+            self._dropped(v)
 
     def invalidate(self, key: K) -> None:
         with self._lock:
+            if key in self._loading:
+                self._voided.add(key)
             item = self._items.pop(key, None)
             if item is not None:
                 self._weight -= item[1]
@@ -137,6 +146,7 @@ class TimedLru(Generic[K, V]):
 
     def invalidate_where(self, predicate: Callable[[K], bool]) -> None:
         with self._lock:
+            self._voided.update(k for k in self._loading if predicate(k))
             for key in [k for k in self._items if predicate(k)]:
                 value, weight, _ = self._items.pop(key)
                 self._weight -= weight
@@ -175,12 +185,17 @@ class TimedLru(Generic[K, V]):
     def finish(
         self, key: K, future: Future[V], value: V | None, error: BaseException | None, started: int, store: bool = True
     ) -> None:
-        """Publish a claimed load: store it on success (never on failure) and wake the waiters."""
+        """Publish a claimed load: store it on success (never on failure, nor when the key was invalidated while
+        it loaded) and wake the waiters."""
         elapsed = time.perf_counter_ns() - started
+        weight = 0
         if error is None and store:
             assert value is not None
-            self.put(key, value)
-        with self._lock:
+            weight = self._weigher(value)
+        with self._lock:  # one hold: an invalidation lands either before the store (voided) or after it (drops it)
+            if error is None and store and key not in self._voided and weight <= self.capacity:
+                self._store(key, value, weight)  # type: ignore[arg-type]
+            self._voided.discard(key)
             self._loading.pop(key, None)
             if error is None:
                 self.load_success += 1

@@ -141,8 +141,15 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
         String op = "deleteLogSegmentData";
         try {
             Transport t = transport(op);
-            t.forget(segmentOf(remoteLogSegmentMetadata));
-            t.delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
+            String segment = segmentOf(remoteLogSegmentMetadata);
+            t.forget(segment);
+            try {
+                t.delete(Wire.encodeMetadata(remoteLogSegmentMetadata));
+            } finally {
+                // Again after: an index that came along with a read still in flight while the delete ran (a
+                // stream going on into this segment) is not held past it, so no fetchIndex answers afterwards.
+                t.forget(segment);
+            }
             discoverBeans();
         } catch (RuntimeException e) {
             throw unexpected(op, e);
