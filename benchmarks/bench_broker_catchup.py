@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,21 +49,13 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # jvm_testing: the single-node broker's settings, free ports
 
+import jvm_testing as jt  # noqa: E402 - tests/ is on sys.path
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 RECORD_SIZE = 1000
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache: str) -> str:
@@ -122,31 +113,6 @@ def _plugin_time(events: Path) -> dict[str, list[float]]:
         kind, ns = line.split()
         out[kind].append(int(ns) / 1e6)
     return out
-
-
-def _server_properties(work: Path, broker: int, controller: int, plugin: str) -> str:
-    return f"""process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{broker}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={work / "data"}
-num.partitions=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-remote.log.manager.task.interval.ms=1000
-log.retention.check.interval.ms=1000
-log.segment.delete.delay.ms=1000
-remote.log.storage.system.enable=true
-remote.log.metadata.manager.listener.name=PLAINTEXT
-rlmm.config.remote.log.metadata.topic.replication.factor=1
-{plugin}"""
 
 
 def _process_tree(root: int) -> Iterator[tuple[int, str, str]]:
@@ -209,13 +175,13 @@ def run_one(
     perf_out: str | None = None,
 ) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
-    broker_port, controller_port = _free_ports(2)
+    broker_port, controller_port = jt.free_ports(2)
     boot = f"127.0.0.1:{broker_port}"
     props = work / "server.properties"
     plugin = _plugin_properties(kind, work, kafka, transport, cache)
     if timed_jar is not None:
         plugin = _timed_properties(plugin, work, timed_jar)
-    props.write_text(_server_properties(work, broker_port, controller_port, plugin))
+    props.write_text(jt.kraft_server_properties(work, broker_port, controller_port, plugin))
     env = {**os.environ, "LOG_DIR": str(work / "logs"), "KAFKA_HEAP_OPTS": "-Xmx1g -Xms1g"}
     bin_ = kafka / "bin"
     cluster = subprocess.run([bin_ / "kafka-storage.sh", "random-uuid"], capture_output=True, text=True, env=env)

@@ -7,6 +7,7 @@ segments to use from a tab-separated spec file written here (format in ``Harness
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,6 +43,45 @@ def ensure_built() -> None:
     if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
         return
     subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports on 127.0.0.1 (all bound at once, so none is handed out twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def kraft_server_properties(work: Path, broker: int, controller: int, plugin: str) -> str:
+    """A single-node KRaft broker on 127.0.0.1 with remote storage on and fast tiering (1 s task and retention
+    checks), data under ``work/data``; ``plugin`` adds the remote.log.storage.manager.* and rsm.config.* lines.
+    For the real-broker test and bench_broker_catchup."""
+    return f"""process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{broker}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={work / "data"}
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+remote.log.manager.task.interval.ms=1000
+log.retention.check.interval.ms=1000
+log.segment.delete.delay.ms=1000
+remote.log.storage.system.enable=true
+remote.log.metadata.manager.listener.name=PLAINTEXT
+rlmm.config.remote.log.metadata.topic.replication.factor=1
+{plugin}"""
 
 
 def test_classpath() -> str:

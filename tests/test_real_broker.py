@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,39 +34,9 @@ RECORDS = 6000
 SEGMENT_BYTES = 256 * 1024
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def server_properties(work: Path, broker: int, controller: int) -> str:
-    return f"""process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{broker}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={work / "data"}
-num.partitions=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-remote.log.manager.task.interval.ms=1000
-log.retention.check.interval.ms=1000
-log.segment.delete.delay.ms=1000
-remote.log.storage.system.enable=true
-remote.log.metadata.manager.listener.name=PLAINTEXT
-rlmm.config.remote.log.metadata.topic.replication.factor=1
-remote.log.storage.manager.class.name={jt.SHIM_CLASS}
+    """The broker with the shim as its RemoteStorageManager: sidecar transport, filesystem store."""
+    plugin = f"""remote.log.storage.manager.class.name={jt.SHIM_CLASS}
 remote.log.storage.manager.class.path={jt.REPO / "rsm" / "_jars"}/*
 rsm.config.python.executable={sys.executable}
 rsm.config.python.path={jt.REPO}
@@ -77,6 +46,7 @@ rsm.config.storage.backend.class=filesystem
 rsm.config.storage.root={work / "remote"}
 rsm.config.compression.enabled=true
 """
+    return jt.kraft_server_properties(work, broker, controller, plugin)
 
 
 def java_feature(java_home: str) -> int:
@@ -97,7 +67,7 @@ def test_tier_and_read_back_through_the_shim(java_home: str, tmp_path: Path) -> 
     kafka = Path(KAFKA_HOME)
     bin_ = kafka / "bin"
     work = tmp_path
-    broker_port, controller_port = free_ports(2)
+    broker_port, controller_port = jt.free_ports(2)
     boot = f"127.0.0.1:{broker_port}"
     props = work / "server.properties"
     props.write_text(server_properties(work, broker_port, controller_port))
