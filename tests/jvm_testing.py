@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsm.jvm.codec import I32
 from rsm.metadata import RemoteLogSegmentMetadata
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +44,16 @@ def ensure_built() -> None:
     if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
         return
     subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
+
+
+def sidecar_config_payload(config: dict[str, str]) -> bytes:
+    """What the shim writes to a sidecar's stdin (``Wire.encodeConfig``; ``rsm.jvm.codec.decode_config`` reads
+    it): i32 count, then (i32 length, bytes) for each key and each value. For tests that start a sidecar alone."""
+    out = [I32.pack(len(config))]
+    for k, v in config.items():
+        for text in (k.encode(), v.encode()):
+            out += [I32.pack(len(text)), text]
+    return b"".join(out)
 
 
 def free_ports(n: int) -> list[int]:

@@ -106,15 +106,6 @@ def test_lifecycle_over_loopback_tcp_when_asked(spec: Path, tmp_path: Path) -> N
     assert not list((tmp_path / "store").rglob("*.log")), "delete left segment objects behind"
 
 
-def encode_config(config: dict[str, str]) -> bytes:
-    """``Wire.encodeConfig``: i32 count, then (i32 length, bytes) for each key and value."""
-    out = [wire.I32.pack(len(config))]
-    for k, v in config.items():
-        for s in (k.encode(), v.encode()):
-            out += [wire.I32.pack(len(s)), s]
-    return b"".join(out)
-
-
 def test_tcp_sidecar_answers_only_connections_that_send_the_secret(tmp_path: Path) -> None:
     token = secrets.token_bytes(32)
     env = {**os.environ, "KTS_SIDECAR_TOKEN": token.hex(), "PYTHONPATH": str(jt.REPO)}
@@ -127,7 +118,7 @@ def test_tcp_sidecar_answers_only_connections_that_send_the_secret(tmp_path: Pat
     )
     try:
         assert p.stdin is not None and p.stdout is not None
-        p.stdin.write(encode_config(jt.base_config(tmp_path / "store")))
+        p.stdin.write(jt.sidecar_config_payload(jt.base_config(tmp_path / "store")))
         p.stdin.flush()
         ready = p.stdout.readline().decode()
         assert ready.startswith("READY"), ready
@@ -154,7 +145,7 @@ def test_tcp_sidecar_refuses_to_start_without_a_secret(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(jt.REPO)
     r = subprocess.run(
         [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(tmp_path / "s.sock"), "--tcp"],
-        input=encode_config(jt.base_config(tmp_path / "store")),
+        input=jt.sidecar_config_payload(jt.base_config(tmp_path / "store")),
         capture_output=True,
         env=env,
         timeout=60,

@@ -839,13 +839,6 @@ def test_a_manager_without_the_next_segment_hooks_ends_streams_as_before(
 # --- the sidecar process and its file --------------------------------------------------------------------------
 
 
-def _config_payload(cfg: dict[str, str]) -> bytes:
-    return wire.I32.pack(len(cfg)) + b"".join(
-        wire.I32.pack(len(k.encode())) + k.encode() + wire.I32.pack(len(v.encode())) + v.encode()
-        for k, v in cfg.items()
-    )
-
-
 @contextlib.contextmanager
 def sidecar_process(tmp_path: Path, name: str, **extra: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     cfg = jt.base_config(tmp_path / "store", **{"chunk.size": str(BS), **extra})
@@ -859,7 +852,7 @@ def sidecar_process(tmp_path: Path, name: str, **extra: str) -> Iterator[tuple[s
     )
     try:
         assert p.stdin is not None and p.stdout is not None
-        p.stdin.write(_config_payload(cfg))
+        p.stdin.write(jt.sidecar_config_payload(cfg))
         p.stdin.flush()
         line = p.stdout.readline().decode()
         assert line.startswith(f"READY {p.pid}"), line

@@ -209,13 +209,9 @@ def test_manager_config_error_fails_configure(tmp_path: Path) -> None:
 def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
     """Direct check of the child's contract: group-wide SIGTERM/SIGINT must not kill it before the broker's
     shutdown hook has closed the plugin; stdin EOF (broker gone) must."""
-    from rsm.jvm.codec import I32
-
     sock = tmp_path / "s.sock"
     cfg = jt.base_config(tmp_path / "store")
-    payload = I32.pack(len(cfg)) + b"".join(
-        I32.pack(len(k.encode())) + k.encode() + I32.pack(len(v.encode())) + v.encode() for k, v in cfg.items()
-    )
+    payload = jt.sidecar_config_payload(cfg)
     env = dict(os.environ, PYTHONPATH=str(jt.REPO))
     p = subprocess.Popen(
         [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(sock)],
