@@ -5,7 +5,9 @@ and committed, so this runs without Kafka's sources or jars)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -124,3 +126,47 @@ def test_the_javap_reader() -> None:
         "Store.get(Map,int[]) Optional",
         "Store.pick(List) T",
     ]
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **env})
+
+
+def test_the_summary_writer_refuses_what_it_cannot_summarise_and_keeps_what_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kafka = tmp_path / "kafka"
+    source = kafka / api_summary.STORAGE / "RemoteStorageException.java"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "package p;\npublic class RemoteStorageException extends Exception {\n"
+        "    public RemoteStorageException(String message) { super(message); }\n}\n"
+    )
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "README").write_text("not kafka\n")
+    for repo in (kafka, tmp_path / "other"):
+        _git(repo, "init", "-q")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "x")
+    out = tmp_path / "summary.txt"
+
+    def refused(*argv: str) -> str:
+        with pytest.raises(SystemExit) as stop:
+            api_summary.main([*argv])
+        assert stop.value.code == 2
+        return capsys.readouterr().err
+
+    assert "is not a commit of a git repository at" in refused(str(tmp_path / "nosuch"), "HEAD", str(out))
+    assert "'v9.9' is not a commit" in refused(str(kafka), "v9.9", str(out))
+    assert "has none of the KIP-405 sources" in refused(str(tmp_path / "other"), "HEAD", str(out))
+    assert not out.exists()  # nothing written by a refused run
+
+    assert api_summary.main([str(kafka), "HEAD", str(out)]) == 0
+    assert "RemoteStorageException.<init>(String)" in out.read_text().splitlines()
+    written = out.read_text()
+    out.write_text(written + "# kept\n")
+    assert "exists; pass --force" in refused(str(kafka), "HEAD", str(out))
+    assert out.read_text().endswith("# kept\n")
+    assert api_summary.main([str(kafka), "HEAD", str(out), "--force"]) == 0
+    assert out.read_text() == written

@@ -271,11 +271,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("ref", help="a tag or commit of apache/kafka")
     parser.add_argument("out", type=Path)
     parser.add_argument("--label", default="", help="what the ref is, for the file's header")
+    parser.add_argument("--force", action="store_true", help="replace an existing summary")
     args = parser.parse_args(argv)
-    lines = summarize_release(args.git_dir, args.ref)
-    commit = subprocess.run(
-        ["git", "-C", str(args.git_dir), "rev-parse", f"{args.ref}^{{commit}}"], capture_output=True, text=True
-    ).stdout.strip()
+    if args.out.exists() and not args.force:
+        parser.error(f"{args.out} exists; pass --force to replace it")
+    resolved = subprocess.run(
+        ["git", "-C", str(args.git_dir), "rev-parse", "--verify", "--quiet", f"{args.ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if resolved.returncode != 0:
+        parser.error(f"{args.ref!r} is not a commit of a git repository at {args.git_dir}")
+    commit = resolved.stdout.strip()
+    lines = summarize_release(args.git_dir, commit)
+    if not lines:
+        parser.error(f"{args.git_dir} at {args.ref} has none of the KIP-405 sources (is it apache/kafka?)")
     header = [
         f"# Kafka {args.label or args.ref}: apache/kafka {args.ref} ({commit})",
         "# Written by `python -m rsm.jvm.api_summary`; one line per public member, erased types, simple names.",
