@@ -203,6 +203,6 @@ def version_skew(config: Mapping[str, str]) -> str | None:
     return (
         f"version skew: the shim jar on the broker's class path is {jar_text}, the Python package "
         f"kafka-tiered-storage in {sys.executable} is version {__version__}; they must be the same release. "
-        f"Either `{install}` into that interpreter, or replace the jar with the one of {__version__} "
-        f"(rsm/_jars/kafka-tiered-storage-shim.jar of that package)"
+        f"Either `{install}` into that interpreter, or put the jar of {__version__} on the broker's class path "
+        f"(`kts plugin-path` prints where it is)"
     )

@@ -32,7 +32,7 @@ final class Version {
         String pythonText = python == null ? "older than 0.2.0 (its sidecar names no version)" : "version " + python;
         return "version skew: the shim jar is version " + JAR + ", the Python package kafka-tiered-storage is "
                 + pythonText + "; they must be the same release. Either `pip install kafka-tiered-storage=="
-                + JAR + "` into rsm.config.python.executable, or replace the jar with the one of that package"
-                + " (rsm/_jars/kafka-tiered-storage-shim.jar)";
+                + JAR + "` into rsm.config.python.executable, or put that package's own jar on the broker's class path"
+                + " (`kts plugin-path` prints where it is)";
     }
 }
