@@ -214,6 +214,46 @@ def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pa
     assert gets.count >= 1, "an expired chunk is read again from the store"
 
 
+def test_unbounded_memory_tier_frees_expired_entries_nobody_looks_up() -> None:
+    """Aiven's -1 size: nothing is evicted for room, so only the sweep frees chunks that are never read again.
+    Each insert, lookup or stats() drops a bounded number of them; ``sweep()`` drops the rest."""
+    from rsm.fetch.lru import SWEEP_ON_STORE, TimedLru
+
+    now = [0.0]
+    dropped: list[bytes] = []
+    lru: TimedLru[int, bytes] = TimedLru(
+        "chunk", 2**62, retention_s=10.0, weigher=len, clock=lambda: now[0], on_drop=dropped.append
+    )
+    for i in range(200):
+        lru.put(i, bytes(1000))
+    now[0] = 5.0
+    assert lru.get(199) is not None  # read again: live for another 10 s
+    now[0] = 11.0  # 0..198 expired; 199 was read at 5.0
+    lru.put(1000, bytes(10))
+    assert len(dropped) == SWEEP_ON_STORE, "one insert does bounded work"
+    assert lru.weight == (199 - SWEEP_ON_STORE) * 1000 + 1000 + 10
+    lru.stats()  # a metrics scrape sweeps a little too
+    assert len(dropped) > SWEEP_ON_STORE
+    assert lru.sweep() == 199 - len(dropped)
+    assert len(dropped) == 199 and lru.weight == 1010 and len(lru) == 2
+    assert lru.stats()["cache-eviction-total"] == 199
+    assert lru.get(199) is not None and lru.get(1000) is not None
+    now[0] = 100.0
+    assert lru.get(5) is None and lru.weight == 0, "a lookup of another key sweeps the expired ones"
+
+
+def test_a_cache_without_retention_is_never_swept() -> None:
+    from rsm.fetch.lru import TimedLru
+
+    now = [0.0]
+    lru: TimedLru[int, bytes] = TimedLru("chunk", 2**62, retention_s=None, weigher=len, clock=lambda: now[0])
+    for i in range(10):
+        lru.put(i, b"x")
+    now[0] = 1e9
+    lru.put(11, b"y")
+    assert lru.sweep() == 0 and len(lru) == 11
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 @pytest.mark.parametrize("check", ["gcm", "crc32c"])
 def test_damaged_disk_entry_is_dropped_and_fetched_again(
