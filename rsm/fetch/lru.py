@@ -126,7 +126,9 @@ class TimedLru(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self.get_with(key, None)
 
-    def get_with(self, key: K, on_hit: Callable[[V], None] | None, count_miss: bool = True) -> V | None:
+    def get_with(
+        self, key: K, on_hit: Callable[[V], None] | None, count_miss: bool = True, count_hit: bool = True
+    ) -> V | None:
         with self._lock:
             now = self._clock()
             self._sweep_locked(now, SWEEP_ON_READ)
@@ -134,10 +136,18 @@ class TimedLru(Generic[K, V]):
             if value is None:
                 self.misses += count_miss
             else:
-                self.hits += 1
+                self.hits += count_hit
                 if on_hit is not None:
                     on_hit(value)
             return value
+
+    def count(self, hit: bool) -> None:
+        """Count one lookup whose outcome the caller settled itself (a load it joined is a hit)."""
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
 
     def contains(self, key: K) -> bool:
         """Present and live, without counting a hit or a miss (for planning, not for serving)."""
@@ -245,10 +255,11 @@ class TimedLru(Generic[K, V]):
 
     def get_or_load(self, key: K, load: Callable[[], V], timeout_s: float | None, what: str) -> V:
         """The cached value, or one load shared by every concurrent caller of the same key."""
-        value = self.get(key)
+        value = self.get_with(key, None, count_miss=False)
         if value is not None:
             return value
         future, mine = self.claim(key)
+        self.count(hit=not mine)  # joining another caller's load is a hit: it costs no load of its own
         if not mine:
             return wait_for(future, timeout_s, what)
         started = time.perf_counter_ns()
