@@ -86,3 +86,15 @@ def test_the_s3_example_works_as_pasted(tmp_path: Path, capsys: pytest.CaptureFi
     assert "ignored (0):" in report and "change these" not in report and "different from Aiven" not in report
     honoured = report.split("ignored (", 1)[0]
     assert all(f"  {key}\n" in honoured for key in props if key.startswith("rsm.config."))
+
+
+def test_the_docs_claim_no_more_than_is_so() -> None:
+    """Claims an operator relies on, as they hold: segments Aiven's plugin wrote carry no CRC-32C, and a sidecar
+    can crash without the broker, but its memory still counts toward the broker's container limit."""
+    pages = {p.name: " ".join(p.read_text().split()) for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    for name, text in pages.items():
+        assert "Every chunk and index carries a CRC-32C" not in text, name
+        assert "cannot take the broker down" not in text and "cannot take the broker\ndown" not in text, name
+    assert "segments Aiven's plugin wrote have no CRC" in pages["README.md"]
+    assert "jvm.sidecar.oom.score.adj" in pages["broker.md"] and "oom_score_adj" in pages["operations.md"]
+    assert "container memory limit" in pages["operations.md"]

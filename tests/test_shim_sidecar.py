@@ -49,6 +49,10 @@ def alive(pid: int) -> bool:
     return True
 
 
+def oom_score_adj(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+
 def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
     r = harness("lifecycle", str(spec), "16", "24", config=jt.base_config(tmp_path / "store"))
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
@@ -108,7 +112,12 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
     sockets = tmp_path / "sock"
     sockets.mkdir()
     cfg = jt.base_config(
-        tmp_path / "store", **{"jvm.sidecar.restart.backoff.ms": "200", "jvm.sidecar.socket.dir": str(sockets)}
+        tmp_path / "store",
+        **{
+            "jvm.sidecar.restart.backoff.ms": "200",
+            "jvm.sidecar.socket.dir": str(sockets),
+            "jvm.sidecar.oom.score.adj": "650",
+        },
     )
     cmd = [
         "java",
@@ -127,10 +136,20 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
         line = p.stdout.readline()
         assert line.startswith("FETCHING "), line + p.stderr.read() if p.stderr else ""
         pid1 = int(line.split()[1])
-        os.kill(pid1, signal.SIGKILL)
+        # the kernel's OOM killer picks the sidecar before the broker (whose score stays as it was)
+        assert oom_score_adj(pid1) == 650 and oom_score_adj(p.pid) == oom_score_adj(os.getpid())
+        os.kill(pid1, signal.SIGKILL)  # as the OOM killer does
         p.stdin.write("go\n")
         p.stdin.flush()
+        seen = []
+        while not (seen and seen[-1].startswith("RECOVERED")):
+            line = p.stdout.readline()
+            assert line, "".join(seen) + (p.stderr.read() if p.stderr else "")
+            seen.append(line)
+        restarted = int(seen[-1].split()[1])
+        assert oom_score_adj(restarted) == 650, "the restarted sidecar is the OOM killer's first pick too"
         out, err = p.communicate(timeout=120)
+        out = "".join(seen) + out
     finally:
         if p.poll() is None:
             p.kill()
@@ -225,6 +244,7 @@ def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
         p.stdin.write(payload)
         p.stdin.flush()
         assert p.stdout.readline().startswith(b"READY")
+        assert oom_score_adj(p.pid) == 800, "by default the sidecar asks the OOM killer to pick it first"
         p.send_signal(signal.SIGTERM)
         p.send_signal(signal.SIGINT)
         time.sleep(0.5)

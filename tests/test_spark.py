@@ -162,6 +162,35 @@ def test_read_committed_drops_exactly_the_aborted_records(spark: SparkSession, f
     assert everything - {(r[2], r[3], r[4]) for r in got} == ds.aborted
 
 
+def test_sparks_kafka_source_options_assign_and_isolation_level(spark: SparkSession, fs_store: Store) -> None:
+    """A job written for Spark's Kafka source: ``assign`` picks partitions per topic and the consumer setting
+    ``kafka.isolation.level=read_committed`` leaves out aborted transactions' records (and control records)."""
+    config, ds = fs_store
+    aborted_partitions = sorted({p for t, p, _ in ds.aborted if t == "orders"})
+    assert aborted_partitions, "the data set has aborted transactions"
+    payments = sorted({r[3] for r in ds.rows if r[2] == "payments"})
+    assign = {"orders": aborted_partitions, "payments": payments[:1]}
+    wanted = {("orders", p) for p in aborted_partitions} | {("payments", payments[0])}
+    df = _read(
+        spark, config, assign=json.dumps(assign), includeHeaders="true", **{"kafka.isolation.level": "read_committed"}
+    )
+    got = _rows(df)
+    expected = [r for r in ds.committed() if (r[2], r[3]) in wanted]
+    assert got == expected and len({(r[2], r[3]) for r in got}) == len(wanted)
+    uncommitted = _rows(
+        _read(
+            spark,
+            config,
+            assign=json.dumps(assign),
+            includeHeaders="true",
+            **{"kafka.isolation.level": "read_uncommitted"},
+        )
+    )
+    assert uncommitted == [r for r in ds.rows if (r[2], r[3]) in wanted]
+    left_out = {(r[2], r[3], r[4]) for r in uncommitted} - {(r[2], r[3], r[4]) for r in got}
+    assert left_out == {a for a in ds.aborted if (a[0], a[1]) in wanted} and left_out
+
+
 def _ledger_segments(tmp_path: Path, config: dict[str, str]) -> tuple[SegmentFiles, SegmentFiles]:
     """Topic ``ledger``, partition 0, two tiered segments written as a broker would.
 
@@ -688,8 +717,22 @@ def test_unknown_option_keys_name_the_closest_key(fs_store: Store, caplog: pytes
     # Spark Kafka source options that would change what is read, unsupported here: refused with ours named.
     with pytest.raises(ReadOptionsError, match="startingOffsetsByTimestamp.*startingTimestamp"):
         TieredReadOptions.from_options({**config, "topic": "orders", "startingOffsetsByTimestamp": "{}"})
-    with pytest.raises(ReadOptionsError, match="assign.*topic and partitions"):
-        TieredReadOptions.from_options({**config, "assign": json.dumps({"orders": [0]})})
+    for bad in ('{"orders": "0"}', "[0]", "{}", '{"orders": [-1]}', "orders:0"):
+        with pytest.raises(ReadOptionsError, match="assign must be JSON"):
+            TieredReadOptions.from_options({**config, "assign": bad})
+    with pytest.raises(ReadOptionsError, match="exactly one of topic.*assign"):
+        TieredReadOptions.from_options({**config, "topic": "orders", "assign": json.dumps({"orders": [0]})})
+    with pytest.raises(ReadOptionsError, match="disagree"):
+        TieredReadOptions.from_options(
+            {
+                **config,
+                "topic": "orders",
+                "isolationLevel": "read_committed",
+                "kafka.isolation.level": "read_uncommitted",
+            }
+        )
+    with pytest.raises(ReadOptionsError, match="kafka.isolation.level must be"):
+        TieredReadOptions.from_options({**config, "topic": "orders", "kafka.isolation.level": "serializable"})
     # A plugin-key typo and a Kafka source job's consumer settings: logged (closest key named) and dropped.
     caplog.set_level(logging.WARNING, logger="rsm.spark.options")
     opts = TieredReadOptions.from_options(
@@ -752,6 +795,19 @@ def test_config_file_takes_broker_or_plugin_properties(tmp_path: Path, fs_store:
         opts = TieredReadOptions.from_options({"config.file": str(path), "topic": "payments"})
         assert opts.plugin_config == config
         assert sum(1 for _ in TieredReader(opts).records()) == expected
+    # the broker's config providers: the root from a file, as the broker resolves it
+    (tmp_path / "paths.properties").write_text(f"root={config['storage.root']}\n")
+    providers = (
+        "config.providers=file\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n"
+    )
+    lines = {**config, "storage.root": f"${{file:{tmp_path / 'paths.properties'}:root}}"}
+    broker.write_text(providers + "".join(f"rsm.config.{k}={v}\n" for k, v in lines.items()))
+    opts = TieredReadOptions.from_options({"config.file": str(broker), "topic": "payments"})
+    assert opts.plugin_config == config
+    broker.write_text(providers + "rsm.config.storage.root=${file:/nowhere/x.properties:root}\n")
+    with pytest.raises(ReadOptionsError, match=r"config.file: rsm.config.storage.root in .*server.properties"):
+        TieredReadOptions.from_options({"config.file": str(broker), "topic": "payments"})
 
 
 # --- demo example ---------------------------------------------------------------------------------------------------

@@ -285,6 +285,21 @@ def _start_prometheus(capabilities: ManagerCapabilities, health: SidecarHealth) 
     return server
 
 
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
+
+
+def set_oom_score_adj(value: int, path: str = OOM_SCORE_ADJ) -> bool:
+    """Ask the kernel's OOM killer to pick this process before the broker (``jvm.sidecar.oom.score.adj``);
+    False, with a warning, where it cannot be set (not Linux, or a lower value without the privilege)."""
+    try:
+        with open(path, "w") as f:
+            f.write(str(value))
+    except OSError as e:
+        log.warning("jvm.sidecar.oom.score.adj=%d: cannot write %s (%s); the score stays as inherited", value, path, e)
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
@@ -326,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if skew is not None:
         _say(f"CONFIG-ERROR {skew}")  # a shim of any release reports a CONFIG-ERROR line in full
         return 4
+    set_oom_score_adj(settings["jvm.sidecar.oom.score.adj"])
     spec = settings["python.manager.class"]
     try:
         cls = wire.load_manager_class(spec)

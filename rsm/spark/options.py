@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.core.config import closest_name, known_key_names, unknown_keys
+from rsm.core.config_providers import resolve_variables
 from rsm.core.parallel import DEFAULT_CONCURRENCY
-from rsm.errors import RemoteStorageException
+from rsm.errors import ConfigException, RemoteStorageException
 
 __all__ = [
     "EARLIEST",
@@ -47,6 +48,7 @@ READER_KEYS = frozenset(
     {
         "topic",
         "subscribe",
+        "assign",
         "topicpattern",
         "subscribepattern",
         "partitions",
@@ -55,6 +57,7 @@ READER_KEYS = frozenset(
         "startingtimestamp",
         "endingtimestamp",
         "isolationlevel",
+        "kafka.isolation.level",
         "includeheaders",
         "failoncorruption",
         "maxslicebytes",
@@ -87,7 +90,6 @@ KAFKA_SOURCE_IGNORED = frozenset(
 
 #: Options of Spark's Kafka source that would change *what* is read but are not supported: refused, naming ours.
 KAFKA_SOURCE_REFUSED = {
-    "assign": "give topic and partitions instead",
     "startingoffsetsbytimestamp": "give startingTimestamp (one timestamp for every partition) instead",
     "endingoffsetsbytimestamp": "give endingTimestamp (one timestamp for every partition) instead",
 }
@@ -140,7 +142,12 @@ def _read_properties(path: str) -> dict[str, str]:
         raise ReadOptionsError(
             f"config.file {path!r} cannot be read ({e.strerror}); it must exist on the driver and on every executor"
         ) from None
-    if any(k.startswith(BROKER_PREFIX) for k in props):
+    broker = any(k.startswith(BROKER_PREFIX) for k in props)
+    try:  # Kafka's config providers (${file:...}, ${dir:...}, ${env:...}), resolved as the broker does
+        props = resolve_variables(props, path, [k for k in props if k.startswith(BROKER_PREFIX) or not broker])
+    except ConfigException as e:
+        raise ReadOptionsError(f"config.file: {e}") from None
+    if broker:
         return {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
     return props
 
@@ -231,7 +238,7 @@ def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict
                 f"option {_name(low)} of Spark's Kafka source is not supported by kafka-tiered: "
                 f"{KAFKA_SOURCE_REFUSED[low]}"
             )
-        if low in KAFKA_SOURCE_IGNORED or low.startswith("kafka."):
+        if low in KAFKA_SOURCE_IGNORED or (low.startswith("kafka.") and low != "kafka.isolation.level"):
             log.warning("option %s of Spark's Kafka source means nothing for tiered data and is ignored", low)
             continue
         given[key] = str(value)  # as spelled: a custom backend's own keys are not ours to re-case
@@ -312,6 +319,40 @@ def _offsets(options: Mapping[str, str], key: str, default: int) -> tuple[int, d
     return default, per_topic
 
 
+def _assign(raw: str) -> dict[str, frozenset[int]]:
+    """Spark's ``assign``: ``{"orders": [0, 1], "payments": [3]}``."""
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict) or not parsed:
+            raise TypeError
+        out: dict[str, frozenset[int]] = {}
+        for topic, parts in parsed.items():
+            if not isinstance(parts, list) or not all(type(p) is int and p >= 0 for p in parts):
+                raise TypeError
+            out[str(topic)] = frozenset(parts)
+    except (ValueError, TypeError):
+        raise ReadOptionsError(
+            f'option assign must be JSON mapping each topic to a list of partitions, like {{"orders": [0, 1]}}, '
+            f"got {raw!r}"
+        ) from None
+    return out
+
+
+def _isolation(options: Mapping[str, str]) -> str:
+    """``isolationLevel``, or ``kafka.isolation.level`` as Spark's Kafka source takes it (the consumer's setting);
+    both given must agree."""
+    given = {k: options[k].strip().lower() for k in ("isolationlevel", "kafka.isolation.level") if k in options}
+    for key, value in given.items():
+        if value not in ("read_uncommitted", "read_committed"):
+            raise ReadOptionsError(f"{_name(key)} must be read_uncommitted or read_committed, got {value!r}")
+    if len(set(given.values())) > 1:
+        raise ReadOptionsError(
+            f"isolationLevel ({given['isolationlevel']}) and kafka.isolation.level ({given['kafka.isolation.level']}) "
+            "disagree; give one of them"
+        )
+    return next(iter(given.values()), "read_uncommitted")
+
+
 @dataclass(frozen=True)
 class TieredReadOptions:
     """What to read. ``plugin_config`` holds secrets and is excluded from ``repr``."""
@@ -320,6 +361,7 @@ class TieredReadOptions:
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
     partitions: frozenset[int] | None = None
+    assigned: dict[str, frozenset[int]] | None = None  # Spark's ``assign``: these partitions of each topic only
     default_start: int = EARLIEST
     default_end: int = LATEST
     starting_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -341,10 +383,14 @@ class TieredReadOptions:
         names = o.get("topic") or o.get("subscribe") or ""
         topics = tuple(t.strip() for t in names.split(",") if t.strip())
         pattern = o.get("topicpattern") or o.get("subscribepattern")
-        if bool(topics) == bool(pattern):
+        assigned = _assign(o["assign"]) if o.get("assign", "").strip() else None
+        if sum((bool(topics), bool(pattern), assigned is not None)) != 1:
             raise ReadOptionsError(
-                "give exactly one of topic (a name or a comma list) and topicPattern (a regular expression)"
+                "give exactly one of topic (a name or a comma list; subscribe in Spark's Kafka source), "
+                'topicPattern (a regular expression; subscribePattern) and assign (JSON like {"orders": [0, 1]})'
             )
+        if assigned is not None:
+            topics = tuple(assigned)
         if pattern:
             try:
                 re.compile(pattern)
@@ -364,14 +410,13 @@ class TieredReadOptions:
             raise ReadOptionsError(
                 "startingOffsets=latest would read nothing from tiered storage; use earliest or JSON"
             )
-        isolation = o.get("isolationlevel", "read_uncommitted").strip().lower()
-        if isolation not in ("read_uncommitted", "read_committed"):
-            raise ReadOptionsError(f"isolationLevel must be read_uncommitted or read_committed, got {isolation!r}")
+        isolation = _isolation(o)
         return cls(
             plugin_config=plugin_config,
             topics=topics,
             topic_pattern=pattern or None,
             partitions=partitions,
+            assigned=assigned,
             default_start=default_start,
             default_end=default_end,
             starting_offsets=starting,
@@ -386,6 +431,12 @@ class TieredReadOptions:
             rows_per_batch=_int(o, "rowsperbatch", 8192, 1) or 8192,
             planning_concurrency=_int(o, "planningconcurrency", DEFAULT_CONCURRENCY, 1) or DEFAULT_CONCURRENCY,
         )
+
+    def wants_partition(self, topic: str, partition: int) -> bool:
+        """Whether ``partitions`` and ``assign`` let ``topic``'s ``partition`` in."""
+        if self.partitions is not None and partition not in self.partitions:
+            return False
+        return self.assigned is None or partition in self.assigned.get(topic, frozenset())
 
     def matches_topic(self, topic: str) -> bool:
         if self.topic_pattern is not None:

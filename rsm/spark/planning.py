@@ -224,8 +224,8 @@ class _Planner:
         self.failures: list[SegmentFailure] = []
         self.tried = 0
 
-    def _wanted_partition(self, partition: int) -> bool:
-        return (self.opts.partitions is None or partition in self.opts.partitions) and (
+    def _wanted_partition(self, topic: str, partition: int) -> bool:
+        return self.opts.wants_partition(topic, partition) and (
             self.pushed.partitions is None or partition in self.pushed.partitions
         )
 
@@ -277,13 +277,13 @@ class _Planner:
                 out[topic] = self._topic_from_listing(topic, self.catalog.segments(topic))
             else:
                 out[topic] = self._select(
-                    {t.partition: self._window(t) for t in tips if self._wanted_partition(t.partition)}
+                    {t.partition: self._window(t) for t in tips if self._wanted_partition(topic, t.partition)}
                 )
         return out
 
     def _topic_from_listing(self, topic: str, listed: list[TieredSegment]) -> dict[int, list[SegmentSummary]]:
         """Planning from a listing of the whole topic (no directory listing, a time bound, several topic ids)."""
-        listed = [s for s in listed if self._wanted_partition(s.partition)]
+        listed = [s for s in listed if self._wanted_partition(topic, s.partition)]
         if len({s.topic_id for s in listed}) > 1 or self._time_bound():
             every = self._read(listed)
             current = _latest_topic_id(every.values()) if every else None

@@ -548,6 +548,8 @@ public final class Harness {
         check(all != null && Arrays.equals(all, s.log), "fetch after restart failed or differs");
         long pid2 = pid(rsm);
         System.out.println(String.format("RECOVERED %d %.3f", pid2, (System.nanoTime() - t0) / 1e9));
+        System.out.flush();
+        stdin.readLine();  // the test may look at the restarted sidecar now (end of input goes straight on)
         rsm.deleteLogSegmentData(s.meta);
         rsm.close();
         System.out.println("CLOSED");
