@@ -6,18 +6,21 @@ from __future__ import annotations
 import json
 import struct
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import TIP
-from emulators import s3_moto_server  # noqa: F401 - a fixture, found by name
+from emulators import FIXTURE_FOR, gcs_fake_server, s3_moto_server  # noqa: F401 - fixtures, found by name
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
+from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import decode_offset_index
 from rsm.kafka.records import ControlRecordType, decode_records, iter_batches
 from rsm.kafka.writer import build_batch, build_control_batch, write_entries_segment
@@ -410,18 +413,30 @@ def test_kts_tools_understand_iceberg_segments(
     assert data_file.name in captured.out + captured.err
 
 
-# --- S3: the warehouse in the bucket, the FileIO from the storage.* keys -------------------------------------------
+# --- S3 and GCS: the warehouse in the bucket, the FileIO from the storage.* keys ------------------------------------
 
 
-def test_iceberg_mode_over_s3(segment_factory: Any, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    server = request.getfixturevalue("s3_moto_server")
+@pytest.mark.parametrize("flavour", ["s3-moto", "gcs-fake"])
+def test_iceberg_mode_over_cloud_backends(
+    flavour: str, segment_factory: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The warehouse in the bucket, its FileIO from the storage.* keys (GCS: pyarrow's client needs a token, any
+    token for the emulator, given as a catalog property)."""
+    server = request.getfixturevalue(FIXTURE_FOR[flavour])
+    token = {}
+    if server.backend == "gcs":
+        token = {
+            "iceberg.mode.catalog.property.gcs.oauth2.token": "emulator",
+            "iceberg.mode.catalog.property.gcs.oauth2.token-expires-at": str(int(time.time() * 1000) + 86_400_000),
+        }
     seg = segment_factory(num_batches=30, codec="zstd", transactional=True, seed=12)
     prefix = f"ice-{uuid.uuid4().hex[:8]}/"
     configs = {
         "chunk.size": "65536",
         "key.prefix": prefix,
-        "storage.backend.class": "s3",
+        "storage.backend.class": server.backend,
         **{f"storage.{k}": str(v) for k, v in server.config().items()},
+        **token,
         "iceberg.mode.topics.regex": "orders",
         "iceberg.mode.catalog.sqlite.path": str(tmp_path / "catalog.db"),
     }
@@ -432,7 +447,7 @@ def test_iceberg_mode_over_s3(segment_factory: Any, request: pytest.FixtureReque
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         m.copy_log_segment_data(classic, seg.to_log_segment_data())
         section = m.fetch_manifest(meta).iceberg
-        assert section is not None and all(f.path.startswith("s3://") for f in section.files)
+        assert section is not None and all(f.path.startswith(("s3://", "gs://")) for f in section.files)
         stored = set(m.backend.list(prefix))
         assert any(k.startswith(prefix + "iceberg/") and k.endswith(".parquet") for k in stored)
         assert m.manifests.keys(meta).log not in stored
@@ -440,5 +455,45 @@ def test_iceberg_mode_over_s3(segment_factory: Any, request: pytest.FixtureReque
             got = m.fetch_log_segment(meta, h.position).read()
             assert _batch_view(got) == _batch_view(m.fetch_log_segment(classic, h.position).read())
         assert _table(m).num_rows == sum(len(r) for _, r in _batch_view(seg.log.read_bytes()))
+    finally:
+        m.close()
+
+
+# --- the value hook: a topic's parsed value fills the table's value struct -----------------------------------------
+
+_VALUE_TYPE = pa.struct([pa.field("n", pa.int64()), pa.field("name", pa.string())])
+
+
+def _parse_values(raw: Any) -> pa.Array:
+    rows = []
+    for v in raw:
+        try:
+            doc = json.loads(v) if v is not None else None
+        except ValueError:
+            doc = None
+        rows.append({"n": doc.get("n"), "name": doc.get("name")} if isinstance(doc, dict) else None)
+    return pa.array(rows, type=_VALUE_TYPE)
+
+
+def json_values(topic: str) -> ValueColumn | None:
+    """A factory for the test: JSON values of topics named ice-json*."""
+    return ValueColumn(_VALUE_TYPE, _parse_values) if topic.startswith("ice-json") else None
+
+
+def test_the_value_hook_fills_the_value_struct(tmp_path: Path) -> None:
+    entries = [
+        build_batch([(1_700_000_000_000, None, b'{"n": %d, "name": "x%d"}' % (i, i), [])], base_offset=i)
+        for i in range(5)
+    ] + [build_batch([(1_700_000_000_000, None, b"not json", [])], base_offset=5)]
+    seg = write_entries_segment(tmp_path / "seg", entries)
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.value.column.factory": f"{__name__}:json_values"}))
+    try:
+        meta = seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 0))
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        table = _table(m, "ice-json")
+        by_offset = dict(zip(_offsets(table), table.column("value").to_pylist(), strict=True))
+        assert by_offset[3] == {"n": 3, "name": "x3"} and by_offset[5] is None
+        assert table.column("value_raw").to_pylist()[_offsets(table).index(5)] == b"not json"
+        assert _batch_view(m.fetch_log_segment(meta, 0).read()) == _batch_view(seg.log.read_bytes())
     finally:
         m.close()
