@@ -47,7 +47,8 @@ def _kafka_format_only(_key: str, value: Any) -> str | None:
     if str(value).strip().lower() == "kafka":
         return None
     return (
-        f"{value!r} is not supported: only kafka. Iceberg mode is Aiven's alone; the data of an Iceberg-mode topic "
+        f"{value!r} is not supported: only kafka (choose this plugin's Iceberg mode per topic with "
+        f"iceberg.mode.topics.regex). Aiven's Iceberg mode is Aiven's alone; the data of its Iceberg-mode topic "
         f"cannot be read or written by this plugin"
     )
 
@@ -172,7 +173,8 @@ CORE = ConfigDef().extend(
             "string",
             "kafka",
             "How segments are stored: kafka, Aiven's classic format (chunks of the segment file). Aiven's iceberg "
-            "mode is not supported and fails the start.",
+            "value fails the start: its tables cannot be read here. Our Iceberg mode is chosen per topic with "
+            "iceberg.mode.topics.regex.",
             validator=_kafka_format_only,
         ),
         ConfigKey(
@@ -504,7 +506,8 @@ def backend_config_def(backend_class: str) -> ConfigDef | None:
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
-    return re.compile("^" + re.escape(name).replace(re.escape("<id>"), r"[^.]+") + "$")
+    pattern = re.escape(name).replace(re.escape("<id>"), r"[^.]+").replace(re.escape("<property>"), r".+")
+    return re.compile("^" + pattern + "$")
 
 
 def known_key_names(backend_class: str = "filesystem") -> list[str]:
@@ -543,8 +546,8 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     """The supplied keys nothing reads, each with the closest known key (difflib) where one is close."""
     backend_class = str(configs.get("storage.backend.class") or CORE.keys["storage.backend.class"].default)
     names = known_key_names(backend_class)
-    patterns = [_name_pattern(n) for n in names if "<id>" in n]
-    exact = {n for n in names if "<id>" not in n}
+    patterns = [_name_pattern(n) for n in names if "<id>" in n or "<property>" in n]
+    exact = {n for n in names if "<id>" not in n and "<property>" not in n}
     custom_backend = backend_config_def(backend_class) is None
     out: list[UnknownKey] = []
     for key in map(str, configs):
