@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c
 setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
-	bash .ci/fetch_iceberg_spark.sh >/dev/null
+	bash .ci/iceberg_spark_env.sh >/dev/null
 	bash jvm-shim/build.sh
 
 demo: $(STAMP)
