@@ -504,7 +504,8 @@ def backend_config_def(backend_class: str) -> ConfigDef | None:
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
-    return re.compile("^" + re.escape(name).replace(re.escape("<id>"), r"[^.]+") + "$")
+    pattern = re.escape(name).replace(re.escape("<id>"), r"[^.]+").replace(re.escape("<property>"), r".+")
+    return re.compile("^" + pattern + "$")
 
 
 def known_key_names(backend_class: str = "filesystem") -> list[str]:
@@ -543,8 +544,8 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     """The supplied keys nothing reads, each with the closest known key (difflib) where one is close."""
     backend_class = str(configs.get("storage.backend.class") or CORE.keys["storage.backend.class"].default)
     names = known_key_names(backend_class)
-    patterns = [_name_pattern(n) for n in names if "<id>" in n]
-    exact = {n for n in names if "<id>" not in n}
+    patterns = [_name_pattern(n) for n in names if "<id>" in n or "<property>" in n]
+    exact = {n for n in names if "<id>" not in n and "<property>" not in n}
     custom_backend = backend_config_def(backend_class) is None
     out: list[UnknownKey] = []
     for key in map(str, configs):

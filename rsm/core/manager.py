@@ -31,6 +31,7 @@ from encryption.errors import KeyPairError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_keys, warn_unknown_keys
+from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
 from rsm.core.pools import ThreadPools
@@ -44,6 +45,7 @@ from rsm.fetch.next_segment import NextSegmentFinder
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 from rsm.fetch.segment_reader import SegmentReader
+from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
@@ -55,6 +57,7 @@ from rsm.metrics.sources import fetch_path_sources
 
 log = logging.getLogger(__name__)
 register_known_keys(METRICS_CONFIG_DEF)
+register_known_keys(ICEBERG_CONFIG_DEF)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class _Wiring:
     next_segments: NextSegmentFinder
     prefetcher: Prefetcher
     segments: SegmentReader
+    iceberg: IcebergLink
 
 
 class RemoteStorageManager:
@@ -126,8 +130,9 @@ class RemoteStorageManager:
         background = config["fetch.chunk.cache.thread.pool.size"] or (os.cpu_count() or 2)
         pools = ThreadPools(config.thread_pool_size, background)
         manifests = ManifestStore(config, backend, key_ring, upload_limiter)
+        iceberg = IcebergLink(config)
         objects = SegmentObjects(
-            config, backend, key_ring, manifests, pools.transform, upload_limiter, self.rsm_metrics
+            config, backend, key_ring, manifests, pools.transform, upload_limiter, self.rsm_metrics, iceberg
         )
         ranges = RangeReader(backend, capabilities)
         chunks = self._chunk_cache(config, ranges, pools, fetch_limiter)
@@ -157,6 +162,7 @@ class RemoteStorageManager:
             next_segments=next_segments,
             prefetcher=prefetcher,
             segments=segments,
+            iceberg=iceberg,
         )
 
     def _chunk_cache(
@@ -247,20 +253,29 @@ class RemoteStorageManager:
         last = meta.segment_size_in_bytes - 1 if end_position is None else end_position
         started = time.monotonic()
         try:
-            stream = self._ready(opening=True).segments.open(meta, start_position, end_position)
+            stream = self._open(meta, start_position, end_position)
         except BaseException:
             self.rsm_metrics.fetch_failed(tip.topic, tip.partition)
             raise
         requested = max(0, last - start_position + 1)
         self.rsm_metrics.fetch_requested(tip.topic, tip.partition, requested, time.monotonic() - started)
-        return stream  # type: ignore[return-value]
+        return stream
 
     def fetch_log_segment_ahead(self, meta: RemoteLogSegmentMetadata, start_position: int) -> BinaryIO:
         """``fetch_log_segment`` to the end, for a stream a transport opens before the broker asks for it (the
         sidecar goes on into the next segment when a broker's stream reaches a segment's end). Neither counted
         nor, when it fails, counted as a failure: the broker's own fetch is, when it comes (then through
         ``record_resumed_fetch``, or as a request of its own)."""
-        return self._ready(opening=True).segments.open(meta, start_position, None)  # type: ignore[return-value]
+        return self._open(meta, start_position, None)
+
+    def _open(self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None) -> BinaryIO:
+        """A classic segment's stream over its chunks, or an Iceberg segment's batches rebuilt from its rows (the
+        manifest says which kind the segment is)."""
+        wired = self._ready(opening=True)
+        manifest = wired.manifests.manifest(meta)
+        if manifest.iceberg is not None:
+            return wired.iceberg.mode().open_fetch(meta, manifest.iceberg, start_position, end_position)
+        return wired.segments.open(meta, start_position, end_position)  # type: ignore[return-value]
 
     def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
         """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same
@@ -355,6 +370,11 @@ class RemoteStorageManager:
     @property
     def key_ring(self) -> RsaKeyRing | None:
         return self._wired.key_ring if self._wired is not None else None
+
+    @property
+    def iceberg(self) -> IcebergLink:
+        """Iceberg mode: which topics it takes (``wants``) and the mode itself (``mode()``, built on first use)."""
+        return self._ready().iceberg
 
     @property
     def manifests(self) -> ManifestStore:

@@ -106,6 +106,7 @@ class ManifestStore:
             self.show(keys.indexes),
             manifest.segment_indexes,
             integrity.index_crcs if integrity is not None else None,
+            manifest.iceberg is None,
         )
 
     def catalog(self) -> SegmentCatalog:

@@ -15,6 +15,8 @@ import time
 from concurrent.futures import Executor
 from pathlib import Path
 
+import crc32c as _crc32c
+
 from backends.base import InvalidKey, StorageBackend, StorageBackendException
 from chunking.chunk_index import ChunkIndex
 from chunking.transform import ChunkTransformer, crc32c
@@ -24,6 +26,7 @@ from rsm.core.compression_heuristic import should_compress
 from rsm.core.config import RsmConfig
 from rsm.core.copy_pipeline import TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
+from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import (
     INDEX_UPLOAD_ORDER,
     EncryptionMetadata,
@@ -34,12 +37,22 @@ from rsm.core.manifest import (
 )
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
-from rsm.errors import RemoteStorageException, storage_failure
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException, storage_failure
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader, throttled
+from rsm.iceberg.section import IcebergSection
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.recorders import RsmRecorder
 
 log = logging.getLogger(__name__)
+
+
+def section_crc(data: LogSegmentData) -> int:
+    """CRC-32C of the original segment file (an Iceberg segment's integrity record keeps it)."""
+    crc = 0
+    with open(data.log_segment, "rb") as f:
+        while piece := f.read(1 << 20):
+            crc = _crc32c.crc32c(piece, crc)
+    return crc
 
 
 class SegmentObjects:
@@ -55,6 +68,7 @@ class SegmentObjects:
         transform: Executor,
         upload_limiter: RateLimiter | None,
         recorder: RsmRecorder,
+        iceberg: IcebergLink | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -63,6 +77,7 @@ class SegmentObjects:
         self.transform = transform
         self.upload_limiter = upload_limiter
         self.recorder = recorder
+        self.iceberg = iceberg
 
     # --- copy ------------------------------------------------------------------------------------------------------
 
@@ -91,7 +106,12 @@ class SegmentObjects:
                 cipher = ChunkCipher(dk)
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
 
-            log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
+            section = self._write_rows(meta, data)
+            if section is None:
+                log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
+            else:
+                compression = False
+                log_size, chunk_index, chunk_crcs = 0, self._rows_index(section), [section_crc(data)]
             index_entries, index_crcs, indexes_size = self._upload_indexes(keys.indexes, data, cipher, uploaded)
             manifest = SegmentManifest(
                 chunk_index,
@@ -100,6 +120,7 @@ class SegmentObjects:
                 encryption,
                 metadata_to_json(meta),
                 IntegrityRecord(chunk_crcs, index_crcs),
+                section,
             )
             manifest_bytes = manifest.to_json_bytes()
             uploaded.append(keys.manifest)
@@ -113,7 +134,8 @@ class SegmentObjects:
                 raise storage_failure(f"copy of {meta.describe()} failed: {type(e).__name__}: {e}", e) from e
             raise
         recorder = self.recorder
-        recorder.object_uploaded(tip.topic, tip.partition, "log", log_size)
+        if log_size:
+            recorder.object_uploaded(tip.topic, tip.partition, "log", log_size)
         recorder.object_uploaded(tip.topic, tip.partition, "indexes", indexes_size)
         recorder.object_uploaded(tip.topic, tip.partition, "rsm-manifest", len(manifest_bytes))
         recorder.segment_copied(tip.topic, tip.partition, time.monotonic() - started)
@@ -127,6 +149,26 @@ class SegmentObjects:
             encryption is not None,
         )
         return self._custom_metadata(keys, log_size + indexes_size + len(manifest_bytes))
+
+    def _write_rows(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> IcebergSection | None:
+        """For a topic in Iceberg mode, the segment's rows committed to its table; None: tier it classic (the
+        topic is not in Iceberg mode, or the segment holds what a table cannot give back exactly)."""
+        if self.iceberg is None or not self.iceberg.wants(meta.topic_id_partition.topic):
+            return None
+        mode = self.iceberg.mode()
+        from rsm.iceberg.rows import NotRepresentable
+
+        try:
+            return mode.write_segment(meta, data.log_segment, data.transaction_index)
+        except NotRepresentable as e:
+            log.warning("%s is tiered in the classic format, not in Iceberg mode: %s", meta.describe(), e)
+            return None
+
+    @staticmethod
+    def _rows_index(section: IcebergSection) -> ChunkIndex:
+        """An Iceberg segment's chunk index: the original segment as one chunk (it gives the segment's size)."""
+        size = section.segment_size
+        return ChunkIndex(size, size, [size], size)
 
     def _check_inputs(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
         required = [
@@ -231,6 +273,7 @@ class SegmentObjects:
         keys = self.manifests.keys(meta)
         started = time.monotonic()
         try:
+            self._delete_rows(meta)
             self.backend.delete(keys.manifest)
             self.backend.delete_many([keys.log, keys.indexes])
         except BaseException as e:
@@ -239,3 +282,15 @@ class SegmentObjects:
                 raise storage_failure(f"delete of {meta.describe()} failed: {e}", e) from e
             raise
         self.recorder.segment_deleted(tip.topic, tip.partition, meta.segment_size_in_bytes, time.monotonic() - started)
+
+    def _delete_rows(self, meta: RemoteLogSegmentMetadata) -> None:
+        """With ``iceberg.mode.delete.rows.enabled``, an Iceberg segment's rows go before its manifest (a failure
+        leaves the manifest, so the broker's retry knows the rows to delete)."""
+        if self.iceberg is None or not self.iceberg.cfg.delete_rows:
+            return
+        try:
+            manifest = self.manifests.manifest(meta)
+        except RemoteResourceNotFoundException:
+            return
+        if manifest.iceberg is not None:
+            self.iceberg.mode().delete_rows(meta, manifest.iceberg)

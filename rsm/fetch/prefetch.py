@@ -89,6 +89,8 @@ class Prefetcher:
                 if budget <= 0 or horizon < index.chunk_count - 1:  # spent, or the per-run chunk cap was hit
                     break
                 current = self.following.next_source(current)
+                if current is not None and not current.has_chunks:
+                    break  # an Iceberg-mode segment: no chunks to load ahead (its indexes were)
                 first_id = 0
                 if current is not None:
                     with self._lock:

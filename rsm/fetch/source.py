@@ -43,6 +43,7 @@ class SegmentSource:
     shown_indexes_key: str
     indexes: Mapping[IndexType, StoredSpan | None]  # None, or no entry: the segment has no such index
     index_crcs: Mapping[IndexType, int] | None
+    has_chunks: bool = True  # False: an Iceberg-mode segment, whose rows are read from its table's data files
 
     def what(self, chunk: Chunk) -> str:
         return f"chunk {chunk.id} of {self.shown_log_key} ({self.meta.describe()})"

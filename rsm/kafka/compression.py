@@ -194,3 +194,43 @@ def decompress(
     if codec is CompressionType.LZ4:
         return _lz4_decompress(raw, max_size)
     return _zstd_decompress(raw, max_size)
+
+
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 << 10
+
+
+def compress(codec: int | CompressionType, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress a batch's records section as Kafka's producer does with ``codec``: gzip, snappy in xerial framing
+    (snappy-java's ``SnappyOutputStream``, 32 KiB blocks), an lz4 frame of independent 64 KiB blocks without
+    content size (what ``KafkaLZ4BlockInputStream`` reads), or a zstd frame. ``level``: the codec's own level
+    (None: its default)."""
+    codec = CompressionType(codec)
+    raw = bytes(data)
+    if codec is CompressionType.NONE:
+        return raw
+    if codec is CompressionType.GZIP:
+        return gzip.compress(raw, compresslevel=6 if level is None else level, mtime=0)
+    if codec is CompressionType.SNAPPY:
+        import snappy  # optional dependency (python-snappy)
+
+        parts = [_XERIAL_HEADER]
+        for start in range(0, len(raw), _XERIAL_BLOCK):
+            block = snappy.compress(raw[start : start + _XERIAL_BLOCK])
+            parts.append(struct.pack(">i", len(block)))
+            parts.append(block)
+        return b"".join(parts)
+    if codec is CompressionType.LZ4:
+        import lz4.frame  # optional dependency
+
+        return lz4.frame.compress(  # type: ignore[no-any-return]
+            raw,
+            compression_level=0 if level is None else level,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3 if level is None else level).compress(raw)

@@ -1,0 +1,43 @@
+"""The plugin's link to Iceberg mode (``rsm.iceberg``): which topics it takes, and the mode itself, built on
+first use so that pyiceberg is imported only where a topic is in Iceberg mode or an Iceberg segment is read."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from rsm.core.config import RsmConfig
+from rsm.errors import ConfigException
+from rsm.iceberg.config import IcebergConfig
+
+if TYPE_CHECKING:
+    from rsm.iceberg.mode import IcebergMode
+
+
+class IcebergLink:
+    """``wants(topic)``: is the topic tiered in Iceberg mode; ``mode()``: the mode (built once)."""
+
+    def __init__(self, config: RsmConfig) -> None:
+        self.config = config
+        self.cfg = IcebergConfig.from_map(config.raw)
+        self._mode: IcebergMode | None = None
+        self._lock = threading.Lock()
+        if self.cfg.enabled:
+            self.mode()  # a broken catalog or warehouse setting fails configure(), not the first copy
+
+    def wants(self, topic: str) -> bool:
+        return self.cfg.is_iceberg_topic(topic)
+
+    def mode(self) -> IcebergMode:
+        with self._lock:
+            if self._mode is None:
+                try:
+                    from rsm.iceberg.mode import IcebergMode
+                except ImportError as e:
+                    raise ConfigException(
+                        f"Iceberg mode needs pyiceberg and pyarrow ({e}): install kafka-tiered-storage[iceberg]"
+                    ) from None
+                self._mode = IcebergMode(
+                    self.cfg, self.config["storage.backend.class"], self.config.storage, self.config["key.prefix"]
+                )
+            return self._mode

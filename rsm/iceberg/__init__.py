@@ -1,0 +1,17 @@
+"""Iceberg mode: a topic's tiered segments stored once, as rows of the topic's Iceberg table, served to Kafka
+consumers as record batches and read by Spark, DuckDB and pyiceberg as a table.
+
+Modules (only ``config``, ``section`` and ``value_hook``'s names import nothing heavy; the rest need the
+``iceberg`` extra: pyiceberg and pyarrow):
+
+- ``config``: the ``iceberg.mode.*`` keys and ``IcebergConfig``;
+- ``section``: the Iceberg part of a segment's manifest (data files, offset and position range, snapshot);
+- ``schema``: the table's Iceberg schema, partition spec (``day(kafka.timestamp)``) and Arrow row schema;
+- ``rows``: a segment file turned into Arrow rows (one per record, control records included);
+- ``batches``: rows turned back into Kafka v2 batches (same offsets, fields and codec; CRC-32C);
+- ``catalog``: the pyiceberg catalog and FileIO from the configuration and the storage backend;
+- ``table_writer``: one segment -> data files -> one commit (replacing its offset range, retried on conflict);
+- ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
+- ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);
+- ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook.
+"""

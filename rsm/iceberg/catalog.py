@@ -1,0 +1,142 @@
+"""The pyiceberg catalog and FileIO of Iceberg mode, from the ``iceberg.mode.*`` keys and the storage backend.
+
+The warehouse (where tables' metadata and data files go) defaults to the storage backend's own place, under
+``key.prefix`` + ``iceberg/``, as a URI every Iceberg reader opens: ``file://`` for the filesystem backend,
+``s3://bucket/...`` for S3, ``gs://bucket/...`` for GCS, ``abfs://container@account...`` for Azure. The FileIO
+properties (endpoint, credentials) are derived from the same ``storage.*`` keys; any
+``iceberg.mode.catalog.property.<property>`` wins over them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.io import FileIO, load_file_io
+
+from backends.configdef import ConfigException
+from rsm.iceberg.config import IcebergConfig
+
+ICEBERG_DIR = "iceberg/"
+
+
+def _backend_name(backend_class: str) -> str:
+    name = backend_class.lower()
+    for short in ("filesystem", "s3", "gcs", "azure"):
+        if short in name:
+            return short
+    return name
+
+
+def derived_properties(backend_class: str, storage: Mapping[str, Any], key_prefix: str) -> dict[str, str]:
+    """The warehouse and FileIO properties for the backend (``storage`` keys without ``storage.``)."""
+    kind = _backend_name(backend_class)
+    props: dict[str, str] = {}
+    if kind == "filesystem":
+        root = storage.get("root")
+        if not root:
+            return props
+        props["warehouse"] = (Path(str(root)).resolve() / key_prefix / ICEBERG_DIR).as_uri().rstrip("/")
+    elif kind == "s3":
+        props["warehouse"] = f"s3://{storage.get('s3.bucket.name')}/{key_prefix}{ICEBERG_DIR}".rstrip("/")
+        if storage.get("s3.endpoint.url"):
+            props["s3.endpoint"] = str(storage["s3.endpoint.url"])
+        if storage.get("s3.region"):
+            props["s3.region"] = str(storage["s3.region"])
+        if storage.get("aws.access.key.id"):
+            props["s3.access-key-id"] = str(storage["aws.access.key.id"])
+        if storage.get("aws.secret.access.key"):
+            props["s3.secret-access-key"] = str(storage["aws.secret.access.key"])
+        if storage.get("aws.session.token"):
+            props["s3.session-token"] = str(storage["aws.session.token"])
+        path_style = str(storage.get("s3.path.style.access.enabled", "")).lower()
+        if path_style == "false":
+            props["s3.force-virtual-addressing"] = "true"
+    elif kind == "gcs":
+        props["warehouse"] = f"gs://{storage.get('gcs.bucket.name')}/{key_prefix}{ICEBERG_DIR}".rstrip("/")
+        if storage.get("gcs.endpoint.url"):
+            props["gcs.service.host"] = str(storage["gcs.endpoint.url"])
+    elif kind == "azure":
+        account = storage.get("azure.account.name") or ""
+        container = storage.get("azure.container.name")
+        props["warehouse"] = f"abfs://{container}@{account}.dfs.core.windows.net/{key_prefix}{ICEBERG_DIR}".rstrip("/")
+        if storage.get("azure.connection.string"):
+            props["adls.connection-string"] = str(storage["azure.connection.string"])
+        if account:
+            props["adls.account-name"] = str(account)
+        if storage.get("azure.account.key"):
+            props["adls.account-key"] = str(storage["azure.account.key"])
+        if storage.get("azure.sas.token"):
+            props["adls.sas-token"] = str(storage["azure.sas.token"])
+    return props
+
+
+def catalog_properties(
+    cfg: IcebergConfig, backend_class: str, storage: Mapping[str, Any], key_prefix: str
+) -> dict[str, str]:
+    """Every property the catalog is opened with (also what a reader needs to open the same catalog)."""
+    props = derived_properties(backend_class, storage, key_prefix)
+    if cfg.warehouse:
+        props["warehouse"] = cfg.warehouse
+    if "warehouse" not in props:
+        raise ConfigException(
+            "Missing required configuration 'iceberg.mode.warehouse': the storage backend "
+            f"{backend_class!r} gives no place for the Iceberg tables; name one as a URI (s3://bucket/path, ...)"
+        )
+    props["type"] = cfg.catalog_type
+    if cfg.catalog_type == "sql":
+        props["uri"] = cfg.catalog_uri or f"sqlite:///{Path(cfg.sqlite_path).resolve()}"
+    else:
+        props["uri"] = cfg.catalog_uri
+    props.update(cfg.catalog_properties)
+    return props
+
+
+def open_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog:
+    """The catalog (its SQLite file's folder is created); the namespace is created when missing."""
+    uri = props.get("uri", "")
+    if props.get("type") == "sql" and uri.startswith("sqlite:///"):
+        Path(urlparse(uri).path).parent.mkdir(parents=True, exist_ok=True)
+    warehouse = props.get("warehouse", "")
+    if warehouse.startswith("file://"):
+        Path(urlparse(warehouse).path).mkdir(parents=True, exist_ok=True)
+    catalog = load_catalog(cfg.catalog_name, **dict(props))
+    try:
+        catalog.create_namespace_if_not_exists(cfg.namespace)
+    except NamespaceAlreadyExistsError:  # another broker made it in between
+        pass
+    return catalog
+
+
+class CatalogHandle:
+    """One catalog per plugin, opened on first use (a broker without Iceberg-mode topics never opens it)."""
+
+    def __init__(self, cfg: IcebergConfig, props: Mapping[str, str]) -> None:
+        self.cfg = cfg
+        self.props = dict(props)
+        self._catalog: Catalog | None = None
+        self._io: FileIO | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def catalog(self) -> Catalog:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = open_catalog(self.cfg, self.props)
+            return self._catalog
+
+    @property
+    def io(self) -> FileIO:
+        """The FileIO for data files (no catalog needed: a fetch reads files its manifest lists)."""
+        with self._lock:
+            if self._io is None:
+                self._io = load_file_io(self.props, self.props.get("warehouse"))
+            return self._io
+
+    def table_identifier(self, topic: str) -> tuple[str, str]:
+        return (self.cfg.namespace, topic)

@@ -1,0 +1,206 @@
+"""The keys of Iceberg mode (``iceberg.mode.*``), declared once; the plugin registers them with its own.
+
+Aiven's own ``iceberg.*`` keys (``iceberg.namespace``, ``iceberg.catalog.<property>``) name Java catalogs; these
+name pyiceberg's, so they live under a prefix of their own and Aiven's stay documented as not read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range, one_of
+
+PREFIX = "iceberg.mode."
+CATALOG_PROPERTY_PREFIX = "iceberg.mode.catalog.property."
+
+
+def _regex(_key: str, value: Any) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as e:
+        return f"not a regular expression: {e}"
+    return None
+
+
+_regex.valid_values = "a regular expression"  # type: ignore[attr-defined]
+
+
+def _factory(_key: str, value: Any) -> str | None:
+    if value and ":" not in value:
+        return "expected module:function"
+    return None
+
+
+_factory.valid_values = "module:function"  # type: ignore[attr-defined]
+
+CONFIG_DEF = ConfigDef().extend(
+    [
+        ConfigKey(
+            "iceberg.mode.topics.regex",
+            "string",
+            "",
+            "Topics whose whole name matches this regular expression are tiered in Iceberg mode: each segment "
+            "becomes rows of the topic's Iceberg table (one copy serves Kafka and SQL readers). Empty: none. A "
+            "topic switched over keeps serving its segments tiered before in the classic format.",
+            validator=_regex,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.namespace",
+            "string",
+            "kafka",
+            "Iceberg namespace of the topics' tables (created when missing); a table is named after its topic.",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.catalog.type",
+            "string",
+            "sql",
+            "The catalog: sql (pyiceberg's SQL catalog: SQLite by default, PostgreSQL with a SQLAlchemy URL) or "
+            "rest (an Iceberg REST catalog at iceberg.mode.catalog.uri).",
+            validator=one_of("sql", "rest"),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.catalog.uri",
+            "string",
+            "",
+            "sql: a SQLAlchemy URL (postgresql+psycopg2://user:pass@host/db); empty: SQLite at "
+            "iceberg.mode.catalog.sqlite.path. rest: the REST catalog's URL (required).",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.catalog.sqlite.path",
+            "string",
+            "",
+            "The SQLite file of the sql catalog when iceberg.mode.catalog.uri is empty (required then). Every "
+            "broker that tiers Iceberg-mode topics must reach the same catalog: SQLite suits one broker and tests.",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.catalog.name",
+            "string",
+            "kafka_tiered",
+            "The catalog's name (the SQL catalog keeps it in its tables; readers open the catalog by it).",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.catalog.property.<property>",
+            "string",
+            None,
+            "Any other pyiceberg catalog or FileIO property, passed as is (e.g. credential, token, s3.region, "
+            "py-io-impl); it wins over what is derived from the storage.* keys.",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.warehouse",
+            "string",
+            "",
+            "Where tables and data files go, as a URI readers open (file:///..., s3://bucket/path, gs://..., "
+            "abfs://...). Empty: the storage backend's own place, under key.prefix + 'iceberg/' (filesystem and "
+            "S3, GCS and Azure backends).",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.delete.rows.enabled",
+            "boolean",
+            False,
+            "When Kafka deletes an Iceberg-mode segment (retention), also delete its offset range from the table. "
+            "By default the rows stay for SQL readers and only Kafka's view of the segment goes.",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.commit.retries",
+            "int",
+            10,
+            "How often a segment's commit is retried when another writer committed to the table first.",
+            validator=in_range(0, 1000),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.write.batch.bytes",
+            "long",
+            64 << 20,
+            "Segment bytes turned into rows at a time when a segment is written (bounds the writer's memory).",
+            validator=in_range(1 << 16, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.value.column.factory",
+            "string",
+            "",
+            "module:function giving a topic's parsed value column (rsm.iceberg.values): called with the topic "
+            "name, it returns None (no value column) or a ValueColumn. Empty: only value_raw.",
+            validator=_factory,
+            group="iceberg",
+        ),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class IcebergConfig:
+    """The parsed ``iceberg.mode.*`` keys."""
+
+    topics: re.Pattern[str] | None
+    namespace: str
+    catalog_type: str
+    catalog_uri: str
+    sqlite_path: str
+    catalog_name: str
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+    warehouse: str = ""
+    delete_rows: bool = False
+    commit_retries: int = 10
+    write_batch_bytes: int = 64 << 20
+    value_column_factory: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.topics is not None
+
+    def is_iceberg_topic(self, topic: str) -> bool:
+        return self.topics is not None and self.topics.fullmatch(topic) is not None
+
+    @staticmethod
+    def from_map(configs: Mapping[str, Any]) -> IcebergConfig:
+        raw = {str(k): v for k, v in configs.items()}
+        values = CONFIG_DEF.parse({k: v for k, v in raw.items() if k.startswith(PREFIX)})
+        regex = values["iceberg.mode.topics.regex"]
+        catalog_type = values["iceberg.mode.catalog.type"].lower()
+        uri = values["iceberg.mode.catalog.uri"]
+        sqlite = values["iceberg.mode.catalog.sqlite.path"]
+        if regex and catalog_type == "rest" and not uri:
+            raise ConfigException(
+                "Missing required configuration 'iceberg.mode.catalog.uri' (iceberg.mode.catalog.type is rest): "
+                "name the REST catalog's URL"
+            )
+        if regex and catalog_type == "sql" and not uri and not sqlite:
+            raise ConfigException(
+                "Missing required configuration 'iceberg.mode.catalog.sqlite.path' (iceberg.mode.topics.regex is "
+                "set and iceberg.mode.catalog.uri is empty): name the SQLite file of the catalog, or set "
+                "iceberg.mode.catalog.uri to a SQLAlchemy URL"
+            )
+        props = {
+            k[len(CATALOG_PROPERTY_PREFIX) :]: str(v)
+            for k, v in raw.items()
+            if k.startswith(CATALOG_PROPERTY_PREFIX) and len(k) > len(CATALOG_PROPERTY_PREFIX)
+        }
+        return IcebergConfig(
+            topics=re.compile(regex) if regex else None,
+            namespace=values["iceberg.mode.namespace"],
+            catalog_type=catalog_type,
+            catalog_uri=uri,
+            sqlite_path=sqlite,
+            catalog_name=values["iceberg.mode.catalog.name"],
+            catalog_properties=props,
+            warehouse=values["iceberg.mode.warehouse"],
+            delete_rows=values["iceberg.mode.delete.rows.enabled"],
+            commit_retries=values["iceberg.mode.commit.retries"],
+            write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
+            value_column_factory=values["iceberg.mode.value.column.factory"],
+        )

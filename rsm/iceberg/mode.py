@@ -1,0 +1,63 @@
+"""Iceberg mode as the plugin sees it: write a segment into its table, open a fetch of one, delete its rows.
+
+``IcebergMode`` is built once per plugin, on first use (a broker whose topics are all classic never imports
+pyiceberg); it holds the catalog handle, the table writer and the FileIO that fetches read data files with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from rsm.errors import RemoteStorageException
+from rsm.iceberg.catalog import CatalogHandle, catalog_properties
+from rsm.iceberg.config import IcebergConfig
+from rsm.iceberg.rows import NotRepresentable
+from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.segment_fetch import open_segment_stream
+from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
+from rsm.iceberg.value_hook import load_factory
+from rsm.kafka.indexes import decode_txn_index
+from rsm.metadata import RemoteLogSegmentMetadata
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IcebergMode", "NotRepresentable"]
+
+
+class IcebergMode:
+    """The plugin's Iceberg side; thread-safe."""
+
+    def __init__(self, cfg: IcebergConfig, backend_class: str, storage: Mapping[str, Any], key_prefix: str) -> None:
+        self.cfg = cfg
+        self.properties = catalog_properties(cfg, backend_class, storage, key_prefix)
+        self.handle = CatalogHandle(cfg, self.properties)
+        self.writer = TableWriter(
+            self.handle, cfg.write_batch_bytes, cfg.commit_retries, load_factory(cfg.value_column_factory)
+        )
+
+    def write_segment(
+        self, meta: RemoteLogSegmentMetadata, log_path: Path, transaction_index: Path | None
+    ) -> IcebergSection:
+        """The segment's rows, committed; ``NotRepresentable`` when it must be tiered classic instead."""
+        aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
+        tip = meta.topic_id_partition
+        seg = SegmentToWrite(tip.topic, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
+        return self.writer.write(seg, meta.describe())
+
+    def open_fetch(
+        self, meta: RemoteLogSegmentMetadata, section: IcebergSection, start: int, end: int | None
+    ) -> BinaryIO:
+        if end is not None and end < start:
+            raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
+        if start > section.segment_size:
+            raise RemoteStorageException(
+                f"start position {start} is past the end of {meta.describe()}, which has {section.segment_size} bytes"
+            )
+        return open_segment_stream(self.handle.io, section, start, end, meta.describe())  # type: ignore[return-value]
+
+    def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
+        topic = meta.topic_id_partition.topic
+        self.writer.delete_rows(topic, section.partition, section.first_offset, section.last_offset, meta.describe())
