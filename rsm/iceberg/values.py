@@ -7,7 +7,8 @@ A topic gets a schema in one of three ways (declared in ``VALUES_CONFIG_DEF``):
   must validate;
 - a Confluent-compatible schema registry (``iceberg.value.schema.registry.url``): each value is the registry's
   wire format (byte 0 is the magic 0, bytes 1-4 the big-endian schema id, then Avro binary). The table's struct
-  comes from the first schema id seen (or ``iceberg.value.schema.registry.<id>.schema.id``); values written with
+  comes from ``iceberg.value.schema.registry.<id>.schema.id``, else the latest schema of the subject
+  ``<topic>-value`` when the table writer asks (else, for a bare parser, the first id seen); values written with
   another id are read through Avro schema resolution into it.
 
 ``<id>`` is the topic name, or any name without a dot together with ``iceberg.value.schema.<id>.topic`` for a
@@ -25,10 +26,12 @@ import datetime
 import decimal
 import io
 import json
+import logging
 import os
 import struct
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,64 +40,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from backends.configdef import PARSERS, ConfigDef, ConfigException, ConfigKey
+from backends.configdef import PARSERS, ConfigException
+from rsm.iceberg.value_hook import ValueColumn, ValueColumnFactory
+from rsm.iceberg.values_config import VALUES_CONFIG_DEF
+
+log = logging.getLogger(__name__)
 
 #: The magic byte that starts a value in the Confluent wire format.
 CONFLUENT_MAGIC = 0
-
-VALUES_CONFIG_DEF = ConfigDef(
-    [
-        ConfigKey(
-            "iceberg.value.schema.<id>.topic",
-            "string",
-            None,
-            "Topic whose values the schema <id> describes (default: <id> itself; needed when the topic name has dots).",
-            group="iceberg",
-            dynamic=True,
-        ),
-        ConfigKey(
-            "iceberg.value.schema.<id>.avro",
-            "string",
-            None,
-            "Avro schema of the topic's values: inline JSON, or the path of a file holding it. Values are Avro "
-            "binary; each one that decodes fills the row's `value` struct.",
-            group="iceberg",
-            dynamic=True,
-        ),
-        ConfigKey(
-            "iceberg.value.schema.<id>.json",
-            "string",
-            None,
-            "JSON Schema of the topic's values: inline JSON, or the path of a file holding it. Values are JSON "
-            "text; each one that validates fills the row's `value` struct.",
-            group="iceberg",
-            dynamic=True,
-        ),
-        ConfigKey(
-            "iceberg.value.schema.registry.url",
-            "string",
-            None,
-            "Base URL of a Confluent-compatible schema registry. Values of topics without a schema of their own "
-            "are read in its wire format (magic byte 0, 4-byte schema id, Avro binary).",
-            group="iceberg",
-        ),
-        ConfigKey(
-            "iceberg.value.schema.registry.timeout.ms",
-            "int",
-            10_000,
-            "Timeout of one request to the schema registry.",
-            group="iceberg",
-        ),
-        ConfigKey(
-            "iceberg.value.schema.registry.<id>.schema.id",
-            "int",
-            None,
-            "Registry schema id whose schema gives topic <id>'s `value` struct (default: the first id seen).",
-            group="iceberg",
-            dynamic=True,
-        ),
-    ]
-)
 
 _PREFIX = "iceberg.value.schema."
 
@@ -557,6 +510,28 @@ class SchemaRegistryClient:
         return schema
 
 
+    def latest(self, subject: str) -> tuple[int, Any] | None:
+        """``(id, schema)`` of the latest version of ``subject`` (``GET /subjects/{subject}/versions/latest``),
+        or None when the registry has no such subject or it is not Avro."""
+        req = urllib.request.Request(
+            f"{self.url}/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest",
+            headers={"Accept": "application/vnd.schemaregistry.v1+json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                body = json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+        if body.get("schemaType", "AVRO") != "AVRO":
+            return None
+        schema_id, schema = int(body["id"]), json.loads(body["schema"])
+        with self._lock:
+            self._cache.setdefault(schema_id, schema)
+        return schema_id, schema
+
+
 def split_wire_format(raw: bytes) -> tuple[int, bytes]:
     """``(schema id, payload)`` of a value in the Confluent wire format; ValueError when it is not one."""
     if len(raw) < 5 or raw[0] != CONFLUENT_MAGIC:
@@ -702,6 +677,26 @@ def _parse_int(key: str, value: Any) -> int:
     return parsed
 
 
+def value_column_factory(configs: Mapping[str, Any]) -> ValueColumnFactory:
+    """The table writer's hook (``rsm.iceberg.value_hook``) for the ``iceberg.value.schema.*`` keys in ``configs``."""
+    schemas = ValueSchemas.from_config(configs)
+
+    def factory(topic: str) -> ValueColumn | None:
+        parser = schemas.parser_for(topic)
+        if parser is None:
+            return None
+        if isinstance(parser, RegistryValueParser) and parser.schema_id is None:
+            assert schemas.registry is not None
+            latest = schemas.registry.latest(f"{topic}-value")  # the registry's default subject of a topic
+            if latest is None:
+                log.warning("topic %s: the schema registry has no subject %s-value; values stay raw", topic, topic)
+                return None
+            parser._set_reader(latest[0])
+        return ValueColumn(parser.arrow_type, parser.parse)
+
+    return factory
+
+
 def _configured(key: str, make: Callable[[Any], ValueParser], schema: Any) -> ValueParser:
     try:
         return make(schema)
@@ -734,5 +729,6 @@ __all__ = [
     "avro_to_arrow_value",
     "json_to_arrow_value",
     "parse_values",
+    "value_column_factory",
     "split_wire_format",
 ]
