@@ -117,7 +117,8 @@ def duckdb_with_iceberg() -> Any:
 
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        [path] = glob.glob(os.path.join(os.path.dirname(module.__file__ or ""), "extensions", "*", "*.duckdb_extension"))
+        folder = os.path.dirname(module.__file__ or "")
+        [path] = glob.glob(os.path.join(folder, "extensions", "*", "*.duckdb_extension"))
         con.execute(f"LOAD '{path}'")
     return con
 
