@@ -159,5 +159,3 @@ spark.sparkContext.setLogLevel("ERROR")
 
 def iter_rows(table: Any) -> Iterator[dict[str, Any]]:
     yield from table.scan().to_arrow().to_pylist()
-
-

@@ -64,7 +64,7 @@ def test_duckdb_iceberg_extension_reads_the_same_rows(tiered: tuple[dict[str, st
     con = duckdb_with_iceberg()
     got = con.execute(
         "SELECT count(*), sum(octet_length(value_raw)), count(DISTINCT key_raw), count(value), "
-        "sum(value.id), min(kafka.\"offset\"), max(kafka.\"offset\") FROM iceberg_scan(?)",
+        'sum(value.id), min(kafka."offset"), max(kafka."offset") FROM iceberg_scan(?)',
         [table.metadata_location],
     ).fetchone()
     parsed = [_expected_value(r) for r in recs]
