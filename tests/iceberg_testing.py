@@ -138,7 +138,12 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
     """Run ``script`` (Python source) in the Iceberg Spark environment; its stdout. ``sys.argv[1]`` is the
     runtime jar, the rest ``args``."""
     python, jar = iceberg_spark()
-    env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(python)}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": str(python),
+        "PYSPARK_DRIVER_PYTHON": str(python),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
     proc = subprocess.run(
         [str(python), "-c", script, str(jar), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -148,6 +153,7 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
 
 
 SPARK_SESSION = """
+import sys
 from pyspark.sql import SparkSession
 spark = (SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[1])
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -103,6 +103,7 @@ spark.stop()
 )
 
 
+@pytest.mark.timeout(1200)  # a JVM start and Iceberg's runtime; minutes on a loaded machine
 def test_spark_with_iceberg_runtime_reads_the_same_rows(tiered: tuple[dict[str, str], list[Rec]]) -> None:
     config, recs = tiered
     table = load_table(config)
