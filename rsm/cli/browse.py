@@ -37,6 +37,8 @@ def _shown(value: str | None) -> str:
 
 
 def _codec(manifest: SegmentManifest) -> str:
+    if manifest.iceberg is not None:
+        return "none (rows of an Iceberg table)"
     return "zstd" if manifest.compression else "none"
 
 
@@ -85,7 +87,8 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                     "max_timestamp_ms": got.max_timestamp_ms,
                     "size": got.segment_size_in_bytes,
                     "stored": got.stored_size,
-                    "codec": "zstd" if got.compression else "none",
+                    "codec": "iceberg" if got.kind == "iceberg" else "zstd" if got.compression else "none",
+                    "kind": got.kind,
                     "key_id": got.key_pair_id or "-",
                     "segment_id": seg.segment_id,
                 }
@@ -130,6 +133,17 @@ def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> 
         when = _shown(iso_time(meta.max_timestamp_ms))
         click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {when}")
         click.echo(f"leader epochs {meta.segment_leader_epochs}")
+        click.echo(f"kind         {manifest.kind}")
+        if manifest.iceberg is not None:
+            section = manifest.iceberg
+            stored = sum(f.size for f in section.files)
+            click.echo(
+                f"table        {section.table} (snapshot {section.snapshot_id}): {section.rows:,} rows of "
+                f"{section.batches:,} batches, offsets {section.first_offset}..{section.last_offset}"
+            )
+            click.echo(f"data files   {len(section.files)}, {stored:,} B; original segment {section.segment_size:,} B")
+            for f in section.files:
+                click.echo(f"data file    {f.path} ({f.rows:,} rows, {f.size:,} B)")
         click.echo(
             f"chunks       {index.chunk_count} of {index.original_chunk_size:,} B; "
             f"original {index.original_file_size:,} B, stored {index.transformed_file_size:,} B"

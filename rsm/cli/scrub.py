@@ -17,7 +17,8 @@ from rsm.cli.segments import parse_scope, select_segments
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
-from rsm.metadata import IndexType
+from rsm.core.manifest import SegmentManifest
+from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
 READ_PIECE = 1024 * 1024
 
@@ -50,6 +51,8 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
         manifest = manager.fetch_manifest(meta)
     except Exception as e:
         return 0, 0, 0, [Damage(keys.manifest, seg.describe(), _problem(e))]
+    if manifest.iceberg is not None:
+        return _scrub_iceberg(manager, seg, meta, manifest)
     damage: list[Damage] = []
     size = 0
     try:
@@ -77,6 +80,50 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
         except Exception as e:
             damage.append(Damage(keys.indexes, seg.describe(), f"{index_type.name} index: {_problem(e)}"))
     return manifest.chunk_index.chunk_count, indexes, size, damage
+
+
+def _scrub_iceberg(
+    manager: RemoteStorageManager, seg: TieredSegment, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest
+) -> tuple[int, int, int, list[Damage]]:
+    """An Iceberg segment: every batch rebuilt from its data files must pass its CRC, and the batches, records
+    and offsets must be those the manifest records; then its indexes, as for any segment."""
+    from rsm.kafka.records import iter_batches
+
+    section = manifest.iceberg
+    assert section is not None
+    where = f"{seg.keys.manifest} (table {section.table})"
+    damage: list[Damage] = []
+    batches = records = size = 0
+    last = -1
+    try:
+        with manager.fetch_log_segment(meta, 0) as stream:
+            for header, batch in iter_batches(stream, verify=True):
+                batches += 1
+                records += header.records_count
+                size += len(batch)
+                last = header.last_offset
+        if (batches, records, last) != (section.batches, section.rows, section.last_offset):
+            damage.append(
+                Damage(
+                    where,
+                    seg.describe(),
+                    f"rebuilt {batches} batches, {records} records up to offset {last}; the manifest records "
+                    f"{section.batches}, {section.rows} up to {section.last_offset}",
+                )
+            )
+    except Exception as e:
+        damage.append(Damage(where, seg.describe(), _problem(e)))
+    indexes = 0
+    for index_type in IndexType:
+        if manifest.segment_indexes.get(index_type) is None:
+            continue
+        try:
+            with manager.fetch_index(meta, index_type) as f:
+                f.read()
+            indexes += 1
+        except Exception as e:
+            damage.append(Damage(seg.keys.indexes, seg.describe(), f"{index_type.name} index: {_problem(e)}"))
+    return len(section.files), indexes, size, damage
 
 
 def scrub(

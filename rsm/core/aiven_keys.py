@@ -73,8 +73,8 @@ def _not(*same: str) -> Callable[[str], bool]:
 _H, _D, _U = Support.HONOURED, Support.DIFFERENT, Support.UNSUPPORTED
 
 _ICEBERG = (
-    "Iceberg mode (segment.format=iceberg) is not supported, so this key has no effect. Segments are stored in "
-    "Kafka's format; Spark reads them with the kafka-tiered data source (docs/spark.md)."
+    "Aiven's Iceberg mode (segment.format=iceberg) is not read here, so this key has no effect. This plugin's own "
+    "Iceberg mode is chosen per topic and configured with the iceberg.mode.* keys (iceberg.mode.topics.regex)."
 )
 _PROXY = (
     "no SOCKS5 proxy: the backends connect directly, or through an HTTP(S) proxy named by HTTPS_PROXY / NO_PROXY "

@@ -47,7 +47,8 @@ def _kafka_format_only(_key: str, value: Any) -> str | None:
     if str(value).strip().lower() == "kafka":
         return None
     return (
-        f"{value!r} is not supported: only kafka. Iceberg mode is Aiven's alone; the data of an Iceberg-mode topic "
+        f"{value!r} is not supported: only kafka (choose this plugin's Iceberg mode per topic with "
+        f"iceberg.mode.topics.regex). Aiven's Iceberg mode is Aiven's alone; the data of its Iceberg-mode topic "
         f"cannot be read or written by this plugin"
     )
 
@@ -172,7 +173,8 @@ CORE = ConfigDef().extend(
             "string",
             "kafka",
             "How segments are stored: kafka, Aiven's classic format (chunks of the segment file). Aiven's iceberg "
-            "mode is not supported and fails the start.",
+            "value fails the start: its tables cannot be read here. Our Iceberg mode is chosen per topic with "
+            "iceberg.mode.topics.regex.",
             validator=_kafka_format_only,
         ),
         ConfigKey(

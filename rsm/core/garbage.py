@@ -2,6 +2,9 @@
 
 Three kinds of garbage can outlive the copy that made it:
 
+Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are never garbage here: their catalog
+owns them (an Iceberg-mode segment's own objects are its manifest and ``.indexes``).
+
 - ``orphan-object``: a ``.log`` or ``.indexes`` object whose segment has no manifest. A copy writes its manifest
   last, so a copy that died (or whose cleanup failed) leaves these; a copy still running does too, which is why
   only objects older than the grace period are listed, and why deletion checks again that no manifest appeared.
@@ -31,6 +34,7 @@ from backends.base import PendingUpload, StorageBackendException
 from rsm.core.object_keys import Suffix
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.config import ICEBERG_DIR
 
 if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
@@ -110,6 +114,8 @@ def find_garbage(
                         items.append(GarbageItem(ORPHAN_OBJECT, path + suffix, now - modified, size))
         if capabilities.pending_uploads is not None:
             for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
+                if upload.key.startswith(prefix + ICEBERG_DIR):
+                    continue  # an upload of an Iceberg table's FileIO, not ours
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
         items.extend(_stale_cache_entries(manager, concurrency))

@@ -55,6 +55,8 @@ class SegmentSummary:
     key_pair_id: str | None
     transaction_index_size: int | None
     producer_snapshot_size: int | None
+    kind: str = "classic"
+    """``classic`` or ``iceberg`` (rows of the topic's table; ``stored_size`` is then its data files' size)."""
 
     @property
     def segment_leader_epochs(self) -> dict[int, int]:
@@ -103,13 +105,16 @@ def read_summary(catalog: SegmentCatalog, segment: TieredSegment) -> SegmentSumm
         event_timestamp_ms=meta.event_timestamp_ms,
         leader_epochs=tuple(sorted(meta.segment_leader_epochs.items())),
         segment_size_in_bytes=index.original_file_size,
-        stored_size=index.transformed_file_size,
+        stored_size=index.transformed_file_size
+        if manifest.iceberg is None
+        else sum(f.size for f in manifest.iceberg.files),
         chunk_size=index.original_chunk_size,
         chunk_count=index.chunk_count,
         compression=manifest.compression,
         key_pair_id=manifest.encryption.key_pair_id if manifest.encryption is not None else None,
         transaction_index_size=None if txn is None else txn.size,
         producer_snapshot_size=None if snapshot is None else snapshot.size,
+        kind=manifest.kind,
     )
 
 

@@ -21,9 +21,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.io import FileIO, load_file_io
 
 from backends.configdef import ConfigException
-from rsm.iceberg.config import IcebergConfig
-
-ICEBERG_DIR = "iceberg/"
+from rsm.iceberg.config import ICEBERG_DIR, IcebergConfig
 
 
 def _backend_name(backend_class: str) -> str:

@@ -15,6 +15,8 @@ from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range, 
 
 PREFIX = "iceberg.mode."
 CATALOG_PROPERTY_PREFIX = "iceberg.mode.catalog.property."
+ICEBERG_DIR = "iceberg/"
+"""The default warehouse: this folder under ``key.prefix`` (tables' metadata and data files, never our objects)."""
 
 
 def _regex(_key: str, value: Any) -> str | None:

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 __all__ = ["NotRepresentable", "TableWriter", "offset_range_filter"]
 
 _RETRY_PAUSE_S = 0.05
+ROW_GROUP_ROWS = 32768
+"""Rows per Parquet row group of the tables this writer creates: a fetch reads whole row groups, so this bounds
+what it reads past the broker's start position."""
 
 
 def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpression:
@@ -89,7 +92,11 @@ class TableWriter:
                     ident,
                     schema=schema,
                     partition_spec=partition_spec(schema),
-                    properties={"kafka.topic": topic, "write.parquet.compression-codec": "zstd"},
+                    properties={
+                        "kafka.topic": topic,
+                        "write.parquet.compression-codec": "zstd",
+                        "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
+                    },
                 )
             except TableAlreadyExistsError:  # another writer created it in between
                 table = catalog.load_table(ident)
