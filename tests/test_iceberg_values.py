@@ -30,6 +30,7 @@ from rsm.iceberg.values import (
     arrow_type_from_avro,
     arrow_type_from_json_schema,
     parse_values,
+    value_column_factory,
 )
 
 
@@ -301,6 +302,7 @@ class _Registry:
 
     def __init__(self, schemas: dict[int, Any]) -> None:
         self.schemas = schemas
+        self.subjects: dict[str, int] = {}
         self.requests: list[str] = []
         registry = self
 
@@ -308,6 +310,22 @@ class _Registry:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 registry.requests.append(self.path)
                 parts = self.path.strip("/").split("/")
+                if len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]:
+                    latest = registry.subjects.get(parts[1])
+                    if latest is not None:
+                        body = json.dumps(
+                            {
+                                "subject": parts[1],
+                                "version": 1,
+                                "id": latest,
+                                "schema": json.dumps(registry.schemas[latest]),
+                            }
+                        ).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
                 sid = (
                     int(parts[2]) if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit() else -1
                 )
@@ -390,3 +408,14 @@ def test_registry_unreachable_is_an_error_not_a_silent_null() -> None:
     client = SchemaRegistryClient("http://127.0.0.1:9", timeout_s=2)
     with pytest.raises(OSError):
         RegistryValueParser(client).parse([_wire(1, "long", 5)])
+
+
+def test_value_column_factory_takes_the_subjects_latest_schema(registry: _Registry) -> None:
+    registry.subjects["users-value"] = 8
+    factory = value_column_factory({"iceberg.value.schema.registry.url": registry.url})
+    column = factory("users")
+    assert column is not None
+    assert column.arrow_type == pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32())])
+    got = column.convert([_wire(7, registry.schemas[7], {"name": "ann"}), b"raw"]).to_pylist()
+    assert got == [{"name": "ann", "age": None}, None]
+    assert factory("nosubject") is None  # no subject: the table keeps value_raw only
