@@ -530,3 +530,25 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
             assert _batch_view(m.fetch_log_segment(meta, h.position).read()) == _batch_view(original[h.position :])
     finally:
         m.close()
+
+
+def test_a_segment_the_table_cannot_rebuild_is_tiered_classic(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A legacy magic 1 message set cannot be given back from rows exactly: that segment is tiered classic (the
+    topic's others stay in Iceberg mode) and serves its bytes as they were."""
+    from spark_data import legacy_entry
+
+    entries = [
+        legacy_entry(1, 0, 0, [(1_700_000_000_000, b"k", b"old format")]),
+        build_batch([(1_700_000_000_001, b"k", b"v2", [])], base_offset=1),
+    ]
+    seg = write_entries_segment(tmp_path / "seg", entries)
+    m = _manager(_configs(tmp_path))
+    try:
+        meta = seg.to_metadata(TIP)
+        with caplog.at_level("WARNING"):
+            m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        assert m.fetch_manifest(meta).kind == "classic"
+        assert "tiered in the classic format" in caplog.text
+        assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
