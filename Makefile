@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/_version.py
 setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
+	bash .ci/iceberg_spark_env.sh >/dev/null
 	bash jvm-shim/build.sh
 
 demo: $(STAMP)

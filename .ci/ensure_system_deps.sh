@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # System tools the tests need beyond Python: a JDK 17 (javac/jar/java for the shim and the interop tests),
-# node/npm (Azurite) and Prometheus (the server and promtool, for the dashboard and alert-rule tests).
+# node/npm (Azurite), Prometheus (the server and promtool, for the dashboard and alert-rule tests) and PostgreSQL
+# (the Iceberg SQL catalog tests start a private server of their own with initdb/pg_ctl).
 # Installed from Debian's packages only when missing.
 set -euo pipefail
 missing=()
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 need_prometheus=0
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need_prometheus=1
 ((${#missing[@]} || need_prometheus)) || exit 0
@@ -17,6 +19,15 @@ $SUDO apt-get update -qq
 if ((${#missing[@]})); then
     echo "ensure_system_deps: installing ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    # Debian's package creates and starts a cluster on :5432; the tests need only the binaries.
+    if [[ " ${missing[*]} " == *" postgresql "* ]] && command -v pg_lsclusters >/dev/null 2>&1; then
+        pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
+            $SUDO pg_ctlcluster "$ver" "$name" stop >/dev/null 2>&1 || true
+        done
+        if command -v systemctl >/dev/null 2>&1; then
+            $SUDO systemctl disable postgresql.service >/dev/null 2>&1 || true
+        fi
+    fi
 fi
 if ((need_prometheus)); then
     # Debian's package starts a server on :9090 and enables it at boot (its recommended node exporter would add

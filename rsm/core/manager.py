@@ -46,6 +46,7 @@ from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 from rsm.fetch.segment_reader import SegmentReader
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
+from rsm.iceberg.values_config import VALUES_CONFIG_DEF
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
@@ -58,6 +59,7 @@ from rsm.metrics.sources import fetch_path_sources
 log = logging.getLogger(__name__)
 register_known_keys(METRICS_CONFIG_DEF)
 register_known_keys(ICEBERG_CONFIG_DEF)
+register_known_keys(VALUES_CONFIG_DEF)
 
 
 @dataclass(frozen=True)

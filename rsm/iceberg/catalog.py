@@ -10,6 +10,7 @@ properties (endpoint, credentials) are derived from the same ``storage.*`` keys;
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,26 @@ def open_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog:
     warehouse = props.get("warehouse", "")
     if warehouse.startswith("file://"):
         Path(urlparse(warehouse).path).mkdir(parents=True, exist_ok=True)
-    catalog = load_catalog(cfg.catalog_name, **dict(props))
+    catalog = _load_catalog(cfg.catalog_name, props)
     try:
         catalog.create_namespace_if_not_exists(cfg.namespace)
     except NamespaceAlreadyExistsError:  # another broker made it in between
         pass
     return catalog
+
+
+def _load_catalog(name: str, props: Mapping[str, str], attempts: int = 5) -> Catalog:
+    """``load_catalog``, again when another broker was creating the SQL catalog's own tables at the same moment
+    (PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent one: a unique violation or a
+    duplicate table)."""
+    for attempt in range(attempts):
+        try:
+            return load_catalog(name, **dict(props))
+        except Exception as e:
+            if type(e).__name__ not in ("IntegrityError", "ProgrammingError") or attempt + 1 == attempts:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 class CatalogHandle:

@@ -160,6 +160,8 @@ class IcebergConfig:
     commit_retries: int = 10
     write_batch_bytes: int = 64 << 20
     value_column_factory: str = ""
+    #: The ``iceberg.value.schema.*`` keys as given (read by ``rsm.iceberg.values``).
+    value_schemas: dict[str, Any] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -205,4 +207,5 @@ class IcebergConfig:
             commit_retries=values["iceberg.mode.commit.retries"],
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
+            value_schemas={k: v for k, v in raw.items() if k.startswith("iceberg.value.schema.")},
         )

@@ -34,9 +34,12 @@ class IcebergMode:
         self.cfg = cfg
         self.properties = catalog_properties(cfg, backend_class, storage, key_prefix)
         self.handle = CatalogHandle(cfg, self.properties)
-        self.writer = TableWriter(
-            self.handle, cfg.write_batch_bytes, cfg.commit_retries, load_factory(cfg.value_column_factory)
-        )
+        factory = load_factory(cfg.value_column_factory)
+        if not cfg.value_column_factory and cfg.value_schemas:
+            from rsm.iceberg.values import value_column_factory
+
+            factory = value_column_factory(cfg.value_schemas)
+        self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
     def write_segment(
         self, meta: RemoteLogSegmentMetadata, log_path: Path, transaction_index: Path | None

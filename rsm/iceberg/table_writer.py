@@ -19,7 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    ValidationException,
+)
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThanOrEqual
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
@@ -162,7 +167,9 @@ class TableWriter:
                     for f in files:
                         append.append_data_file(f)
                 committed = txn.commit_transaction()
-            except CommitFailedException as e:
+            # pyiceberg retries a conflicting commit itself and may then fail its own validation of the delete:
+            # a conflict too, retried here on a freshly loaded table.
+            except (CommitFailedException, ValidationException) as e:
                 if attempt + 1 == attempts:
                     raise RemoteStorageException(
                         f"{what}: the commit to table {'.'.join(ident)} failed {attempts} times, each time after "
@@ -199,7 +206,9 @@ class TableWriter:
             try:
                 table.delete(offset_range_filter(partition, first, last))
                 return
-            except CommitFailedException as e:
+            # pyiceberg retries a conflicting commit itself and may then fail its own validation of the delete:
+            # a conflict too, retried here on a freshly loaded table.
+            except (CommitFailedException, ValidationException) as e:
                 if attempt + 1 == attempts:
                     raise RemoteStorageException(
                         f"{what}: deleting its rows from table {'.'.join(ident)} failed {attempts} times: {e}"

@@ -1,0 +1,186 @@
+"""Iceberg mode benchmark: Spark over a topic's Iceberg table against a plain Parquet copy and against the
+``kafka-tiered`` source over classic segments of the same records, and the cost of tiering a segment each way.
+
+In one run, over the same segments (``write_large_segment``, producer-compressed):
+
+- copy cost: ``copy_log_segment_data`` of each segment into the classic format (chunks on the filesystem
+  backend) and into Iceberg mode (rows -> Parquet data files -> one commit to the SQLite catalog);
+- Spark ``local[2]`` with Iceberg's own runtime (``spark.read.format("iceberg")``), each query run over three
+  sources in the same session, alternating, after a warm-up of each: the Iceberg table; ``parquet copy``, the
+  same records written once as one Parquet file per segment (the Kafka source's columns, Spark's default
+  snappy; bench_spark.py's yardstick); and ``kafka-tiered`` over the classic segments.
+  Queries: ``count(*) + sum(length(value))`` and ``count(distinct key)`` (the table's columns are ``value_raw``
+  and ``key_raw``).
+
+Prints seconds per source and the ratios the issue sets: Iceberg vs the Parquet copy (target >= 0.9) and vs
+``kafka-tiered`` (target >= 2.5), and Iceberg copy time vs classic copy time. Runs in the Spark that Iceberg's
+runtime loads into (.ci/iceberg_spark_env.sh makes it):
+
+    .venv-iceberg-spark/bin/python benchmarks/bench_iceberg.py [--segments 4] [--segment-mib 16] [--codec zstd]
+        [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from rsm import RemoteStorageManager  # noqa: E402
+from rsm.kafka.writer import write_large_segment  # noqa: E402
+from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
+from rsm.spark.reader import TieredReader, read_slice_columns, to_record_batch  # noqa: E402
+
+QUERIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "count + sum(length(value))": {
+        "kafka": ("count(*) AS n", "sum(length(value)) AS b"),
+        "iceberg": ("count(*) AS n", "sum(length(value_raw)) AS b"),
+    },
+    "count(distinct key)": {"kafka": ("count(distinct key) AS n",), "iceberg": ("count(distinct key_raw) AS n",)},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--segments", type=int, default=4)
+    ap.add_argument("--segment-mib", type=int, default=16)
+    ap.add_argument("--codec", default="zstd")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-iceberg-") as tmp:
+        _run(args, Path(tmp))
+
+
+def _copy_all(config: dict[str, str], tip: TopicIdPartition, segs: list[Any]) -> list[float]:
+    secs = []
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        for files in segs:
+            t = time.perf_counter()
+            m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+            secs.append(time.perf_counter() - t)
+    return secs
+
+
+def _run(args: argparse.Namespace, work: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jar = subprocess.run(
+        ["bash", str(REPO / ".ci" / "iceberg_spark_env.sh")], check=True, capture_output=True, text=True
+    ).stdout.split()[-1]
+    segs = []
+    total_bytes = 0
+    for i in range(args.segments):
+        files = write_large_segment(
+            work / f"s{i}", args.segment_mib << 20, seed=i, base_offset=i * 10_000_000, codec=args.codec
+        )
+        segs.append(files)
+        total_bytes += files.size
+
+    classic = {
+        "chunk.size": str(4 << 20),
+        "storage.backend.class": "filesystem",
+        "storage.root": str(work / "classic"),
+        "storage.fsync.enabled": "false",
+    }
+    iceberg = {
+        **classic,
+        "storage.root": str(work / "iceberg"),
+        "iceberg.mode.topics.regex": "bench",
+        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
+        "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
+    }
+    tip = TopicIdPartition(random_kafka_uuid(), "bench", 0)
+    classic_secs = _copy_all(classic, tip, segs)
+    iceberg_secs = _copy_all(iceberg, tip, segs)
+
+    from rsm.iceberg.catalog import CatalogHandle, catalog_properties
+    from rsm.iceberg.config import IcebergConfig
+
+    cfg = IcebergConfig.from_map(iceberg)
+    storage = {k[len("storage.") :]: v for k, v in iceberg.items() if k.startswith("storage.")}
+    handle = CatalogHandle(cfg, catalog_properties(cfg, "filesystem", storage, ""))
+    table = handle.catalog.load_table(handle.table_identifier("bench"))
+    iceberg_mb = sum(f.file_size_in_bytes for t in table.scan().plan_files() for f in [t.file]) / 1e6
+
+    options = {**classic, "topic": "bench"}
+    reader = TieredReader(options)
+    parquet_dir = work / "parquet"
+    parquet_dir.mkdir()
+    records = 0
+    for i, piece in enumerate(reader.plan()):
+        batches = [
+            to_record_batch(c, piece.topic, piece.partition)
+            for c in read_slice_columns(reader.manager, piece, reader.options)
+        ]
+        tbl = pa.Table.from_batches(batches)
+        records += tbl.num_rows
+        pq.write_table(tbl, parquet_dir / f"segment-{i}.parquet")
+    parquet_mb = sum(p.stat().st_size for p in parquet_dir.iterdir()) / 1e6
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from rsm.spark.datasource import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", jar)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    sources: dict[str, tuple[str, Any]] = {
+        "iceberg table": ("iceberg", spark.read.format("iceberg").load(table.metadata_location)),
+        "parquet copy": ("kafka", spark.read.parquet(str(parquet_dir))),
+        "kafka-tiered": ("kafka", spark.read.format("kafka-tiered").options(**options).load()),
+    }
+    secs: dict[tuple[str, str], float] = {}
+    for query, exprs in QUERIES.items():
+        for _, (kind, df) in sources.items():
+            df.selectExpr(*exprs[kind]).collect()  # warm-up
+        for name in sources:
+            secs[(query, name)] = float("inf")
+        for _ in range(args.reps):
+            for name, (kind, df) in sources.items():
+                t = time.perf_counter()
+                df.selectExpr(*exprs[kind]).collect()
+                secs[(query, name)] = min(secs[(query, name)], time.perf_counter() - t)
+    spark.stop()
+
+    mb = total_bytes / 1e6
+    print(
+        f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
+        f"Iceberg data files {iceberg_mb:.1f} MB, Parquet copy {parquet_mb:.1f} MB; best of {args.reps}"
+    )
+    c, i = sum(classic_secs), sum(iceberg_secs)
+    print(
+        f"copy: classic {c:.2f} s ({mb / c:.1f} MB/s), iceberg {i:.2f} s ({mb / i:.1f} MB/s); iceberg / classic "
+        f"time = {i / c:.2f}"
+    )
+    print(f"{'query':<28} {'source':<16} {'seconds':>8} {'records/s':>12}")
+    for (query, name), s in secs.items():
+        print(f"{query:<28} {name:<16} {s:>8.2f} {records / s:>12,.0f}")
+    for query in QUERIES:
+        ice = secs[(query, "iceberg table")]
+        print(
+            f"{query}: iceberg vs parquet copy = {secs[(query, 'parquet copy')] / ice:.2f} (target >= 0.9); "
+            f"iceberg vs kafka-tiered = {secs[(query, 'kafka-tiered')] / ice:.2f} (target >= 2.5)"
+        )
+
+
+if __name__ == "__main__":
+    main()

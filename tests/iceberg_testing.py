@@ -1,0 +1,167 @@
+"""Tiering real segments of an Iceberg-mode topic through the plugin, and opening what it wrote, for the tests
+and benchmarks of the Iceberg readers."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from rsm import RemoteStorageManager
+from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment
+from rsm.metadata import TopicIdPartition, random_kafka_uuid
+
+REPO = Path(__file__).resolve().parent.parent
+
+ORDER_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "qty", "type": ["null", "int"], "default": None},
+    ],
+}
+
+
+def avro_bytes(schema: Any, datum: Any) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def order_records(first: int, count: int, *, garbage_every: int = 0) -> list[Rec]:
+    """Records of orders: Avro values of ``ORDER_SCHEMA`` (every ``garbage_every``-th value is not Avro)."""
+    out = []
+    for off in range(first, first + count):
+        if garbage_every and off % garbage_every == 0:
+            value: bytes | None = b"not avro \xff"
+        else:
+            value = avro_bytes(ORDER_SCHEMA, {"id": off, "item": f"item-{off % 7}", "qty": None if off % 5 else off})
+        out.append(Rec(off, f"k{off % 11}".encode(), value, 1_767_225_600_000 + off * 1000, (("h", b"%d" % off),)))
+    return out
+
+
+def segment_of(directory: Path, recs: list[Rec], per_batch: int = 10, codec: str = "zstd") -> SegmentFiles:
+    entries = []
+    for i in range(0, len(recs), per_batch):
+        part = recs[i : i + per_batch]
+        specs = [(r.timestamp, r.key, r.value, list(r.headers)) for r in part]
+        entries.append(build_batch(specs, base_offset=part[0].offset, codec=codec))  # type: ignore[arg-type]
+    return write_entries_segment(directory, entries)
+
+
+def iceberg_config(work: Path, topics: str = "orders", **extra: str) -> dict[str, str]:
+    return {
+        "chunk.size": str(4 << 20),
+        "storage.backend.class": "filesystem",
+        "storage.root": str(work / "store"),
+        "storage.fsync.enabled": "false",
+        "iceberg.mode.topics.regex": topics,
+        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
+        "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
+        **extra,
+    }
+
+
+def tier(config: Mapping[str, str], tip: TopicIdPartition, segments: list[SegmentFiles]) -> None:
+    with RemoteStorageManager() as m:
+        m.configure(dict(config))
+        for files in segments:
+            m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+
+
+def new_tip(topic: str = "orders", partition: int = 0) -> TopicIdPartition:
+    return TopicIdPartition(random_kafka_uuid(), topic, partition)
+
+
+def load_table(config: Mapping[str, str], topic: str = "orders") -> Any:
+    from rsm.iceberg.catalog import CatalogHandle, catalog_properties
+    from rsm.iceberg.config import IcebergConfig
+
+    cfg = IcebergConfig.from_map(config)
+    props = catalog_properties(cfg, config["storage.backend.class"], _storage(config), "")
+    handle = CatalogHandle(cfg, props)
+    return handle.catalog.load_table(handle.table_identifier(topic))
+
+
+def _storage(config: Mapping[str, str]) -> dict[str, str]:
+    return {k[len("storage.") :]: v for k, v in config.items() if k.startswith("storage.")}
+
+
+# --------------------------------------------------------------------------------------------------- DuckDB
+
+
+def duckdb_with_iceberg() -> Any:
+    """A DuckDB connection with the iceberg extension (and the avro one it needs) loaded from their PyPI
+    packages, never downloaded."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+        folder = os.path.dirname(module.__file__ or "")
+        [path] = glob.glob(os.path.join(folder, "extensions", "*", "*.duckdb_extension"))
+        con.execute(f"LOAD '{path}'")
+    return con
+
+
+# ---------------------------------------------------------------------------------------------------- Spark
+
+
+def iceberg_spark() -> tuple[Path, Path]:
+    """(python, runtime jar) of the Spark that Iceberg's own runtime loads into (.ci/iceberg_spark_env.sh)."""
+    out = subprocess.run(
+        ["bash", str(REPO / ".ci" / "iceberg_spark_env.sh")], check=True, capture_output=True, text=True, timeout=1200
+    )
+    return REPO / ".venv-iceberg-spark" / "bin" / "python", Path(out.stdout.strip().splitlines()[-1])
+
+
+def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
+    """Run ``script`` (Python source) in the Iceberg Spark environment; its stdout. ``sys.argv[1]`` is the
+    runtime jar, the rest ``args``."""
+    python, jar = iceberg_spark()
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": str(python),
+        "PYSPARK_DRIVER_PYTHON": str(python),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    proc = subprocess.run(
+        [str(python), "-c", script, str(jar), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"Spark script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+SPARK_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[1])
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+"""
+
+
+def iter_rows(table: Any) -> Iterator[dict[str, Any]]:
+    yield from table.scan().to_arrow().to_pylist()

@@ -1,0 +1,421 @@
+"""rsm.iceberg.values: Avro, JSON Schema and schema-registry values parsed into the Iceberg row's ``value``."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends.configdef import ConfigException
+from rsm.iceberg.values import (
+    AvroValueParser,
+    JsonSchemaValueParser,
+    RegistryValueParser,
+    SchemaRegistryClient,
+    UnsupportedSchema,
+    ValueSchemas,
+    arrow_type_from_avro,
+    arrow_type_from_json_schema,
+    parse_values,
+    value_column_factory,
+)
+
+
+def _avro(schema: Any, datum: Any) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------ Avro round trip (property test)
+
+_names = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
+_PRIMS: dict[str, st.SearchStrategy[Any]] = {
+    "boolean": st.booleans(),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "double": st.floats(allow_nan=False),
+    "float": st.floats(width=32, allow_nan=False),
+    "bytes": st.binary(max_size=20),
+    "string": st.text(max_size=20),
+}
+
+
+def _schema_and_data(counter: list[int]) -> st.SearchStrategy[tuple[Any, st.SearchStrategy[Any], Any]]:
+    """(schema, strategy of data, function from datum to the expected Arrow Python value)."""
+
+    def prim() -> st.SearchStrategy[Any]:
+        return st.sampled_from(sorted(_PRIMS)).map(lambda t: (t, _PRIMS[t], lambda d: d))
+
+    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        def record(fields: list[tuple[str, Any]]) -> Any:
+            counter[0] += 1
+            names = []
+            seen = set()
+            for n, c in fields:
+                if n not in seen:
+                    seen.add(n)
+                    names.append((n, c))
+            schema = {
+                "type": "record",
+                "name": f"r{counter[0]}",
+                "fields": [{"name": n, "type": c[0]} for n, c in names],
+            }
+            data = st.fixed_dictionaries({n: c[1] for n, c in names})
+            return (schema, data, lambda d, names=names: {n: c[2](d[n]) for n, c in names})
+
+        def array(c: Any) -> Any:
+            return ({"type": "array", "items": c[0]}, st.lists(c[1], max_size=4), lambda d, c=c: [c[2](x) for x in d])
+
+        def amap(c: Any) -> Any:
+            return (
+                {"type": "map", "values": c[0]},
+                st.dictionaries(st.text(max_size=5), c[1], max_size=3),
+                lambda d, c=c: sorted((k, c[2](v)) for k, v in d.items()),
+            )
+
+        def nullable(c: Any) -> Any:
+            if isinstance(c[0], list):
+                return c
+            return (["null", c[0]], st.none() | c[1], lambda d, c=c: None if d is None else c[2](d))
+
+        return st.one_of(
+            st.lists(st.tuples(_names, children), min_size=1, max_size=4).map(record),
+            children.map(array),
+            children.map(amap),
+            children.map(nullable),
+        )
+
+    return st.recursive(prim(), extend, max_leaves=8)
+
+
+def _normalise(v: Any) -> Any:
+    """Maps come back from Arrow as lists of pairs in stored order: compare them sorted."""
+    if isinstance(v, dict):
+        return {k: _normalise(x) for k, x in v.items()}
+    if isinstance(v, list):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return sorted((k, _normalise(x)) for k, x in v)
+        return [_normalise(x) for x in v]
+    return v
+
+
+@st.composite
+def _avro_cases(draw: st.DrawFn) -> tuple[Any, list[Any], list[Any]]:
+    counter = [0]
+    schema, data, expect = draw(_schema_and_data(counter))
+    if not (isinstance(schema, dict) and schema.get("type") == "record"):
+        counter[0] += 1
+        inner = (schema, data, expect)
+        schema = {"type": "record", "name": "top", "fields": [{"name": "v", "type": inner[0]}]}
+        data = st.fixed_dictionaries({"v": inner[1]})
+        expect = lambda d, inner=inner: {"v": inner[2](d["v"])}  # noqa: E731
+    datums = draw(st.lists(data, min_size=1, max_size=5))
+    return schema, datums, [expect(d) for d in datums]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_avro_cases())
+def test_avro_round_trip_through_the_converter(case: tuple[Any, list[Any], list[Any]]) -> None:
+    schema, datums, expected = case
+    parser = AvroValueParser(schema)
+    arr = parser.parse([_avro(schema, d) for d in datums])
+    assert arr.type == arrow_type_from_avro(schema)
+    assert arr.null_count == 0
+    got = [_normalise(v) for v in arr.to_pylist()]
+    assert got == [_normalise(e) for e in expected]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=40))
+def test_garbage_never_raises_and_never_half_parses(raw: bytes) -> None:
+    schema = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}, {"name": "s", "type": "string"}]}
+    arr = AvroValueParser(schema).parse([raw, None])
+    assert arr.type == arrow_type_from_avro(schema)
+    v = arr.to_pylist()[0]
+    if v is not None:  # it parsed: then it is exactly the value those bytes encode
+        assert _avro(schema, v) == raw
+    assert arr.to_pylist()[1] is None
+
+
+def test_avro_logical_types_unions_enums_and_fixed() -> None:
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "state", "type": {"type": "enum", "name": "State", "symbols": ["NEW", "PAID"]}},
+            {"name": "tag", "type": {"type": "fixed", "name": "Tag", "size": 2}},
+            {"name": "either", "type": ["null", "long", "string"]},
+            {"name": "again", "type": "State"},
+        ],
+    }
+    at = datetime.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
+    datum = {
+        "id": "0b7c3e0e-8d2d-4c4c-9a37-3f1c2b1e0c11",
+        "amount": decimal.Decimal("12.34"),
+        "day": datetime.date(2026, 1, 2),
+        "at": at,
+        "state": "PAID",
+        "tag": b"\x01\x02",
+        "either": "x",
+        "again": "NEW",
+    }
+    t = arrow_type_from_avro(schema)
+    assert t.field("amount").type == pa.decimal128(10, 2)
+    assert t.field("at").type == pa.timestamp("us", tz="UTC")
+    assert t.field("either").type == pa.struct([pa.field("long", pa.int64()), pa.field("string", pa.string())])
+    [got] = AvroValueParser(schema).parse([_avro(schema, datum)]).to_pylist()
+    assert got["amount"] == decimal.Decimal("12.34")
+    assert got["at"] == at
+    assert got["state"] == "PAID" and got["again"] == "NEW"
+    assert got["either"] == {"long": None, "string": "x"}
+    assert got["id"] == datum["id"]
+
+
+@pytest.mark.parametrize(
+    "schema, problem",
+    [
+        ({"type": "record", "name": "n", "fields": [{"name": "next", "type": ["null", "n"]}]}, "refers to itself"),
+        ({"type": "record", "name": "e", "fields": []}, "no fields"),
+        ({"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 0}, "38"),
+        ("Nope", "unknown named type"),
+    ],
+)
+def test_schemas_iceberg_cannot_store_are_refused(schema: Any, problem: str) -> None:
+    with pytest.raises(UnsupportedSchema, match=problem):
+        arrow_type_from_avro(schema)
+
+
+# ---------------------------------------------------------------------------------------------- JSON Schema
+
+
+JSON_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "user": {"type": "string"},
+        "n": {"type": "integer"},
+        "score": {"type": ["number", "null"]},
+        "at": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "attrs": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "addr": {"$ref": "#/$defs/addr"},
+        "any": {},
+    },
+    "required": ["user", "n"],
+    "$defs": {"addr": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_json_schema_values_validate_and_fill_the_struct() -> None:
+    t = arrow_type_from_json_schema(JSON_SCHEMA)
+    assert t.field("n").type == pa.int64()
+    assert t.field("attrs").type == pa.map_(pa.string(), pa.int64())
+    assert t.field("addr").type == pa.struct([pa.field("city", pa.string())])
+    assert t.field("any").type == pa.string()
+    good = json.dumps(
+        {
+            "user": "ann",
+            "n": 3,
+            "score": 1.5,
+            "at": "2026-01-02T03:04:05Z",
+            "tags": ["a"],
+            "attrs": {"k": 1},
+            "addr": {"city": "Oslo"},
+            "any": {"deep": [1, 2]},
+        }
+    ).encode()
+    missing_required = json.dumps({"user": "bob"}).encode()
+    wrong_type = json.dumps({"user": "cy", "n": "three"}).encode()
+    arr = JsonSchemaValueParser(JSON_SCHEMA).parse([good, missing_required, wrong_type, b"{not json", None])
+    rows = arr.to_pylist()
+    assert rows[0]["user"] == "ann" and rows[0]["n"] == 3 and rows[0]["attrs"] == [("k", 1)]
+    assert rows[0]["at"] == datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    assert rows[0]["any"] == '{"deep":[1,2]}'
+    assert rows[1:] == [None, None, None, None]
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def test_config_inline_file_and_dotted_topic(tmp_path: Path) -> None:
+    avro = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}]}
+    path = tmp_path / "v.avsc"
+    path.write_text(json.dumps(avro))
+    schemas = ValueSchemas.from_config(
+        {
+            "iceberg.value.schema.orders.avro": json.dumps(avro),
+            "iceberg.value.schema.c.topic": "clicks.v1",
+            "iceberg.value.schema.c.avro": str(path),
+            "iceberg.value.schema.ev.json": json.dumps(JSON_SCHEMA),
+            "unrelated": "x",
+        }
+    )
+    assert isinstance(schemas.parser_for("orders"), AvroValueParser)
+    assert isinstance(schemas.parser_for("clicks.v1"), AvroValueParser)
+    assert isinstance(schemas.parser_for("ev"), JsonSchemaValueParser)
+    assert schemas.parser_for("other") is None
+    assert parse_values(schemas.parser_for("other"), [b"x"]) is None
+
+
+@pytest.mark.parametrize(
+    "configs, problem",
+    [
+        ({"iceberg.value.schema.t.avro": "/nonexistent/s.avsc"}, "iceberg.value.schema.t.avro"),
+        ({"iceberg.value.schema.t.avro": "{bad json"}, "not valid JSON"),
+        ({"iceberg.value.schema.t.avro": '{"type": "record", "name": "e", "fields": []}'}, "no fields"),
+        ({"iceberg.value.schema.t.json": '{"type": 12}'}, "not a valid JSON Schema"),
+        ({"iceberg.value.schema.t.topic": "a.b"}, "without a schema"),
+        ({"iceberg.value.schema.t.avro": '"long"', "iceberg.value.schema.t.json": "{}"}, "both set"),
+        ({"iceberg.value.schema.t.protobuf": "x"}, "Unknown configuration"),
+        ({"iceberg.value.schema.registry.t.schema.id": "one"}, "expected an integer"),
+    ],
+)
+def test_bad_config_names_the_key(configs: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigException, match=problem):
+        ValueSchemas.from_config(configs)
+
+
+# ------------------------------------------------------------------------- schema registry over real HTTP
+
+
+class _Registry:
+    """A small HTTP server with the Confluent REST shape ``GET /schemas/ids/{id}``."""
+
+    def __init__(self, schemas: dict[int, Any]) -> None:
+        self.schemas = schemas
+        self.subjects: dict[str, int] = {}
+        self.requests: list[str] = []
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                registry.requests.append(self.path)
+                parts = self.path.strip("/").split("/")
+                if len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]:
+                    latest = registry.subjects.get(parts[1])
+                    if latest is not None:
+                        body = json.dumps(
+                            {
+                                "subject": parts[1],
+                                "version": 1,
+                                "id": latest,
+                                "schema": json.dumps(registry.schemas[latest]),
+                            }
+                        ).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
+                sid = (
+                    int(parts[2]) if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit() else -1
+                )
+                if sid not in registry.schemas:
+                    body = json.dumps({"error_code": 40403, "message": "Schema not found"}).encode()
+                    self.send_response(404)
+                else:
+                    body = json.dumps({"schema": json.dumps(registry.schemas[sid])}).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+
+@pytest.fixture
+def registry() -> Iterator[_Registry]:
+    v1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+    v2 = {
+        "type": "record",
+        "name": "User",
+        "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": ["null", "int"], "default": None}],
+    }
+    reg = _Registry({7: v1, 8: v2})
+    reg.thread.start()
+    try:
+        yield reg
+    finally:
+        reg.server.shutdown()
+        reg.server.server_close()
+        reg.thread.join(10)
+
+
+def _wire(schema_id: int, schema: Any, datum: Any) -> bytes:
+    return bytes([0]) + struct.pack(">I", schema_id) + _avro(schema, datum)
+
+
+def test_registry_wire_format_with_schema_resolution(registry: _Registry) -> None:
+    v1, v2 = registry.schemas[7], registry.schemas[8]
+    schemas = ValueSchemas.from_config({"iceberg.value.schema.registry.url": registry.url})
+    parser = schemas.parser_for("users")
+    assert isinstance(parser, RegistryValueParser)
+    raws = [
+        _wire(7, v1, {"name": "ann"}),
+        _wire(8, v2, {"name": "bob", "age": 41}),  # a newer writer schema, read into the table's (id 7)
+        _wire(99, v1, {"name": "ghost"}),  # an id the registry does not know
+        b"plain text",  # not the wire format
+        _wire(7, v1, {"name": "cy"})[:-1],  # truncated
+        None,
+    ]
+    arr = parse_values(parser, raws)
+    assert arr is not None
+    assert arr.type == pa.struct([pa.field("name", pa.string())])
+    assert arr.to_pylist() == [{"name": "ann"}, {"name": "bob"}, None, None, None, None]
+    assert registry.requests.count("/schemas/ids/7") == 1  # cached
+    assert registry.requests.count("/schemas/ids/99") == 1
+
+
+def test_registry_configured_id_and_no_wire_values(registry: _Registry) -> None:
+    schemas = ValueSchemas.from_config(
+        {"iceberg.value.schema.registry.url": registry.url, "iceberg.value.schema.registry.users.schema.id": "8"}
+    )
+    parser = schemas.parser_for("users")
+    arr = parse_values(parser, [_wire(7, registry.schemas[7], {"name": "ann"})])
+    assert arr is not None
+    assert arr.to_pylist() == [{"name": "ann", "age": None}]
+    # A topic whose values are not in the wire format at all gets no `value` column.
+    other = schemas.parser_for("logs")
+    assert parse_values(other, [b"hello", None]) is None
+
+
+def test_registry_unreachable_is_an_error_not_a_silent_null() -> None:
+    client = SchemaRegistryClient("http://127.0.0.1:9", timeout_s=2)
+    with pytest.raises(OSError):
+        RegistryValueParser(client).parse([_wire(1, "long", 5)])
+
+
+def test_value_column_factory_takes_the_subjects_latest_schema(registry: _Registry) -> None:
+    registry.subjects["users-value"] = 8
+    factory = value_column_factory({"iceberg.value.schema.registry.url": registry.url})
+    column = factory("users")
+    assert column is not None
+    assert column.arrow_type == pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32())])
+    got = column.convert([_wire(7, registry.schemas[7], {"name": "ann"}), b"raw"]).to_pylist()
+    assert got == [{"name": "ann", "age": None}, None]
+    assert factory("nosubject") is None  # no subject: the table keeps value_raw only
