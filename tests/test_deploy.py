@@ -316,3 +316,15 @@ def test_the_node_pools_memory_limit_holds_the_heap_and_the_sidecars_floor() -> 
         shared_bytes=shared,
     )  # fmt: skip
     assert found == []  # fits the runtime's default 64 MiB /dev/shm and the pod's limit
+
+
+def test_the_image_check_skips_with_one_line_where_podman_is_missing(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(DEPLOY / "check_images.py")],
+        env={"PATH": str(tmp_path), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("deploy-image-check: SKIPPED: podman, runc, mmdebstrap, mvn, java not installed")
