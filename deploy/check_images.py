@@ -88,6 +88,20 @@ def kafka_libs(work: Path, log: Path) -> Path:
     return context
 
 
+def slf4j1_binding(work: Path, log: Path) -> Path:
+    """log4j's binding for SLF4J 1.x: Kafka's POM resolves slf4j-api 1.7, so without it the broker logs nothing
+    (the distribution's tarball carries it; Maven's dependency tree does not). Added to the broker's class path."""
+    folder = work / "slf4j1"
+    run(
+        [
+            "mvn", "-q", "dependency:copy", "-Dartifact=org.apache.logging.log4j:log4j-slf4j-impl:2.24.3",
+            f"-DoutputDirectory={folder}",
+        ],
+        log=log,
+    )  # fmt: skip
+    return folder
+
+
 class Check:
     def __init__(self, work: Path, env: dict[str, str], log: Path, kafka: Path, s3: Any) -> None:
         self.work, self.env, self.log, self.kafka, self.s3 = work, env, log, kafka, s3
@@ -150,6 +164,7 @@ class Check:
             "[default]\naws_access_key_id = kts-check\naws_secret_access_key = kts-check-secret\n"
         )
         shutil.copy(HERE / "standin/log4j2.properties", folder / "etc/log4j2.properties")
+        shutil.copytree(self.work / "slf4j1", folder / "etc/slf4j1")
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -198,7 +213,8 @@ class Check:
     def start(self, which: str, image: str, name: str, memory: str, shm: str, **overrides: str) -> tuple[Path, int]:
         folder, ports = self.broker_files(which, name, **overrides)
         etc = "/etc/kts-check"
-        java = f"java -Xms{HEAP} -Xmx{HEAP} -Dlog4j2.configurationFile={etc}/log4j2.properties -cp '/opt/kafka/libs/*'"
+        cp = f"'{etc}/slf4j1/*:/opt/kafka/libs/*'"  # the SLF4J 1 binding first: its classes win
+        java = f"java -Xms{HEAP} -Xmx{HEAP} -Dlog4j2.configurationFile={etc}/log4j2.properties -cp {cp}"
         script = (
             f"{java} kafka.tools.StorageTool format --ignore-formatted -t {CLUSTER_ID} -c {etc}/server.properties"
             f" && exec {java} kafka.Kafka {etc}/server.properties"
@@ -342,6 +358,7 @@ def main() -> int:
         say(f"work folder {work} (commands and their output: {log.name})")
         base = sc.Standins(work, Path("/nonexistent"), env, log).base()
         kafka = kafka_libs(work, log)
+        slf4j1_binding(work, log)
         say(f"stand-in Kafka {KAFKA_VERSION}: {len(list((kafka / 'libs').glob('*.jar')))} jars from Maven Central")
         s3 = start_seaweedfs(work / "seaweedfs")
         say(f"SeaweedFS on the host: {s3.endpoint}, bucket {s3.bucket}")
