@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -56,3 +56,9 @@ reliability-table: setup
 # 0, the plugin's metrics scraped by the stack's Prometheus. Skips itself where KAFKA_HOME or podman is missing.
 demo-stack-check: $(STAMP)
 	$(BIN)/python demo/stack-check/stack_check.py
+
+# The broker images of deploy/ built on stand-ins of their bases (no registry here) and run under podman with a
+# memory limit and a small /dev/shm: tiering to SeaweedFS and back, then the sidecar's start-up check refusing a
+# limit too small (deploy/check_images.py). Slow (image builds); skips itself where podman or mvn is missing.
+deploy-image-check: $(STAMP)
+	$(BIN)/python deploy/check_images.py

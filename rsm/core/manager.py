@@ -34,6 +34,7 @@ from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_
 from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
+from rsm.core.memory_floor import memory_floor
 from rsm.core.pools import ThreadPools
 from rsm.core.segment_objects import SegmentObjects
 from rsm.errors import ConfigException, RemoteResourceNotFoundException, RemoteStorageException
@@ -102,6 +103,11 @@ class RemoteStorageManager:
         if self._wired is not None:
             raise RemoteStorageException("use_chunk_buffers() comes before configure(), which builds the read path")
         self._buffer_supply = supply
+
+    @staticmethod
+    def memory_floor(configs: Mapping[str, Any]) -> list[tuple[str, int]]:
+        """What ``configs`` makes this manager hold in memory, key by key (the sidecar's start-up check)."""
+        return memory_floor(configs)
 
     def configure(self, configs: Mapping[str, Any]) -> None:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""

@@ -142,8 +142,10 @@ CONFIG_DEF = ConfigDef().extend(
             256 * 1024 * 1024,
             "Shared memory (a file on /dev/shm, mapped by both sides) the sidecar decodes fetched chunks into, so "
             "the shim copies them straight into the broker's buffers instead of receiving them over the socket. "
-            "Split into buffers of chunk.size, all allocated when the sidecar starts (cut to what /dev/shm has free, "
-            "with a warning). When all are in use, or with 0, fetched bytes go over the socket.",
+            "Split into buffers of chunk.size, all allocated when the sidecar starts; the sidecar refuses to start "
+            "(a configure() error naming this key) when /dev/shm has less free, or when the container's memory "
+            "limit cannot hold it beside the broker's heap and the chunk cache. When all are in use, or with 0, "
+            "fetched bytes go over the socket.",
             validator=in_range(0, None),
             group=_GROUP,
         ),

@@ -36,6 +36,7 @@ from typing import Any, BinaryIO
 
 from rsm._version import __version__
 from rsm.jvm import codec as wire
+from rsm.jvm import startup_check
 from rsm.jvm.copy_cancel import CopyCancels
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SharedRegion, SharedRegionBuffers
@@ -353,6 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     manager = cls()
     capabilities = ManagerCapabilities.of(manager)
+    try:
+        startup_check.check(config, settings["jvm.sidecar.shared.memory.bytes"], args.parent_pid, cls)
+    except ValueError as e:
+        _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
+        return 4
     # The region goes in before configure(), which builds the read path on it (for a manager that takes one).
     shared = SharedRegionBuffers(settings["jvm.sidecar.shared.memory.bytes"])
     if capabilities.chunk_buffers is not None:

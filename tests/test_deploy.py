@@ -1,0 +1,330 @@
+"""deploy/: the broker images' Containerfiles (static properties; `make deploy-image-check` builds and runs them),
+every Strimzi resource against Strimzi's own CRD schemas (vendored, deploy/strimzi/crds/), the plain Kubernetes
+objects against Kubernetes' OpenAPI schemas (kubernetes-validate, offline), and the plugin's config of the
+Kafka resource through the real `kts config check`."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from rsm.core.manager import RemoteStorageManager
+from rsm.jvm import startup_check
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+STRIMZI = DEPLOY / "strimzi"
+CRDS = STRIMZI / "crds"
+STRIMZI_VERSION = "1.2.0"
+# Kubernetes release whose OpenAPI schemas the plain objects are checked against (kubernetes-validate bundles them)
+K8S_VERSION = "1.33.0"
+CONTAINERFILES = {"apache": DEPLOY / "apache-kafka.Containerfile", "strimzi": DEPLOY / "strimzi-kafka.Containerfile"}
+# Strimzi 1.2.0's KafkaClusterSpec.FORBIDDEN_PREFIXES: spec.kafka.config keys the operator rejects
+FORBIDDEN = (
+    "listeners, advertised., broker., listener., host.name, port, inter.broker.listener.name, sasl., ssl., "
+    "security., password., log.dir, zookeeper.connect, zookeeper.set.acl, zookeeper.ssl, "
+    "zookeeper.clientCnxnSocket, authorizer., super.user, cruise.control.metrics.topic, "
+    "cruise.control.metrics.reporter.bootstrap.servers, node.id, process.roles, controller., metadata.log.dir, "
+    "zookeeper.metadata.migration.enable, client.quota.callback.static.kafka.admin., "
+    "client.quota.callback.static.produce, client.quota.callback.static.fetch, "
+    "client.quota.callback.static.storage.per.volume.limit.min.available., "
+    "client.quota.callback.static.excluded.principal.name.list, prometheus.metrics.reporter., cordoned.log.dirs"
+)
+FORBIDDEN_PREFIXES = [p.strip() for p in FORBIDDEN.split(",")]
+IMAGE_PATHS = {"venv": "/opt/kts-venv", "jars": "/opt/kafka-tiered-storage/jars", "cache": "/mnt/kts-cache"}
+
+
+# --- the Containerfiles ----------------------------------------------------------------------------------------
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Containerfile, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        word, _, rest = whole.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    assert not pending, f"{path}: ends inside a continued line"
+    return out
+
+
+def stages(path: Path) -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = [[]]
+    for ins in instructions(path):
+        if ins[0] == "FROM":
+            found.append([])
+        found[-1].append(ins)
+    return found
+
+
+@pytest.mark.parametrize("which", sorted(CONTAINERFILES))
+def test_containerfile_base_is_a_pinned_build_arg_used_by_every_stage(which: str) -> None:
+    path = CONTAINERFILES[which]
+    preamble, *built = stages(path)
+    args = dict(a[1].split("=", 1) for a in preamble if a[0] == "ARG" and "=" in a[1])
+    base = args["KAFKA_IMAGE"]
+    if which == "apache":
+        assert re.fullmatch(r"docker\.io/apache/kafka:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", base), base
+    else:
+        m = re.fullmatch(r"quay\.io/strimzi/kafka:(\d+\.\d+\.\d+)-kafka-(\d+\.\d+\.\d+)(@sha256:[0-9a-f]{64})?", base)
+        assert m, base
+        assert m.group(1) == STRIMZI_VERSION  # the same Strimzi as the vendored CRDs
+        kafka = next(d for d in strimzi_docs() if d["kind"] == "Kafka")
+        assert m.group(2) == kafka["spec"]["kafka"]["version"]  # and the Kafka the example asks for
+    assert len(built) == 2
+    for stage in built:
+        assert stage[0][1].split()[0] == "${KAFKA_IMAGE}", stage[0]  # the stand-in goes through the same file
+
+
+@pytest.mark.parametrize("which", sorted(CONTAINERFILES))
+def test_containerfile_runs_as_non_root_with_extras_a_venv_and_a_cache_volume(which: str) -> None:
+    final = stages(CONTAINERFILES[which])[-1]
+    args = {a[1].split("=", 1)[0]: a[1].split("=", 1)[1] for a in final if a[0] == "ARG" and "=" in a[1]}
+    users = [a[1] for a in final if a[0] == "USER"]
+    assert users[-1] == "${KAFKA_USER}" and args["KAFKA_USER"] not in ("root", "0", "0:0")
+    assert final[-1] == ("USER", "${KAFKA_USER}")  # nothing after it runs as root
+    run = " ".join(a[1] for a in final if a[0] == "RUN")
+    assert "-m venv /opt/kts-venv" in run and "[${KTS_EXTRAS}]" in run and args["KTS_EXTRAS"] == "s3"
+    assert f'ln -s "$(/opt/kts-venv/bin/kts plugin-path)" {IMAGE_PATHS["jars"]}' in run
+    assert 'chown "${KAFKA_USER}' in run and IMAGE_PATHS["cache"] in run
+    volumes = [a[1] for a in final if a[0] == "VOLUME"]
+    assert volumes == [f'["{IMAGE_PATHS["cache"]}"]']
+    env = " ".join(a[1] for a in final if a[0] == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in env  # a read-only root: no .pyc written at run time
+    assert "rm -rf /tmp/kts-dist" in run  # the wheel does not stay in the image
+
+
+@pytest.mark.parametrize("which", sorted(CONTAINERFILES))
+def test_containerfile_copies_only_what_exists(which: str) -> None:
+    for word, rest in instructions(CONTAINERFILES[which]):
+        if word == "COPY" and not rest.startswith("--from"):
+            *sources, _dest = rest.split()
+            for source in sources:
+                assert (REPO / source).exists(), f"{CONTAINERFILES[which].name}: COPY {source}: not in the repo"
+
+
+def test_install_script_is_valid_sh_and_knows_the_three_package_managers() -> None:
+    script = DEPLOY / "install-os-packages.sh"
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    text = script.read_text()
+    for manager in ("apt-get", "microdnf", "apk"):
+        assert f"command -v {manager}" in text
+    bad = subprocess.run(["sh", str(script), "bogus"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown mode bogus" in bad.stderr
+
+
+# --- the Strimzi and Kubernetes resources ----------------------------------------------------------------------
+def yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def strimzi_docs() -> list[dict[str, Any]]:
+    return [d for p in sorted(STRIMZI.glob("*.yaml")) for d in yaml_docs(p)]
+
+
+def doc_blocks() -> list[dict[str, Any]]:
+    """Every YAML resource in docs/kubernetes.md's ```yaml blocks."""
+    text = (REPO / "docs/kubernetes.md").read_text()
+    return [d for block in re.findall(r"```yaml\n(.*?)```", text, re.S) for d in yaml.safe_load_all(block) if d]
+
+
+def all_resources() -> Iterator[tuple[str, dict[str, Any]]]:
+    for p in sorted(STRIMZI.glob("*.yaml")):
+        for d in yaml_docs(p):
+            yield f"{p.name}:{d['kind']}/{d['metadata']['name']}", d
+    for d in doc_blocks():
+        yield f"docs/kubernetes.md:{d['kind']}/{d['metadata']['name']}", d
+
+
+def crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
+    found = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            if version["served"]:
+                schema = version["schema"]["openAPIV3Schema"]
+                found[(f"{group}/{version['name']}", kind)] = jsonschema.Draft7Validator(schema)
+    return found
+
+
+VALIDATORS = crd_validators()
+
+
+def validate(resource: dict[str, Any]) -> list[str]:
+    """Schema errors of one resource: Strimzi's CRD schema for kafka.strimzi.io, Kubernetes' otherwise."""
+    if resource["apiVersion"].startswith("kafka.strimzi.io/"):
+        validator = VALIDATORS.get((resource["apiVersion"], resource["kind"]))
+        if validator is None:
+            return [f"Strimzi {STRIMZI_VERSION} serves no {resource['kind']} in {resource['apiVersion']}"]
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(resource)]
+    try:
+        kubernetes_validate.validate(resource, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{'/'.join(map(str, e.path))}: {e.message}"]
+    return []
+
+
+def test_the_vendored_crds_are_strimzis_and_carry_the_license() -> None:
+    assert sorted(VALIDATORS) == [
+        ("kafka.strimzi.io/v1", "Kafka"),
+        ("kafka.strimzi.io/v1", "KafkaNodePool"),
+        ("kafka.strimzi.io/v1", "KafkaTopic"),
+    ]
+    assert "Apache License" in (CRDS / "LICENSE").read_text()
+    assert f"Strimzi {STRIMZI_VERSION}" in (CRDS / "README.md").read_text()
+
+
+def test_every_example_resource_validates() -> None:
+    resources = list(all_resources())
+    kinds = {d["kind"] for _, d in resources}
+    assert {"Kafka", "KafkaNodePool", "KafkaTopic", "Secret", "ConfigMap", "Job", "ServiceAccount"} <= kinds
+    problems = {name: errors for name, d in resources if (errors := validate(d))}
+    assert problems == {}
+
+
+@pytest.mark.parametrize(
+    "kind, damage",
+    [
+        # Strimzi writes rsm.config values as strings: a YAML number there is refused by the API server
+        ("Kafka", lambda d: d["spec"]["kafka"]["tieredStorage"]["remoteStorageManager"]["config"].update(x=5)),
+        ("Kafka", lambda d: d["spec"]["kafka"]["tieredStorage"].update(type="s3")),
+        ("KafkaNodePool", lambda d: d["spec"].pop("roles")),
+        ("Job", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(volumeMount=[])),
+        ("Secret", lambda d: d.update(stringData={"a": 1})),
+    ],
+)
+def test_the_validation_can_fail(kind: str, damage: Any) -> None:
+    resource = copy.deepcopy(next(d for _, d in all_resources() if d["kind"] == kind))
+    assert validate(resource) == []
+    damage(resource)
+    assert validate(resource) != []
+
+
+def kafka_resource() -> dict[str, Any]:
+    return next(d for d in strimzi_docs() if d["kind"] == "Kafka")
+
+
+def test_kafka_config_uses_no_key_strimzi_forbids() -> None:
+    config = kafka_resource()["spec"]["kafka"]["config"]
+    bad = [k for k in config for prefix in FORBIDDEN_PREFIXES if k == prefix or k.startswith(prefix)]
+    assert bad == []
+
+
+def test_every_file_the_plugin_reads_is_on_a_mounted_volume_under_mnt() -> None:
+    spec = kafka_resource()["spec"]["kafka"]
+    mounts = spec["template"]["kafkaContainer"]["volumeMounts"]
+    assert all(m["mountPath"].startswith("/mnt/") for m in mounts)  # Strimzi's rule for extra volumes
+    volumes = {v["name"]: v for v in spec["template"]["pod"]["volumes"]}
+    assert {m["name"] for m in mounts} <= set(volumes)
+    config = spec["tieredStorage"]["remoteStorageManager"]["config"]
+    paths = [v for k, v in config.items() if k.endswith((".file", ".path")) and str(v).startswith("/")]
+    assert paths
+    for p in paths:
+        assert any(p.startswith(m["mountPath"] + "/") for m in mounts), p
+    secrets = {v["secret"]["secretName"] for v in volumes.values() if "secret" in v}
+    defined = {d["metadata"]["name"] for d in yaml_docs(STRIMZI / "secrets.yaml")}
+    assert secrets <= defined
+    assert spec["tieredStorage"]["remoteStorageManager"]["classPath"] == IMAGE_PATHS["jars"] + "/*"
+    assert config["python.executable"] == IMAGE_PATHS["venv"] + "/bin/python"
+
+
+def broker_properties(config: dict[str, str]) -> dict[str, str]:
+    """What Strimzi writes into the broker's configuration for a custom tieredStorage (its config under
+    rsm.config.), as KafkaBrokerConfigurationBuilder does."""
+    rsm = kafka_resource()["spec"]["kafka"]["tieredStorage"]["remoteStorageManager"]
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": rsm["className"],
+        "remote.log.storage.manager.class.path": rsm["classPath"],
+        "remote.log.storage.manager.impl.prefix": "rsm.config.",
+        **{f"rsm.config.{k}": str(v) for k, v in config.items()},
+    }
+
+
+def test_the_job_configmap_carries_the_brokers_plugin_config() -> None:
+    config = kafka_resource()["spec"]["kafka"]["tieredStorage"]["remoteStorageManager"]["config"]
+    cm = next(d for d in yaml_docs(STRIMZI / "kts-job.yaml") if d["kind"] == "ConfigMap")
+    lines = [x for x in cm["data"]["tiered.properties"].splitlines() if x and not x.startswith("#")]
+    in_cm = dict(x.split("=", 1) for x in lines)
+    assert in_cm == {k: v for k, v in broker_properties(config).items() if k.startswith("rsm.config.")}
+
+
+def test_the_kafka_resources_plugin_config_passes_kts_config_check(tmp_path: Path) -> None:
+    """The rsm.config.* keys as Strimzi writes them, with the image's paths moved to this machine's: /mnt/... to
+    a folder holding real keys and credentials, the venv's python and the jar folder to this install's."""
+    config = dict(kafka_resource()["spec"]["kafka"]["tieredStorage"]["remoteStorageManager"]["config"])
+    mnt = tmp_path / "mnt"
+    subprocess.run(
+        [str(Path(sys.executable).parent / "kts"), "keys", "generate", "--id", "k1", "--bits", "2048",
+         "--out", str(mnt / "kts-keys")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (mnt / "kts-s3").mkdir()
+    (mnt / "kts-s3/credentials").write_text("[default]\naws_access_key_id = a\naws_secret_access_key = b\n")
+    plugin_path = subprocess.run(
+        [str(Path(sys.executable).parent / "kts"), "plugin-path"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    props = broker_properties({k: str(v).replace("/mnt/", f"{mnt}/") for k, v in config.items()})
+    props["rsm.config.python.executable"] = sys.executable
+    props["remote.log.storage.manager.class.path"] = f"{plugin_path}/*"
+    path = tmp_path / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "kts"), "config", "check", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ignored (0):" in result.stdout and "change these" not in result.stdout
+    assert result.stdout.rstrip().endswith("OK")
+    honoured = len([k for k in props if k.startswith("rsm.config.")])
+    assert f"honoured ({honoured}):" in result.stdout
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity)
+    assert m, quantity
+    return int(m.group(1)) * units.get(m.group(2) or "", 1)
+
+
+def test_the_node_pools_memory_limit_holds_the_heap_and_the_sidecars_floor() -> None:
+    pool = next(d for d in strimzi_docs() if d["kind"] == "KafkaNodePool")
+    config = kafka_resource()["spec"]["kafka"]["tieredStorage"]["remoteStorageManager"]["config"]
+    limit = _bytes(pool["spec"]["resources"]["limits"]["memory"])
+    heap = int(pool["spec"]["jvmOptions"]["-Xmx"].rstrip("m")) << 20
+    shared = int(config["jvm.sidecar.shared.memory.bytes"])
+    needs = startup_check.needs_of(config, shared, RemoteStorageManager)
+    assert needs.shared == shared  # whole chunks: nothing cut
+    found = startup_check.problems(
+        needs, shm=64 << 20, limit=startup_check.MemoryLimit(limit, 0, "example"), heap=heap, rss=150 << 20,
+        shared_bytes=shared,
+    )  # fmt: skip
+    assert found == []  # fits the runtime's default 64 MiB /dev/shm and the pod's limit
+
+
+def test_the_image_check_skips_with_one_line_where_podman_is_missing(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(DEPLOY / "check_images.py")],
+        env={"PATH": str(tmp_path), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("deploy-image-check: SKIPPED: podman, runc, mmdebstrap, mvn, java not installed")
