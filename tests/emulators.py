@@ -3,7 +3,9 @@ starts them too). No server is ever skipped: one that cannot start fails the fix
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,6 @@ from rsm.cli.emulators import (  # noqa: F401 - re-exported for the tests and be
     AZURITE_ACCOUNT,
     AZURITE_KEY,
     BUCKET,
-    REPO,
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
     STARTERS,
@@ -30,6 +31,12 @@ from rsm.cli.emulators import (  # noqa: F401 - re-exported for the tests and be
     start_moto,
     start_seaweedfs,
 )
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKOUT_AZURITE = REPO / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
+"""Where ``make setup`` (.ci/install_emulators.sh) puts Azurite; the tests hand it to the package's lookup."""
+if CHECKOUT_AZURITE.exists():
+    os.environ.setdefault("KTS_AZURITE_BIN", str(CHECKOUT_AZURITE))
 
 # --- pytest fixtures ----------------------------------------------------------------------------------
 

@@ -242,7 +242,7 @@ _spec = st.tuples(st.integers(-(10**6), 10**6), _bytes, _bytes, st.lists(st.tupl
     cut=st.integers(0, 8),
     headers=st.booleans(),
 )
-# Found by random draws against aiokafka's walk (see git log): an attributes byte >= 0x80, which a walk reading
+# Found by random draws: an attributes byte >= 0x80, which a walk reading
 # it as a varint shifts the record by (offset 101 for 100), and an over-long (six-byte) key-length varint.
 @example(specs=[(0, b"\x00", b"\x80\x80\x80\x80\x80\x00", [])], edits=[(118, 128)], cut=0, headers=False)
 @example(specs=[(0, b"\x00", b"\x00" * 6, [])], edits=[(59, 128)], cut=0, headers=False)

@@ -2,7 +2,7 @@
 benchmarks/bench_scale.py, never asserted here).
 
 Segments come from the benchmarks' generator (benchmarks/segment_generator.py: small real Kafka logs copied by a
-real manager), on a filesystem store or on moto behind the real proxy (rsm/cli/faultproxy.py), which counts every
+real manager), on a filesystem store or on moto behind the real proxy (tests/faultproxy.py), which counts every
 request and the most in flight at once.
 """
 
