@@ -159,14 +159,17 @@ class CoalescingFetcher:
         After the GET each chunk goes to ``settle`` (on the background pool when ``settle_plan`` says it is
         kept) and then lands; a reader can join it until then."""
         keys = [(src.cache_id, c.id) for c in run]
-        first, flights = self.flights.claim_leading(keys, _hold)
+        run_bytes = RunBytes(1)  # this reader; each chunk's landing holds it too
+
+        def take_part(flight: ChunkFlight) -> None:
+            flight.run = run_bytes
+            run_bytes.hold()
+
+        first, flights = self.flights.claim_leading(keys, _hold, take_part)
         claimed()
         if not flights:
             return self._wait(src, run[0], first)
         run = run[: len(flights)]
-        run_bytes = RunBytes(len(run) + 1)  # each chunk's landing, and this reader
-        for flight in flights.values():
-            flight.run = run_bytes
         start, end = run[0].transformed_position, run[-1].transformed_end
         try:
             blob = self._get(src, run[0], start, end, background, run_bytes)

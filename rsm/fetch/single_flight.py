@@ -47,9 +47,15 @@ class SingleFlight(Generic[K, F]):
             flight = self._flights[key] = self._make()
             return flight
 
-    def claim_leading(self, keys: Sequence[K], on_join: Callable[[F], None] | None = None) -> tuple[F, dict[K, F]]:
+    def claim_leading(
+        self,
+        keys: Sequence[K],
+        on_join: Callable[[F], None] | None = None,
+        on_claim: Callable[[F], None] | None = None,
+    ) -> tuple[F, dict[K, F]]:
         """The flight for ``keys[0]``: joined when one is in the air (``on_join`` runs under the lock, and no
-        key is claimed), else new, with new flights for the keys after it up to the first one in the air."""
+        key is claimed), else new, with new flights for the keys after it up to the first one in the air.
+        ``on_claim`` runs under the lock for each new flight, before anyone can join it."""
         claimed: dict[K, F] = {}
         with self._lock:
             flight = self._flights.get(keys[0])
@@ -60,7 +66,9 @@ class SingleFlight(Generic[K, F]):
             for key in keys:
                 if key in self._flights:
                     break
-                claimed[key] = self._flights[key] = self._make()
+                flight = claimed[key] = self._flights[key] = self._make()
+                if on_claim is not None:
+                    on_claim(flight)
         return claimed[keys[0]], claimed
 
     def join(self, key: K, on_join: Callable[[F], None] | None = None) -> F | None:
