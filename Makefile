@@ -48,8 +48,8 @@ docs: $(STAMP)
 reliability-table: setup
 	rm -f reliability-rows.jsonl
 	RELIABILITY_TABLE=$(CURDIR)/reliability-rows.jsonl $(BIN)/python -m pytest -p no:cacheprovider -q \
-		tests/test_hostile_manifests.py tests/test_faults.py tests/test_soak.py
-	$(BIN)/python tests/reliability_table.py reliability-rows.jsonl
+		tests/unit/test_hostile_manifests.py tests/integration/test_faults.py tests/integration/test_soak.py
+	$(BIN)/python tests/support/reliability_table.py reliability-rows.jsonl
 
 # The demo stacks (local, S3, GCS, Azure) started for real with podman-compose (demo/stack-check/): stand-ins for
 # the public images, the broker image built once with $KAFKA_HOME's Kafka, produce / tier / consume from offset

@@ -7,7 +7,7 @@
 #
 # Why 3.35.0: it is the newest Azurite whose "engines" accepts node 20 (3.36+ declare node >= 21/22).
 # The Python SDK sends a newer x-ms-version than 3.35.0 knows, so the tests start it with
-# --skipApiVersionCheck (see tests/emulators.py).
+# --skipApiVersionCheck (see tests/support/emulators.py).
 set -euo pipefail
 
 AZURITE_VERSION="${KTS_AZURITE_VERSION:-3.35.0}"

@@ -1,6 +1,6 @@
 """Backend overhead benchmark: our backends next to a bare SDK loop, against the local emulators.
 
-For every cloud backend this starts its emulator (tests/emulators.py), then times the same requests two
+For every cloud backend this starts its emulator (tests/support/emulators.py), then times the same requests two
 ways in the same run, interleaved rep by rep so host noise hits both alike:
 
 - ``ours``: ``backend.upload`` / ``backend.fetch`` of the S3, GCS and Azure backends
@@ -39,7 +39,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 import emulators  # noqa: E402
 

@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bench_config import bench_metadata as _meta  # noqa: E402 - benchmarks/ is sys.path[0]
 from bench_config import encryption_config  # noqa: E402

@@ -30,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # jvm_testing: the shim tests' helpers
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # jvm_testing: the shim tests' helpers
 
 import jvm_testing as jt  # noqa: E402 - tests/ is on sys.path
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # jvm_testing: the shim tests' helpers
+sys.path.insert(0, str(REPO / "tests" / "support"))  # jvm_testing: the shim tests' helpers
 
 import jvm_testing as jt  # noqa: E402 - tests/ is on sys.path
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rsm import RemoteStorageManager
-from rsm.kafka.columnar import COMPILED_WALK, NATIVE_RECORDS, LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.writer import write_large_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.reader import TieredReader, read_slice_columns, to_record_batch
@@ -292,7 +292,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
         f"Parquet copy {parquet_mb:.1f} MB, written in {write_secs:.2f} s (not in any figure); best of {args.reps}"
     )
-    walk = "compiled, into Arrow buffers" if COMPILED_WALK else "aiokafka's" if NATIVE_RECORDS else "pure Python"
+    walk = "compiled, into Arrow buffers" if COMPILED_WALK else "pure Python"
     print(f"record walk: {walk}; rowsPerBatch {reader.options.rows_per_batch}")
     print(f"{'path':<16} {'seconds':>8} {'records/s':>12} {'MB/s':>8}")
     for name, (secs, _) in results.items():

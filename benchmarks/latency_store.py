@@ -2,10 +2,11 @@
 
 The emulators answer in well under a millisecond, so anything linear in requests looks free against them. Here
 every request through :attr:`LatencyStore.plugin_config` waits a fixed delay (default 20 ms, a cloud store's
-first-byte latency) in ``rsm.cli.faultproxy`` running as a process of its own, optionally with a bandwidth cap per
-request and over the whole link. :attr:`LatencyStore.direct_config` talks to the server without the proxy, for
-filling the bucket (``segment_generator``) at local speed. :meth:`LatencyStore.stats` reads the proxy's counters:
-requests by method and object kind (``GET manifest``...), bytes, and the most requests in flight at once.
+first-byte latency) in ``tests/support/faultproxy.py`` running as a process of its own, optionally with a
+bandwidth cap per request and over the whole link. :attr:`LatencyStore.direct_config` talks to the server
+without the proxy, for filling the bucket (``segment_generator``) at local speed. :meth:`LatencyStore.stats`
+reads the proxy's counters: requests by method and object kind (``GET manifest``...), bytes, and the most
+requests in flight at once.
 
     with latency_store(Path("work"), delay_ms=20) as store:
         generate(store.direct_config(), GeneratorSpec(...))
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from rsm.cli.emulators import STARTERS, StoreServer
+
+FAULT_PROXY = Path(__file__).resolve().parent.parent / "tests" / "support" / "faultproxy.py"
+"""The proxy, run as a script: it is a test tool and not part of the package."""
 
 DEFAULT_DELAY_MS = 20.0
 DEFAULT_SERVER = "s3-seaweedfs"
@@ -125,8 +129,7 @@ def latency_store(
     try:
         argv = [
             sys.executable,
-            "-m",
-            "rsm.cli.faultproxy",
+            str(FAULT_PROXY),
             "--upstream",
             store.endpoint,
             "--delay-ms",

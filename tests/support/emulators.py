@@ -1,0 +1,92 @@
+"""The emulators as pytest fixtures: the servers themselves live in ``rsm.cli.emulators`` (``kts demo --backend``
+starts them too). No server is ever skipped: one that cannot start fails the fixture with the reason."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsm.cli.emulators import (  # noqa: F401 - re-exported for the tests and benchmarks
+    AZURITE_ACCOUNT,
+    AZURITE_KEY,
+    BUCKET,
+    S3_ACCESS_KEY,
+    S3_SECRET_KEY,
+    STARTERS,
+    VENV_BIN,
+    EmulatorError,
+    StoreServer,
+    azurite_binary,
+    azurite_connection_string,
+    fake_gcs_binary,
+    free_port,
+    free_port_block,
+    running,
+    start_azurite,
+    start_fake_gcs,
+    start_moto,
+    start_seaweedfs,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKOUT_AZURITE = REPO / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
+"""Where ``make setup`` (.ci/install_emulators.sh) puts Azurite; the tests hand it to the package's lookup."""
+if CHECKOUT_AZURITE.exists():
+    os.environ.setdefault("KTS_AZURITE_BIN", str(CHECKOUT_AZURITE))
+
+# --- pytest fixtures ----------------------------------------------------------------------------------
+
+
+def _fixture(name: str) -> Any:
+    @pytest.fixture(scope="session", name=name.replace("-", "_") + "_server")
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreServer]:
+        workdir = tmp_path_factory.mktemp(name)
+        try:
+            server = STARTERS[name](workdir)
+        except EmulatorError as e:
+            pytest.fail(f"emulator {name} could not start: {e}", pytrace=False)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    return fixture
+
+
+s3_seaweedfs_server = _fixture("s3-seaweedfs")
+s3_moto_server = _fixture("s3-moto")
+gcs_fake_server = _fixture("gcs-fake")
+azure_azurite_server = _fixture("azure-azurite")
+
+FIXTURE_FOR = {name: name.replace("-", "_") + "_server" for name in STARTERS}
+"""Emulator name -> fixture name, for ``request.getfixturevalue``."""
+
+
+def fresh_store(server: StoreServer, name: str) -> dict[str, Any]:
+    """A new empty bucket (container) on ``server`` named ``name``: the backend configuration that uses it. For
+    tests whose empty ``key.prefix`` means the whole bucket."""
+    import json
+    import urllib.request
+
+    if server.backend == "s3":
+        from rsm.cli.emulators import _s3_client
+
+        _s3_client(server.endpoint).create_bucket(Bucket=name)
+        return server.config(**{"s3.bucket.name": name})
+    if server.backend == "gcs":
+        request = urllib.request.Request(
+            f"{server.endpoint}/storage/v1/b?project=test",
+            method="POST",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        return server.config(**{"gcs.bucket.name": name})
+    from azure.storage.blob import BlobServiceClient
+
+    BlobServiceClient.from_connection_string(azurite_connection_string(server.endpoint)).create_container(name)
+    return server.config(**{"azure.container.name": name})

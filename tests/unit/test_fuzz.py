@@ -1,0 +1,130 @@
+"""hypothesis over every parser of untrusted bytes: only the documented exception may come out, never a hang,
+never an unbounded allocation. ``KTS_LONG_FUZZ=1`` runs many more examples, all marked ``longfuzz``."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunking.size_codec import ChunkSizeCodecError, decode_chunk_sizes, encode_chunk_sizes
+from rsm.core.custom_metadata import CustomMetadata, CustomMetadataError
+from rsm.core.manifest import SegmentManifest
+from rsm.errors import CorruptDataException
+from rsm.jvm.codec import WireError, decode_config, decode_metadata
+from rsm.kafka.records import KafkaFormatError, iter_batches
+
+LONG = os.environ.get("KTS_LONG_FUZZ") == "1"
+FUZZ = settings(
+    max_examples=20_000 if LONG else 300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# The long run is opt-in: KTS_LONG_FUZZ=1 pytest -m longfuzz tests/unit/test_fuzz.py (20,000 examples per test).
+pytestmark = [pytest.mark.timeout(1800 if LONG else 120), *([pytest.mark.longfuzz] if LONG else [])]
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=30,
+)
+MANIFEST_KEYS = ["version", "chunkIndex", "segmentIndexes", "compression", "encryption", "remoteLogSegmentMetadata"]
+CHUNK_INDEX_KEYS = [
+    "type",
+    "originalChunkSize",
+    "originalFileSize",
+    "transformedChunkSize",
+    "finalTransformedChunkSize",
+]
+sizes = st.one_of(st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=5), st.none())
+
+
+@st.composite
+def manifests(draw: Any) -> bytes:
+    """Near-valid manifests: the right keys with hostile values, so the parser gets past its first checks."""
+    index = {k: draw(sizes) for k in CHUNK_INDEX_KEYS}
+    index["type"] = draw(st.sampled_from(["fixed", "variable", "other"]))
+    if index["type"] == "variable":
+        index["transformedChunks"] = draw(st.text(max_size=40) | st.binary(max_size=30).map(lambda b: b.hex()))
+    doc: dict[str, Any] = {
+        "version": draw(st.sampled_from(["1", 1, "2"])),
+        "chunkIndex": index,
+        "segmentIndexes": {
+            n: draw(st.none() | st.fixed_dictionaries({"position": sizes, "size": sizes}))
+            for n in ("offset", "timestamp", "producerSnapshot", "leaderEpoch", "transaction")
+        },
+        "compression": draw(st.booleans() | json_scalars),
+    }
+    for key in draw(st.lists(st.sampled_from(MANIFEST_KEYS), max_size=3)):
+        doc[key] = draw(json_values)
+    return json.dumps(doc, allow_nan=True).encode()
+
+
+@FUZZ
+@given(st.one_of(manifests(), st.binary(max_size=300)))
+def test_manifest_parser(data: bytes) -> None:
+    try:
+        SegmentManifest.from_json_bytes(data, "manifest fuzz")
+    except CorruptDataException as e:
+        assert "manifest fuzz" in str(e)
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_chunk_size_codec_decode(data: bytes) -> None:
+    try:
+        values = decode_chunk_sizes(data)
+    except ChunkSizeCodecError:
+        return
+    assert all(0 <= v < 2**31 for v in values)
+
+
+@FUZZ
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=50))
+def test_chunk_size_codec_round_trip(values: list[int]) -> None:
+    assert decode_chunk_sizes(encode_chunk_sizes(values)) == values
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_custom_metadata_codec(data: bytes) -> None:
+    try:
+        CustomMetadata.decode(data)
+    except CustomMetadataError:
+        pass
+
+
+@FUZZ
+@given(st.binary(max_size=400), st.booleans())
+def test_record_batch_parser(data: bytes, verify: bool) -> None:
+    try:
+        for _header, _body in iter_batches(data, verify=verify):
+            pass
+    except KafkaFormatError:
+        pass
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_sidecar_frame_decoders(data: bytes) -> None:
+    for decode in (decode_metadata, decode_config):
+        try:
+            decode(data)
+        except WireError:
+            pass
+
+
+@FUZZ
+@given(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=64))
+def test_sidecar_config_frame_with_hostile_count(count: int, rest: bytes) -> None:
+    """A count of 2^31 entries must fail on the missing bytes, not allocate for the count."""
+    try:
+        decode_config(struct.pack(">i", count) + rest)
+    except WireError:
+        pass
