@@ -263,7 +263,7 @@ def test_a_copy_the_shim_gives_up_on_is_cancelled_and_removed(jvm: Path, tmp_pat
     """The shim's copy deadline passes while the sidecar is still writing the segment: the shim cancels the copy,
     and copyLogSegmentData fails only once the sidecar confirmed that nothing of the segment is left (the manifest,
     written after the deadline, included)."""
-    from conftest import TIP
+    from helpers import TIP
 
     seg = segment_factory(target_bytes=200_000, seed=12)
     meta = seg.to_metadata(TIP)

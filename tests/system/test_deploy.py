@@ -21,7 +21,7 @@ import yaml
 from rsm.core.manager import RemoteStorageManager
 from rsm.jvm import startup_check
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 STRIMZI = DEPLOY / "strimzi"
 CRDS = STRIMZI / "crds"

@@ -18,7 +18,7 @@ from rsm import RemoteStorageManager
 from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 ORDER_SCHEMA = {
     "type": "record",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from conftest import TIP
+from helpers import TIP
 
 from backends.filesystem import FileSystemBackend
 from rsm import RemoteStorageManager
@@ -162,7 +162,7 @@ def test_a_cancelled_copy_leaves_nothing(served: Any, segment_factory: Any, hold
 
 
 def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
-    from conftest import wait_until
+    from helpers import wait_until
 
     return wait_until(predicate, timeout)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP, encryption_configs
+from helpers import TIP, encryption_configs
 from emulators import (  # noqa: F401 - fixtures are found by name
     FIXTURE_FOR,
     azure_azurite_server,

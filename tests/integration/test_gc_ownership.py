@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TIP
+from helpers import TIP
 from emulators import (  # noqa: F401 - fixtures are found by name
     FIXTURE_FOR,
     azure_azurite_server,
