@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint bench docs reliability-table demo-stack-check
 
-# setup.py and the C source too: a changed record walk is compiled again by the editable install.
+# setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
+# version, so the installed metadata says the release rsm/_version.py names.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
 # `kafka-tiered` source by listing sys.path for pyspark_* modules (pkgutil.iter_modules), which the hook hides.
-$(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c
+$(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/_version.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[all,test]' --config-settings editable_mode=compat

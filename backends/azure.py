@@ -26,7 +26,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, BinaryIO
 
-from backends.base import InvalidRange, KeyNotFound, PendingUpload, StorageBackendException
+from backends.base import (
+    InvalidRange,
+    KeyNotFound,
+    ObjectInfo,
+    PendingUpload,
+    PreconditionFailed,
+    StorageBackendException,
+    VersionedObject,
+)
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
     STORAGE_PREFIX,
@@ -456,6 +464,43 @@ class AzureBlobBackend(CloudBackend):
             length=int(length) if length and length.isdigit() else None,
         )
 
+    # --- conditional replacement (backends.base.ConditionalWrites) -----------------------------------
+    def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
+        blob = self.container_client.get_blob_client(key)
+
+        def attempt() -> VersionedObject:
+            downloader = blob.download_blob(max_concurrency=1, **_request_id())
+            return VersionedObject(downloader.readall()[: max_bytes + 1], str(downloader.properties.etag))
+
+        return self._call("blob-get", key, attempt)
+
+    def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """A Put Blob with If-Match on the ETag that was read: Azure answers 412 when the blob changed and 404
+        when it was deleted, and writes nothing either way."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError
+
+        blob = self.container_client.get_blob_client(key)
+
+        def attempt() -> None:
+            try:
+                blob.upload_blob(
+                    data,
+                    length=len(data),
+                    overwrite=True,
+                    max_concurrency=1,
+                    etag=version,
+                    match_condition=MatchConditions.IfNotModified,
+                    **_request_id(),
+                )
+            except HttpResponseError as e:
+                if e.status_code in (404, 409, 412):
+                    raise PreconditionFailed(key, self._where(), f"HTTP {e.status_code}") from e
+                raise
+
+        self._call("blob-upload-if-match", key, attempt, deadline=self._upload_deadline(), key_read=False)
+        self.instrumentation.bytes_uploaded(len(data))
+
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:
         blob = self.container_client.get_blob_client(key)
@@ -502,6 +547,18 @@ class AzureBlobBackend(CloudBackend):
             return names, pages.continuation_token
 
         return self._paginate("blob-list", prefix, page)
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        """``list`` with each blob's size and last modification (for garbage collection); committed blobs only."""
+
+        def page(token: str | None) -> tuple[list[ObjectInfo], str | None]:
+            pages = self.container_client.list_blobs(name_starts_with=prefix or None, **_request_id()).by_page(
+                continuation_token=token
+            )
+            infos = [ObjectInfo(b.name, int(b.size or 0), b.last_modified.timestamp()) for b in next(pages)]
+            return infos, pages.continuation_token
+
+        return self._paginate("blob-list", prefix, page)  # type: ignore[arg-type]
 
     def list_pending_uploads(self, prefix: str) -> Iterator[PendingUpload]:
         """Blobs under ``prefix`` that hold only uncommitted blocks: a staged upload whose Put Block List never

@@ -7,7 +7,8 @@ the same for every store.
 
 A backend may offer more, each an optional protocol of its own: ranged reads straight into a buffer
 (``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``),
-unfinished uploads (``PendingUploads``) and listing part of a large key space (``RangeListable``).
+unfinished uploads (``PendingUploads``), conditional replacement (``ConditionalWrites``) and listing part of a
+large key space (``RangeListable``).
 ``BackendCapabilities.of`` is the one place that asks which of them a backend implements, once, when the plugin
 (or a catalog) wires the backend; nothing asks again per call.
 """
@@ -41,6 +42,17 @@ class KeyNotFound(StorageBackendException):
 
 class InvalidKey(StorageBackendException):
     """The store refuses the key itself (it could never hold an object under it): nothing exists to clean up."""
+
+
+class PreconditionFailed(StorageBackendException):
+    """A conditional write found the object changed or deleted since it was read: nothing was written."""
+
+    def __init__(self, key: str, where: str = "", detail: str = "") -> None:
+        self.key = key
+        super().__init__(
+            f"key {key!r}{(' in ' + where) if where else ''} changed or was deleted since it was read"
+            f"{(': ' + detail) if detail else ''}; nothing was written"
+        )
 
 
 class InvalidRange(StorageBackendException):
@@ -125,7 +137,33 @@ class PendingUpload:
     size: int | None = None
 
 
+@dataclass(frozen=True)
+class VersionedObject:
+    """A small object read whole with the store's version of it: an S3 or Azure ETag, a GCS generation, the
+    filesystem's inode, change time and size. Only the backend that gave it interprets ``version``."""
+
+    data: bytes
+    version: str
+
+
 # --- optional capabilities ---------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ConditionalWrites(Protocol):
+    """Read-modify-write of one small object without losing a concurrent change: ``replace_if_unchanged`` writes
+    only when the object is still the version ``fetch_versioned`` read (S3 If-Match, GCS ifGenerationMatch, Azure
+    If-Match, a locked compare on the filesystem). An object deleted in between stays deleted."""
+
+    def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
+        """Up to ``max_bytes + 1`` bytes of ``key`` (so a caller sees it is too large) and its version;
+        ``KeyNotFound`` when it does not exist."""
+        ...
+
+    def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """Replace ``key`` with ``data`` if it still is ``version``; otherwise (changed, or deleted) raise
+        ``PreconditionFailed`` and write nothing."""
+        ...
 
 
 @runtime_checkable
@@ -204,6 +242,7 @@ class BackendCapabilities:
     details: ListsDetails | None = None
     pending_uploads: PendingUploads | None = None
     range_listing: RangeListable | None = None
+    conditional_writes: ConditionalWrites | None = None
 
     @classmethod
     def of(cls, backend: StorageBackend) -> BackendCapabilities:
@@ -215,6 +254,7 @@ class BackendCapabilities:
             backend if isinstance(backend, ListsDetails) else None,
             backend if isinstance(backend, PendingUploads) else None,
             backend if isinstance(backend, RangeListable) else None,
+            backend if isinstance(backend, ConditionalWrites) else None,
         )
 
 

@@ -7,11 +7,19 @@ A failing file operation leaves as a ``StorageBackendException`` naming the oper
 Keys are resolved under ``storage.root`` and may not escape it: no ``..``, no absolute keys, and no symlinks
 anywhere below the root (reads open one component at a time with O_NOFOLLOW, writes check the resolved
 directory), so a link swapped in later cannot redirect a read or a write either.
+
+Conditional replacement (``replace_if_unchanged``) compares the file's inode, modification time and size with
+what ``fetch_versioned`` saw, under an exclusive ``flock`` of the object's directory, and renames the new file
+into place before releasing it; ``upload`` and ``delete`` take the same lock for their rename and unlink. So
+between processes using this backend on one local filesystem, a replacement never overwrites a newer object
+nor brings back a deleted one (every write renames a new file into place: a rewrite always changes the inode).
+``flock`` is advisory, and on network filesystems its reach is the server's: there the guarantee is not given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import stat
@@ -21,7 +29,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import InvalidKey, InvalidRange, KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
+from backends.base import (
+    InvalidKey,
+    InvalidRange,
+    KeyNotFound,
+    ObjectInfo,
+    PendingUpload,
+    PreconditionFailed,
+    StorageBackendException,
+    VersionedObject,
+)
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 
 CONFIG_DEF = ConfigDef().extend(
@@ -69,6 +86,17 @@ _PIECE_BYTES = 200
 # Uploads in progress are written to '<TEMP_PREFIX><name>.<random>' beside their target. The prefix lets
 # ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
 TEMP_PREFIX = ".kts-partial."
+
+
+@contextlib.contextmanager
+def _locked_dir(directory: str) -> Iterator[None]:
+    """An exclusive ``flock`` of ``directory`` (the lock of conditional replacement; see the module docstring)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _split_long(part: str) -> list[str]:
@@ -275,7 +303,7 @@ class FileSystemBackend:
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
                 total = self._write_all(out, data, key)
-            with self._failing("upload", key):
+            with self._failing("upload", key), _locked_dir(directory):
                 os.replace(tmp, path)
                 if self.fsync:
                     self._fsync_dir(directory)
@@ -368,12 +396,50 @@ class FileSystemBackend:
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            os.unlink(path)
+            with _locked_dir(os.path.dirname(path)):
+                os.unlink(path)
         except FileNotFoundError:
             return
         except OSError as e:
             raise _failure("delete", key, self.root, e) from e
         self._prune_empty_dirs(Path(path).parent)
+
+    # --- conditional replacement (backends.base.ConditionalWrites) -----------------------------------------
+    @staticmethod
+    def _version(st: os.stat_result) -> str:
+        return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
+    def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
+        with self._failing("fetch", key), os.fdopen(self._open_fd(key), "rb", buffering=0) as f:
+            version = self._version(os.fstat(f.fileno()))
+            return VersionedObject(f.read(max_bytes + 1), version)
+
+    def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        try:
+            with self._failing("upload", key), _locked_dir(directory):
+                try:
+                    current = self._version(os.stat(path, follow_symlinks=False))
+                except FileNotFoundError:
+                    raise PreconditionFailed(key, f"filesystem root {self.root}", "deleted") from None
+                if current != version:
+                    raise PreconditionFailed(key, f"filesystem root {self.root}", "rewritten")
+                fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.path.basename(path)}.", dir=directory)
+                try:
+                    with os.fdopen(fd, "wb", buffering=0) as out:
+                        self._write_all(out, io.BytesIO(data), key)
+                    os.replace(tmp, path)
+                except BaseException:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+                    raise
+                if self.fsync:
+                    self._fsync_dir(directory)
+        except StorageBackendException as e:
+            if isinstance(e.__cause__, FileNotFoundError):  # the directory went with the last object in it
+                raise PreconditionFailed(key, f"filesystem root {self.root}", "deleted") from None
+            raise
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.parse
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, BinaryIO
 
-from backends.base import KeyNotFound, StorageBackendException
+from backends.base import KeyNotFound, ObjectInfo, PreconditionFailed, StorageBackendException, VersionedObject
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
     CloudBackend,
@@ -486,6 +488,59 @@ class GcsBackend(CloudBackend):
             length=int(length) if length and length.isdigit() else None,
         )
 
+    # --- conditional replacement (backends.base.ConditionalWrites) -----------------------------------
+    def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
+        """The object's generation from its metadata, then that generation's bytes (a newer one in between
+        makes the read fail as not found, never mix two)."""
+
+        def get(url: str) -> Any:
+            response = self.session.get(url, timeout=self._timeout, headers={"Accept-Encoding": "identity"})
+            if response.status_code != 200:
+                raise _error_from(response)
+            return response
+
+        meta = self._call("object-metadata", key, lambda: get(self._object_url(key) + "?fields=generation"))
+        generation = str(meta.json()["generation"])
+        url = (
+            self._object_url(key, "/download")
+            + "?"
+            + urllib.parse.urlencode({"alt": "media", "generation": generation})
+        )
+        body = self._call("object-get", key, lambda: get(url))
+        return VersionedObject(body.content[: max_bytes + 1], generation)
+
+    def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """A multipart upload with ifGenerationMatch: GCS answers 412 when the object's generation changed, and
+        when it was deleted (no live generation matches), and writes nothing. (Multipart, not a media upload:
+        fake-gcs-server checks the precondition only there; real GCS checks it on both.)"""
+        query = urllib.parse.urlencode({"uploadType": "multipart", "ifGenerationMatch": version})
+        url = f"{self.endpoint}/upload/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o?{query}"
+        boundary = uuid.uuid4().hex
+        body = b"".join(
+            [
+                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
+                json.dumps({"name": key}).encode(),
+                f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
+                data,
+                f"\r\n--{boundary}--\r\n".encode(),
+            ]
+        )
+
+        def attempt() -> None:
+            response = self.session.post(
+                url,
+                data=body,
+                timeout=self._timeout,
+                headers={"Content-Type": f"multipart/related; boundary={boundary}"},
+            )
+            if response.status_code in (404, 412):
+                raise PreconditionFailed(key, self._where(), f"HTTP {response.status_code}")
+            if response.status_code not in (200, 201):
+                raise _error_from(response)
+
+        self._call("object-upload-if-generation", key, attempt, deadline=self._upload_deadline(), key_read=False)
+        self.instrumentation.bytes_uploaded(len(data))
+
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:
         blob = self._client.bucket(self.bucket).blob(key)
@@ -517,6 +572,26 @@ class GcsBackend(CloudBackend):
             return names, iterator.next_page_token
 
         return self._paginate("object-list", prefix, page)
+
+    def list_details(self, prefix: str) -> Iterator[ObjectInfo]:
+        """``list`` with each object's size and last update (for garbage collection)."""
+
+        def page(token: str | None) -> tuple[list[ObjectInfo], str | None]:
+            iterator = self._client.list_blobs(
+                self.bucket,
+                prefix=prefix,
+                page_token=token,
+                retry=None,
+                timeout=self._timeout,
+                fields="items(name,size,updated),nextPageToken",
+            )
+            infos = [
+                ObjectInfo(blob.name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else time.time())
+                for blob in next(iterator.pages)
+            ]
+            return infos, iterator.next_page_token
+
+        return self._paginate("object-list", prefix, page)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self._close_worker_pool()

@@ -24,7 +24,14 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
+from backends.base import (
+    KeyNotFound,
+    ObjectInfo,
+    PendingUpload,
+    PreconditionFailed,
+    StorageBackendException,
+    VersionedObject,
+)
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
     CloudBackend,
@@ -596,6 +603,41 @@ class S3Backend(CloudBackend):
             self.instrumentation,
             length=int(length) if length is not None else None,
         )
+
+    # --- conditional replacement (backends.base.ConditionalWrites) -----------------------------------
+    def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
+        def attempt() -> VersionedObject:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key)
+            with answer["Body"] as body:
+                return VersionedObject(body.read(max_bytes + 1), str(answer["ETag"]))
+
+        return self._call("get-object", key, attempt)
+
+    def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """A PUT with If-Match on the ETag that was read: S3 answers 412 when the object changed and 404 when it
+        was deleted, and writes nothing either way."""
+        from botocore.exceptions import ClientError
+
+        extra = self._extra()
+        if self.md5:
+            extra["ContentMD5"] = self._md5(data)
+
+        def attempt() -> None:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfMatch=version, **extra)
+            except ClientError as e:
+                code = self._error_code(e)
+                status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                if status in (404, 409, 412) or code in (
+                    "PreconditionFailed",
+                    "NoSuchKey",
+                    "ConditionalRequestConflict",
+                ):
+                    raise PreconditionFailed(key, self._where(), code or f"HTTP {status}") from e
+                raise
+
+        self._call("put-object-if-match", key, attempt, deadline=self._upload_deadline(), key_read=False)
+        self.instrumentation.bytes_uploaded(len(data))
 
     # --- delete / list ----------------------------------------------------------------------------
     def delete(self, key: str) -> None:

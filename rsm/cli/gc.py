@@ -13,7 +13,7 @@ from rich.table import Table
 
 from rsm.cli.progress import progress_bar, stdout
 from rsm.cli.settings import config_options, open_manager
-from rsm.core.garbage import delete_garbage, find_garbage
+from rsm.core.garbage import delete_garbage, find_garbage, where
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -37,12 +37,16 @@ def parse_duration(text: str) -> float:
 )
 @click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
 def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delete: bool) -> int:
-    """Find leftovers of crashed copies (objects without a manifest), stale multipart uploads, temp files and
-    disk-cache chunks of segments no longer tiered; a dry run unless --delete.
+    """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
+    multipart uploads, temp files and disk-cache chunks of segments no longer tiered; a dry run unless --delete.
+
+    Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
+    applications' objects under the same prefix are never touched.
 
     Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
     grace = parse_duration(older_than)
     with open_manager(config, sets, keys=False, disk_cache=True) as manager:
+        stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
             items = find_garbage(manager, grace, on_listed=listed)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")

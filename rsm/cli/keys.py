@@ -155,7 +155,8 @@ def keys_rotate(
     stdout.print(
         f"segments seen {report.total}, {verb} {sum(report.rewrapped.values())} onto {active} "
         f"(from: {', '.join(f'{k}={v}' for k, v in sorted(report.rewrapped.items())) or 'none'}), "
-        f"already current {report.already_current}, unencrypted {report.unencrypted}, failed {len(report.failed)} "
+        f"already current {report.already_current}, unencrypted {report.unencrypted}, "
+        f"gone {len(report.gone)} (deleted meanwhile; left deleted), failed {len(report.failed)} "
         f"in {time.monotonic() - started:.1f} s"
     )
     for key, error in sorted(report.failed.items()):

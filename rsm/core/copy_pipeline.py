@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -19,6 +20,29 @@ from rsm.errors import RemoteStorageException
 
 class SegmentChangedError(RemoteStorageException):
     """The segment file is shorter than when the copy started (truncated or replaced while being read)."""
+
+
+class CopyCancelled(RemoteStorageException):
+    """The copy was cancelled (its caller gave up on it); what it had uploaded is removed."""
+
+
+class CancellableReader(io.RawIOBase):
+    """``raw`` that raises ``CopyCancelled`` from the read after ``cancelled()`` turns true: an upload in progress
+    stops within one buffer."""
+
+    def __init__(self, raw: Any, cancelled: Callable[[], bool], what: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._cancelled = cancelled
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._cancelled():
+            raise CopyCancelled(f"copy of {self._what} cancelled while its .log was uploading")
+        return int(self._raw.readinto(b))
 
 
 class TransformedLogReader(io.RawIOBase):

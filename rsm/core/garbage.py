@@ -1,6 +1,10 @@
 """Garbage collection: find and remove the storage no segment accounts for.
 
-Three kinds of garbage can outlive the copy that made it:
+Only what is provably the plugin's is ever listed: an object or an unfinished upload whose key parses as the
+plugin's object layout (``rsm.core.object_keys.parse_object_key``). Another application's objects under the same
+``key.prefix`` (Aiven's default prefix is empty: the whole bucket) are left alone whatever their names end with.
+
+These kinds of garbage can outlive the copy that made it:
 
 - ``orphan-object``: a ``.log`` or ``.indexes`` object whose segment has no manifest. A copy writes its manifest
   last, so a copy that died (or whose cleanup failed) leaves these; a copy still running does too, which is why
@@ -9,6 +13,9 @@ Three kinds of garbage can outlive the copy that made it:
 - ``uncommitted-blocks``: an Azure blob holding only staged blocks, never committed; likewise invisible and billed
   (until the service drops them after a week). GCS has no call that lists open resumable sessions, so none is
   listed there; an abandoned session holds no object and GCS drops it after a week.
+- ``manifest-without-data``: a manifest whose ``.log`` or ``.indexes`` is gone. A copy writes the manifest last
+  and a delete removes it first, so it answers for a segment that cannot be read; removing it (and whatever data
+  object is left) is safe.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
@@ -27,8 +34,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backends.base import PendingUpload, StorageBackendException
-from rsm.core.object_keys import Suffix
+from backends.base import ObjectInfo, PendingUpload, StorageBackendException
+from rsm.core.object_keys import Suffix, parse_object_key
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
 from rsm.errors import RemoteStorageException
 
@@ -39,7 +46,8 @@ ORPHAN_OBJECT = "orphan-object"
 MULTIPART_UPLOAD = "multipart-upload"
 TEMP_FILE = "temp-file"
 CACHE_ENTRY = "cache-entry"
-_SEGMENT_SUFFIXES = tuple(f".{s.value}" for s in Suffix)
+MANIFEST_WITHOUT_DATA = "manifest-without-data"
+_DATA_SUFFIXES = (Suffix.LOG, Suffix.INDEXES)
 
 
 @dataclass(frozen=True)
@@ -67,11 +75,10 @@ class GarbageReport:
         return sum(item.size or 0 for item in self.deleted)
 
 
-def _main_path(key: str) -> tuple[str, str] | None:
-    for suffix in _SEGMENT_SUFFIXES:
-        if key.endswith(suffix):
-            return key[: -len(suffix)], suffix
-    return None
+def where(manager: RemoteStorageManager) -> str:
+    """The store and prefix garbage collection works in, for the operator: ``S3Backend(bucket='b'), key.prefix
+    'p/'``."""
+    return f"{manager.backend!r}, key.prefix {manager.config['key.prefix']!r}"
 
 
 def find_garbage(
@@ -82,6 +89,9 @@ def find_garbage(
 ) -> list[GarbageItem]:
     """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
     ``on_listed`` is called with each listed object's key (progress: a store of 10,000 segments lists 30,000).
+
+    Only keys that parse as the plugin's object layout (``parse_object_key``) are considered: another
+    application's objects and uploads under the same prefix are never listed, whatever their names end with.
 
     The grace period must exceed the longest copy (the backend's upload timeout is a good floor): a copy in
     progress owns objects without a manifest and an open upload, and those must not be listed.
@@ -95,21 +105,29 @@ def find_garbage(
     items: list[GarbageItem] = []
     try:
         if capabilities.details is not None:
-            by_segment: dict[str, list[tuple[str, int, float]]] = {}
+            by_segment: dict[str, dict[Suffix, ObjectInfo]] = {}
             for info in capabilities.details.list_details(prefix):
                 if on_listed is not None:
                     on_listed(info.key)
-                parsed = _main_path(info.key)
+                parsed = parse_object_key(info.key, prefix)
                 if parsed is not None:
-                    by_segment.setdefault(parsed[0], []).append((parsed[1], info.size, info.modified))
-            for path, objects in sorted(by_segment.items()):
-                if any(suffix == f".{Suffix.MANIFEST.value}" for suffix, _, _ in objects):
-                    continue
-                for suffix, size, modified in objects:
-                    if now - modified > older_than_seconds:
-                        items.append(GarbageItem(ORPHAN_OBJECT, path + suffix, now - modified, size))
+                    by_segment.setdefault(parsed.main_path, {})[parsed.suffix] = info
+            for _path, objects in sorted(by_segment.items()):
+                manifest = objects.get(Suffix.MANIFEST)
+                if manifest is None:
+                    for info in objects.values():
+                        if now - info.modified > older_than_seconds:
+                            items.append(GarbageItem(ORPHAN_OBJECT, info.key, now - info.modified, info.size))
+                elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
+                    # A copy writes its manifest last and a delete removes it first: a manifest without its
+                    # data was left by something else (a rewrite racing a delete), and answers for nothing.
+                    items.append(
+                        GarbageItem(MANIFEST_WITHOUT_DATA, manifest.key, now - manifest.modified, manifest.size)
+                    )
         if capabilities.pending_uploads is not None:
             for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
+                if parse_object_key(upload.key, prefix) is None:
+                    continue  # not an upload of the plugin's layout: someone else's
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
         items.extend(_stale_cache_entries(manager, concurrency))
@@ -179,15 +197,25 @@ def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]
         if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
             manager.chunk_cache.forget_segment(item.key)
         return _DELETED, ""
+    prefix = manager.config["key.prefix"]
+    parsed = parse_object_key(item.key, prefix)
+    if parsed is None:
+        return _FAILED, "not a key of the plugin's object layout; left alone"
     if item.upload is not None:
         pending_uploads = manager.backend_capabilities.pending_uploads
         if pending_uploads is None:
             return _FAILED, f"{backend} cannot abort uploads"
         pending_uploads.abort_pending_upload(item.upload)
         return _DELETED, ""
-    parsed = _main_path(item.key)
-    manifest = None if parsed is None else parsed[0] + f".{Suffix.MANIFEST.value}"
-    if manifest is not None and any(k == manifest for k in backend.list(manifest)):
+    keys = parsed.keys
+    if item.kind == MANIFEST_WITHOUT_DATA:
+        present = set(backend.list(keys.prefix + parsed.main_path + "."))
+        if keys.log in present and keys.indexes in present:
+            return _SKIPPED, "its segment's data exists now"
+        backend.delete(keys.manifest)
+        backend.delete_many([k for k in (keys.log, keys.indexes) if k in present])
+        return _DELETED, ""
+    if any(k == keys.manifest for k in backend.list(keys.manifest)):
         return _SKIPPED, "its segment's manifest exists now (the copy completed)"
     backend.delete(item.key)
     return _DELETED, ""

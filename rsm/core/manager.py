@@ -20,7 +20,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -125,7 +125,7 @@ class RemoteStorageManager:
         fetch_limiter = _limiter(config["fetch.rate.limit.bytes.per.second"])
         background = config["fetch.chunk.cache.thread.pool.size"] or (os.cpu_count() or 2)
         pools = ThreadPools(config.thread_pool_size, background)
-        manifests = ManifestStore(config, backend, key_ring, upload_limiter)
+        manifests = ManifestStore(config, backend, key_ring, upload_limiter, capabilities.conditional_writes)
         objects = SegmentObjects(
             config, backend, key_ring, manifests, pools.transform, upload_limiter, self.rsm_metrics
         )
@@ -216,6 +216,17 @@ class RemoteStorageManager:
         custom = self._ready(opening=True).objects.copy(meta, data)
         self._forget(meta)
         return custom
+
+    def copy_log_segment_data_unless(
+        self, meta: RemoteLogSegmentMetadata, data: LogSegmentData, cancelled: Callable[[], bool]
+    ) -> bytes | None:
+        """``copy_log_segment_data`` that stops, raising ``CopyCancelled`` and removing what it uploaded, as soon as
+        ``cancelled()`` says so (checked before each object and while the ``.log`` streams). A transport whose
+        caller gave up on the copy cancels it this way."""
+        try:
+            return self._ready(opening=True).objects.copy(meta, data, cancelled)
+        finally:
+            self._forget(meta)
 
     def delete_log_segment_data(self, meta: RemoteLogSegmentMetadata) -> None:
         """Delete the segment's objects; deleting what is already gone succeeds (the broker retries deletes)."""

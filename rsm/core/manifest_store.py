@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from backends.base import KeyNotFound, StorageBackend, StorageBackendException
+from backends.base import ConditionalWrites, KeyNotFound, PreconditionFailed, StorageBackend, StorageBackendException
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import ChunkCipher, DataKeyAndAad
 from encryption.errors import KeyRingError
@@ -25,6 +25,7 @@ from rsm.errors import (
     CorruptDataException,
     KeyRingException,
     RemoteResourceNotFoundException,
+    RemoteStorageException,
     storage_failure,
 )
 from rsm.fetch.lru import TimedLru
@@ -51,15 +52,23 @@ class LoadedManifest:
 @dataclass(frozen=True)
 class RewrapResult:
     """What key rotation found in one manifest: the key pair that wrapped its data key (None: the segment is
-    unencrypted) and whether the manifest was (or, in a dry run, would be) rewritten under the active pair."""
+    unencrypted) and whether the manifest was (or, in a dry run, would be) rewritten under the active pair.
+    ``gone``: the segment was deleted before or while it was re-wrapped, and stays deleted."""
 
     previous_key_id: str | None
     rewrapped: bool
+    gone: bool = False
+
+
+# How often a re-wrap reads the manifest again after a concurrent change (someone else re-wrapped it) before it
+# gives up on that manifest.
+_REWRAP_ATTEMPTS = 3
 
 
 class ManifestStore:
     """Owns the manifest cache (``fetch.manifest.cache.*``); reads ``key.prefix`` and ``key.prefix.mask`` from
-    ``config``. ``upload_limiter`` paces manifest rewrites like every upload."""
+    ``config``. ``upload_limiter`` paces manifest rewrites like every upload. ``conditional`` is the backend's
+    ``ConditionalWrites`` (key rotation rewrites a manifest only if it is still the one it read)."""
 
     def __init__(
         self,
@@ -67,9 +76,11 @@ class ManifestStore:
         backend: StorageBackend,
         key_ring: RsaKeyRing | None,
         upload_limiter: RateLimiter | None = None,
+        conditional: ConditionalWrites | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
+        self.conditional = conditional
         self.key_ring = key_ring
         self.cache: TimedLru[str, LoadedManifest] = TimedLru(
             "segment-manifest", config["fetch.manifest.cache.size"], config["fetch.manifest.cache.retention.ms"] / 1000
@@ -187,27 +198,50 @@ class ManifestStore:
 
     def rewrap(self, manifest_key: str, dry_run: bool = False) -> RewrapResult:
         """Re-wrap one segment's data key under the active key pair by rewriting only its manifest (the segment's
-        data is untouched). With ``dry_run`` the manifest is only inspected."""
+        data is untouched). With ``dry_run`` the manifest is only inspected.
+
+        The rewrite is conditional on the manifest being unchanged since it was read (``ConditionalWrites``): a
+        segment deleted in between (retention) stays deleted and is reported ``gone``; a manifest changed in
+        between is read again."""
         if self.key_ring is None:
             raise ConfigException("key rotation needs encryption.enabled=true and the key ring configured")
-        try:
-            with self.backend.fetch(manifest_key) as f:
-                raw = f.read(MAX_MANIFEST_SIZE + 1)
-        except KeyNotFound:
-            raise RemoteResourceNotFoundException(f"manifest {self.show(manifest_key)} not found") from None
-        manifest = SegmentManifest.from_json_bytes(raw, f"manifest {self.show(manifest_key)}")
-        if manifest.encryption is None:
-            return RewrapResult(None, False)
-        old_id = manifest.encryption.key_pair_id
-        if old_id == self.key_ring.active_key_id:
-            return RewrapResult(old_id, False)
-        if dry_run:
+        what = f"manifest {self.show(manifest_key)}"
+        for _ in range(_REWRAP_ATTEMPTS):
+            try:
+                if self.conditional is not None:
+                    read = self.conditional.fetch_versioned(manifest_key, MAX_MANIFEST_SIZE)
+                    raw, version = read.data, read.version
+                else:
+                    with self.backend.fetch(manifest_key) as f:
+                        raw, version = f.read(MAX_MANIFEST_SIZE + 1), ""
+            except KeyNotFound:
+                return RewrapResult(None, False, gone=True)
+            manifest = SegmentManifest.from_json_bytes(raw, what)
+            if manifest.encryption is None:
+                return RewrapResult(None, False)
+            old_id = manifest.encryption.key_pair_id
+            if old_id == self.key_ring.active_key_id:
+                return RewrapResult(old_id, False)
+            if dry_run:
+                return RewrapResult(old_id, True)
+            if self.conditional is None:
+                raise RemoteStorageException(
+                    f"cannot re-wrap {what}: {self.backend} cannot replace an object only if it is unchanged, so a "
+                    f"segment deleted meanwhile could come back; key rotation needs a backend with ConditionalWrites"
+                )
+            try:
+                data_key = self.key_ring.unwrap(manifest.encryption.data_key)
+            except KeyRingError as e:
+                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
+            manifest.encryption = EncryptionMetadata(self.key_ring.wrap(data_key), manifest.encryption.aad)
+            body = throttled(manifest.to_json_bytes(), self.upload_limiter).read()
+            try:
+                self.conditional.replace_if_unchanged(manifest_key, body, version)
+            except PreconditionFailed:
+                self.forget(manifest_key)
+                continue  # deleted or rewritten meanwhile: the next read tells which
+            self.forget(manifest_key)
             return RewrapResult(old_id, True)
-        try:
-            data_key = self.key_ring.unwrap(manifest.encryption.data_key)
-        except KeyRingError as e:
-            raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
-        manifest.encryption = EncryptionMetadata(self.key_ring.wrap(data_key), manifest.encryption.aad)
-        self.backend.upload(manifest_key, throttled(manifest.to_json_bytes(), self.upload_limiter))
-        self.forget(manifest_key)
-        return RewrapResult(old_id, True)
+        raise RemoteStorageException(
+            f"cannot re-wrap {what}: it changed on every one of {_REWRAP_ATTEMPTS} attempts; run the rotation again"
+        )

@@ -9,8 +9,10 @@ the OBJECT_KEY custom-metadata field records.
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
+import re
 from dataclasses import dataclass
 
 from rsm.core.custom_metadata import CustomMetadata
@@ -74,6 +76,62 @@ def segment_keys(prefix: str, meta: RemoteLogSegmentMetadata) -> SegmentKeys:
             if recorded.object_key is not None:
                 path = recorded.object_key
     return SegmentKeys(prefix, path)
+
+
+# A Kafka Uuid as Uuid.toString() writes it: 16 bytes, base64url without padding (22 characters).
+_UUID = r"[A-Za-z0-9_-]{22}"
+# Kafka's legal topic names: 1 to 249 of [a-zA-Z0-9._-].
+_OBJECT_KEY = re.compile(
+    rf"(?P<topic>[A-Za-z0-9._-]{{1,249}})-(?P<topic_id>{_UUID})/(?P<partition>0|[1-9][0-9]{{0,9}})/"
+    rf"(?P<offset>[0-9]{{20}})-(?P<segment_id>{_UUID})\.(?P<suffix>log|indexes|rsm-manifest)"
+)
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """An object key that follows the plugin's layout (ours and Aiven's), split into its parts."""
+
+    prefix: str
+    topic: str
+    topic_id: str
+    partition: int
+    start_offset: int
+    segment_id: str
+    suffix: Suffix
+
+    @property
+    def main_path(self) -> str:
+        return f"{self.topic}-{self.topic_id}/{self.partition}/{self.start_offset:020d}-{self.segment_id}"
+
+    @property
+    def keys(self) -> SegmentKeys:
+        return SegmentKeys(self.prefix, self.main_path)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except ValueError:
+        return False
+    return len(raw) == 16 and base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == text
+
+
+def parse_object_key(key: str, prefix: str) -> ParsedKey | None:
+    """``key`` split into the parts of the plugin's layout under ``prefix``, or None when it does not follow it
+    exactly (another application's object under the same prefix): only such keys are ever treated as the
+    plugin's. The topic and segment ids must be canonical Kafka Uuids, the partition an int32, the offset 20
+    digits within a signed 64-bit range, and the suffix one the plugin writes."""
+    if not key.startswith(prefix):
+        return None
+    m = _OBJECT_KEY.fullmatch(key, len(prefix))
+    if m is None:
+        return None
+    partition, offset = int(m["partition"]), int(m["offset"])
+    if partition > 2**31 - 1 or offset > 2**63 - 1:
+        return None
+    if not (_is_uuid(m["topic_id"]) and _is_uuid(m["segment_id"])) or m["topic"] in (".", ".."):
+        return None
+    return ParsedKey(prefix, m["topic"], m["topic_id"], partition, offset, m["segment_id"], Suffix(m["suffix"]))
 
 
 def mask(key: str, prefix: str, masked: bool) -> str:

@@ -2,7 +2,9 @@
 
 Only manifests change: the segment data stays encrypted under its own data key, which is unwrapped with the
 old key pair and wrapped again with the active one. Once every manifest is re-wrapped, the old private key
-can be retired. Each manifest is rewritten atomically by the backend, so an interrupted run is simply run again.
+can be retired. Each manifest is rewritten atomically by the backend, and only if it is still the manifest that
+was read (the backend's conditional write): a segment that retention deletes during the rotation stays deleted
+and is counted as gone. An interrupted run is simply run again.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ class RotationReport:
     rewrapped: dict[str, int] = field(default_factory=dict)  # old key id -> count
     already_current: int = 0
     unencrypted: int = 0
+    gone: list[str] = field(default_factory=list)  # manifests deleted before or during their re-wrap: left deleted
     failed: dict[str, str] = field(default_factory=dict)  # manifest key -> error
 
     @property
     def total(self) -> int:
-        return sum(self.rewrapped.values()) + self.already_current + self.unencrypted + len(self.failed)
+        return (
+            sum(self.rewrapped.values()) + self.already_current + self.unencrypted + len(self.gone) + len(self.failed)
+        )
 
 
 def rewrap_all(
@@ -63,7 +68,9 @@ def rewrap_all(
                 report.failed[key] = f"{type(e).__name__}: {e}"
             return
         with lock:
-            if result.previous_key_id is None:
+            if result.gone:
+                report.gone.append(key)
+            elif result.previous_key_id is None:
                 report.unencrypted += 1
             elif not result.rewrapped:
                 report.already_current += 1

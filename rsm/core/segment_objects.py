@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
 from encryption.keyring import RsaKeyRing
 from rsm.core.compression_heuristic import should_compress
 from rsm.core.config import RsmConfig
-from rsm.core.copy_pipeline import TransformedLogReader
+from rsm.core.copy_pipeline import CancellableReader, CopyCancelled, TransformedLogReader
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.manifest import (
     INDEX_UPLOAD_ORDER,
@@ -66,9 +67,18 @@ class SegmentObjects:
 
     # --- copy ------------------------------------------------------------------------------------------------------
 
-    def copy(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
-        """Upload the segment and its indexes, then the manifest; returns the custom metadata bytes (or None)."""
+    def copy(
+        self, meta: RemoteLogSegmentMetadata, data: LogSegmentData, cancelled: Callable[[], bool] | None = None
+    ) -> bytes | None:
+        """Upload the segment and its indexes, then the manifest; returns the custom metadata bytes (or None).
+        ``cancelled`` is asked before each object and during the ``.log`` upload: once true, the copy stops with
+        ``CopyCancelled`` and removes what it uploaded."""
         config = self.config
+
+        def check(before: str) -> None:
+            if cancelled is not None and cancelled():
+                raise CopyCancelled(f"copy of {meta.describe()} cancelled before its {before}")
+
         keys = self.manifests.keys(meta)
         tip = meta.topic_id_partition
         try:
@@ -91,7 +101,11 @@ class SegmentObjects:
                 cipher = ChunkCipher(dk)
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
 
-            log_size, chunk_index, chunk_crcs = self._upload_log(keys.log, data.log_segment, transformer, uploaded)
+            check(".log")
+            log_size, chunk_index, chunk_crcs = self._upload_log(
+                keys.log, data.log_segment, transformer, uploaded, cancelled, meta
+            )
+            check(".indexes")
             index_entries, index_crcs, indexes_size = self._upload_indexes(keys.indexes, data, cipher, uploaded)
             manifest = SegmentManifest(
                 chunk_index,
@@ -102,6 +116,7 @@ class SegmentObjects:
                 IntegrityRecord(chunk_crcs, index_crcs),
             )
             manifest_bytes = manifest.to_json_bytes()
+            check("manifest")
             uploaded.append(keys.manifest)
             self.backend.upload(keys.manifest, throttled(manifest_bytes, self.upload_limiter))
         except BaseException as e:
@@ -144,16 +159,25 @@ class SegmentObjects:
                 )
 
     def _upload_log(
-        self, key: str, path: Path, transformer: ChunkTransformer, uploaded: list[str]
+        self,
+        key: str,
+        path: Path,
+        transformer: ChunkTransformer,
+        uploaded: list[str],
+        cancelled: Callable[[], bool] | None,
+        meta: RemoteLogSegmentMetadata,
     ) -> tuple[int, ChunkIndex, list[int]]:
         chunk_size = self.config["chunk.size"]
         file_size = path.stat().st_size
         window = 2 * self.config.thread_pool_size + 1
         reader = TransformedLogReader(path, file_size, chunk_size, transformer, self.transform, window)
         counting = ThrottledReader(reader, self.upload_limiter)
+        source: io.RawIOBase = counting
+        if cancelled is not None:
+            source = CancellableReader(counting, cancelled, meta.describe())
         try:
             uploaded.append(key)
-            written = self.backend.upload(key, io.BufferedReader(counting, buffer_size=1024 * 1024))  # type: ignore[arg-type]
+            written = self.backend.upload(key, io.BufferedReader(source, buffer_size=1024 * 1024))  # type: ignore[arg-type]
             if not reader.complete:
                 raise RemoteStorageException(
                     f"backend stopped reading {self.manifests.show(key)} after {counting.count} "

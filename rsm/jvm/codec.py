@@ -36,6 +36,9 @@ OP_SHUTDOWN = 6  # reply: status; then the sidecar stops
 OP_SHARED_MEMORY_MAPPED = 7  # no reply; sent once per connection whose shim mapped the shared-memory region
 OP_METRICS = 8  # reply: status, i32 n, n bytes of rsm.metrics.snapshot.to_lines
 OP_CANCEL_STREAM = 9  # no reply; sent instead of an acknowledgement: stop the stream, then end it as usual
+# Sent by the shim when it gives up on a copy (timeout, broken connection), with the copy's metadata blob. Reply:
+# status, once the copy stopped and every object of its segment is removed (an error status: they may not be).
+OP_CANCEL_COPY = 10
 
 # Reply status. Anything but OK is followed by u16 + the Python type name and i32 + the message (``error_frame``).
 STATUS_OK = 0

@@ -7,9 +7,16 @@ of docs/configuration.md (``kts config-docs``) documents them; the defaults must
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
+
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
+from rsm._version import __version__
 
 _GROUP = "jvm"
+
+SHIM_VERSION_KEY = "jvm.shim.version"
+"""The key the shim jar adds to the configuration it hands Python: its own release version."""
 
 CONFIG_DEF = ConfigDef().extend(
     [
@@ -94,10 +101,22 @@ CONFIG_DEF = ConfigDef().extend(
             group=_GROUP,
         ),
         ConfigKey(
+            SHIM_VERSION_KEY,
+            "string",
+            "",
+            "Set by the shim jar to its own release version (do not set it). Python compares it with its own at "
+            "start-up, on both transports: the jar and the Python package must be the same release, and a "
+            "mismatch fails the broker's configure() naming both versions and the fix.",
+            group=_GROUP,
+        ),
+        ConfigKey(
             "jvm.sidecar.copy.timeout.ms",
             "long",
-            1800000,
-            "Longest wait for copyLogSegmentData (upload of a whole segment).",
+            2100000,
+            "Longest wait for copyLogSegmentData (upload of a whole segment): 5 minutes more than the backends' "
+            "default upload timeout, so a copy that times out in Python fails there and cleans up first. A copy "
+            "the shim gives up on is cancelled in Python, and the shim waits (up to jvm.sidecar.request.timeout.ms) "
+            "for the cancel to confirm that the copy's objects are gone before it reports the failure.",
             validator=in_range(1, None),
             group=_GROUP,
         ),
@@ -170,3 +189,20 @@ CONFIG_DEF = ConfigDef().extend(
         ),
     ]
 )
+
+
+def version_skew(config: Mapping[str, str]) -> str | None:
+    """Why the shim jar that sent ``config`` does not fit this Python package (None: same release)."""
+    jar = str(config.get(SHIM_VERSION_KEY, "")).strip()
+    if jar == __version__:
+        return None
+    jar_text = f"version {jar}" if jar else "older than 0.2.0 (it names no version)"
+    install = (
+        f"pip install kafka-tiered-storage=={jar}" if jar else "pip install kafka-tiered-storage==<the jar's version>"
+    )
+    return (
+        f"version skew: the shim jar on the broker's class path is {jar_text}, the Python package "
+        f"kafka-tiered-storage in {sys.executable} is version {__version__}; they must be the same release. "
+        f"Either `{install}` into that interpreter, or replace the jar with the one of {__version__} "
+        f"(rsm/_jars/kafka-tiered-storage-shim.jar of that package)"
+    )

@@ -37,9 +37,11 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
+from rsm.errors import ConfigException
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
+from rsm.jvm.config import version_skew
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.metadata import LogSegmentData
 from rsm.metrics.snapshot import to_lines
@@ -339,6 +341,9 @@ def define_bridge() -> dict[str, Any]:
             pin_thread_state()
             try:
                 cfg = {str(e.getKey()): str(e.getValue()) for e in config.entrySet()}
+                skew = version_skew(cfg)
+                if skew is not None:
+                    raise ConfigException(skew)
                 if self.adopt_hooks:
                     # configure() runs during broker startup, after kafka.Kafka registered its shutdown hook
                     try:

@@ -9,7 +9,9 @@ per feature, and a transport serving a manager without it works as it would with
 - ``SegmentsAhead``: a stream that reaches its segment's end goes on into the partition's next segment;
 - ``ResumedFetches``: the fetch metrics count the broker fetches the shim served from a stream it kept;
 - ``MetricsSnapshots`` and ``MetricsSettings``: the shim's MBeans, and the Prometheus endpoint;
-- ``TakesChunkBuffers``: fetched chunks are decoded straight into the sidecar's shared memory.
+- ``TakesChunkBuffers``: fetched chunks are decoded straight into the sidecar's shared memory;
+- ``CancellableCopies``: a copy the shim gave up on stops where it is (without it, it runs to its end and is
+  removed then).
 
 ``ManagerCapabilities.of`` checks once, when the transport is wired to the manager, which of them the manager
 implements; the transport then uses what is there and never asks again. docs/architecture.md has the picture.
@@ -17,7 +19,7 @@ implements; the transport then uses what is there and never asks again. docs/arc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
@@ -96,6 +98,15 @@ class TakesChunkBuffers(Protocol):
         ...
 
 
+@runtime_checkable
+class CancellableCopies(Protocol):
+    def copy_log_segment_data_unless(
+        self, meta: RemoteLogSegmentMetadata, data: LogSegmentData, cancelled: Callable[[], bool]
+    ) -> bytes | None:
+        """``copy_log_segment_data`` that stops, removing what it uploaded, once ``cancelled()`` is true."""
+        ...
+
+
 @dataclass(frozen=True)
 class ManagerCapabilities:
     """What a manager offers a transport: each field is the manager itself, or None."""
@@ -107,6 +118,7 @@ class ManagerCapabilities:
     metrics: MetricsSnapshots | None = None
     metrics_settings: MetricsSettings | None = None
     chunk_buffers: TakesChunkBuffers | None = None
+    cancellable_copies: CancellableCopies | None = None
 
     @classmethod
     def of(cls, manager: KafkaRemoteStorageManager) -> ManagerCapabilities:
@@ -119,7 +131,14 @@ class ManagerCapabilities:
             manager if isinstance(manager, MetricsSnapshots) else None,
             manager if isinstance(manager, MetricsSettings) else None,
             manager if isinstance(manager, TakesChunkBuffers) else None,
+            manager if isinstance(manager, CancellableCopies) else None,
         )
+
+    def copy(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData, cancelled: Callable[[], bool]) -> bytes | None:
+        """The manager's copy, stopped by ``cancelled`` where the manager can be."""
+        if self.cancellable_copies is not None:
+            return self.cancellable_copies.copy_log_segment_data_unless(meta, data, cancelled)
+        return self.manager.copy_log_segment_data(meta, data)
 
     def fetch_index_ahead(self, meta: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         """An index read before the broker asks: uncounted where the manager can, else its ``fetch_index``."""

@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from rsm._version import __version__
 from rsm.jvm import codec as wire
+from rsm.jvm.copy_cancel import CopyCancels
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SharedRegion, SharedRegionBuffers
 from rsm.jvm.sidecar_streams import CHUNK, SidecarStreams, index_bytes, log_failure, recv_exact, send_parts
@@ -58,6 +60,7 @@ class Sidecar:
         self.health = health or SidecarHealth()
         self.stop = threading.Event()
         self.streams = SidecarStreams(capabilities)
+        self.copies = CopyCancels(self.manager.delete_log_segment_data)
 
     # -- requests ---------------------------------------------------------------------------------------------
 
@@ -116,13 +119,26 @@ class Sidecar:
                 leader_epoch_index=epochs,
             )
             try:
-                custom = self.manager.copy_log_segment_data(meta, data)
+                custom = self.copies.run(meta, lambda cancelled: self.capabilities.copy(meta, data, cancelled))
             except Exception as e:
                 log_failure("copy", e)
                 sock.sendall(wire.error_frame(e))
                 return
             blob = wire.I32.pack(-1) if custom is None else wire.I32.pack(len(custom)) + bytes(custom)
             sock.sendall(b"\x00" + blob)
+        elif op == wire.OP_CANCEL_COPY:
+            meta = wire.decode_metadata(r.blob() or b"")
+            wait_s = r.i32() / 1000
+            try:
+                self.copies.cancel(meta, wait_s)
+            except Exception as e:
+                log_failure("cancel of a copy", e)
+                sock.sendall(wire.error_frame(e))
+                return
+            log.warning(
+                "copy of %s cancelled by the shim (it gave up waiting); its objects are removed", meta.describe()
+            )
+            sock.sendall(b"\x00")
         elif op == wire.OP_DELETE:
             meta = wire.decode_metadata(r.blob() or b"")
             try:
@@ -295,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"CONFIG-ERROR cannot read the configuration from stdin: {e}")
         return 4
 
-    from rsm.jvm.config import CONFIG_DEF
+    from rsm.jvm.config import CONFIG_DEF, version_skew
 
     level = str(config.get("python.log.level", "INFO")).upper()
     logging.basicConfig(
@@ -305,6 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = CONFIG_DEF.parse(config)
     except ValueError as e:
         _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
+        return 4
+    skew = version_skew(config)
+    if skew is not None:
+        _say(f"CONFIG-ERROR {skew}")  # a shim of any release reports a CONFIG-ERROR line in full
         return 4
     spec = settings["python.manager.class"]
     try:
@@ -359,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec,
         where,
     )
-    ready = f"READY {os.getpid()}" + (f" shm={region.path}" if region is not None else "")
+    ready = f"READY {os.getpid()} version={__version__}" + (f" shm={region.path}" if region is not None else "")
     _say(ready + (f" tcp={server.server_address[1]}" if token is not None else ""))
     sidecar.stop.wait()
 

@@ -142,10 +142,12 @@ def test_orphan_is_skipped_once_its_manifest_appears(tmp_path: Path) -> None:
     try:
         import io
 
-        m.backend.upload("t-x/0/00000000000000000000-abc.log", io.BytesIO(b"12345"))
+        path = f"t-{TIP.topic_id}/0/{0:020d}-tqimKeZwStOEOwRzT3L5oQ"
+        m.backend.upload(f"{path}.log", io.BytesIO(b"12345"))
         items = find_garbage(m, 0)
-        assert [(i.kind, i.key, i.size) for i in items] == [(ORPHAN_OBJECT, "t-x/0/00000000000000000000-abc.log", 5)]
-        m.backend.upload("t-x/0/00000000000000000000-abc.rsm-manifest", io.BytesIO(b"{}"))
+        assert [(i.kind, i.key, i.size) for i in items] == [(ORPHAN_OBJECT, f"{path}.log", 5)]
+        m.backend.upload(f"{path}.indexes", io.BytesIO(b"678"))  # the slow copy completes
+        m.backend.upload(f"{path}.rsm-manifest", io.BytesIO(b"{}"))
         report = delete_garbage(m, items)
         assert report.deleted == [] and len(report.skipped) == 1
         assert find_garbage(m, 0) == []

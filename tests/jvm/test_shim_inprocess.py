@@ -38,6 +38,18 @@ class Faulty:
         raise RemoteStorageException("")
     def close(self):
         pass
+
+
+from backends.filesystem import FileSystemBackend
+
+
+class SlowManifest(FileSystemBackend):
+    """Writes a segment's manifest 3 s late: long after a copy timeout of a second."""
+
+    def upload(self, key, data):
+        if key.endswith(".rsm-manifest"):
+            time.sleep(3)
+        return super().upload(key, data)
 '''
 
 
@@ -224,5 +236,79 @@ def test_sidecar_request_timeout_fails_the_call_and_recovers(jvm: Path) -> None:
         assert time.monotonic() - t0 < 2.5
         assert "timed out" in str(e.value.getMessage())
         rsm.ping()  # a fresh connection works while the slow call is still sleeping in the sidecar
+    finally:
+        rsm.close()
+
+
+def test_inprocess_refuses_a_python_package_of_another_release(
+    jvm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rsm.jvm.config
+    from rsm._version import __version__
+    from rsm.jvm import inprocess as jvm_inprocess
+
+    monkeypatch.setattr(rsm.jvm.config, "__version__", "9.9.9")
+    jvm_inprocess.install(adopt_hooks=False)
+    try:
+        with pytest.raises(jpype.JException) as e:
+            shim(jt.base_config(tmp_path / "store", **{"jvm.transport": "inprocess"}))
+    finally:
+        jvm_inprocess.uninstall()
+    message = str(e.value.getMessage())
+    assert f"shim jar on the broker's class path is version {__version__}" in message, message
+    assert "is version 9.9.9" in message and f"pip install kafka-tiered-storage=={__version__}" in message
+
+
+def test_a_copy_the_shim_gives_up_on_is_cancelled_and_removed(jvm: Path, tmp_path: Path, segment_factory: Any) -> None:
+    """The shim's copy deadline passes while the sidecar is still writing the segment: the shim cancels the copy,
+    and copyLogSegmentData fails only once the sidecar confirmed that nothing of the segment is left (the manifest,
+    written after the deadline, included)."""
+    from conftest import TIP
+
+    seg = segment_factory(target_bytes=200_000, seed=12)
+    meta = seg.to_metadata(TIP)
+    store = tmp_path / "store"
+    rsm = shim(
+        {
+            "chunk.size": "65536",
+            "storage.backend.class": "kts_test_managers:SlowManifest",
+            "storage.root": str(store),
+            "jvm.transport": "sidecar",
+            "python.executable": sys.executable,
+            "python.path": f"{jvm}:{jt.REPO}",
+            "jvm.sidecar.copy.timeout.ms": "1000",
+            "jvm.sidecar.request.timeout.ms": "20000",
+        }
+    )
+    data = seg.to_log_segment_data()
+    pkg = "org.apache.kafka.server.log.remote.storage."
+    Paths = jpype.JClass("java.nio.file.Paths")
+    Optional = jpype.JClass("java.util.Optional")
+
+    def path(p: Path) -> Any:
+        return Paths.get(str(p), jpype.JArray(jpype.JString)([]))
+
+    txn = Optional.of(path(data.transaction_index)) if data.transaction_index else Optional.empty()
+    epochs = jpype.JClass("java.nio.ByteBuffer").wrap(jpype.JArray(jpype.JByte)(bytes(data.leader_epoch_index)))
+    java_data = jpype.JClass(pkg + "LogSegmentData")(
+        path(data.log_segment),
+        path(data.offset_index),
+        path(data.time_index),
+        txn,
+        path(data.producer_snapshot_index),
+        epochs,
+    )
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(jpype.JClass(pkg + "RemoteStorageException")) as e:
+            rsm.copyLogSegmentData(jt.java_meta(meta), java_data)
+        assert time.monotonic() - t0 >= 2.5, "the failure came before the cancel had removed the late manifest"
+        assert "timed out" in str(e.value.getMessage())
+        suppressed = [str(x.getMessage()) for x in e.value.getSuppressed()]
+        assert any("cancelled in the sidecar" in m for m in suppressed), suppressed
+        assert [p for p in store.rglob("*") if p.is_file()] == [], "the abandoned copy left objects"
+        time.sleep(1)  # nothing arrives later either
+        assert [p for p in store.rglob("*") if p.is_file()] == []
+        rsm.ping()
     finally:
         rsm.close()

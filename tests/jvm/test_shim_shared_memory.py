@@ -25,6 +25,7 @@ import jvm_testing as jt
 import pytest
 from helpers import TIP, damage_stored_index, wait_until
 
+from rsm._version import __version__
 from rsm.errors import RemoteStorageException
 from rsm.jvm import codec as wire
 from rsm.jvm.seams import ManagerCapabilities
@@ -876,7 +877,7 @@ def test_sidecar_announces_its_region_and_removes_it_on_a_clean_exit(tmp_path: P
         assert p.wait(15) == 0
         assert region_files(p.pid) == []
     with sidecar_process(tmp_path, "b", **{"jvm.sidecar.shared.memory.bytes": "0"}) as (p, ready):
-        assert ready == f"READY {p.pid}" and region_files(p.pid) == []
+        assert ready == f"READY {p.pid} version={__version__}" and region_files(p.pid) == []
     with sidecar_process(tmp_path, "c") as (p, ready):  # on by default
         assert f" shm={SHM_DIR}/kts-sidecar-{p.pid}-" in ready
 

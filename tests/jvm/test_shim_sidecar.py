@@ -237,3 +237,82 @@ def test_sidecar_ignores_sigterm_and_exits_on_stdin_eof(tmp_path: Path) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+# --- the version handshake ---------------------------------------------------------------------------------------
+
+_SKEWED_PYTHON = """#!{python}
+import sys
+
+import rsm.jvm.config as config
+import rsm.jvm.sidecar as sidecar
+
+if {old!r}:  # a package of 0.1.0: it checks nothing and its READY line names no version
+    config.version_skew = lambda _config: None
+    say = sidecar._say
+    sidecar._say = lambda line: say(" ".join(t for t in line.split(" ") if not t.startswith("version=")))
+else:  # a newer package than the jar
+    config.__version__ = sidecar.__version__ = "9.9.9"
+code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+exec(compile(code, "<bootstrap>", "exec"), {{"__name__": "__main__"}})
+"""
+
+
+def _skewed_python(tmp_path: Path, old: bool) -> str:
+    path = tmp_path / ("python-0.1.0" if old else "python-9.9.9")
+    path.write_text(_SKEWED_PYTHON.format(python=sys.executable, old=old))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_jar_with_an_older_python_package_fails_configure(tmp_path: Path) -> None:
+    from rsm._version import __version__
+
+    cfg = jt.base_config(tmp_path / "store", **{"python.executable": _skewed_python(tmp_path, old=True)})
+    r = harness("configure", config=cfg, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    err = r.stdout.splitlines()[0]
+    assert f"version skew: the shim jar is version {__version__}" in err, err
+    assert (
+        "kafka-tiered-storage is older than 0.2.0" in err and f"pip install kafka-tiered-storage=={__version__}" in err
+    )
+
+
+def test_a_jar_with_a_newer_python_package_fails_configure(tmp_path: Path) -> None:
+    from rsm._version import __version__
+
+    cfg = jt.base_config(tmp_path / "store", **{"python.executable": _skewed_python(tmp_path, old=False)})
+    r = harness("configure", config=cfg, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    err = r.stdout.splitlines()[0]
+    assert f"the shim jar on the broker's class path is version {__version__}" in err, err
+    assert "kafka-tiered-storage in" in err and "is version 9.9.9" in err
+    assert f"pip install kafka-tiered-storage=={__version__}" in err
+
+
+@pytest.mark.parametrize("jar", [None, "0.1.0"])
+def test_the_sidecar_refuses_a_jar_of_another_release(tmp_path: Path, jar: str | None) -> None:
+    """As after `pip install -U` on a broker host whose jar stayed: 0.1.0 jars send no version at all."""
+    from rsm._version import __version__
+    from rsm.jvm.codec import I32
+
+    cfg = jt.base_config(tmp_path / "store")
+    if jar is not None:
+        cfg["jvm.shim.version"] = jar
+    payload = I32.pack(len(cfg)) + b"".join(
+        I32.pack(len(t)) + t for k, v in cfg.items() for t in (k.encode(), v.encode())
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(tmp_path / "s.sock")],
+        input=payload,
+        capture_output=True,
+        timeout=60,
+    )
+    line = p.stdout.decode().splitlines()[0]
+    assert p.returncode == 4 and line.startswith("CONFIG-ERROR version skew"), line
+    assert f"kafka-tiered-storage in {sys.executable} is version {__version__}" in line
+    if jar is None:
+        assert "older than 0.2.0" in line
+    else:
+        assert "is version 0.1.0" in line and "pip install kafka-tiered-storage==0.1.0" in line
+    assert not (tmp_path / "store").exists()

@@ -64,3 +64,29 @@ azure_azurite_server = _fixture("azure-azurite")
 
 FIXTURE_FOR = {name: name.replace("-", "_") + "_server" for name in STARTERS}
 """Emulator name -> fixture name, for ``request.getfixturevalue``."""
+
+
+def fresh_store(server: StoreServer, name: str) -> dict[str, Any]:
+    """A new empty bucket (container) on ``server`` named ``name``: the backend configuration that uses it. For
+    tests whose empty ``key.prefix`` means the whole bucket."""
+    import json
+    import urllib.request
+
+    if server.backend == "s3":
+        from rsm.cli.emulators import _s3_client
+
+        _s3_client(server.endpoint).create_bucket(Bucket=name)
+        return server.config(**{"s3.bucket.name": name})
+    if server.backend == "gcs":
+        request = urllib.request.Request(
+            f"{server.endpoint}/storage/v1/b?project=test",
+            method="POST",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        return server.config(**{"gcs.bucket.name": name})
+    from azure.storage.blob import BlobServiceClient
+
+    BlobServiceClient.from_connection_string(azurite_connection_string(server.endpoint)).create_container(name)
+    return server.config(**{"azure.container.name": name})

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsm._version import __version__
 from rsm.jvm.codec import I32
+from rsm.jvm.config import SHIM_VERSION_KEY
 from rsm.metadata import RemoteLogSegmentMetadata
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +35,8 @@ HARNESS_CLASS = "io.kts.shim.harness.Harness"
 
 
 def _newest_source() -> float:
-    return max(p.stat().st_mtime for p in SHIM_DIR.rglob("*") if p.suffix in (".java", ".sh"))
+    sources = [p for p in SHIM_DIR.rglob("*") if p.suffix in (".java", ".sh")]
+    return max(p.stat().st_mtime for p in [*sources, SHIM_DIR.parent / "rsm" / "_version.py"])  # the manifest's
 
 
 def ensure_built() -> None:
@@ -48,7 +51,9 @@ def ensure_built() -> None:
 
 def sidecar_config_payload(config: dict[str, str]) -> bytes:
     """What the shim writes to a sidecar's stdin (``Wire.encodeConfig``; ``rsm.jvm.codec.decode_config`` reads
-    it): i32 count, then (i32 length, bytes) for each key and each value. For tests that start a sidecar alone."""
+    it): i32 count, then (i32 length, bytes) for each key and each value. For tests that start a sidecar alone.
+    Like the shim, it names the jar's version (this package's, unless ``config`` says otherwise)."""
+    config = {SHIM_VERSION_KEY: __version__, **config}
     out = [I32.pack(len(config))]
     for k, v in config.items():
         for text in (k.encode(), v.encode()):

@@ -32,6 +32,7 @@ public class PythonRemoteStorageManager implements RemoteStorageManager {
     @Override
     public void configure(Map<String, ?> configs) {
         Map<String, String> config = Wire.stringify(configs);
+        config.put(Version.KEY, Version.JAR);  // Python refuses a jar of another release
         Settings settings = new Settings(config);
         Object bridge = settings.transport.equals("sidecar") ? null : ShimRegistry.lookup();
         if (settings.transport.equals("inprocess") && bridge == null) {

@@ -32,7 +32,7 @@ final class Settings {
         socketKind = c.getOrDefault("jvm.sidecar.socket", "auto").trim().toLowerCase(java.util.Locale.ROOT);
         startupTimeoutMs = longOf(c, "jvm.sidecar.startup.timeout.ms", 60_000L);
         requestTimeoutMs = longOf(c, "jvm.sidecar.request.timeout.ms", 120_000L);
-        copyTimeoutMs = longOf(c, "jvm.sidecar.copy.timeout.ms", 1_800_000L);
+        copyTimeoutMs = longOf(c, "jvm.sidecar.copy.timeout.ms", 2_100_000L);
         shutdownTimeoutMs = longOf(c, "jvm.sidecar.shutdown.timeout.ms", 10_000L);
         poolSize = (int) longOf(c, "jvm.sidecar.pool.size", 16L);
         restartBackoffMs = longOf(c, "jvm.sidecar.restart.backoff.ms", 1_000L);

@@ -156,7 +156,12 @@ final class SidecarProcess {
             throw new SidecarStartException("the Python sidecar failed to start: " + Wire.describe(e.getCause()));
         }
         if (line.startsWith("READY")) {
-            sp.mapSharedMemory(line);
+            sp.mapSharedMemory(line);  // first: it also removes the region's name, which nothing else would
+            String skew = Version.skew(Version.ofReadyLine(line));
+            if (skew != null) {
+                sp.kill();
+                throw new SidecarStartException(skew);
+            }
             if (token != null) {
                 sp.tcpPort = readyPort(line);
                 if (sp.tcpPort <= 0) {

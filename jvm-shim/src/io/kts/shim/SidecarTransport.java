@@ -371,7 +371,13 @@ final class SidecarTransport implements Transport {
             Wire.writeStr(out, producerSnapshot);
             Wire.writeBlob(out, leaderEpochs);
         });
-        Conn c = exchange(op, req, settings.copyTimeoutMs);
+        Conn c;
+        try {
+            c = exchange(op, req, settings.copyTimeoutMs);
+        } catch (RemoteStorageException e) {
+            if (!(e.getCause() instanceof IOException)) throw e;  // failed in Python, which removed its objects
+            throw cancelCopy(metadata, e);
+        }
         try {
             int n = c.readInt();
             byte[] custom = n < 0 ? null : c.readBytes(n);
@@ -379,8 +385,35 @@ final class SidecarTransport implements Transport {
             return custom;
         } catch (IOException e) {
             discard(c);
-            throw failure(op, c, processOf(c), e);
+            throw cancelCopy(metadata, failure(op, c, processOf(c), e));
         }
+    }
+
+    /**
+     * The broker is about to hear that a copy failed while the sidecar may still be running it: tells the sidecar
+     * to cancel it and waits (bounded by jvm.sidecar.request.timeout.ms) until it confirms that the copy stopped
+     * and the segment's objects are gone, so no complete segment outlives a copy the broker thinks failed.
+     * Returns {@code failure}, with the outcome of the cancel attached.
+     */
+    private RemoteStorageException cancelCopy(byte[] metadata, RemoteStorageException failure) {
+        long waitMs = settings.requestTimeoutMs;
+        int sidecarWaitMs = (int) Math.min(Integer.MAX_VALUE, waitMs / 2);
+        String op = "cancel of copyLogSegmentData";
+        try {
+            release(exchange(op, frame(Wire.OP_CANCEL_COPY, out -> {
+                Wire.writeBlob(out, metadata);
+                out.writeInt(sidecarWaitMs);
+            }), waitMs));
+            LOG.log(Level.WARNING, "copyLogSegmentData failed ({0}); the copy was cancelled in the Python sidecar"
+                    + " and its objects removed", failure.getMessage());
+            failure.addSuppressed(new RemoteStorageException("the copy was cancelled in the sidecar and its"
+                    + " objects removed"));
+        } catch (RemoteStorageException e) {
+            LOG.log(Level.ERROR, "copyLogSegmentData failed ({0}) and cancelling it in the Python sidecar failed"
+                    + " too ({1}); `kts gc` lists what it left", failure.getMessage(), e.getMessage());
+            failure.addSuppressed(e);
+        }
+        return failure;
     }
 
     @Override

@@ -46,6 +46,12 @@ final class Wire {
      * sidecar stops, ends the stream with its usual end frame, and the connection serves the next request.
      */
     static final byte OP_CANCEL_STREAM = 9;
+    /**
+     * Reply: status. Sent when the shim gives up on a copy (a timeout, a broken connection), with the copy's
+     * metadata blob and an i32 of milliseconds the sidecar may wait for the copy to stop. OK means the copy stopped
+     * and every object of its segment is removed.
+     */
+    static final byte OP_CANCEL_COPY = 10;
 
     /** Stream frame: the stream is over. */
     static final int STREAM_END = 0;
