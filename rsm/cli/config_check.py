@@ -26,7 +26,8 @@ import click
 
 from backends.configdef import ConfigDef, ConfigException
 from backends.registry import resolve_backend_class
-from rsm.cli.properties import BROKER_PREFIX, read_properties
+from rsm.cli.memory_budget import COPIER_THREADS_KEYS, READER_THREADS_KEY, memory_budget
+from rsm.cli.properties import BROKER_PREFIX, read_broker_file
 from rsm.cli.settings import StoreUnavailable, backend_short_name, open_store, probe_store, store_label
 from rsm.core.aiven_keys import BROKER, PLUGIN, aiven_differences
 from rsm.core.config import AIVEN_UNBOUNDED, backend_config_def, config_problems, unknown_keys
@@ -62,6 +63,8 @@ class CheckResult:
     changes: list[str]  # broker lines to change, as "key=value"
     errors: list[str]
     notes: list[str]
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    memory: list[str] = dataclasses.field(default_factory=list)  # the memory budget's lines, when it can be made
 
     @property
     def ok(self) -> bool:
@@ -256,6 +259,10 @@ def check_broker_properties(props: dict[str, str]) -> CheckResult:
     _backend(configs, result.errors, result.notes)
     _other_parts(configs, result.errors)
     _value_notes(configs, result.notes)
+    budget = memory_budget(configs, props)
+    if budget is not None:
+        result.memory = budget.lines()
+        result.warnings += budget.warnings
     return result
 
 
@@ -285,7 +292,12 @@ def config_group() -> None:
 def config_check_command(file: str, reach: bool) -> int:
     """Validate a broker's server.properties and report every problem at once: invalid values, missing keys of the
     backend, the interpreter, keys nothing reads, Aiven keys that differ here, and the lines to change."""
-    props = read_properties(file)
+    try:
+        props = read_broker_file(file, also=(READER_THREADS_KEY, *COPIER_THREADS_KEYS))
+    except ConfigException as e:
+        click.echo(f"ERROR: {e}", err=True)
+        click.echo("1 error(s)")
+        return 1
     result = check_broker_properties(props)
     check_interpreter_here(props, result)
     if reach:
@@ -307,8 +319,15 @@ def config_check_command(file: str, reach: bool) -> int:
         click.echo(f"change these {len(result.changes)} line(s):")
         for line in result.changes:
             click.echo(f"  {line}")
+    if result.memory:
+        threads = props.get(READER_THREADS_KEY, "unset: Kafka's default")
+        click.echo(f"memory of the plugin at {READER_THREADS_KEY}={threads} (docs/operations.md):")
+        for line in result.memory:
+            click.echo(f"  {line}")
     for note in result.notes:
         click.echo(f"note: {note}")
+    for warning in result.warnings:
+        click.echo(f"WARNING: {warning}")
     for error in result.errors:
         click.echo(f"ERROR: {error}", err=True)
     click.echo("OK" if result.ok else f"{len(result.errors)} error(s)")

@@ -7,7 +7,9 @@ into the demo folder), reads it back as a catching-up consumer would, scrubs it 
 prints a summary. It leaves ``<dir>/server.properties`` so every other command works on the demo's data.
 
 Re-runs are idempotent: the partition, the store and the summary come out the same (segment ids are derived
-from the partition, not random; the key pair is generated once and reused).
+from the partition, not random; the key pair is generated once and reused). A re-run replaces what the demo
+wrote, so it works only in a folder the demo made: one holding its marker file ``MARKER``, a new folder or an
+empty one; any other folder is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ TOPIC = TopicIdPartition(topic_id="MWJ6FHTfRYy67jzwZdeqSQ", topic="orders", part
 KEY_ID = "demo"
 KEY_BITS = 3072
 EMULATORS = {"s3": "s3-moto", "gcs": "gcs-fake", "azure": "azure-azurite"}
+MARKER = ".kts-demo"  # written into the demo's folder: the proof that a re-run may replace what is in it
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,24 @@ def spark_example_query(properties: Path) -> str | None:
     )
 
 
+def claim_workdir(workdir: Path) -> None:
+    """Make ``workdir`` the demo's, or refuse: a re-run deletes and rewrites files in it, so only a folder that
+    is new, empty or marked by an earlier demo is used."""
+    import click
+
+    marker = workdir / MARKER
+    if workdir.exists() and not workdir.is_dir():
+        raise click.ClickException(f"--dir {workdir} is a file; pass a new folder for the demo")
+    if workdir.is_dir() and not marker.is_file() and any(workdir.iterdir()):
+        raise click.ClickException(
+            f"--dir {workdir} is not empty and was not made by kts demo (no {MARKER} file in it); the demo "
+            "replaces its store/, partition/, emulator/ and server.properties, so it only works in a new or empty "
+            "folder: pass one, e.g. --dir ./kts-demo"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("This folder was made by kts demo; a re-run replaces its contents.\n")
+
+
 def run_demo(opts: DemoOptions) -> int:
     import click
 
@@ -251,7 +272,7 @@ def run_demo(opts: DemoOptions) -> int:
     no_jvm = jvm_unavailable_reason() if opts.transport != "python" else "--transport python"
     if opts.transport == "jvm" and no_jvm:
         raise click.ClickException(f"--transport jvm: {no_jvm}")
-    opts.workdir.mkdir(parents=True, exist_ok=True)
+    claim_workdir(opts.workdir)
     started = time.monotonic()
     _say(f"[1/6] writing a real Kafka partition {TOPIC.topic}-{TOPIC.partition}: {opts.segments} segments")
     segments = _write_partition(opts)

@@ -34,7 +34,14 @@ def cli(verbose: bool) -> None:
 
 
 @cli.command("demo")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("./kts-demo"))
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("./kts-demo"),
+    show_default=True,
+    help="a new or empty folder, or one an earlier demo made (it holds .kts-demo); any other is refused",
+)
 @click.option(
     "--backend",
     type=click.Choice(["filesystem", "s3", "gcs", "azure"]),

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import javaproperties
+
+from rsm.core.config_providers import resolve_variables
 
 BROKER_PREFIX = "rsm.config."
 
@@ -15,6 +18,24 @@ def read_properties(path: str | Path) -> dict[str, str]:
     """Every key of the file, parsed as ``java.util.Properties.load`` would (a later duplicate wins)."""
     with open(path, encoding="latin-1") as f:  # Properties.load(InputStream) reads ISO-8859-1 and \\u escapes
         return dict(javaproperties.load(f))
+
+
+def plugin_keys(props: Mapping[str, str]) -> list[str]:
+    """The keys ``rsm_configs`` takes from ``props``."""
+    if any(k.startswith(BROKER_PREFIX) for k in props):
+        return [k for k in props if k.startswith(BROKER_PREFIX)]
+    return list(props)
+
+
+def read_broker_file(
+    path: str | Path, also: Iterable[str] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Every key of the file, with the Kafka config-provider variables (``${file:...}``, ``${dir:...}``,
+    ``${env:...}``) of the plugin's keys and of ``also`` resolved as the broker resolves them; a variable that
+    cannot be resolved raises ``ConfigException`` naming the key and the file. Other broker keys stay as written
+    (their secrets may live only on the broker's host)."""
+    props = read_properties(path)
+    return resolve_variables(props, str(path), [*plugin_keys(props), *(k for k in also if k in props)], environ)
 
 
 def rsm_configs(props: dict[str, str]) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """One configuration source for every ``kts`` command, and how a command opens the store.
 
 Layers, later ones win: a file (``--config``, or ``$KTS_CONFIG``) which is either the broker's server.properties
-(its ``rsm.config.*`` keys are used) or a plugin-only file; environment variables ``RSM_CONFIG_<KEY>`` (dots
+(its ``rsm.config.*`` keys are used, with Kafka's ``${file:...}``, ``${dir:...}`` and ``${env:...}`` config
+provider variables resolved as the broker does) or a plugin-only file; environment variables ``RSM_CONFIG_<KEY>`` (dots
 as ``_``, a literal ``_`` as ``__``, as Kafka's container images spell keys); ``--set key=value`` options.
 
 A command opens the store it is pointed at and nothing else: it creates no root, bucket or container (a missing
@@ -21,7 +22,7 @@ import click
 
 from backends.base import StorageBackendException
 from backends.registry import SHORT_NAMES, resolve_backend_class
-from rsm.cli.properties import BROKER_PREFIX, read_properties, rsm_configs
+from rsm.cli.properties import BROKER_PREFIX, read_broker_file, rsm_configs
 from rsm.core.config import RsmConfig
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import ConfigException
@@ -62,7 +63,7 @@ def load_configs(
     if path:
         if not Path(path).is_file():
             raise click.BadParameter(f"{path} is not a file", param_hint="--config")
-        configs.update(rsm_configs(read_properties(path)))
+        configs.update(rsm_configs(read_broker_file(path, environ=environ)))
     configs.update(env_configs(environ))
     configs.update(parse_set(sets))
     if not configs:

@@ -288,7 +288,7 @@ CORE = ConfigDef().extend(
         ConfigKey(
             "fetch.chunk.cache.prefetch.max.size",
             "long",
-            16777216,
+            4194304,
             "After a fetch ends, bytes of the following chunks loaded into the cache in the background, "
             "continuing into the partition's next segment (0 = no prefetch).",
             validator=in_range(0, None),

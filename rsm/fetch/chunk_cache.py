@@ -149,16 +149,24 @@ class ChunkCache:
         the chunk's source is settled (cached, or claimed by a GET in flight) and before any I/O: a stream uses
         it to plan its chunks in order, so its first load, not a read-ahead one, decides the coalesced range.
 
-        A warm hit hands out the memory tier's own buffer (one more reference, no copy)."""
+        A warm hit hands out the memory tier's own buffer (one more reference, no copy).
+
+        Each call counts once: a hit when the chunk was in the memory tier or already on its way (another
+        reader's load, or a coalesced GET in flight, as a Caffeine async cache counts a pending entry), a miss
+        when this call starts the read from the store or the disk tier."""
         key = (src.cache_id, chunk.id)
-        for _ in range(3):
-            buf = self._from_memory(key, count_miss=True)
+        for attempt in range(3):
+            buf = self._from_memory(key, count_miss=False, count_hit=attempt == 0)
             if buf is not None:
                 planned()
                 return buf
             future, mine = self.memory.claim(key)
             if mine:
+                if attempt == 0:
+                    self.memory.count(hit=self._is_fetching(key))
                 return self._load_claimed(src, chunk, horizon, future, planned)
+            if attempt == 0:
+                self.memory.count(hit=True)
             planned()
             wait_for(future, self.get_timeout_s, src.what(chunk))  # then take it from the tier
         # Loaded by others but gone again at once (a tier smaller than the readers' working set): read it alone.
@@ -175,10 +183,10 @@ class ChunkCache:
         without counting a miss: the caller then loads it, and the load counts."""
         return self._from_memory((src.cache_id, chunk.id), count_miss=False)
 
-    def _from_memory(self, key: ChunkKey, count_miss: bool) -> ChunkBuffer | None:
+    def _from_memory(self, key: ChunkKey, count_miss: bool, count_hit: bool = True) -> ChunkBuffer | None:
         """The memory tier's buffer for ``key`` with one more reference for the caller, or None."""
-        buf = self.memory.get_with(key, _retain, count_miss=count_miss)
-        if buf is not None:
+        buf = self.memory.get_with(key, _retain, count_miss=count_miss, count_hit=count_hit)
+        if buf is not None and count_hit:
             self._note_hit(key)
         return buf
 

@@ -24,11 +24,18 @@ from rsm.errors import RemoteStorageException
 from rsm.fetch.single_flight import SingleFlight
 
 K = TypeVar("K", bound=Hashable)
+SWEEP_ON_STORE = 64  # expired entries dropped at most per insert
+SWEEP_ON_READ = 4  # ... per lookup and per stats() call
 V = TypeVar("V")
 
 
 class TimedLru(Generic[K, V]):
-    """At most ``capacity`` weight units; an entry not read for ``retention_s`` seconds is dropped."""
+    """At most ``capacity`` weight units; an entry not read for ``retention_s`` seconds is dropped.
+
+    Expired entries are swept from the least recently used end on every insert, lookup and ``stats()`` (a
+    metrics scrape), a few at a time: an unbounded cache (capacity ``-1`` in Aiven's terms) frees the chunks
+    nobody reads again without waiting for a lookup of that very key. ``sweep()`` drops every expired entry.
+    """
 
     def __init__(
         self,
@@ -85,6 +92,30 @@ class TimedLru(Generic[K, V]):
         self._items.move_to_end(key)
         return value
 
+    def _sweep_locked(self, now: float, limit: int) -> int:
+        """Drop up to ``limit`` expired entries from the least recently used end (entries are kept in order of
+        last access, so the first live one ends the sweep). Caller holds the lock."""
+        if self.retention_s is None:
+            return 0
+        dropped = 0
+        while dropped < limit and self._items:
+            key, (value, weight, last) = next(iter(self._items.items()))
+            if not self._expired(last, now):
+                break
+            del self._items[key]
+            self._weight -= weight
+            self._dropped(value)
+            self.expirations += 1
+            self.evictions += 1
+            self.eviction_weight += weight
+            dropped += 1
+        return dropped
+
+    def sweep(self, limit: int | None = None) -> int:
+        """Drop expired entries (at most ``limit``); how many were dropped."""
+        with self._lock:
+            return self._sweep_locked(self._clock(), len(self._items) if limit is None else limit)
+
     def _expired(self, last_used: float, now: float) -> bool:
         return self.retention_s is not None and now - last_used > self.retention_s
 
@@ -95,16 +126,28 @@ class TimedLru(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self.get_with(key, None)
 
-    def get_with(self, key: K, on_hit: Callable[[V], None] | None, count_miss: bool = True) -> V | None:
+    def get_with(
+        self, key: K, on_hit: Callable[[V], None] | None, count_miss: bool = True, count_hit: bool = True
+    ) -> V | None:
         with self._lock:
-            value = self._lookup(key, self._clock())
+            now = self._clock()
+            self._sweep_locked(now, SWEEP_ON_READ)
+            value = self._lookup(key, now)
             if value is None:
                 self.misses += count_miss
             else:
-                self.hits += 1
+                self.hits += count_hit
                 if on_hit is not None:
                     on_hit(value)
             return value
+
+    def count(self, hit: bool) -> None:
+        """Count one lookup whose outcome the caller settled itself (a load it joined is a hit)."""
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
 
     def contains(self, key: K) -> bool:
         """Present and live, without counting a hit or a miss (for planning, not for serving)."""
@@ -120,13 +163,15 @@ class TimedLru(Generic[K, V]):
 
     def _store(self, key: K, value: V, weight: int) -> None:
         """Caller holds the lock and has checked ``weight`` against the capacity."""
+        now = self._clock()
+        self._sweep_locked(now, SWEEP_ON_STORE)
         old = self._items.pop(key, None)
         if old is not None:
             self._weight -= old[1]
             self._dropped(old[0])
         if self._on_store is not None:
             self._on_store(value)
-        self._items[key] = (value, weight, self._clock())
+        self._items[key] = (value, weight, now)
         self._weight += weight
         while self._weight > self.capacity:
             _, (v, w, _) = self._items.popitem(last=False)
@@ -201,10 +246,11 @@ class TimedLru(Generic[K, V]):
 
     def get_or_load(self, key: K, load: Callable[[], V], timeout_s: float | None, what: str) -> V:
         """The cached value, or one load shared by every concurrent caller of the same key."""
-        value = self.get(key)
+        value = self.get_with(key, None, count_miss=False)
         if value is not None:
             return value
         future, mine = self.claim(key)
+        self.count(hit=not mine)  # joining another caller's load is a hit: it costs no load of its own
         if not mine:
             return wait_for(future, timeout_s, what)
         started = time.perf_counter_ns()
@@ -229,6 +275,7 @@ class TimedLru(Generic[K, V]):
 
     def stats(self) -> dict[str, float]:
         with self._lock:
+            self._sweep_locked(self._clock(), SWEEP_ON_READ)
             return {
                 "cache-hits-total": self.hits,
                 "cache-misses-total": self.misses,

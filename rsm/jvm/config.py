@@ -139,7 +139,7 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "jvm.sidecar.shared.memory.bytes",
             "long",
-            128 * 1024 * 1024,
+            256 * 1024 * 1024,
             "Shared memory (a file on /dev/shm, mapped by both sides) the sidecar decodes fetched chunks into, so "
             "the shim copies them straight into the broker's buffers instead of receiving them over the socket. "
             "Split into buffers of chunk.size, all allocated when the sidecar starts (cut to what /dev/shm has free, "
@@ -177,6 +177,17 @@ CONFIG_DEF = ConfigDef().extend(
             5000,
             "A kept stream that no fetch went on with for this long is cancelled, giving its chunks back.",
             validator=in_range(1, None),
+            group=_GROUP,
+        ),
+        ConfigKey(
+            "jvm.sidecar.oom.score.adj",
+            "int",
+            800,
+            "The sidecar's /proc/self/oom_score_adj (Linux; -1000..1000): under a container or cgroup memory limit "
+            "the kernel's OOM killer picks the process with the highest score, so the sidecar goes first and the "
+            "broker keeps running; the shim starts a new sidecar. A value below the broker's needs "
+            "CAP_SYS_RESOURCE (without it a warning is logged and the score stays as inherited).",
+            validator=in_range(-1000, 1000),
             group=_GROUP,
         ),
         ConfigKey(

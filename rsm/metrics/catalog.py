@@ -163,8 +163,15 @@ RSM_METRICS = [
 ]
 
 _CACHE_ATTRS = [
-    ("cache-hits-total", "Lookups answered from the cache."),
-    ("cache-misses-total", "Lookups that had to load."),
+    (
+        "cache-hits-total",
+        "Lookups answered from the cache, or by a load already on its way (another reader's, a "
+        "coalesced GET in flight).",
+    ),
+    (
+        "cache-misses-total",
+        "Lookups that started a load (for the chunk cache: a read from the store or its disk tier).",
+    ),
     ("cache-load-success-total", "Loads that succeeded."),
     ("cache-load-success-time-total", "Time spent in successful loads, nanoseconds."),
     ("cache-load-failure-total", "Loads that failed."),

@@ -154,6 +154,24 @@ def test_memory_cache_is_on_by_default(segment: Any, make_manager: Any, key_pair
     assert stats["cache-hits-total"] > 0 and stats["cache-size-total"] > 0
 
 
+def test_a_miss_is_a_read_from_the_store_and_chunks_on_their_way_are_hits(
+    segment: Any, make_manager: Any, key_pairs: Any
+) -> None:
+    """A cold sequential read: each coalesced GET starts with one miss; the other chunks it brings are hits for
+    the readers that find them on their way, so the hit ratio says how often the store was spared a GET."""
+    m = _manager(make_manager, key_pairs)
+    meta = segment.to_metadata(TIP)
+    m.copy_log_segment_data(meta, segment.to_log_segment_data())
+    original = segment.log.read_bytes()
+    chunks = m.fetch_manifest(meta).chunk_index.chunk_count
+    gets = GetCounter(m.backend)
+    assert broker_read(m, meta, len(original)) == original
+    stats = m.chunk_cache.stats()
+    assert 0 < gets.count < chunks / 4, "coalesced GETs of several chunks each"
+    assert stats["cache-misses-total"] <= gets.count
+    assert stats["cache-hits-total"] > 3 * stats["cache-misses-total"]
+
+
 @pytest.mark.parametrize("cache_class", ["io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache", "disk"])
 def test_aiven_class_names_are_accepted(make_manager: Any, tmp_path: Path, cache_class: str) -> None:
     m = make_manager(fetch_chunk_cache_class=cache_class, fetch_chunk_cache_path=str(tmp_path / "c"))
@@ -212,6 +230,47 @@ def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pa
     with m.fetch_log_segment(meta, 0) as f:
         assert f.read(1000) == first
     assert gets.count >= 1, "an expired chunk is read again from the store"
+
+
+def test_unbounded_memory_tier_frees_expired_entries_nobody_looks_up() -> None:
+    """Aiven's -1 size: nothing is evicted for room, so only the sweep frees chunks that are never read again.
+    Each insert, lookup or stats() drops a bounded number of them; ``sweep()`` drops the rest."""
+    from rsm.fetch.lru import SWEEP_ON_STORE, TimedLru
+
+    now = [0.0]
+    dropped: list[bytes] = []
+    lru: TimedLru[int, bytes] = TimedLru(
+        "chunk", 2**62, retention_s=10.0, weigher=len, clock=lambda: now[0], on_drop=dropped.append
+    )
+    for i in range(200):
+        lru.put(i, bytes(1000))
+    now[0] = 5.0
+    assert lru.get(199) is not None  # read again: live for another 10 s
+    now[0] = 11.0  # 0..198 expired; 199 was read at 5.0
+    lru.put(1000, bytes(10))
+    assert len(dropped) == SWEEP_ON_STORE, "one insert does bounded work"
+    assert lru.weight == (199 - SWEEP_ON_STORE) * 1000 + 1000 + 10
+    lru.stats()  # a metrics scrape sweeps a little too
+    assert len(dropped) > SWEEP_ON_STORE
+    swept_before = len(dropped)
+    assert lru.sweep() == 199 - swept_before
+    assert len(dropped) == 199 and lru.weight == 1010 and len(lru) == 2
+    assert lru.stats()["cache-eviction-total"] == 199
+    assert lru.get(199) is not None and lru.get(1000) is not None
+    now[0] = 100.0
+    assert lru.get(5) is None and lru.weight == 0, "a lookup of another key sweeps the expired ones"
+
+
+def test_a_cache_without_retention_is_never_swept() -> None:
+    from rsm.fetch.lru import TimedLru
+
+    now = [0.0]
+    lru: TimedLru[int, bytes] = TimedLru("chunk", 2**62, retention_s=None, weigher=len, clock=lambda: now[0])
+    for i in range(10):
+        lru.put(i, b"x")
+    now[0] = 1e9
+    lru.put(11, b"y")
+    assert lru.sweep() == 0 and len(lru) == 11
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])

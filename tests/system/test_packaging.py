@@ -188,3 +188,80 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tm
     names = zipfile.ZipFile(wheel).namelist()
     assert "rsm/_jars/kafka-tiered-storage-shim.jar" in names and "rsm/cli/java/DemoBroker.java" in names
     assert [n for n in names if n.startswith("rsm/kafka/_recordwalk") and n.endswith(".so")], names
+
+
+def _extra_requirements(extra: str) -> list[str]:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"][extra]]
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The distributions ``requirements`` pull in, through the installed packages' own metadata."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = req.name.lower().replace("_", "-")
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        try:
+            todo += [Requirement(r) for r in md.requires(req.name) or []]
+        except md.PackageNotFoundError:
+            pass
+    return seen
+
+
+def _module_distributions() -> dict[str, str]:
+    """Each installed module file (``azure/identity/__init__.py``) -> the distribution that installed it."""
+    import importlib.metadata as md
+
+    out = {}
+    for dist in md.distributions():
+        for f in dist.files or []:
+            if f.suffix == ".py":
+                out[str(f)] = dist.metadata["Name"].lower().replace("_", "-")
+    return out
+
+
+@pytest.mark.parametrize("backend,extra", [("s3", "s3"), ("gcs", "gcs"), ("azure", "azure")])
+def test_each_backends_extra_brings_every_module_it_imports(backend: str, extra: str) -> None:
+    """Every module a backend imports, lazily too (``azure.identity`` for DefaultAzureCredential), comes from a
+    distribution its extra pulls in, so ``pip install kafka-tiered-storage[azure]`` can use every documented
+    credential."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse((REPO / "backends" / f"{backend}.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            found = (
+                importlib.util.find_spec(n.module) if n.module.split(".")[0] not in sys.stdlib_module_names else None
+            )
+            if found is not None and found.origin is None:  # a namespace package (google.cloud): its modules
+                modules |= {f"{n.module}.{a.name}" for a in n.names}
+            else:
+                modules.add(n.module)
+    third_party = {
+        m for m in modules if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ("backends",)
+    }
+    assert third_party, "the backend imports its client library"
+    files = _module_distributions()
+    pulled = _closure(_extra_requirements(extra))
+    missing = {}
+    for module in sorted(third_party):
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, f"{module} is not installed here (make setup installs [all])"
+        origin = Path(spec.origin)
+        dist = next((d for f, d in files.items() if origin.as_posix().endswith("/" + f)), None)
+        assert dist is not None, f"no installed distribution owns {origin}"
+        if dist not in pulled:
+            missing[module] = dist
+    assert not missing, f"the [{extra}] extra does not bring {missing}"

@@ -104,6 +104,28 @@ def test_demo_leaves_a_config_every_command_reads(demo_dir: Path, capsys: pytest
     assert props.read_text() == text
 
 
+def test_demo_refuses_a_folder_it_did_not_make(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broker's config folder passed by mistake is left exactly as it was; a new or empty folder is fine."""
+    etc = tmp_path / "etc-kafka"
+    (etc / "store").mkdir(parents=True)
+    (etc / "store" / "keep.me").write_text("broker data")
+    (etc / "server.properties").write_text("broker.id=1\n")
+    before = {p: p.read_bytes() for p in etc.rglob("*") if p.is_file()}
+    args = ["--segments", "1", "--segment-mb", "0.2", "--chunk-size", "65536", "--no-spark", "--transport", "python"]
+    rc, _, err = _run(["demo", "--dir", str(etc), *args], capsys)
+    assert rc == 1 and "was not made by kts demo" in err and str(etc) in err and ".kts-demo" in err
+    assert {p: p.read_bytes() for p in etc.rglob("*") if p.is_file()} == before
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    rc, _, err = _run(["demo", "--dir", str(afile), *args], capsys)
+    assert rc != 0 and afile.read_text() == "x"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run(["demo", "--dir", str(empty), *args], capsys)[0] == 0
+    assert (empty / ".kts-demo").is_file() and (empty / "server.properties").is_file()
+    assert _run(["demo", "--dir", str(empty), *args], capsys)[0] == 0  # its own folder: a re-run is fine
+
+
 def test_cat_decodes_records_from_an_offset(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     props = str(demo_dir / "server.properties")
     _, out, _ = _run(["ls", "--config", props, "--json"], capsys)

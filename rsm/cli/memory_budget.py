@@ -1,0 +1,189 @@
+"""The plugin's memory at a broker's settings: each term, the sum, and whether the chunk cache can hold what the
+broker's remote reader threads read ahead (``kts config check`` prints it; docs/operations.md has the formula).
+
+The terms, for the sidecar transport (the default; with ``jvm.transport=inprocess`` the same memory is in the
+broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared region):
+
+- shared region: ``jvm.sidecar.shared.memory.bytes``; the chunk cache's memory tier lives in it (at most half)
+  and so do chunks of fetches in flight. With 0 there is no region and the memory tier is on its own.
+- fetches in flight beyond the region: each of ``remote.log.reader.threads`` streams and each kept stream
+  decodes up to ``fetch.readahead.chunks`` + 1 chunks; what the other half of the region cannot take is
+  allocated outside it while the fetch lasts.
+- the index cache: ``fetch.indexes.cache.size``.
+- uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
+  backend's part buffers (S3 and Azure: (concurrency + 1) x part size; GCS: one chunk of the resumable upload).
+- the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
+
+A ``-1`` size (Aiven's unbounded) makes the sum unbounded, which is said, never hidden.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
+from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
+
+MIB = 1024 * 1024
+READER_THREADS_KEY = "remote.log.reader.threads"
+READER_THREADS_DEFAULT = 10  # Kafka's default
+COPIER_THREADS_KEYS = ("remote.log.manager.copier.thread.pool.size", "remote.log.manager.thread.pool.size")
+COPIER_THREADS_DEFAULT = 10  # Kafka's default for both
+# An idle sidecar with boto3, the GCS and Azure clients imported and an S3 client made measured 90 MiB resident;
+# the rest is room for thread stacks and the allocator's slack.
+PYTHON_BASELINE = 120 * MIB
+
+
+@dataclass(frozen=True)
+class Term:
+    label: str
+    size: int | None  # None: unbounded
+    how: str
+
+
+@dataclass
+class MemoryBudget:
+    reader_threads: int
+    terms: list[Term] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int | None:
+        if any(t.size is None for t in self.terms):
+            return None
+        return sum(t.size or 0 for t in self.terms)
+
+    def lines(self) -> list[str]:
+        width = max(len(t.label) for t in self.terms)
+        out = [f"{t.label:<{width}}  {_mib(t.size):>12}  {t.how}" for t in self.terms]
+        out.append(f"{'total':<{width}}  {_mib(self.total):>12}")
+        return out
+
+
+def _mib(size: int | None) -> str:
+    return "unbounded" if size is None else f"{size / MIB:,.1f} MiB"
+
+
+def _int(props: Mapping[str, str], key: str) -> int | None:
+    try:
+        value = int(str(props.get(key, "")).strip())
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def broker_threads(props: Mapping[str, str]) -> tuple[int, int]:
+    """Kafka's remote reader threads and copier threads from a broker file (Kafka's defaults when unset)."""
+    readers = _int(props, READER_THREADS_KEY) or READER_THREADS_DEFAULT
+    copiers = next((n for n in (_int(props, k) for k in COPIER_THREADS_KEYS) if n), COPIER_THREADS_DEFAULT)
+    return readers, copiers
+
+
+def _bounded(value: int | None) -> int | None:
+    return None if value is None or value == AIVEN_UNBOUNDED else int(value)
+
+
+def _upload_parts(configs: Mapping[str, Any]) -> tuple[int, str]:
+    backend = str(configs.get("storage.backend.class") or "filesystem")
+    cdef = backend_config_def(backend)
+    if cdef is None:
+        return 0, "a backend of your own: its buffers are not counted"
+    values = cdef.parse_all(configs, "storage.")[0]
+    if "s3.multipart.upload.part.size" in values:
+        parts = values["s3.multipart.upload.concurrency"] + 1
+        return parts * values["s3.multipart.upload.part.size"], f"S3 parts: {parts} x s3.multipart.upload.part.size"
+    if "azure.upload.block.size" in values:
+        parts = values["azure.upload.concurrency"] + 1
+        return parts * values["azure.upload.block.size"], f"Azure blocks: {parts} x azure.upload.block.size"
+    if "gcs.resumable.upload.chunk.size" in values:
+        return values["gcs.resumable.upload.chunk.size"], "GCS: one gcs.resumable.upload.chunk.size"
+    return 0, "filesystem: streamed"
+
+
+def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> MemoryBudget | None:
+    """The budget for the plugin keys ``configs`` (``rsm.config.`` stripped) under the broker file ``broker``;
+    None when ``chunk.size`` is missing or invalid (every term depends on it)."""
+    core = CORE.parse_all(configs)[0]
+    shim = SHIM_CONFIG_DEF.parse_all(configs)[0]
+    chunk = core["chunk.size"]
+    if not chunk:
+        return None
+    readers, copiers = broker_threads(broker)
+    budget = MemoryBudget(readers)
+    inprocess = str(shim["jvm.transport"]).strip().lower() == "inprocess"
+    region_key = "jvm.inprocess.buffer.memory.bytes" if inprocess else "jvm.sidecar.shared.memory.bytes"
+    region = int(shim[region_key] or 0)
+    disk = str(core["fetch.chunk.cache.class"]).strip().lower() in ("disk", AIVEN_DISK_CHUNK_CACHE.lower())
+    tier_key = "fetch.chunk.cache.memory.size" if disk else "fetch.chunk.cache.size"
+    tier = _bounded(core[tier_key])
+    if region:
+        tier = region // 2 if tier is None else min(tier, region // 2)
+        where = "the broker's process" if inprocess else "/dev/shm, mapped by the sidecar and the broker"
+        budget.terms.append(
+            Term(
+                "shared region",
+                region,
+                f"{region_key}, in {where}: the chunk cache's memory tier ({_mib(tier)}, at most half) and "
+                "fetches in flight",
+            )
+        )
+    else:
+        budget.terms.append(Term("chunk cache memory tier", tier, tier_key))
+    kept = 0 if inprocess else int(shim["jvm.sidecar.kept.streams"])
+    per_stream = (core["fetch.readahead.chunks"] + 1) * chunk
+    in_flight = (readers + kept) * per_stream
+    room = region - (tier or 0) if region else 0
+    budget.terms.append(
+        Term(
+            "fetches in flight",
+            max(0, in_flight - room),
+            f"({READER_THREADS_KEY} {readers} + kept streams {kept}) x (fetch.readahead.chunks + 1) x chunk.size"
+            + (f", less the {_mib(room)} of the region they decode into" if region else ""),
+        )
+    )
+    budget.terms.append(Term("index cache", _bounded(core["fetch.indexes.cache.size"]), "fetch.indexes.cache.size"))
+    transform = core["transform.thread.pool.size"] or (os.cpu_count() or 1)
+    parts, parts_how = _upload_parts(configs)
+    window = (2 * transform + 1) * chunk
+    budget.terms.append(
+        Term(
+            "uploads",
+            copiers * (window + parts),
+            f"copier threads {copiers} x ((2 x {transform} transform threads + 1) x chunk.size + {parts_how})",
+        )
+    )
+    if not inprocess:
+        budget.terms.append(Term("Python sidecar", PYTHON_BASELINE, "the interpreter and its libraries, idle"))
+    _thrashing_warning(budget, core, tier, disk, readers, chunk)
+    if budget.total is None:
+        unbounded = ", ".join(t.label for t in budget.terms if t.size is None)
+        budget.warnings.append(
+            f"memory is unbounded ({unbounded}: a size of -1); under a container memory limit the kernel kills a "
+            "process once it is reached: set a size"
+        )
+    return budget
+
+
+def _thrashing_warning(
+    budget: MemoryBudget, core: Mapping[str, Any], tier: int | None, disk: bool, readers: int, chunk: int
+) -> None:
+    """Every reader thread reads ahead ``prefetch.max.size`` plus the two chunks it is between; a cache smaller
+    than all of that evicts chunks before their reader gets to them (the KtsCacheThrashing alert)."""
+    per_reader = core["fetch.chunk.cache.prefetch.max.size"] + 2 * chunk
+    need = readers * per_reader
+    if disk:
+        holds, what = _bounded(core["fetch.chunk.cache.size"]), "the disk chunk cache"
+    else:
+        holds, what = tier, "the chunk cache's memory tier"
+    if holds is None or holds >= need:
+        return
+    budget.warnings.append(
+        f"{what} holds {_mib(holds)}, less than {READER_THREADS_KEY} {readers} x (fetch.chunk.cache.prefetch.max.size "
+        f"+ 2 x chunk.size) = {_mib(need)}: concurrent readers evict each other's chunks before they are read "
+        "(the KtsCacheThrashing alert). Raise fetch.chunk.cache.size"
+        + ("" if disk else " (and jvm.sidecar.shared.memory.bytes to twice it: the tier is at most half the region)")
+        + ", or lower fetch.chunk.cache.prefetch.max.size"
+    )

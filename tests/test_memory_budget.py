@@ -1,0 +1,82 @@
+"""The plugin's memory budget as ``kts config check`` prints it: each term, the sum, and the warning when the
+chunk cache cannot hold what the broker's remote reader threads read ahead."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rsm.cli.main import main
+from rsm.cli.memory_budget import MIB, PYTHON_BASELINE, memory_budget
+from rsm.cli.properties import write_properties
+
+BROKER = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.storage.manager.class.name": "io.kts.shim.PythonRemoteStorageManager",
+    "rsm.config.chunk.size": str(4 * MIB),
+    "rsm.config.storage.backend.class": "s3",
+    "rsm.config.storage.s3.bucket.name": "tiered",
+    "rsm.config.storage.s3.region": "eu-west-1",
+    "rsm.config.python.executable": "/usr/bin/false-python-for-the-test",
+}
+
+
+def _check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **lines: str) -> tuple[str, dict[str, float]]:
+    path = tmp_path / "server.properties"
+    write_properties(path, {**BROKER, **lines})
+    main(["config", "check", str(path)])
+    out = capsys.readouterr().out
+    section = out.split("memory of the plugin", 1)[1].split("\nnote:", 1)[0].split("\nWARNING", 1)[0]
+    sizes = {
+        m.group(1).strip(): (None if m.group(2) == "unbounded" else float(m.group(2).replace(",", "")))
+        for m in re.finditer(r"^  (\S[\w ]*?)\s{2,}(unbounded|[\d,.]+)(?: MiB)?", section, re.M)
+    }
+    return out, sizes  # type: ignore[return-value]
+
+
+def test_config_check_prints_each_term_and_the_sum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, sizes = _check(tmp_path, capsys, **{"rsm.config.transform.thread.pool.size": "2"})
+    assert "memory of the plugin at remote.log.reader.threads=unset: Kafka's default" in out
+    assert set(sizes) == {"shared region", "fetches in flight", "index cache", "uploads", "Python sidecar", "total"}
+    assert sizes["total"] == pytest.approx(sum(v for k, v in sizes.items() if k != "total"), abs=0.5)
+    # ten copier threads, each a window of 2 x 2 + 1 chunks and 5 S3 parts of 25 MiB
+    assert sizes["uploads"] == 10 * (5 * 4 + 5 * 25)
+    assert sizes["Python sidecar"] == PYTHON_BASELINE / MIB
+    assert sizes["index cache"] == 10
+    assert "WARNING" not in out, "Kafka's default reader threads fit the default chunk cache"
+
+
+def test_more_reader_threads_than_the_cache_holds_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, sizes = _check(tmp_path, capsys, **{"remote.log.reader.threads": "40"})
+    assert "remote.log.reader.threads=40" in out
+    warning = next(line for line in out.splitlines() if line.startswith("WARNING"))
+    assert "remote.log.reader.threads 40 x" in warning and "KtsCacheThrashing" in warning
+    assert "fetch.chunk.cache.size" in warning
+    _, fewer = _check(tmp_path, capsys, **{"remote.log.reader.threads": "2"})
+    assert fewer["fetches in flight"] < sizes["fetches in flight"]
+
+
+def test_an_unbounded_cache_makes_the_sum_unbounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, sizes = _check(
+        tmp_path,
+        capsys,
+        **{"rsm.config.fetch.chunk.cache.size": "-1", "rsm.config.jvm.sidecar.shared.memory.bytes": "0"},
+    )
+    assert sizes["chunk cache memory tier"] is None and sizes["total"] is None
+    assert any(line.startswith("WARNING: memory is unbounded (chunk cache memory tier") for line in out.splitlines())
+
+
+def test_the_memory_tier_lives_in_half_the_shared_region() -> None:
+    configs = {"chunk.size": str(MIB), "fetch.chunk.cache.size": str(1024 * MIB)}
+    budget = memory_budget({**configs, "jvm.sidecar.shared.memory.bytes": str(64 * MIB)}, {})
+    assert budget is not None
+    region = next(t for t in budget.terms if t.label == "shared region")
+    assert region.size == 64 * MIB and "32.0 MiB, at most half" in region.how
+    assert any("holds 32.0 MiB" in w for w in budget.warnings)
+    inprocess = memory_budget({**configs, "jvm.transport": "inprocess"}, {})
+    assert inprocess is not None
+    assert "jvm.inprocess.buffer.memory.bytes" in inprocess.terms[0].how
+    assert all(t.label != "Python sidecar" for t in inprocess.terms)
+    assert memory_budget({}, {}) is None  # no chunk.size: nothing to size
