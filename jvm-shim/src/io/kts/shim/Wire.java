@@ -282,4 +282,27 @@ final class Wire {
         if (message == null || message.isEmpty()) return type == null || type.isEmpty() ? "Python error" : type;
         return type == null || type.isEmpty() ? message : type + ": " + message;
     }
+
+    /** A request frame: {@code u32 len | u8 op | body}. */
+    static ByteBuffer request(byte op, Body body) {
+        try {
+            ByteArrayOutputStream bos = new ByteArrayOutputStream(256);
+            DataOutputStream out = new DataOutputStream(bos);
+            out.writeInt(0);
+            out.writeByte(op);
+            body.write(out);
+            out.flush();
+            ByteBuffer buf = ByteBuffer.wrap(bos.toByteArray());
+            buf.putInt(0, buf.capacity() - 4);
+            return buf;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);  // ByteArrayOutputStream does not throw
+        }
+    }
+
+    /** Writes a request's body. */
+    @FunctionalInterface
+    interface Body {
+        void write(DataOutputStream out) throws IOException;
+    }
 }
