@@ -163,7 +163,7 @@ class ChunkCache:
             future, mine = self.memory.claim(key)
             if mine:
                 if attempt == 0:
-                    self.memory.count(hit=self._is_fetching(key))
+                    self.memory.count(hit=self.fetcher.in_flight(key))
                 return self._load_claimed(src, chunk, horizon, future, planned)
             if attempt == 0:
                 self.memory.count(hit=True)
