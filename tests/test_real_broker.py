@@ -74,6 +74,7 @@ def _number(beans: dict[str, dict[str, str]], bean: str, attribute: str) -> floa
     return float(beans[bean][attribute])
 
 
+@pytest.mark.timeout(900)  # the first run of a release assembles it from Maven Central
 @pytest.mark.parametrize(("version", "java_home", "transport"), _cells())
 def test_tier_read_back_and_delete_in_a_real_broker(
     version: str, java_home: str, transport: str, tmp_path: Path
