@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check test-kafka-4x
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
@@ -54,3 +54,9 @@ reliability-table: setup
 # 0, the plugin's metrics scraped by the stack's Prometheus. Skips itself where KAFKA_HOME or podman is missing.
 demo-stack-check: $(STAMP)
 	$(BIN)/python demo/stack-check/stack_check.py
+
+# Real Kafka 4.x brokers (kafka_dist.NEWEST_4X, assembled from Maven Central) over SeaweedFS: a store outage under
+# one broker (retried copies are not errors, nothing is left in the bucket) and a 3-broker cluster that loses a
+# partition leader mid-way. Tens of minutes on a loaded machine: on demand, marker kafka_broker.
+test-kafka-4x: setup
+	$(BIN)/python -m pytest -p no:cacheprovider -q -m kafka_broker tests/test_kafka4x_outage.py tests/test_kafka4x_cluster.py
