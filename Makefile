@@ -50,8 +50,8 @@ reliability-table: setup
 	$(BIN)/python tests/reliability_table.py reliability-rows.jsonl
 
 # The demo stacks (local, S3, GCS, Azure) started for real with podman-compose (demo/stack-check/): stand-ins for
-# the public images, the broker image built once with $KAFKA_HOME's Kafka, produce / tier / consume from offset
-# 0, the plugin's metrics scraped by the stack's Prometheus. Skips itself where KAFKA_HOME or podman is missing.
+# the public images, the broker image built once with Kafka 4.x from Maven Central (tests/kafka_dist.py), produce /
+# tier / consume from offset 0, the plugin's metrics scraped by the stack's Prometheus. Skips itself without podman.
 demo-stack-check: $(STAMP)
 	$(BIN)/python demo/stack-check/stack_check.py
 
