@@ -202,7 +202,7 @@ def run_one(
         cluster.tool(
             "producer-perf",
             *["--topic", "t", "--num-records", str(records), "--record-size", str(RECORD_SIZE), "--throughput", "-1"],
-            *["--command-property", f"bootstrap.servers={boot}", "acks=1", "linger.ms=20", "batch.size=262144"],
+            *["--producer-props", f"bootstrap.servers={boot}", "acks=1", "linger.ms=20", "batch.size=262144"],
             timeout=900,
         )
         local = node.work / "data" / "t-0"
@@ -239,7 +239,7 @@ def run_one(
         started = time.monotonic()
         stdout = cluster.tool(
             "consumer-perf",
-            *["--bootstrap-server", boot, "--topic", "t", "--num-records", str(records), "--timeout", "120000"],
+            *["--bootstrap-server", boot, "--topic", "t", "--messages", str(records), "--timeout", "120000"],
             *["--fetch-size", "1048576", "--print-metrics"],
             timeout=900,
         )

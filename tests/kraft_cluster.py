@@ -1,7 +1,7 @@
 """A KRaft cluster of real Kafka brokers for the on-demand broker tests: ``n`` nodes that are broker and controller
 at once, on 127.0.0.1, each with JMX on a port of its own, the plugin's ``rsm.config.*`` lines given by the test.
 
-The Kafka distribution is any folder whose ``libs/`` holds the broker's and the tools' jars with a log4j2 binding
+The Kafka distribution is any folder whose ``libs/`` holds the broker's and the tools' jars with a logging backend
 (``kafka_dist.kafka_home`` assembles one from Maven Central): brokers and tools run as ``java -cp libs/*`` with
 their main class, so no ``bin/`` scripts are needed. Every broker is in its own session (its sidecar with it) and
 is stopped by :meth:`Cluster.stop`.
@@ -57,7 +57,7 @@ class Node:
         return self.process is not None and self.process.poll() is None
 
 
-SERVER_LOG4J = """status = warn
+LOG4J2 = """status = warn
 appender.out.type = Console
 appender.out.name = out
 appender.out.layout.type = PatternLayout
@@ -66,18 +66,28 @@ rootLogger.level = {level}
 rootLogger.appenderRef.out.ref = out
 logger.rlm.name = org.apache.kafka.server.log.remote
 logger.rlm.level = {rlm_level}
+logger.rlm3.name = kafka.log.remote
+logger.rlm3.level = {rlm_level}
 """
+LOG4J1 = """log4j.rootLogger={level}, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.server.log.remote={rlm_level}
+log4j.logger.kafka.log.remote={rlm_level}
+"""
+"""Broker and tool logging to stdout; the remote log manager (``kafka.log.remote`` up to 4.0) at its own level."""
 
 TOOLS = {
-    "format": "kafka.tools.StorageTool",
-    "topics": "org.apache.kafka.tools.TopicCommand",
-    "producer": "org.apache.kafka.tools.ConsoleProducer",
-    "consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
-    "jmx": "org.apache.kafka.tools.JmxTool",
-    "producer-perf": "org.apache.kafka.tools.ProducerPerformance",
-    "consumer-perf": "org.apache.kafka.tools.ConsumerPerformance",
+    "format": "StorageTool",
+    "topics": "TopicCommand",
+    "producer": "ConsoleProducer",
+    "consumer": "ConsoleConsumer",
+    "jmx": "JmxTool",
+    "producer-perf": "ProducerPerformance",
+    "consumer-perf": "ConsumerPerformance",
 }
-"""Main classes of the Kafka 4.x tools this module runs (the ``bin/`` scripts of a distribution run the same)."""
+"""The command-line classes this module runs, found in the release's jars by ``kafka_dist.find_class``."""
 
 
 def java_command(kafka: Path, main: str, *jvm: str, java_home: str | None = None) -> list[str]:
@@ -101,6 +111,7 @@ class Cluster:
     """Level of the broker's remote log manager loggers (DEBUG shows every retried copy)."""
     """Start brokers with ``kts kafka-server-start`` (the JVM inside a Python process, in-process transport)."""
     _outs: list[object] = field(default_factory=list)
+    _classes: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -119,10 +130,22 @@ class Cluster:
         props += "rlmm.config.remote.log.metadata.topic.num.partitions=3\noffsets.topic.num.partitions=3\n"
         return props + self.extra_server
 
-    def _log4j(self, name: str, level: str, rlm_level: str) -> Path:
-        path = self.work / f"log4j2-{name}.properties"
-        path.write_text(SERVER_LOG4J.format(level=level, rlm_level=rlm_level))
-        return path
+    def _log4j(self, name: str, level: str, rlm_level: str) -> str:
+        """The JVM option of a logging config for this release: log4j2 from Kafka 4.0, log4j 1 (reload4j) before."""
+        if any((self.kafka / "libs").glob("log4j-core-2*.jar")):
+            path = self.work / f"log4j2-{name}.properties"
+            path.write_text(LOG4J2.format(level=level, rlm_level=rlm_level))
+            return f"-Dlog4j2.configurationFile={path}"
+        path = self.work / f"log4j-{name}.properties"
+        path.write_text(LOG4J1.format(level=level, rlm_level=rlm_level))
+        return f"-Dlog4j.configuration=file:{path}"
+
+    def main_class(self, tool: str) -> str:
+        if tool not in self._classes:
+            import kafka_dist
+
+            self._classes[tool] = kafka_dist.find_class(self.kafka, TOOLS[tool])
+        return self._classes[tool]
 
     def start(self, timeout: float = 180) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -144,7 +167,7 @@ class Cluster:
         jvm = [
             self.heap,
             "-XX:+UseG1GC",
-            f"-Dlog4j2.configurationFile={log4j}",
+            log4j,
             "-Dcom.sun.management.jmxremote",
             "-Dcom.sun.management.jmxremote.authenticate=false",
             "-Dcom.sun.management.jmxremote.ssl=false",
@@ -209,10 +232,10 @@ class Cluster:
         log4j = self._log4j("tools", "WARN", "WARN")
         cmd = java_command(
             self.kafka,
-            TOOLS[name],
+            self.main_class(name),
             "-Xmx256m",
             "-XX:TieredStopAtLevel=1",
-            f"-Dlog4j2.configurationFile={log4j}",
+            log4j,
             java_home=self.java_home,
         )
         r = subprocess.run([*cmd, *args], input=input, capture_output=True, text=True, timeout=timeout)
@@ -232,8 +255,9 @@ class Cluster:
 
     def produce(self, topic: str, records: list[str]) -> None:
         args = ["--bootstrap-server", self.bootstrap, "--topic", topic]
-        args += ["--command-property", "linger.ms=50", "--command-property", "batch.size=65536"]
-        args += ["--command-property", "acks=all"]
+        # --producer-property: deprecated from 4.2 (--command-property) but accepted by every release
+        args += ["--producer-property", "linger.ms=50", "--producer-property", "batch.size=65536"]
+        args += ["--producer-property", "acks=all"]
         self.tool("producer", *args, input="\n".join(records) + "\n")
 
     def consume_all(self, topic: str, count: int) -> list[str]:
