@@ -160,16 +160,39 @@ def _complete(home: Path, version: str) -> bool:
     return stamp.exists() and stamp.read_text().strip() == _stamp(version)
 
 
-def _mvn(version: str, libs: Path, offline: bool) -> subprocess.CompletedProcess[str]:
+def _mvn(version: str, libs: Path, offline: bool, test_classifier: str | None) -> subprocess.CompletedProcess[str]:
+    profiles = ["log4j2" if major(version) >= 4 else "log4j1"] + (["storage-test"] if test_classifier else [])
     cmd = ["mvn", "-B", "-q", "-f", str(POM), f"{DEPENDENCY_PLUGIN}:copy-dependencies"]
-    cmd += [f"-Dkafka.version={version}", "-P", "log4j2" if major(version) >= 4 else "log4j1"]
+    cmd += [f"-Dkafka.version={version}", "-P", ",".join(profiles)]
     cmd += [f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
-    if tuple(map(int, version.split("."))) >= (4, 4, 0):  # LocalTieredStorage's jar got a new classifier
-        cmd.append("-Dstorage.test.classifier=test-fixtures")
+    if test_classifier:
+        cmd.append(f"-Dstorage.test.classifier={test_classifier}")
     if offline:
         cmd.append("-o")
     env = {**os.environ, "JAVA_HOME": os.environ.get("MAVEN_JAVA_HOME", str(DEFAULT_JAVA_HOME))}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+
+
+def _fetch_libs(version: str, libs: Path) -> None:
+    """The jars into ``libs``: offline first (everything may be in ~/.m2), then from Maven Central. Kafka's
+    storage test classes (LocalTieredStorage) are published as ``test`` or, from 4.4, ``test-fixtures``; a release
+    with neither is assembled without them."""
+    new = tuple(map(int, version.split("."))) >= (4, 4, 0)
+    classifiers: list[str | None] = ["test-fixtures", "test"] if new else ["test", "test-fixtures"]
+    r = None
+    for classifier in [*classifiers, None]:
+        for offline in (True, False):
+            shutil.rmtree(libs, ignore_errors=True)
+            r = _mvn(version, libs, offline, classifier)
+            if r.returncode == 0:
+                return
+        if "kafka-storage:jar:" not in r.stdout + r.stderr:  # not the test jar missing: no point going on
+            break
+    assert r is not None
+    raise KafkaDistError(
+        f"Maven could not fetch Kafka {version} ({POM}): {(r.stdout + r.stderr)[-3000:]}\n"
+        "check that Maven Central is reachable and the version exists"
+    )
 
 
 def kafka_home(version: str) -> Path:
@@ -187,16 +210,7 @@ def kafka_home(version: str) -> Path:
             return home
         tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=root))
         try:
-            libs = tmp / "libs"
-            r = _mvn(version, libs, offline=True)  # everything in ~/.m2 already: no network
-            if r.returncode != 0:
-                shutil.rmtree(libs, ignore_errors=True)
-                r = _mvn(version, libs, offline=False)
-            if r.returncode != 0:
-                raise KafkaDistError(
-                    f"Maven could not fetch Kafka {version} ({POM}): {(r.stdout + r.stderr)[-3000:]}\n"
-                    "check that Maven Central is reachable and the version exists"
-                )
+            _fetch_libs(version, tmp / "libs")
             (tmp / "config").mkdir()
             for name, text in _log_configs(version).items():
                 (tmp / "config" / name).write_text(text)

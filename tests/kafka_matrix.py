@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2, help="cells run at once (each is one pytest with one broker)")
     ap.add_argument("--versions", default=",".join(kd.MATRIX))
+    ap.add_argument("--java", type=int, action="append", help="only this Java release (11, 17, 25); repeatable")
     ap.add_argument("--out", type=Path, default=kd.REPO / "kafka-matrix")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -61,6 +62,8 @@ def main(argv: list[str]) -> int:
     # Java 17 first: the first cell of a version assembles it (kafka_dist locks per version) while cells of
     # other versions run; the second cell of each version then finds it assembled.
     cells = [(v, j) for i in (0, 1) for v in versions for j in javas(v)[i : i + 1]]
+    if args.java:
+        cells = [(v, j) for v, j in cells if kd.java_feature(j) in args.java]
     rows: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for version, feature, results, seconds in pool.map(lambda c: run_cell(c[0], c[1], args.out), cells):
