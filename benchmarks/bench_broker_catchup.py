@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "support"))  # kafka_dist: the broker from Maven Central; kraft_cluster: running it
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # kafka_dist (the broker from Maven Central), kraft_cluster
 
 import kafka_dist as kd  # noqa: E402 - tests/ is on sys.path
 import kraft_cluster as kc  # noqa: E402

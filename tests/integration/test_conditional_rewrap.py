@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TIP, encryption_configs
 from emulators import (  # noqa: F401 - fixtures are found by name
     FIXTURE_FOR,
     azure_azurite_server,
@@ -23,6 +22,7 @@ from emulators import (  # noqa: F401 - fixtures are found by name
     s3_moto_server,
     s3_seaweedfs_server,
 )
+from helpers import TIP, encryption_configs
 
 from backends.base import BackendCapabilities, KeyNotFound, PreconditionFailed
 from rsm import RemoteStorageManager

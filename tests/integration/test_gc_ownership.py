@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TIP
 from emulators import (  # noqa: F401 - fixtures are found by name
     FIXTURE_FOR,
     azure_azurite_server,
@@ -24,6 +23,7 @@ from emulators import (  # noqa: F401 - fixtures are found by name
     s3_moto_server,
     s3_seaweedfs_server,
 )
+from helpers import TIP
 
 from backends.filesystem import TEMP_PREFIX
 from rsm import RemoteStorageManager

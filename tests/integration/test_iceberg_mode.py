@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import TIP
 from emulators import FIXTURE_FOR, gcs_fake_server, s3_moto_server  # noqa: F401 - fixtures, found by name
+from helpers import TIP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.iceberg_testing import iceberg_config, load_table, order_records, segment_of
+from tests.pg_testing import PostgresServer
 
 from rsm import RemoteStorageManager
 from rsm.kafka.writer import SegmentFiles
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
-from tests.iceberg_testing import iceberg_config, load_table, order_records, segment_of
-from tests.pg_testing import PostgresServer
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsm.spark.reader import TieredReader
 from tests.iceberg_testing import iceberg_config, new_tip, order_records, segment_of, tier
+
+from rsm.spark.reader import TieredReader
 
 
 def test_mixed_topic_reads_every_record_once(tmp_path: Path) -> None:

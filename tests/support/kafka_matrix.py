@@ -31,7 +31,8 @@ def run_cell(version: str, java_home: Path, out: Path) -> tuple[str, int, list[t
     feature = kd.java_feature(java_home)
     xml = out / f"{version}-java{feature}.xml"
     env = {**os.environ, "KTS_KAFKA_VERSIONS": version, "KTS_BROKER_JAVA_HOMES": str(java_home)}
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(kd.TESTS / "system" / "test_real_broker.py")]
+    test = kd.TESTS / "system" / "test_real_broker.py"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(test)]
     cmd += [f"--junitxml={xml}"]
     start = time.monotonic()
     with open(out / f"{version}-java{feature}.log", "w") as log:

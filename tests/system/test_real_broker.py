@@ -1,5 +1,5 @@
-"""The shim in real Kafka brokers from Maven Central (tests/support/kafka_dist.py): the newest 3.x and 4.x releases, each
-with both transports (sidecar, in-process JPype), on Java 17.
+"""The shim in real Kafka brokers from Maven Central (tests/support/kafka_dist.py): the newest 3.x and 4.x
+releases, each with both transports (sidecar, in-process JPype), on Java 17.
 
 A single-node KRaft broker with the shim as its RemoteStorageManager (filesystem store) takes numbered records
 in small segments, tiers every closed segment and deletes it locally; a consumer then reads everything from
