@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check test-shim-kafka-releases
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c
 setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
-	bash jvm-shim/build.sh
+	# The plugin jar (Maven, against Kafka 3.6's jars), and the shim compiled against the Kafka releases `make test`
+	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
+	bash jvm-shim/build.sh --kafka test
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
@@ -33,6 +35,13 @@ lint: $(STAMP)
 
 test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q
+
+# The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
+# jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.
+SHIM_RELEASE_TESTS := tests/test_shim_retriable.py tests/test_shim_txn_index.py tests/test_shim_sidecar.py
+test-shim-kafka-releases: setup
+	bash jvm-shim/build.sh --kafka all
+	KTS_KAFKA_RELEASES=all $(BIN)/python -m pytest -p no:cacheprovider -q -m kafka_release $(SHIM_RELEASE_TESTS)
 
 bench: setup
 	$(BIN)/python benchmarks/bench_copy_fetch.py

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# System tools the tests need beyond Python: a JDK 17 (javac/jar/java for the shim and the interop tests),
-# node/npm (Azurite) and Prometheus (the server and promtool, for the dashboard and alert-rule tests).
+# System tools the tests need beyond Python: a JDK 17 (javac/jar/java for the shim and the interop tests), Maven
+# (builds the shim against Kafka's jars, which it fetches from Maven Central into ~/.m2), node/npm (Azurite) and Prometheus (the server and promtool, for the dashboard and alert-rule tests).
 # Installed from Debian's packages only when missing.
 set -euo pipefail
 missing=()
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 need_prometheus=0

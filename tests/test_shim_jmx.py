@@ -35,7 +35,7 @@ DEBUG = {"metrics.recording.level": "DEBUG"}  # the per-fetch timing (and its pe
 def jvm() -> None:
     jt.ensure_built()
     if not jpype.isJVMStarted():
-        jpype.startJVM(classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)], convertStrings=False)
+        jpype.startJVM(classpath=jt.classpath_list(), convertStrings=False)
     try:
         jpype.JClass(jt.SHIM_CLASS)
     except Exception:
