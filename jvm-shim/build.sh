@@ -8,6 +8,7 @@
 #   build.sh --kafka X [...]  also compile the shim and its test harness against Kafka release X, into
 #                             jvm-shim/build/kafka-X/ (what the tests run the shim on; see tests/jvm_testing.py).
 #                             X may be `test` (the releases marked so in kafka-releases.txt) or `all`.
+#   build.sh --no-main ...    only the --kafka releases (the plugin jar stays as it is)
 #
 # Maven downloads what it needs into ~/.m2 once; later builds run offline. It is quiet unless a build fails.
 set -euo pipefail
@@ -16,6 +17,7 @@ repo="$(dirname "$here")"
 MVN="${MVN:-mvn}"
 
 releases=()
+main=1
 # Every release but the first (the main build's), or only those marked `test`.
 listed() { sed -n '/^[0-9]/p' "$here/kafka-releases.txt" | tail -n +2 | { [[ $1 == all ]] && cut -d' ' -f1 || sed -n 's/^\([^ ]*\) .*test.*/\1/p'; }; }
 while (($#)); do
@@ -26,7 +28,8 @@ while (($#)); do
                 *) releases+=("$2") ;;
             esac
             shift 2 ;;
-        *) echo "build.sh: unknown argument $1 (use --kafka X)" >&2; exit 2 ;;
+        --no-main) main=0; shift ;;
+        *) echo "build.sh: unknown argument $1 (use --kafka X, --no-main)" >&2; exit 2 ;;
     esac
 done
 
@@ -53,8 +56,10 @@ mvn_quiet() {
     exit 1
 }
 
-mvn_quiet
-echo "built $repo/rsm/_jars/kafka-tiered-storage-shim.jar"
+if ((main)); then
+    mvn_quiet
+    echo "built $repo/rsm/_jars/kafka-tiered-storage-shim.jar"
+fi
 for release in "${releases[@]}"; do
     mvn_quiet -Pkafka-release -Dkafka.version="$release"
     echo "built $here/build/kafka-$release (compiled against Kafka $release)"

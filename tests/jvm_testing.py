@@ -55,8 +55,12 @@ def _newest_source() -> float:
     return max(p.stat().st_mtime for p in [*sources, REPO / "rsm" / "_version.py"])
 
 
-def _fresh(jars: list[Path]) -> bool:
-    return all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source()
+def _fresh(jars: list[Path], listing: Path) -> bool:
+    """The jars are no older than every source, and the class path listing is there (Maven rewrites it only when
+    it changes, so its time says nothing)."""
+    return (
+        listing.is_file() and all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source()
+    )
 
 
 def _build(*args: str) -> None:
@@ -69,7 +73,7 @@ def ensure_built() -> None:
     """Runs jvm-shim/build.sh when a jar is missing or older than a source (the source tree only)."""
     if not SHIM_DIR.is_dir():
         return
-    if not _fresh([PLUGIN_JAR, TEST_JAR, FAKE_KAFKA_JAR, MAIN_BUILD / "kafka-api.classpath"]):
+    if not _fresh([PLUGIN_JAR, TEST_JAR, FAKE_KAFKA_JAR], MAIN_BUILD / "kafka-api.classpath"):
         _build()
 
 
@@ -151,8 +155,8 @@ def kafka_release(version: str) -> KafkaRelease:
     out = BUILD_DIR / f"kafka-{version}"
     harness = out / "kafka-tiered-storage-shim-harness.jar"
     listing = out / "kafka-api.classpath"
-    if not _fresh([harness, listing, out / "kafka-tiered-storage-shim.jar"]):
-        _build("--kafka", version)
+    if not _fresh([harness, out / "kafka-tiered-storage-shim.jar"], listing):
+        _build("--no-main", "--kafka", version)
     return KafkaRelease(version, tuple(_read_classpath(listing)), harness)
 
 
