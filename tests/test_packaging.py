@@ -186,6 +186,7 @@ def unpack(sdist: Path, into: Path) -> Path:
         return into / tar.getnames()[0].split("/")[0]
 
 
+@pytest.mark.timeout(900)  # a full Maven build of the jar in the unpacked sdist
 def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(sdist: Path, tmp_path: Path) -> None:
     import tarfile
 
