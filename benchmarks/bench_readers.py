@@ -279,7 +279,7 @@ def main() -> int:
             f"S3 (SeaweedFS) with {args.delay_ms:.0f} ms per request, {cores} cores"
         )
         raw = phase_raw(parts[0].files.log, args.chunk_size, cores)["fetch_mbs"]
-        jpype.startJVM("-Xmx512m", classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)])
+        jpype.startJVM("-Xmx512m", classpath=jt.classpath_list())
         with latency_store(work / "store", delay_ms=args.delay_ms) as store:
             _copy_all(store, work, args.chunk_size, parts)
             variants = [""] + args.variant

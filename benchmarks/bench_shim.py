@@ -118,7 +118,7 @@ def main() -> int:
         jpype.startJVM(
             "-Xmx1g",
             "-XX:+ExplicitGCInvokesConcurrent",
-            classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)],
+            classpath=jt.classpath_list(),
             convertStrings=False,
         )
         jvm_inprocess.install(adopt_hooks=False)

@@ -1,8 +1,9 @@
 """The demo's JVM path: the segments are tiered by the broker-side shim in a real JVM, not by Python directly.
 
 ``java`` runs ``java/DemoBroker.java`` (a single source file, no build step) with the shim jar and Kafka's API
-on the class path: a Kafka installation's ``libs/`` (``$KAFKA_HOME``) or, in a source checkout, the KIP-405
-stubs ``jvm-shim/build.sh`` compiles. The shim starts the Python sidecar, which runs the same manager.
+on the class path: a Kafka installation's ``libs/`` (``$KAFKA_HOME``) or, in a source checkout, the Kafka API
+jars ``jvm-shim/build.sh`` compiled the shim against (listed in ``jvm-shim/build/main/kafka-api.classpath``).
+The shim starts the Python sidecar, which runs the same manager.
 """
 
 from __future__ import annotations
@@ -19,17 +20,20 @@ import click
 from rsm.metadata import RemoteLogSegmentMetadata
 
 DEMO_BROKER = Path(__file__).resolve().parent / "java" / "DemoBroker.java"
-CHECKOUT_STUBS = Path(__file__).resolve().parents[2] / "jvm-shim" / "build" / "kafka-api-stubs.jar"
+CHECKOUT_API = Path(__file__).resolve().parents[2] / "jvm-shim" / "build" / "main" / "kafka-api.classpath"
 TIMEOUT_S = 300
 
 
 def kafka_api_classpath() -> list[str] | None:
-    """Where Kafka's API classes come from, or None when neither a Kafka installation nor the stubs are here."""
+    """Where Kafka's API classes come from, or None when neither a Kafka installation nor a checkout's build of
+    the shim (with its Kafka jars still in the Maven cache) is here."""
     home = os.environ.get("KAFKA_HOME")
     if home and (Path(home) / "libs").is_dir():
         return [str(Path(home) / "libs" / "*")]
-    if CHECKOUT_STUBS.is_file():
-        return [str(CHECKOUT_STUBS)]
+    if CHECKOUT_API.is_file():
+        jars = [p for p in CHECKOUT_API.read_text().strip().split(os.pathsep) if p]
+        if jars and all(Path(p).is_file() for p in jars):
+            return jars
     return None
 
 

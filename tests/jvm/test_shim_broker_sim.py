@@ -151,7 +151,7 @@ def jvm() -> Any:
     jpype = pytest.importorskip("jpype")
     jt.ensure_built()
     if not jpype.isJVMStarted():
-        jpype.startJVM(classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)], convertStrings=False)
+        jpype.startJVM(classpath=jt.classpath_list(), convertStrings=False)
     try:
         return jpype.JClass(BROKER_SIM)
     except Exception:

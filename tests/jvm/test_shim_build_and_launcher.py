@@ -31,26 +31,39 @@ def test_plugin_jar_holds_our_classes_only() -> None:
     assert "io/kts/shim/PythonRemoteStorageManager.class" in classes
     # Kafka's API must come from the broker: a copy in a child-first plugin loader would break the cast
     assert all(n.startswith("io/kts/shim/") for n in classes), [n for n in classes if not n.startswith("io/kts/")]
+    assert not [n for n in names if n.startswith(("org/", "kafka/"))]
     assert all(n.startswith(("io/", "META-INF/")) for n in names)
+    assert not [n for n in names if n.startswith("META-INF/maven/")]  # no pom of ours either
 
 
-def test_stubs_have_kafka_descriptors() -> None:
+def test_the_manifest_carries_the_release_version() -> None:
+    from rsm._version import __version__
+
+    manifest = zipfile.ZipFile(jt.PLUGIN_JAR).read("META-INF/MANIFEST.MF").decode()
+    assert f"Implementation-Version: {__version__}\r\n" in manifest
+    assert "Implementation-Title: kafka-tiered-storage-shim\r\n" in manifest
+
+
+def test_the_shim_is_compiled_against_the_oldest_supported_kafka_release() -> None:
+    """The pom's provided Kafka version is the first line of jvm-shim/kafka-releases.txt, and the build used
+    Kafka's own jars of that release (from Maven Central, not a copy of its API)."""
+    pom = (jt.SHIM_DIR / "pom.xml").read_text()
+    version = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom)
+    assert version and version.group(1) == jt.OLDEST_RELEASE == jt.KAFKA_RELEASES[0] == "3.6.2"
+    assert [j.name for j in jt.kafka_api_jars()] == ["kafka-storage-api-3.6.2.jar", "kafka-clients-3.6.2.jar"]
+    assert all(".m2" in j.parts or "repository" in j.parts for j in jt.kafka_api_jars())
+    assert not list(jt.SHIM_DIR.rglob("org/apache/kafka")), "a copy of Kafka's API under jvm-shim/"
     out = subprocess.run(
-        ["javap", "-cp", str(jt.STUBS_JAR), "-s", "org.apache.kafka.server.log.remote.storage.RemoteStorageManager"],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["javap", "-cp", jt.test_classpath(), jt.SHIM_CLASS], capture_output=True, text=True, check=True
     ).stdout
-    meta = "Lorg/apache/kafka/server/log/remote/storage/RemoteLogSegmentMetadata;"
-    for desc in (
-        f"({meta}Lorg/apache/kafka/server/log/remote/storage/LogSegmentData;)Ljava/util/Optional;",
-        f"({meta}I)Ljava/io/InputStream;",
-        f"({meta}II)Ljava/io/InputStream;",
-        f"({meta}Lorg/apache/kafka/server/log/remote/storage/RemoteStorageManager$IndexType;)Ljava/io/InputStream;",
-        f"({meta})V",
-    ):
-        assert desc in out, desc
-    assert "extends org.apache.kafka.common.Configurable,java.io.Closeable" in out
+    assert "implements org.apache.kafka.server.log.remote.storage.RemoteStorageManager" in out
+
+
+def test_the_listed_releases_are_the_newest_patch_of_each_minor() -> None:
+    minors = [tuple(map(int, v.split(".")[:2])) for v in jt.KAFKA_RELEASES]
+    assert minors == sorted(set(minors)), jt.KAFKA_RELEASES  # one per minor, oldest first
+    assert minors[0] == (3, 6) and minors[-1] == (4, 4)
+    assert set(jt.DEFAULT_RELEASES) == {"3.6.2", "3.9.2", "4.4.0"}
 
 
 def test_plugin_path_prints_the_jar_directory() -> None:
@@ -87,7 +100,8 @@ def kafka_home(tmp_path: Path) -> Path:
     (home / "libs").mkdir(parents=True)
     (home / "config").mkdir()
     (home / "config" / "log4j.properties").write_text("")
-    shutil.copy(jt.STUBS_JAR, home / "libs" / "kafka-storage-api-stub.jar")
+    for jar in jt.kafka_api_jars():  # Kafka's own API jars, as a real installation's libs/ has them
+        shutil.copy(jar, home / "libs" / jar.name)
     shutil.copy(jt.FAKE_KAFKA_JAR, home / "libs" / "kafka_2.13-fake.jar")
     (home / "libs" / "kafka_2.13-fake-javadoc.jar").write_bytes(b"")
     return home

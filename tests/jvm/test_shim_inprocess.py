@@ -60,7 +60,7 @@ def jvm(tmp_path_factory: pytest.TempPathFactory) -> Any:
     (mods / "kts_test_managers.py").write_text(textwrap.dedent(MANAGERS))
     sys.path.insert(0, str(mods))
     if not jpype.isJVMStarted():
-        jpype.startJVM(classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)], convertStrings=False)
+        jpype.startJVM(classpath=jt.classpath_list(), convertStrings=False)
     try:
         jpype.JClass(jt.HARNESS_CLASS)
     except Exception:

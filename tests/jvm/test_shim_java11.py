@@ -55,10 +55,13 @@ def test_every_packaged_class_is_a_java_11_class_file() -> None:
 
 @needs_java
 def test_test_jars_are_java_11_too() -> None:
-    """The harness and stubs run on the Java 11 runtime in the KTS_TEST_JAVA runs below."""
+    """The harness runs on the Java 11 runtime in the KTS_TEST_JAVA runs below, with the oldest release's API jars
+    (Kafka 3.x runs on Java 8 and newer)."""
     jt.ensure_built()
-    for jar in (jt.STUBS_JAR, jt.TEST_JAR, jt.RETRIABLE_STUB_JAR):
+    for jar in (jt.TEST_JAR, jt.FAKE_KAFKA_JAR):
         assert set(class_file_majors(jar).values()) == {JAVA_11_MAJOR}, jar.name
+    for jar in jt.kafka_api_jars():
+        assert max(class_file_majors(jar).values()) <= JAVA_11_MAJOR, jar.name
 
 
 def runtimes() -> list[str]:

@@ -1,7 +1,7 @@
 """Transient store failures reach the broker as Kafka's ``RetriableRemoteStorageException`` where the broker has
-that class (newer Kafka), and as ``RemoteStorageException`` with the same message where it does not (3.6-4.x
-brokers before it): the shim looks the class up at run time. Both transports, each in a real JVM with the class
-on the class path (``jvm-shim/test-stubs``, test only) and without it."""
+that class (newer Kafka), and as ``RemoteStorageException`` with the same message where it does not (older
+brokers): the shim looks the class up at run time. Both transports, each in a real JVM on each Kafka release's own
+jars (``jvm_testing.releases_under_test``): releases with the class and releases without it."""
 
 from __future__ import annotations
 
@@ -78,23 +78,27 @@ def errors_over_sidecar(spec: Path, classpath: list[Path], java: str = "java") -
     return dict(line.split("=", 1) for line in r.stdout.splitlines())
 
 
+def transient(release: jt.KafkaRelease) -> str:
+    """What a transient failure arrives as on ``release``."""
+    return "RetriableRemoteStorageException" if release.has_retriable else "RemoteStorageException"
+
+
 @needs_java
-def test_sidecar_throws_retriable_where_the_broker_has_the_class(spec: Path) -> None:
-    got = errors_over_sidecar(spec, [jt.PLUGIN_JAR, jt.STUBS_JAR, jt.RETRIABLE_STUB_JAR, jt.TEST_JAR])
-    assert got["hasRetriable"] == "true"
-    assert got["copy"] == f"{PKG}RetriableRemoteStorageException ({THROTTLED})"
-    assert got["fetch"] == f"{PKG}RetriableRemoteStorageException ({TIMED_OUT})"
+@jt.on_each_kafka_release
+def test_sidecar_throws_retriable_exactly_where_the_broker_has_the_class(spec: Path, version: str) -> None:
+    release = jt.kafka_release(version)
+    got = errors_over_sidecar(spec, release.classpath())
+    assert got["hasRetriable"] == str(release.has_retriable).lower()
+    assert got["copy"] == f"{PKG}{transient(release)} ({THROTTLED})"
+    assert got["fetch"] == f"{PKG}{transient(release)} ({TIMED_OUT})"
     assert got["fetchIndex"] == f"{PKG}RemoteResourceNotFoundException (RemoteResourceNotFoundException: no such index)"
     assert got["delete"] == f"{PKG}RemoteStorageException (RemoteStorageException: access denied)"
 
 
-@needs_java
-def test_sidecar_throws_remote_storage_exception_where_the_broker_lacks_it(spec: Path) -> None:
-    got = errors_over_sidecar(spec, [jt.PLUGIN_JAR, jt.STUBS_JAR, jt.TEST_JAR])
-    assert got["hasRetriable"] == "false"
-    assert got["copy"] == f"{PKG}RemoteStorageException ({THROTTLED})"
-    assert got["fetch"] == f"{PKG}RemoteStorageException ({TIMED_OUT})"
-    assert got["delete"] == f"{PKG}RemoteStorageException (RemoteStorageException: access denied)"
+def test_the_default_releases_include_one_with_and_one_without_the_class() -> None:
+    """Both branches of the shim's lookup run in ``make test``."""
+    kinds = {jt.KafkaRelease(v, (), Path()).has_retriable for v in jt.DEFAULT_RELEASES}
+    assert kinds == {True, False}
 
 
 INPROCESS = """
@@ -123,15 +127,13 @@ def errors_in_process(spec: Path, classpath: list[Path]) -> dict[str, str]:
 
 
 @needs_java
-def test_inprocess_maps_retriable_the_same_way_with_and_without_the_class(spec: Path) -> None:
+@jt.on_each_kafka_release
+def test_inprocess_maps_retriable_the_same_way_as_the_sidecar(spec: Path, version: str) -> None:
     pytest.importorskip("jpype")
-    base = [jt.PLUGIN_JAR, jt.STUBS_JAR, jt.TEST_JAR]
-    with_class = errors_in_process(spec, [*base, jt.RETRIABLE_STUB_JAR])
-    assert with_class["hasRetriable"] == "true"
-    assert with_class["copy"] == f"{PKG}RetriableRemoteStorageException ({THROTTLED})"
-    assert with_class["delete"] == f"{PKG}RemoteStorageException (RemoteStorageException: access denied)"
-    without = errors_in_process(spec, base)
-    assert without["hasRetriable"] == "false"
-    assert without["copy"] == f"{PKG}RemoteStorageException ({THROTTLED})"
-    assert without["fetch"].startswith(f"{PKG}RemoteStorageException (")
-    assert TIMED_OUT in without["fetch"]
+    release = jt.kafka_release(version)
+    got = errors_in_process(spec, release.classpath())
+    assert got["hasRetriable"] == str(release.has_retriable).lower()
+    assert got["copy"] == f"{PKG}{transient(release)} ({THROTTLED})"
+    assert got["delete"] == f"{PKG}RemoteStorageException (RemoteStorageException: access denied)"
+    assert got["fetch"].startswith(f"{PKG}{transient(release)} (")
+    assert TIMED_OUT in got["fetch"]

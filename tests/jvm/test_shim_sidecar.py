@@ -1,5 +1,6 @@
-"""The sidecar transport, driven from a real, separately started JVM (``java -cp shim:stubs:harness``), as a
-broker would: lifecycle on real segments from 16 threads, kill -9 mid-fetch, close(), broken environments."""
+"""The sidecar transport, driven from a real, separately started JVM (``java -cp shim:kafka-api:harness``, Kafka's
+API from its own jars), as a broker would: lifecycle on real segments from 16 threads, on each Kafka release,
+kill -9 mid-fetch, close(), broken environments."""
 
 from __future__ import annotations
 
@@ -59,6 +60,21 @@ def test_lifecycle_16_threads_over_sidecar(spec: Path, tmp_path: Path) -> None:
     assert r.stdout.startswith("OK lifecycle segments=4 threads=16"), r.stdout
     assert "(sidecar transport)" in r.stderr  # auto picked the sidecar in a plain JVM
     assert "Python sidecar pid" in r.stderr and "stopped (exit code 0)" in r.stderr
+    assert not list((tmp_path / "store").rglob("*.log")), "delete left segment objects behind"
+
+
+@jt.on_each_kafka_release
+def test_lifecycle_on_the_kafka_release_jars(spec: Path, tmp_path: Path, version: str) -> None:
+    """The packaged jar (compiled against the oldest release) on this release's API jars, driven by the harness
+    compiled against them: copy, every fetch and index, delete, from 4 threads."""
+    release = jt.kafka_release(version)
+    cmd = ["java", "-cp", os.pathsep.join(map(str, release.classpath())), jt.HARNESS_CLASS, "lifecycle"]
+    cmd += [jt.SHIM_CLASS, str(spec), "4", "8", "--"]
+    cmd += [f"{k}={v}" for k, v in jt.base_config(tmp_path / "store").items()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert r.stdout.startswith("OK lifecycle segments=4 threads=4"), r.stdout
+    assert f"kafka-storage-api-{version}.jar" in " ".join(cmd)
     assert not list((tmp_path / "store").rglob("*.log")), "delete left segment objects behind"
 
 

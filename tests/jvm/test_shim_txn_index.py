@@ -1,7 +1,7 @@
 """Kafka 4.0 added ``isTxnIdxEmpty()`` to ``RemoteLogSegmentMetadata``; 3.x has no such method. The shim reads it
-by reflection, so one jar serves both: in a real JVM with a 4.0-shaped class (test only, ``jvm-shim/test-stubs-4x``)
-ahead of the 3.6-shaped stubs, the metadata Python receives says the transaction index is empty; with the 3.x class
-it says not (there is nothing to say), and everything else arrives the same. A segment without a transaction index
+by reflection, so one jar serves both: in a real JVM on a 4.x release's own jars the metadata Python receives says
+the transaction index is empty; on a 3.x release's jars it says not (there is nothing to say), and everything else
+arrives the same (each release in ``jvm_testing.releases_under_test``). A segment without a transaction index
 (``LogSegmentData.transactionIndex()`` empty) goes through copy, fetchIndex and delete in the shim lifecycle tests
 (``jvm_testing.make_test_segments`` has two such segments)."""
 
@@ -48,18 +48,17 @@ def check_common(raw: bytes) -> None:
     assert meta.custom_metadata is None
 
 
-def test_a_kafka_4_broker_tells_python_the_transaction_index_is_empty() -> None:
-    shape, raw = encoded([jt.METADATA_4X_STUB_JAR, jt.PLUGIN_JAR, jt.STUBS_JAR, jt.TEST_JAR])
-    assert shape == "4.0"
+@jt.on_each_kafka_release
+def test_kafka_4_brokers_say_the_transaction_index_is_empty_and_3_x_brokers_send_false(version: str) -> None:
+    release = jt.kafka_release(version)
+    shape, raw = encoded(release.classpath())
+    assert shape == ("4.0" if release.has_txn_idx_empty else "3.x")
     check_common(raw)
-    assert wire.decode_metadata(raw).txn_idx_empty is True
+    assert wire.decode_metadata(raw).txn_idx_empty is release.has_txn_idx_empty
 
 
-def test_a_kafka_3_broker_without_the_method_sends_false() -> None:
-    shape, raw = encoded([jt.PLUGIN_JAR, jt.STUBS_JAR, jt.TEST_JAR])
-    assert shape == "3.x"
-    check_common(raw)
-    assert wire.decode_metadata(raw).txn_idx_empty is False
+def test_the_default_releases_include_3_x_and_4_x() -> None:
+    assert {jt.KafkaRelease(v, (), Path()).has_txn_idx_empty for v in jt.DEFAULT_RELEASES} == {True, False}
 
 
 def test_segments_without_a_transaction_index_are_in_the_lifecycle_specs(tmp_path: Path) -> None:

@@ -9,44 +9,157 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rsm._version import __version__
 from rsm.jvm.codec import I32
 from rsm.jvm.config import SHIM_VERSION_KEY
 from rsm.metadata import RemoteLogSegmentMetadata
 
+F = TypeVar("F", bound=Callable[..., object])
 REPO = Path(__file__).resolve().parents[2]
 SHIM_DIR = REPO / "jvm-shim"
 BUILD_DIR = SHIM_DIR / "build"
+MAIN_BUILD = BUILD_DIR / "main"
 PLUGIN_JAR = REPO / "rsm" / "_jars" / "kafka-tiered-storage-shim.jar"
-STUBS_JAR = BUILD_DIR / "kafka-api-stubs.jar"
-TEST_JAR = BUILD_DIR / "kts-shim-test.jar"
-FAKE_KAFKA_JAR = BUILD_DIR / "fake-kafka.jar"
-RETRIABLE_STUB_JAR = BUILD_DIR / "retriable-stub.jar"
-"""Test only: a stand-in for Kafka's newer RetriableRemoteStorageException (jvm-shim/test-stubs)."""
-METADATA_4X_STUB_JAR = BUILD_DIR / "kafka-4x-metadata-stub.jar"
-"""Test only: RemoteLogSegmentMetadata with Kafka 4.0's txnIdxEmpty (jvm-shim/test-stubs-4x), ahead of the stubs."""
+TEST_JAR = MAIN_BUILD / "kafka-tiered-storage-shim-harness.jar"
+"""The Java test harness (jvm-shim/test-src/io), compiled against the oldest supported Kafka."""
+FAKE_KAFKA_JAR = MAIN_BUILD / "kafka-tiered-storage-shim-fake-kafka.jar"
+"""A stand-in kafka.Kafka main (jvm-shim/test-src/kafka) for testing `kts kafka-server-start`."""
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 HARNESS_CLASS = "io.kts.shim.harness.Harness"
 
+RELEASES_FILE = SHIM_DIR / "kafka-releases.txt"
+
+
+def _releases(tested_only: bool) -> tuple[str, ...]:
+    rows = [line.split() for line in RELEASES_FILE.read_text().splitlines() if line and not line.startswith("#")]
+    return tuple(row[0] for row in rows if not tested_only or "test" in row[1:])
+
+
+KAFKA_RELEASES = _releases(tested_only=False)
+"""The newest patch of every Kafka minor release we support, oldest first (jvm-shim/kafka-releases.txt)."""
+OLDEST_RELEASE = KAFKA_RELEASES[0]
+"""The release the plugin jar is compiled against (the pom's kafka.version)."""
+DEFAULT_RELEASES = _releases(tested_only=True)
+"""What ``make test`` runs the shim on: the oldest release, the newest 3.x and the newest 4.x."""
+RETRIABLE_SINCE = (4, 2)
+"""The first release with ``RetriableRemoteStorageException`` (KAFKA-19523; 4.1.2 lacks it, 4.2.2 has it)."""
+TXN_IDX_EMPTY_SINCE = (4, 0)
+"""The first release with ``RemoteLogSegmentMetadata.isTxnIdxEmpty()`` (KAFKA-16780)."""
+
 
 def _newest_source() -> float:
-    sources = [p for p in SHIM_DIR.rglob("*") if p.suffix in (".java", ".sh")]
-    return max(p.stat().st_mtime for p in [*sources, SHIM_DIR.parent / "rsm" / "_version.py"])  # the manifest's
+    sources = [p for p in SHIM_DIR.rglob("*") if p.suffix in (".java", ".sh", ".xml") and BUILD_DIR not in p.parents]
+    return max(p.stat().st_mtime for p in [*sources, REPO / "rsm" / "_version.py"])
+
+
+def _fresh(jars: list[Path], listing: Path) -> bool:
+    """The jars are no older than every source, and the class path listing is there (Maven rewrites it only when
+    it changes, so its time says nothing)."""
+    return (
+        listing.is_file() and all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source()
+    )
+
+
+def _build(*args: str) -> None:
+    r = subprocess.run(["bash", str(SHIM_DIR / "build.sh"), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"jvm-shim/build.sh {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
 
 
 def ensure_built() -> None:
     """Runs jvm-shim/build.sh when a jar is missing or older than a source (the source tree only)."""
     if not SHIM_DIR.is_dir():
         return
-    jars = [PLUGIN_JAR, STUBS_JAR, TEST_JAR, FAKE_KAFKA_JAR, RETRIABLE_STUB_JAR, METADATA_4X_STUB_JAR]
-    if all(j.exists() for j in jars) and min(j.stat().st_mtime for j in jars) >= _newest_source():
-        return
-    subprocess.run(["bash", str(SHIM_DIR / "build.sh")], check=True, capture_output=True, text=True)
+    if not _fresh([PLUGIN_JAR, TEST_JAR, FAKE_KAFKA_JAR], MAIN_BUILD / "kafka-api.classpath"):
+        _build()
+
+
+def _read_classpath(file: Path) -> list[Path]:
+    jars = [Path(p) for p in file.read_text().strip().split(os.pathsep) if p]
+    missing = [j for j in jars if not j.is_file()]
+    if not jars or missing:
+        raise RuntimeError(f"{file} names no jar or missing jars {missing}: run jvm-shim/build.sh again")
+    return jars
+
+
+def kafka_api_jars() -> list[Path]:
+    """Kafka's API jars (kafka-storage-api, kafka-clients) of the oldest supported release, from ~/.m2."""
+    ensure_built()
+    return _read_classpath(MAIN_BUILD / "kafka-api.classpath")
+
+
+def test_classpath() -> str:
+    """The plugin jar, the oldest supported Kafka's API jars and the harness: what most shim tests run."""
+    return os.pathsep.join(classpath_list())
+
+
+def classpath_list() -> list[str]:
+    return [str(p) for p in (PLUGIN_JAR, *kafka_api_jars(), TEST_JAR)]
+
+
+def releases_under_test() -> list[str]:
+    """The Kafka releases the release-sensitive shim tests run on: ``KTS_KAFKA_RELEASES`` (comma-separated, or
+    ``all`` for every release in KAFKA_RELEASES), by default DEFAULT_RELEASES."""
+    wanted = os.environ.get("KTS_KAFKA_RELEASES", "").strip()
+    if not wanted:
+        return list(DEFAULT_RELEASES)
+    if wanted == "all":
+        return list(KAFKA_RELEASES)
+    return [v.strip() for v in wanted.split(",") if v.strip()]
+
+
+def on_each_kafka_release(test: F) -> F:
+    """Runs ``test(version=...)`` once for each of ``releases_under_test()``, marked ``kafka_release``."""
+    import pytest
+
+    ids = [f"kafka-{v}" for v in releases_under_test()]
+    return pytest.mark.kafka_release(pytest.mark.parametrize("version", releases_under_test(), ids=ids)(test))
+
+
+@dataclass(frozen=True)
+class KafkaRelease:
+    """One Kafka release's real API jars and the shim's test harness compiled against them."""
+
+    version: str
+    api_jars: tuple[Path, ...]
+    harness_jar: Path
+
+    @property
+    def feature(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def has_retriable(self) -> bool:
+        return self.feature >= RETRIABLE_SINCE
+
+    @property
+    def has_txn_idx_empty(self) -> bool:
+        return self.feature >= TXN_IDX_EMPTY_SINCE
+
+    def classpath(self, *first: Path) -> list[Path]:
+        """``first``, then the packaged plugin jar (compiled against the oldest release), this release's API
+        jars and the harness compiled against this release: a broker of this release running our plugin."""
+        return [*first, PLUGIN_JAR, *self.api_jars, self.harness_jar]
+
+
+def kafka_release(version: str) -> KafkaRelease:
+    """Compiles the shim and its harness against ``version``'s jars (jvm-shim/build/kafka-X/, once; Maven keeps
+    the jars in ~/.m2) and returns where they are."""
+    ensure_built()
+    if version == OLDEST_RELEASE:
+        return KafkaRelease(version, tuple(kafka_api_jars()), TEST_JAR)  # what the main build compiled against
+    out = BUILD_DIR / f"kafka-{version}"
+    harness = out / "kafka-tiered-storage-shim-harness.jar"
+    listing = out / "kafka-api.classpath"
+    if not _fresh([harness, out / "kafka-tiered-storage-shim.jar"], listing):
+        _build("--no-main", "--kafka", version)
+    return KafkaRelease(version, tuple(_read_classpath(listing)), harness)
 
 
 def sidecar_config_payload(config: dict[str, str]) -> bytes:
@@ -98,10 +211,6 @@ remote.log.storage.system.enable=true
 remote.log.metadata.manager.listener.name=PLAINTEXT
 rlmm.config.remote.log.metadata.topic.replication.factor=1
 {plugin}"""
-
-
-def test_classpath() -> str:
-    return os.pathsep.join(str(p) for p in (PLUGIN_JAR, STUBS_JAR, TEST_JAR))
 
 
 @dataclass(frozen=True)

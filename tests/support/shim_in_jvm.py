@@ -15,7 +15,7 @@ jpype = pytest.importorskip("jpype")
 def jvm() -> None:
     jt.ensure_built()
     if not jpype.isJVMStarted():
-        jpype.startJVM(classpath=[str(jt.PLUGIN_JAR), str(jt.STUBS_JAR), str(jt.TEST_JAR)], convertStrings=False)
+        jpype.startJVM(classpath=jt.classpath_list(), convertStrings=False)
     try:
         jpype.JClass(jt.SHIM_CLASS)
     except Exception:

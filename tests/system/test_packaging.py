@@ -1,6 +1,7 @@
 """What ``pip install`` gives a broker host: a wheel built from this tree, installed into a fresh venv with
 nothing else, must hold the shim jar (compiled by the build hook), name its folder with ``kts plugin-path``,
-and the shim class must load from that folder in a real JVM. Without a JDK the build stops with a clear error.
+and the shim class must load from that folder in a real JVM. Without a JDK the build stops with a clear error,
+unless the jar is there already: a wheel built from the sdist (which carries the jar) needs no JDK or Maven.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     assert r.stdout.split() == ["True", "rsm.kafka._recordwalk"], r.stderr
 
     # Load the shim by reflection the way a broker does: the plugin folder in its own class loader, Kafka's API
-    # (our signature-exact stubs) from the parent.
+    # (Kafka 3.6's own jars) from the parent.
     jt.ensure_built()
     probe = tmp_path / "LoadShim.java"
     probe.write_text(
@@ -109,7 +110,7 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
         )
     )
     r = subprocess.run(
-        ["java", "-cp", str(jt.STUBS_JAR), str(probe), str(folder), jt.SHIM_CLASS],
+        ["java", "-cp", os.pathsep.join(map(str, jt.kafka_api_jars())), str(probe), str(folder), jt.SHIM_CLASS],
         capture_output=True,
         text=True,
         timeout=120,
@@ -133,8 +134,8 @@ def test_the_installed_wheel_lists_sparks_door_where_sparks_lookup_looks(install
     assert "No module named 'pyspark'" in r.stderr  # without the [spark] extra it needs pyspark, as Spark has
 
 
-def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
-    # A PATH with Python, bash and the usual tools, but no javac/jar.
+def path_without_jdk_or_maven(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH has Python, bash and the usual tools, but no java, javac, jar or mvn."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "sh", "env", "sed", "find", "sort", "mkdir", "rm", "mv", "dirname", "uname", "cat"):
@@ -142,6 +143,13 @@ def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
         if found:
             (bin_dir / tool).symlink_to(found)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{bin_dir}")
+    for tool in ("java", "javac", "jar", "mvn"):
+        assert shutil.which(tool, path=env["PATH"]) is None, tool
+    return env
+
+
+def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
+    env = path_without_jdk_or_maven(tmp_path)
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "node_modules", ".ci", "*.jar"))
     r = subprocess.run(
@@ -152,37 +160,51 @@ def test_building_without_a_jdk_fails_clearly(tmp_path: Path) -> None:
         timeout=600,
     )
     assert r.returncode != 0
-    assert "needs a JDK 17+ to compile the broker plugin jar" in r.stdout + r.stderr
+    assert "needs a JDK (11 or newer) and Maven to compile the broker plugin jar" in r.stdout + r.stderr
     assert not list(tmp_path.rglob("*.whl"))
 
 
-def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(tmp_path: Path) -> None:
-    import tarfile
-
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sdist")
     r = subprocess.run(
-        [sys.executable, "-c", f"from setuptools import build_meta as b; print(b.build_sdist({str(tmp_path)!r}))"],
+        [sys.executable, "-c", f"from setuptools import build_meta as b; print(b.build_sdist({str(out)!r}))"],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    sdist = tmp_path / r.stdout.strip().splitlines()[-1]
+    return out / r.stdout.strip().splitlines()[-1]
+
+
+def unpack(sdist: Path, into: Path) -> Path:
+    import tarfile
+
+    with tarfile.open(sdist) as tar:
+        tar.extractall(into, filter="data")
+        return into / tar.getnames()[0].split("/")[0]
+
+
+@pytest.mark.timeout(900)  # a full Maven build of the jar in the unpacked sdist
+def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(sdist: Path, tmp_path: Path) -> None:
+    import tarfile
+
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
     root = names[0].split("/")[0]
     assert f"{root}/jvm-shim/build.sh" in names and f"{root}/setup.py" in names
+    assert f"{root}/jvm-shim/pom.xml" in names and f"{root}/jvm-shim/kafka-releases.txt" in names
     assert any(n.endswith("PythonRemoteStorageManager.java") for n in names)
-    assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran javac too
+    assert not [n for n in names if "/jvm-shim/build/" in n or "/org/apache/kafka/" in n]
+    assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran Maven too
     assert f"{root}/rsm/cli/java/DemoBroker.java" in names
     assert f"{root}/rsm/kafka/_recordwalk.c" in names
     assert f"{root}/pyspark_kafka_tiered.py" in names
     # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
-    unpacked = tmp_path / "unpacked"
-    with tarfile.open(sdist) as tar:
-        tar.extractall(unpacked, filter="data")
-    (unpacked / root / "rsm/_jars/kafka-tiered-storage-shim.jar").unlink()
-    r = _pip_wheel(tmp_path / "dist", src=unpacked / root)
+    src = unpack(sdist, tmp_path / "unpacked")
+    (src / "rsm/_jars/kafka-tiered-storage-shim.jar").unlink()
+    r = _pip_wheel(tmp_path / "dist", src=src)
     assert r.returncode == 0, r.stdout + r.stderr
     wheel = next((tmp_path / "dist").glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -265,3 +287,32 @@ def test_each_backends_extra_brings_every_module_it_imports(backend: str, extra:
         if dist not in pulled:
             missing[module] = dist
     assert not missing, f"the [{extra}] extra does not bring {missing}"
+
+
+def test_a_wheel_from_the_sdist_needs_no_jdk_or_maven(sdist: Path, tmp_path: Path) -> None:
+    """The sdist's jar is no older than its sources: the wheel packages it as it is, with no java, javac or mvn."""
+    src = unpack(sdist, tmp_path / "unpacked")
+    jar = src / "rsm/_jars/kafka-tiered-storage-shim.jar"
+    r = _pip_wheel(tmp_path / "dist", env=path_without_jdk_or_maven(tmp_path), src=src)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "older than the shim's sources" not in r.stdout + r.stderr
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    assert zipfile.ZipFile(wheel).read("rsm/_jars/kafka-tiered-storage-shim.jar") == jar.read_bytes()
+
+
+def test_a_stale_jar_without_a_jdk_is_packaged_with_a_warning(sdist: Path, tmp_path: Path) -> None:
+    src = unpack(sdist, tmp_path / "unpacked")
+    jar = src / "rsm/_jars/kafka-tiered-storage-shim.jar"
+    java = next((src / "jvm-shim" / "src").rglob("Settings.java"))
+    os.utime(java, (jar.stat().st_mtime + 10, jar.stat().st_mtime + 10))
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-w", str(tmp_path / "dist"), "-v"],
+        capture_output=True,
+        text=True,
+        env=path_without_jdk_or_maven(tmp_path),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "is older than the shim's sources, but java, javac, mvn is not on PATH" in r.stdout + r.stderr
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    assert zipfile.ZipFile(wheel).read("rsm/_jars/kafka-tiered-storage-shim.jar") == jar.read_bytes()

@@ -12,7 +12,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
  * Prints, in hex, the metadata record the shim sends to Python ({@link Wire#encodeMetadata}) for one segment's
  * metadata, built as the broker on this class path would: with Kafka 4.0's constructor that takes txnIdxEmpty
  * (true) where the class has it, else with the 3.x one. Then a line saying which. Run by
- * tests/jvm/test_shim_txn_index.py with and without the 4.0-shaped class ahead of the stubs.
+ * tests/jvm/test_shim_txn_index.py on the jars of 3.x and 4.x releases.
  */
 public final class MetadataWireCheck {
     private MetadataWireCheck() {
