@@ -6,7 +6,7 @@
 #
 #   build.sh                  the plugin jar and the test jars
 #   build.sh --kafka X [...]  also compile the shim and its test harness against Kafka release X, into
-#                             jvm-shim/build/kafka-X/ (what the tests run the shim on; see tests/jvm_testing.py).
+#                             jvm-shim/build/kafka-X/ (what the tests run the shim on; see tests/support/jvm_testing.py).
 #                             X may be `test` (the releases marked so in kafka-releases.txt) or `all`.
 #   build.sh --no-main ...    only the --kafka releases (the plugin jar stays as it is)
 #
