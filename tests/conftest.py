@@ -23,6 +23,8 @@ SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
 KINDS = ("unit", "integration", "jvm", "system")
 
+import emulators  # noqa: E402,F401 - points KTS_AZURITE_BIN at the Azurite of make setup, for every test
+
 # The suite is a gate: the same examples on every run, so a red CI is a change's fault, not a new draw. Searching
 # for new examples is a separate job: KTS_FUZZ_RANDOM=1 (and KTS_LONG_FUZZ=1 for many more examples).
 settings.register_profile("gate", derandomize=True)
