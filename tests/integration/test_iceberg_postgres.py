@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.iceberg_testing import iceberg_config, load_table, order_records, segment_of
-from tests.pg_testing import PostgresServer
+from iceberg_testing import iceberg_config, load_table, order_records, segment_of
+from pg_testing import PostgresServer
 
 from rsm import RemoteStorageManager
 from rsm.kafka.writer import SegmentFiles

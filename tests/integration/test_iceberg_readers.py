@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.iceberg_testing import (
+from iceberg_testing import (
     ORDER_SCHEMA,
     SPARK_SESSION,
     Rec,

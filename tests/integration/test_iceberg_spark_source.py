@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.iceberg_testing import iceberg_config, new_tip, order_records, segment_of, tier
+from iceberg_testing import iceberg_config, new_tip, order_records, segment_of, tier
 
 from rsm.spark.reader import TieredReader
 
