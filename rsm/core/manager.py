@@ -288,10 +288,10 @@ class RemoteStorageManager:
         """A classic segment's stream over its chunks, or an Iceberg segment's batches rebuilt from its rows (the
         manifest says which kind the segment is)."""
         wired = self._ready(opening=True)
-        manifest = wired.manifests.manifest(meta)
+        src, manifest = wired.manifests.opened(meta)
         if manifest.iceberg is not None:
             return wired.iceberg.mode().open_fetch(meta, manifest.iceberg, start_position, end_position)
-        return wired.segments.open(meta, start_position, end_position)  # type: ignore[return-value]
+        return wired.segments.open(meta, start_position, end_position, src)  # type: ignore[return-value]
 
     def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
         """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same

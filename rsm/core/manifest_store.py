@@ -100,6 +100,10 @@ class ManifestStore:
         return self._load(self.keys(meta), meta).manifest
 
     def source(self, meta: RemoteLogSegmentMetadata) -> SegmentSource:
+        return self.opened(meta)[0]
+
+    def opened(self, meta: RemoteLogSegmentMetadata) -> tuple[SegmentSource, SegmentManifest]:
+        """The segment's source and its manifest, from one lookup (counted once by the manifest cache)."""
         keys = self.keys(meta)
         loaded = self._load(keys, meta)
         manifest = loaded.manifest
@@ -118,7 +122,7 @@ class ManifestStore:
             manifest.segment_indexes,
             integrity.index_crcs if integrity is not None else None,
             manifest.iceberg is None,
-        )
+        ), manifest
 
     def catalog(self) -> SegmentCatalog:
         """The tiered segments under ``key.prefix``."""

@@ -94,9 +94,17 @@ class SegmentReader:
         self.readahead = readahead
         self.prefetcher = prefetcher
 
-    def open(self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None) -> SegmentStream:
-        """Bytes ``[start_position, end_position]`` of the segment (inclusive; None: to its end), decoded lazily."""
-        src = self.sources.source(meta)
+    def open(
+        self,
+        meta: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None,
+        src: SegmentSource | None = None,
+    ) -> SegmentStream:
+        """Bytes ``[start_position, end_position]`` of the segment (inclusive; None: to its end), decoded lazily;
+        ``src``: the segment's source when the caller has it already."""
+        if src is None:
+            src = self.sources.source(meta)
         size = src.index.original_file_size
         if start_position < 0:
             raise RemoteStorageException(f"invalid start position {start_position} for {meta.describe()}")
