@@ -28,10 +28,13 @@ from helpers import TIP, damage_stored_index, wait_until
 from rsm._version import __version__
 from rsm.errors import RemoteStorageException
 from rsm.jvm import codec as wire
+from rsm.jvm.config import CONFIG_DEF as JVM_CONFIG_DEF
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SHM_DIR, SharedRegion, SharedRegionBuffers, remove_stale
 from rsm.jvm.sidecar import Sidecar
 from rsm.metadata import BROKER_INDEX_SET, IndexType
+
+DEFAULT_REGION_MIB = JVM_CONFIG_DEF.keys["jvm.sidecar.shared.memory.bytes"].default // (1024 * 1024)
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 BS = 65536
@@ -978,7 +981,7 @@ def test_jvm_maps_the_region_removes_its_name_and_leaves_nothing_after_kill_and_
     assert "RECOVERED" in out and out.splitlines()[-1] == "CLOSED", out
     pids = sidecar_pids(err)
     assert pid1 in pids and len(pids) == 2, pids
-    assert "shared memory 128 MiB" in err  # on by default, 128 MiB
+    assert f"shared memory {DEFAULT_REGION_MIB} MiB" in err  # on by default
     for pid in pids:
         assert region_files(pid) == [], pid
 
@@ -990,5 +993,5 @@ def test_jvm_configure_and_close_leave_no_region_file(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     pid = int(r.stdout.split()[1])
     assert r.stdout.splitlines()[-1] == "CLOSED"
-    assert f"Python sidecar started: pid {pid}" in r.stderr and "shared memory 128 MiB" in r.stderr
+    assert f"Python sidecar started: pid {pid}" in r.stderr and f"shared memory {DEFAULT_REGION_MIB} MiB" in r.stderr
     assert region_files(pid) == []
