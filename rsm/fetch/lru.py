@@ -81,16 +81,20 @@ class TimedLru(Generic[K, V]):
             return None
         value, weight, last = item
         if self._expired(last, now):
-            del self._items[key]
-            self._weight -= weight
-            self._dropped(value)
-            self.expirations += 1
-            self.evictions += 1
-            self.eviction_weight += weight
+            self._expire(key, value, weight)
             return None
         self._items[key] = (value, weight, now)
         self._items.move_to_end(key)
         return value
+
+    def _expire(self, key: K, value: V, weight: int) -> None:
+        """Drop an expired entry and count it. Caller holds the lock."""
+        del self._items[key]
+        self._weight -= weight
+        self._dropped(value)
+        self.expirations += 1
+        self.evictions += 1
+        self.eviction_weight += weight
 
     def _sweep_locked(self, now: float, limit: int) -> int:
         """Drop up to ``limit`` expired entries from the least recently used end (entries are kept in order of
@@ -102,12 +106,7 @@ class TimedLru(Generic[K, V]):
             key, (value, weight, last) = next(iter(self._items.items()))
             if not self._expired(last, now):
                 break
-            del self._items[key]
-            self._weight -= weight
-            self._dropped(value)
-            self.expirations += 1
-            self.evictions += 1
-            self.eviction_weight += weight
+            self._expire(key, value, weight)
             dropped += 1
         return dropped
 
