@@ -558,18 +558,17 @@ class GcsBackend(CloudBackend):
         ]:
             future.result()
 
+    def _blob_page(self, prefix: str, token: str | None, fields: str) -> tuple[list[Any], str | None]:
+        """One page of the blobs under ``prefix`` with the given fields, and the next page's token."""
+        iterator = self._client.list_blobs(
+            self.bucket, prefix=prefix, page_token=token, retry=None, timeout=self._timeout, fields=fields
+        )
+        return list(next(iterator.pages)), iterator.next_page_token
+
     def list(self, prefix: str) -> Iterator[str]:
         def page(token: str | None) -> tuple[list[str], str | None]:
-            iterator = self._client.list_blobs(
-                self.bucket,
-                prefix=prefix,
-                page_token=token,
-                retry=None,
-                timeout=self._timeout,
-                fields="items(name),nextPageToken",
-            )
-            names = [blob.name for blob in next(iterator.pages)]
-            return names, iterator.next_page_token
+            blobs, following = self._blob_page(prefix, token, "items(name),nextPageToken")
+            return [blob.name for blob in blobs], following
 
         return self._paginate("object-list", prefix, page)
 
@@ -577,19 +576,12 @@ class GcsBackend(CloudBackend):
         """``list`` with each object's size and last update (for garbage collection)."""
 
         def page(token: str | None) -> tuple[list[ObjectInfo], str | None]:
-            iterator = self._client.list_blobs(
-                self.bucket,
-                prefix=prefix,
-                page_token=token,
-                retry=None,
-                timeout=self._timeout,
-                fields="items(name,size,updated),nextPageToken",
-            )
+            blobs, following = self._blob_page(prefix, token, "items(name,size,updated),nextPageToken")
             infos = [
                 ObjectInfo(blob.name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else time.time())
-                for blob in next(iterator.pages)
+                for blob in blobs
             ]
-            return infos, iterator.next_page_token
+            return infos, following
 
         return self._paginate("object-list", prefix, page)  # type: ignore[arg-type]
 
