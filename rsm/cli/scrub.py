@@ -69,6 +69,18 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
             )
     except Exception as e:
         damage.append(Damage(keys.log, seg.describe(), _problem(e)))
+    indexes = _scrub_indexes(manager, seg, meta, manifest, damage)
+    return manifest.chunk_index.chunk_count, indexes, size, damage
+
+
+def _scrub_indexes(
+    manager: RemoteStorageManager,
+    seg: TieredSegment,
+    meta: RemoteLogSegmentMetadata,
+    manifest: SegmentManifest,
+    damage: list[Damage],
+) -> int:
+    """Read every index the manifest lists; each that fails goes to ``damage``. How many were read whole."""
     indexes = 0
     for index_type in IndexType:
         if manifest.segment_indexes.get(index_type) is None:
@@ -78,8 +90,8 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
                 f.read()
             indexes += 1
         except Exception as e:
-            damage.append(Damage(keys.indexes, seg.describe(), f"{index_type.name} index: {_problem(e)}"))
-    return manifest.chunk_index.chunk_count, indexes, size, damage
+            damage.append(Damage(seg.keys.indexes, seg.describe(), f"{index_type.name} index: {_problem(e)}"))
+    return indexes
 
 
 def _scrub_iceberg(
@@ -113,16 +125,7 @@ def _scrub_iceberg(
             )
     except Exception as e:
         damage.append(Damage(where, seg.describe(), _problem(e)))
-    indexes = 0
-    for index_type in IndexType:
-        if manifest.segment_indexes.get(index_type) is None:
-            continue
-        try:
-            with manager.fetch_index(meta, index_type) as f:
-                f.read()
-            indexes += 1
-        except Exception as e:
-            damage.append(Damage(seg.keys.indexes, seg.describe(), f"{index_type.name} index: {_problem(e)}"))
+    indexes = _scrub_indexes(manager, seg, meta, manifest, damage)
     return len(section.files), indexes, size, damage
 
 
