@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import io
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
+    EVERY_STORE,
     azure_azurite_server,
-    fresh_store,
+    empty_store_config,
     gcs_fake_server,
     s3_moto_server,
     s3_seaweedfs_server,
@@ -55,18 +54,11 @@ def test_only_the_layout_parses() -> None:
     assert parse_object_key(key.replace("0000000001234", "000000001234"), "p/") is None
 
 
-BACKENDS = ["filesystem", "s3-seaweedfs", "s3-moto", "gcs-fake", "azure-azurite"]
+BACKENDS = EVERY_STORE
 
 
 def _store(flavour: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if flavour == "filesystem":
-        return {"storage.backend.class": "filesystem", "storage.root": str(tmp_path / "store")}
-    server = request.getfixturevalue(FIXTURE_FOR[flavour])
-    name = f"gc-{uuid.uuid4().hex[:12]}"
-    return {
-        "storage.backend.class": server.backend,
-        **{f"storage.{k}": str(v) for k, v in fresh_store(server, name).items()},
-    }
+    return empty_store_config(flavour, request, tmp_path, "gc")
 
 
 def _start_upload(backend: Any, key: str, root: Path | None) -> None:

@@ -65,6 +65,21 @@ azure_azurite_server = _fixture("azure-azurite")
 FIXTURE_FOR = {name: name.replace("-", "_") + "_server" for name in STARTERS}
 """Emulator name -> fixture name, for ``request.getfixturevalue``."""
 
+EVERY_STORE = ["filesystem", *STARTERS]
+"""The filesystem and every emulator: the stores a test of what the plugin writes runs on."""
+
+
+def empty_store_config(flavour: str, request: pytest.FixtureRequest, root: Path, tag: str) -> dict[str, str]:
+    """``storage.*`` settings of an empty store of ``flavour`` (a folder under ``root``, or a new bucket named
+    ``tag-<random>`` on the emulator's session server): for tests whose empty ``key.prefix`` is the whole store."""
+    import uuid
+
+    if flavour == "filesystem":
+        return {"storage.backend.class": "filesystem", "storage.root": str(root / "store")}
+    server = request.getfixturevalue(FIXTURE_FOR[flavour])
+    settings = fresh_store(server, f"{tag}-{uuid.uuid4().hex[:12]}")
+    return {"storage.backend.class": server.backend, **{f"storage.{k}": str(v) for k, v in settings.items()}}
+
 
 def fresh_store(server: StoreServer, name: str) -> dict[str, Any]:
     """A new empty bucket (container) on ``server`` named ``name``: the backend configuration that uses it. For
