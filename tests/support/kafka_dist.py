@@ -16,7 +16,6 @@ through Kafka's JmxTool, :func:`produce` and :func:`consume` are kafka-python cl
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -29,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -290,8 +288,11 @@ def run_tool(
 
 
 def random_cluster_id() -> str:
-    """A cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes, URL-safe base64 unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A cluster id as ``kafka-storage random-uuid`` prints it: never starting with '-', which the storage tool
+    would read as an option."""
+    from rsm.metadata import random_kafka_uuid
+
+    return random_kafka_uuid()
 
 
 def jmx_options(port: int) -> list[str]:
