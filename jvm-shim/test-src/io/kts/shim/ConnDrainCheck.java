@@ -2,8 +2,6 @@ package io.kts.shim;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.ServerSocketChannel;
-import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 
@@ -36,7 +34,7 @@ public final class ConnDrainCheck {
      * bytes, arriving 64 KiB at a time (a socket buffer holds less than the frame, so it cannot come at once).
      */
     private static void bigFrameArrivingInSteps(Path socket) throws IOException {
-        try (Pair pair = Pair.open(socket)) {
+        try (SocketPeer pair = cancelled(socket)) {
             Conn conn = pair.conn;
             int body = 600 * 1024;
             ByteBuffer all = ByteBuffer.allocate(16 + 8 + body + 16 + 4 + 4);
@@ -61,7 +59,7 @@ public final class ConnDrainCheck {
 
     /** The frame's tag arrives without its length; drain must wait for the length, not misread the frame. */
     private static void headerSplitAcrossWrites(Path socket) throws IOException {
-        try (Pair pair = Pair.open(socket)) {
+        try (SocketPeer pair = cancelled(socket)) {
             Conn conn = pair.conn;
             pair.write(ByteBuffer.allocate(6).putInt(Wire.STREAM_NEXT_SEGMENT).put((byte) 0).put((byte) 0).flip());
             expect("with half the frame's length", conn.drain(), Conn.DRAIN_PENDING);
@@ -75,7 +73,7 @@ public final class ConnDrainCheck {
 
     /** A next-segment frame larger than any the sidecar sends is a broken stream: the connection is given up. */
     private static void impossibleFrameSize(Path socket) throws IOException {
-        try (Pair pair = Pair.open(socket)) {
+        try (SocketPeer pair = cancelled(socket)) {
             pair.write(ByteBuffer.allocate(8).putInt(Wire.STREAM_NEXT_SEGMENT)
                     .putInt(Wire.NEXT_SEGMENT_MAX_BYTES + 1).flip());
             expect("a frame over the limit", pair.conn.drain(), Conn.DRAIN_FAILED);
@@ -88,40 +86,11 @@ public final class ConnDrainCheck {
         if (got != wanted) throw new AssertionError(when + ": got " + got + ", wanted " + wanted);
     }
 
-    /** Our end of the socket plays the sidecar; the other end is a real Conn marked as draining a cancel. */
-    private static final class Pair implements AutoCloseable {
-        final ServerSocketChannel server;
-        final SocketChannel peer;
-        final Conn conn;
-
-        Pair(ServerSocketChannel server, SocketChannel peer, Conn conn) {
-            this.server = server;
-            this.peer = peer;
-            this.conn = conn;
-        }
-
-        /** Unix sockets through the shim's own run-time lookup (the harness is built for Java 11 too). */
-        static Pair open(Path socket) throws IOException {
-            ServerSocketChannel server = SidecarSockets.openUnixServer();
-            server.bind(SidecarSockets.unixAddress(socket));
-            SocketChannel client = SidecarSockets.connectUnix(socket);
-            SocketChannel peer = server.accept();
-            Conn conn = new Conn(client, 0, null);
-            conn.cancelStream();
-            ByteBuffer cancel = ByteBuffer.allocate(5);
-            while (cancel.hasRemaining()) peer.read(cancel);  // the cancel frame the Conn sent
-            return new Pair(server, peer, conn);
-        }
-
-        void write(ByteBuffer b) throws IOException {
-            while (b.hasRemaining()) peer.write(b);
-        }
-
-        @Override
-        public void close() throws IOException {
-            conn.close();
-            peer.close();
-            server.close();
-        }
+    /** A connection marked as draining a cancel, the cancel frame it sent already read by the far end. */
+    private static SocketPeer cancelled(Path socket) throws IOException {
+        SocketPeer pair = SocketPeer.open(socket);
+        pair.conn.cancelStream();
+        pair.readOp();
+        return pair;
     }
 }

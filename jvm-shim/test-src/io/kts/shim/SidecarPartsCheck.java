@@ -2,8 +2,6 @@ package io.kts.shim;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.ServerSocketChannel;
-import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -62,10 +60,10 @@ public final class SidecarPartsCheck {
         SidecarSupervisor supervisor = new SidecarSupervisor(settings, Map.of(), p -> { });
         SidecarConnections connections = new SidecarConnections(settings, supervisor);
         KeptStreams kept = new KeptStreams(settings, connections);
-        List<Peer> peers = new ArrayList<>();
+        List<SocketPeer> peers = new ArrayList<>();
         try {
             for (String segment : new String[] {"a", "b", "c"}) {
-                Peer peer = Peer.open(dir.resolve(segment + ".sock"));
+                SocketPeer peer = SocketPeer.open(dir.resolve(segment + ".sock"));
                 peers.add(peer);
                 kept.keep(new SidecarInputStream.Kept(peer.conn, segment, 0, 0, 0, System.nanoTime(), false), false);
             }
@@ -77,13 +75,13 @@ public final class SidecarPartsCheck {
             expect("left after the take", kept.size(), 1);
             kept.close(k -> true);
             expect("closed without a cancel", peers.get(2).conn.isOpen(), false);
-            Peer late = Peer.open(dir.resolve("d.sock"));
+            SocketPeer late = SocketPeer.open(dir.resolve("d.sock"));
             peers.add(late);
             kept.keep(new SidecarInputStream.Kept(late.conn, "d", 0, 0, 0, System.nanoTime(), false), true);
             expect("kept while the transport closes", kept.size(), 0);
             expect("cancelled at once", late.readOp(), (int) Wire.OP_CANCEL_STREAM);
         } finally {
-            for (Peer p : peers) p.close();
+            for (SocketPeer p : peers) p.close();
         }
         System.out.println("ok kept-streams");
     }
@@ -119,41 +117,5 @@ public final class SidecarPartsCheck {
 
     private static void expect(String what, Object got, Object want) {
         if (!want.equals(got)) throw new AssertionError(what + ": got " + got + ", want " + want);
-    }
-
-    /** A connection and the far end of its socket, which plays the sidecar. */
-    private static final class Peer implements AutoCloseable {
-        final ServerSocketChannel server;
-        final SocketChannel far;
-        final Conn conn;
-
-        private Peer(ServerSocketChannel server, SocketChannel far, Conn conn) {
-            this.server = server;
-            this.far = far;
-            this.conn = conn;
-        }
-
-        static Peer open(Path socket) throws IOException {
-            ServerSocketChannel server = SidecarSockets.openUnixServer();
-            server.bind(SidecarSockets.unixAddress(socket));
-            SocketChannel client = SidecarSockets.connectUnix(socket);
-            return new Peer(server, server.accept(), new Conn(client, 0, null));
-        }
-
-        /** The op code of the next request frame the shim sent. */
-        int readOp() throws IOException {
-            ByteBuffer frame = ByteBuffer.allocate(5);
-            while (frame.hasRemaining()) {
-                if (far.read(frame) < 0) throw new IOException("closed before a whole frame");
-            }
-            return frame.get(4);
-        }
-
-        @Override
-        public void close() throws IOException {
-            conn.close();
-            far.close();
-            server.close();
-        }
     }
 }
