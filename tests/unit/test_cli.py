@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -51,6 +52,13 @@ def test_demo_iceberg_part_counts_match_the_segments(tmp_path: Path, capsys: pyt
         records = sum(h.records_count for h, _ in iter_batches(log.read_bytes()) if not h.is_control)
         assert f"partition {p}: {records:>6,} records" in first
     assert "demo OK" in first
+    # every kts command reads both topics through the demo's server.properties
+    props = str(tmp_path / "demo" / "server.properties")
+    assert main(["ls", "--config", props, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((r["topic"], r["kind"]) for r in rows) == [("events", "iceberg")] * 3 + [("orders", "classic")]
+    assert main(["verify", "--config", props]) == 0
+    assert "verified 4 segments" in capsys.readouterr().out
     assert main(args) == 0
     second = capsys.readouterr().out
 
