@@ -79,10 +79,18 @@ def _account_of(endpoint: str) -> str:
     return path.split("/")[0] if path else (url.hostname or "").split(".")[0]
 
 
+def _suffix_of(endpoint: str, account: str) -> str | None:
+    """The cloud's endpoint suffix of ``https://<account>.blob.<suffix>`` (None for an emulator's address)."""
+    host = urlparse(endpoint).hostname or ""
+    head = f"{account}.blob."
+    return host[len(head) :] if account and host.startswith(head) else None
+
+
 def _azure_properties(storage: Mapping[str, Any], key_prefix: str) -> dict[str, str]:
     """adlfs (pyiceberg's FileIO for ``abfs://``) reaches the blob endpoint through a connection string whenever
     the backend names an endpoint of its own (Azurite, a sovereign cloud), as the backend's client does."""
     props: dict[str, str] = {}
+    suffix = "core.windows.net"
     conn = str(storage.get("azure.connection.string") or "")
     account = str(storage.get("azure.account.name") or "")
     endpoint = str(storage.get("azure.endpoint.url") or "").rstrip("/")
@@ -91,6 +99,7 @@ def _azure_properties(storage: Mapping[str, Any], key_prefix: str) -> dict[str, 
     if conn:
         fields = _connection_string_fields(conn)
         account = fields.get("accountname") or _account_of(fields.get("blobendpoint", ""))
+        suffix = fields.get("endpointsuffix") or _suffix_of(fields.get("blobendpoint", ""), account) or suffix
         props["adls.connection-string"] = conn
     elif endpoint and (key or sas):
         account = account or _account_of(endpoint)
@@ -106,10 +115,12 @@ def _azure_properties(storage: Mapping[str, Any], key_prefix: str) -> dict[str, 
             props["adls.account-key"] = key
         if sas:
             props["adls.sas-token"] = sas
+    if endpoint:
+        suffix = _suffix_of(endpoint, account) or suffix
     if account:
         props["adls.account-name"] = account
     container = storage.get("azure.container.name")
-    props["warehouse"] = f"abfs://{container}@{account}.dfs.core.windows.net/{key_prefix}{ICEBERG_DIR}".rstrip("/")
+    props["warehouse"] = f"abfs://{container}@{account}.dfs.{suffix}/{key_prefix}{ICEBERG_DIR}".rstrip("/")
     return props
 
 

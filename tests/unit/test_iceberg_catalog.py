@@ -48,13 +48,15 @@ def test_azure_account_from_a_sas_endpoint() -> None:
     ("conn", "account"),
     [
         (f"DefaultEndpointsProtocol=https;AccountName=prod;AccountKey={KEY};EndpointSuffix=core.windows.net", "prod"),
+        (f"AccountName=cn;AccountKey={KEY};EndpointSuffix=core.chinacloudapi.cn", "cn"),
         ("BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;SharedAccessSignature=sv=1", "devstoreaccount1"),
     ],
 )
 def test_azure_connection_string_is_passed_as_is(conn: str, account: str) -> None:
     props = derived_properties("azure", {"azure.container.name": "c", "azure.connection.string": conn}, "k/")
     assert props["adls.connection-string"] == conn
-    assert props["warehouse"] == f"abfs://c@{account}.dfs.core.windows.net/k/iceberg"
+    suffix = "core.chinacloudapi.cn" if account == "cn" else "core.windows.net"
+    assert props["warehouse"] == f"abfs://c@{account}.dfs.{suffix}/k/iceberg"
 
 
 def test_azure_account_and_key_only() -> None:
@@ -65,4 +67,16 @@ def test_azure_account_and_key_only() -> None:
         "warehouse": "abfs://c@prod.dfs.core.windows.net/iceberg",
         "adls.account-name": "prod",
         "adls.account-key": KEY,
+    }
+
+
+def test_azure_endpoint_without_a_key_leaves_the_credential_to_adlfs() -> None:
+    """No key or SAS token: adlfs, like the backend, authenticates with DefaultAzureCredential at that host."""
+    props = derived_properties(
+        "azure", {"azure.container.name": "c", "azure.endpoint.url": "https://prod.blob.core.usgovcloudapi.net"}, ""
+    )
+    assert props == {
+        "warehouse": "abfs://c@prod.dfs.core.usgovcloudapi.net/iceberg",
+        "adls.account-name": "prod",
+        "adls.account-host": "prod.blob.core.usgovcloudapi.net",
     }
