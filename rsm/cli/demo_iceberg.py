@@ -196,9 +196,11 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
     files = sum(len(s.files) for s in sections if s is not None)
     rows = sum(s.rows for s in sections if s is not None)
     size = sum(s.size for s in segments)
+    expected = _expected(segments)
+    records = sum(expected.records.values())
     say(
-        f"      {PARTITIONS} segments ({size:,} bytes) -> {rows:,} rows in {files} Parquet files of table "
-        f"{NAMESPACE}.{TOPIC}, one commit per segment"
+        f"      {PARTITIONS} segments ({size:,} bytes) -> {rows:,} rows ({records:,} records, {rows - records} "
+        f"transaction markers) in {files} Parquet files of {NAMESPACE}.{TOPIC}, one commit per segment"
     )
     say(f"      catalog {place(workdir) / 'catalog.db'} (SQLite), warehouse {place(workdir) / 'warehouse'}")
 
@@ -223,7 +225,6 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
     say(f"      mid-segment: every CRC valid, offsets, keys, values, headers, producer fields as tiered ({same})")
 
     # the queries, without Spark
-    expected = _expected(segments)
     con = duckdb_with_iceberg()
     scan = f"iceberg_scan('{table.metadata_location}')"
     per_partition = con.sql(
@@ -271,8 +272,7 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
         say(f"      DAMAGED {d.object_key}: {d.problem}")
     if report.damaged or report.segments != PARTITIONS:
         return None
-    total = sum(expected.records.values())
     return (
-        f"table {NAMESPACE}.{TOPIC}: {total:,} records of {PARTITIONS} partitions fetched back as tiered; "
+        f"table {NAMESPACE}.{TOPIC}: {records:,} records of {PARTITIONS} partitions fetched back as tiered; "
         f"DuckDB and pyiceberg match the segments ({time.monotonic() - started:.1f} s)"
     )
