@@ -404,7 +404,7 @@ def test_kts_tools_understand_iceberg_segments(
     capsys.readouterr()
     assert main(["gc", *sets, "--older-than", "0s"]) == 0
     out = capsys.readouterr().out
-    assert ".parquet" not in out and "metadata" not in out
+    assert "0 items" in out and ".parquet" not in out and "metadata" not in out, out
 
     # a data file gone (snapshot expiry that ignored the segment) is damage verify names
     table_dir = tmp_path / "store" / "iceberg"
@@ -477,6 +477,9 @@ def test_iceberg_mode_over_cloud_backends(
         capsys.readouterr()
         assert main(["verify", *sets]) == 0, capsys.readouterr()
         assert "verified 2 segments" in capsys.readouterr().out
+        assert main(["gc", *sets, "--older-than", "0s"]) == 0  # the table's files are not leftovers of ours
+        out = capsys.readouterr().out
+        assert "0 items" in out and ".parquet" not in out and "iceberg/" not in out, out
 
         m.delete_log_segment_data(meta)
         with pytest.raises(RemoteResourceNotFoundException):
