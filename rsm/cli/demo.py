@@ -3,8 +3,10 @@
 It writes a small real Kafka partition (several rolled segments of v2 record batches with keys, idempotent
 producers and transactions, with their offset/time/transaction indexes and producer snapshots), tiers it the
 way a broker's RemoteLogManager does (compression with the heuristic, encryption under a key pair generated
-into the demo folder), reads it back as a catching-up consumer would, scrubs it with ``kts verify``, and
-prints a summary. It leaves ``<dir>/server.properties`` so every other command works on the demo's data.
+into the demo folder), reads it back as a catching-up consumer would, scrubs it with ``kts verify``, tiers a
+second topic in Iceberg mode and queries its table without Spark (``rsm.cli.demo_iceberg``; skipped, saying so,
+when the ``iceberg`` extra is missing), runs the Spark example query, and prints a summary. It leaves
+``<dir>/server.properties`` so every other command works on the demo's data.
 
 Re-runs are idempotent: the partition, the store and the summary come out the same (segment ids are derived
 from the partition, not random; the key pair is generated once and reused). A re-run replaces what the demo
@@ -49,6 +51,7 @@ class DemoOptions:
     chunk_size: int = 256 * 1024
     transport: str = "auto"  # jvm: through the shim in a real JVM; python: the manager directly; auto: jvm if possible
     spark: bool = True  # run the Spark example query over the tiered data (when pyspark is installed)
+    iceberg: bool = True  # tier a second topic in Iceberg mode and query it (when the iceberg extra is installed)
 
 
 @dataclass
@@ -65,7 +68,7 @@ class CatchUpResult:
 
 
 def _say(msg: str) -> None:
-    stdout.print(msg)
+    stdout.print(msg, markup=False)  # plain text: "[iceberg]" in an install hint is no style tag
 
 
 def _segment_id(index: int) -> str:
@@ -137,7 +140,7 @@ def _write_partition(opts: DemoOptions) -> list[Any]:
     return segments
 
 
-def _plugin_configs(opts: DemoOptions, storage: dict[str, str]) -> dict[str, str]:
+def _plugin_configs(opts: DemoOptions, storage: dict[str, str], iceberg: bool) -> dict[str, str]:
     keys = opts.workdir / "keys"
     public, private = keys / f"{KEY_ID}-public.pem", keys / f"{KEY_ID}-private.pem"
     if not (public.exists() and private.exists()):
@@ -155,6 +158,10 @@ def _plugin_configs(opts: DemoOptions, storage: dict[str, str]) -> dict[str, str
         f"encryption.key.pairs.{KEY_ID}.private.key.file": str(private),
         "custom.metadata.fields.include": "REMOTE_SIZE",
     }
+    if iceberg:
+        from rsm.cli import demo_iceberg
+
+        configs.update(demo_iceberg.plugin_configs(opts.workdir))
     return configs
 
 
@@ -255,8 +262,8 @@ def claim_workdir(workdir: Path) -> None:
     if workdir.is_dir() and not marker.is_file() and any(workdir.iterdir()):
         raise click.ClickException(
             f"--dir {workdir} is not empty and was not made by kts demo (no {MARKER} file in it); the demo "
-            "replaces its store/, partition/, emulator/ and server.properties, so it only works in a new or empty "
-            "folder: pass one, e.g. --dir ./kts-demo"
+            "replaces its store/, partition/, iceberg/, emulator/ and server.properties, so it only works in a new "
+            "or empty folder: pass one, e.g. --dir ./kts-demo"
         )
     workdir.mkdir(parents=True, exist_ok=True)
     marker.write_text("This folder was made by kts demo; a re-run replaces its contents.\n")
@@ -265,6 +272,7 @@ def claim_workdir(workdir: Path) -> None:
 def run_demo(opts: DemoOptions) -> int:
     import click
 
+    from rsm.cli import demo_iceberg
     from rsm.cli.jvm_tier import jvm_unavailable_reason, tier_through_jvm
     from rsm.cli.scrub import scrub
 
@@ -273,8 +281,11 @@ def run_demo(opts: DemoOptions) -> int:
     if opts.transport == "jvm" and no_jvm:
         raise click.ClickException(f"--transport jvm: {no_jvm}")
     claim_workdir(opts.workdir)
+    no_iceberg = demo_iceberg.unavailable() if opts.iceberg else "--no-iceberg"
+    if no_iceberg is None:
+        demo_iceberg.reset(opts.workdir)
     started = time.monotonic()
-    _say(f"[1/6] writing a real Kafka partition {TOPIC.topic}-{TOPIC.partition}: {opts.segments} segments")
+    _say(f"[1/7] writing a real Kafka partition {TOPIC.topic}-{TOPIC.partition}: {opts.segments} segments")
     segments = _write_partition(opts)
     original_bytes = sum(s.size for s in segments)
     _say(
@@ -282,10 +293,10 @@ def run_demo(opts: DemoOptions) -> int:
         f"producer ids and keys"
     )
     with _store(opts) as storage:
-        configs = _plugin_configs(opts, storage)
+        configs = _plugin_configs(opts, storage, iceberg=no_iceberg is None)
         properties = opts.workdir / "server.properties"
         write_server_properties(properties, configs, opts.backend)
-        _say(f"[2/6] key pair {KEY_ID!r} ({KEY_BITS}-bit RSA) in {opts.workdir / 'keys'}; broker config {properties}")
+        _say(f"[2/7] key pair {KEY_ID!r} ({KEY_BITS}-bit RSA) in {opts.workdir / 'keys'}; broker config {properties}")
         with RemoteStorageManager() as manager:
             manager.configure(configs)
             metas = [
@@ -294,12 +305,12 @@ def run_demo(opts: DemoOptions) -> int:
             ]
             if no_jvm is None:
                 _say(
-                    "[3/6] tiering as a broker does: the shim io.kts.shim.PythonRemoteStorageManager in a JVM, "
+                    "[3/7] tiering as a broker does: the shim io.kts.shim.PythonRemoteStorageManager in a JVM, "
                     f"copyLogSegmentData then a byte-compared fetch, onto {manager.backend}"
                 )
                 customs = tier_through_jvm(segments, metas, configs, opts.workdir)
             else:
-                _say(f"[3/6] tiering through copyLogSegmentData in Python ({no_jvm}) onto {manager.backend}")
+                _say(f"[3/7] tiering through copyLogSegmentData in Python ({no_jvm}) onto {manager.backend}")
                 customs = [
                     manager.copy_log_segment_data(m, s.to_log_segment_data())
                     for m, s in zip(metas, segments, strict=True)
@@ -309,7 +320,7 @@ def run_demo(opts: DemoOptions) -> int:
             stored = sum(m.chunk_index.transformed_file_size for m in manifests.values())
             _say(f"      {len(manifests)} segments tiered: {original_bytes:,} -> {stored:,} bytes")
 
-            _say("[4/6] catch-up read of the whole partition from offset 0, every batch CRC checked")
+            _say("[4/7] catch-up read of the whole partition from offset 0, every batch CRC checked")
             read = catch_up_read(manager, metas)
             expected = hashlib.sha256()
             for seg in segments:
@@ -319,7 +330,7 @@ def run_demo(opts: DemoOptions) -> int:
                 return 1
             _say(f"      {read.records:,} records in {read.bytes_read:,} bytes: bytes identical to the partition")
 
-            _say("[5/6] kts verify: every chunk's GCM tag and CRC-32C, every index, every manifest")
+            _say("[5/7] kts verify: every chunk's GCM tag and CRC-32C, every index, every manifest")
             report = scrub(manager, progress=False)
             _say(
                 f"      {report.segments} segments, {report.chunks} chunks, {report.indexes} indexes: "
@@ -330,7 +341,17 @@ def run_demo(opts: DemoOptions) -> int:
                     _say(f"      DAMAGED {d.object_key}: {d.problem}")
                 return 1
 
-            _say("[6/6] Spark example query (rsm.spark.example on local[2])")
+            _say(f"[6/7] Iceberg mode: topic {demo_iceberg.TOPIC} tiered as rows of an Iceberg table, no Spark")
+            if no_iceberg is not None:
+                iceberg_summary = f"skipped: {no_iceberg}"
+                _say(f"      {iceberg_summary}; the classic part above ran in full")
+            else:
+                iceberg_result = demo_iceberg.run(manager, opts.workdir, _say)
+                if iceberg_result is None:
+                    return 1
+                iceberg_summary = iceberg_result
+
+            _say("[7/7] Spark example query (rsm.spark.example on local[2])")
             if not opts.spark:
                 _say("      skipped (--no-spark)")
             else:
@@ -350,12 +371,15 @@ def run_demo(opts: DemoOptions) -> int:
     _say(f"  time range         {_when(read.first_timestamp)} .. {_when(read.last_timestamp)} UTC")
     _say(f"  cache              {read.cache_summary or 'plain reads (no chunk cache wired in)'}")
     _say(f"  verify             {report.chunks} chunks, {report.indexes} indexes, no damage")
+    _say(f"  iceberg            {iceberg_summary}")
     _say(f"  done in            {time.monotonic() - started:.1f} s")
     _say("")
     if opts.backend == "filesystem":
         _say(f"Try: kts ls --config {properties}")
         _say(f"     kts cat --config {properties} {TOPIC.topic}/{TOPIC.partition}/0 --limit 5")
         _say(f"     kts verify --config {properties}")
+        if no_iceberg is None:
+            _say(f"     kts inspect --config {properties} {demo_iceberg.TOPIC}/0/0")
     else:
         _say(f"{properties} records the configuration; the {opts.backend} emulator stopped with the demo")
     _say("demo OK")

@@ -61,6 +61,12 @@ def cli(verbose: bool) -> None:
 )
 @click.option("--size-mb", type=click.FloatRange(0.1, 1024), default=None, help="one segment of this size (old form)")
 @click.option("--spark/--no-spark", default=True, show_default=True, help="run the Spark example query at the end")
+@click.option(
+    "--iceberg/--no-iceberg",
+    default=True,
+    show_default=True,
+    help="also tier a topic in Iceberg mode and query its table with DuckDB and pyiceberg (needs the iceberg extra)",
+)
 def demo_command(
     workdir: Path,
     backend: str,
@@ -70,15 +76,17 @@ def demo_command(
     transport: str,
     size_mb: float | None,
     spark: bool,
+    iceberg: bool,
 ) -> int:
     """The main job: tier a real Kafka partition (transactions, keys) with compression and encryption, verify
-    it, summarise, and leave <dir>/server.properties for every other command."""
+    it, tier a topic in Iceberg mode and query its table, summarise, and leave <dir>/server.properties for every
+    other command."""
     from rsm.cli.demo import DemoOptions, run_demo
 
     if size_mb is not None:  # the earlier demo's option: a single segment of that size
         segments, segment_mb = 1, size_mb
     return run_demo(
-        DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport, spark)
+        DemoOptions(workdir, backend, segments, int(segment_mb * 1024 * 1024), chunk_size, transport, spark, iceberg)
     )
 
 

@@ -18,7 +18,8 @@ owns them (an Iceberg-mode segment's own objects are its manifest and ``.indexes
   listed there; an abandoned session holds no object and GCS drops it after a week.
 - ``manifest-without-data``: a manifest whose ``.log`` or ``.indexes`` is gone. A copy writes the manifest last
   and a delete removes it first, so it answers for a segment that cannot be read; removing it (and whatever data
-  object is left) is safe.
+  object is left) is safe. An Iceberg-mode segment has no ``.log`` by design: a manifest beside its ``.indexes``
+  only is read, and kept when it says so.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
@@ -37,10 +38,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backends.base import ObjectInfo, PendingUpload, StorageBackendException
+from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackend, StorageBackendException
+from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
 from rsm.core.object_keys import Suffix, parse_object_key
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
-from rsm.errors import RemoteStorageException
+from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.iceberg.config import ICEBERG_DIR
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ def find_garbage(
                 parsed = parse_object_key(info.key, prefix)
                 if parsed is not None:
                     by_segment.setdefault(parsed.main_path, {})[parsed.suffix] = info
+            without_log: list[ObjectInfo] = []
             for _path, objects in sorted(by_segment.items()):
                 manifest = objects.get(Suffix.MANIFEST)
                 if manifest is None:
@@ -125,9 +128,20 @@ def find_garbage(
                 elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
                     # A copy writes its manifest last and a delete removes it first: a manifest without its
                     # data was left by something else (a rewrite racing a delete), and answers for nothing.
-                    items.append(
-                        GarbageItem(MANIFEST_WITHOUT_DATA, manifest.key, now - manifest.modified, manifest.size)
-                    )
+                    if set(objects) == {Suffix.MANIFEST, Suffix.INDEXES}:
+                        without_log.append(manifest)  # an Iceberg-mode segment's, unless its manifest says not
+                    else:
+                        items.append(
+                            GarbageItem(MANIFEST_WITHOUT_DATA, manifest.key, now - manifest.modified, manifest.size)
+                        )
+            for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
+                if isinstance(outcome.error, StorageBackendException):
+                    raise outcome.error
+                if outcome.error is not None:
+                    raise RemoteStorageException(f"cannot read manifest {outcome.item.key}: {outcome.error}")
+                if outcome.result:
+                    info = outcome.item
+                    items.append(GarbageItem(MANIFEST_WITHOUT_DATA, info.key, now - info.modified, info.size))
         if capabilities.pending_uploads is not None:
             for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
                 if parse_object_key(upload.key, prefix) is None:
@@ -140,6 +154,20 @@ def find_garbage(
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
+
+
+def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
+    """Whether a manifest beside its ``.indexes`` but no ``.log`` answers for nothing: True unless it is an
+    Iceberg-mode segment's (whose rows are in its table) or gone meanwhile; an unreadable one answers for nothing."""
+    try:
+        with backend.fetch(manifest_key) as f:
+            raw = f.read(MAX_MANIFEST_SIZE + 1)
+    except KeyNotFound:
+        return False
+    try:
+        return SegmentManifest.from_json_bytes(raw, f"manifest {manifest_key}").kind != "iceberg"
+    except CorruptDataException:
+        return True
 
 
 def _stale_cache_entries(manager: RemoteStorageManager, concurrency: int) -> list[GarbageItem]:

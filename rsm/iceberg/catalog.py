@@ -4,7 +4,8 @@ The warehouse (where tables' metadata and data files go) defaults to the storage
 ``key.prefix`` + ``iceberg/``, as a URI every Iceberg reader opens: ``file://`` for the filesystem backend,
 ``s3://bucket/...`` for S3, ``gs://bucket/...`` for GCS, ``abfs://container@account...`` for Azure. The FileIO
 properties (endpoint, credentials) are derived from the same ``storage.*`` keys; any
-``iceberg.mode.catalog.property.<property>`` wins over them.
+``iceberg.mode.catalog.property.<property>`` wins over them. pyiceberg opens ``abfs://`` with adlfs (fsspec), the
+others with pyarrow.
 """
 
 from __future__ import annotations
@@ -61,17 +62,65 @@ def derived_properties(backend_class: str, storage: Mapping[str, Any], key_prefi
         if storage.get("gcs.endpoint.url"):
             props["gcs.service.host"] = str(storage["gcs.endpoint.url"])
     elif kind == "azure":
-        account = storage.get("azure.account.name") or ""
-        container = storage.get("azure.container.name")
-        props["warehouse"] = f"abfs://{container}@{account}.dfs.core.windows.net/{key_prefix}{ICEBERG_DIR}".rstrip("/")
-        if storage.get("azure.connection.string"):
-            props["adls.connection-string"] = str(storage["azure.connection.string"])
-        if account:
-            props["adls.account-name"] = str(account)
-        if storage.get("azure.account.key"):
-            props["adls.account-key"] = str(storage["azure.account.key"])
-        if storage.get("azure.sas.token"):
-            props["adls.sas-token"] = str(storage["azure.sas.token"])
+        props.update(_azure_properties(storage, key_prefix))
+    return props
+
+
+def _connection_string_fields(conn: str) -> dict[str, str]:
+    fields = (part.split("=", 1) for part in conn.split(";") if "=" in part)
+    return {k.strip().lower(): v.strip() for k, v in fields}
+
+
+def _account_of(endpoint: str) -> str:
+    """The account a blob endpoint names: its first path segment (path style, as Azurite's
+    ``http://127.0.0.1:10000/devstoreaccount1``) or else the first label of its host."""
+    url = urlparse(endpoint)
+    path = url.path.strip("/")
+    return path.split("/")[0] if path else (url.hostname or "").split(".")[0]
+
+
+def _suffix_of(endpoint: str, account: str) -> str | None:
+    """The cloud's endpoint suffix of ``https://<account>.blob.<suffix>`` (None for an emulator's address)."""
+    host = urlparse(endpoint).hostname or ""
+    head = f"{account}.blob."
+    return host[len(head) :] if account and host.startswith(head) else None
+
+
+def _azure_properties(storage: Mapping[str, Any], key_prefix: str) -> dict[str, str]:
+    """adlfs (pyiceberg's FileIO for ``abfs://``) reaches the blob endpoint through a connection string whenever
+    the backend names an endpoint of its own (Azurite, a sovereign cloud), as the backend's client does."""
+    props: dict[str, str] = {}
+    suffix = "core.windows.net"
+    conn = str(storage.get("azure.connection.string") or "")
+    account = str(storage.get("azure.account.name") or "")
+    endpoint = str(storage.get("azure.endpoint.url") or "").rstrip("/")
+    key = str(storage.get("azure.account.key") or "")
+    sas = str(storage.get("azure.sas.token") or "").lstrip("?")
+    if conn:
+        fields = _connection_string_fields(conn)
+        account = fields.get("accountname") or _account_of(fields.get("blobendpoint", ""))
+        suffix = fields.get("endpointsuffix") or _suffix_of(fields.get("blobendpoint", ""), account) or suffix
+        props["adls.connection-string"] = conn
+    elif endpoint and (key or sas):
+        account = account or _account_of(endpoint)
+        parts = [f"DefaultEndpointsProtocol={urlparse(endpoint).scheme or 'https'}"]
+        parts += [f"AccountName={account}", f"AccountKey={key}"] if key else [f"SharedAccessSignature={sas}"]
+        parts.append(f"BlobEndpoint={endpoint}")
+        props["adls.connection-string"] = ";".join(parts) + ";"
+    else:
+        account = account or (_account_of(endpoint) if endpoint else "")
+        if endpoint:
+            props["adls.account-host"] = urlparse(endpoint).netloc
+        if key:
+            props["adls.account-key"] = key
+        if sas:
+            props["adls.sas-token"] = sas
+    if endpoint:
+        suffix = _suffix_of(endpoint, account) or suffix
+    if account:
+        props["adls.account-name"] = account
+    container = storage.get("azure.container.name")
+    props["warehouse"] = f"abfs://{container}@{account}.dfs.{suffix}/{key_prefix}{ICEBERG_DIR}".rstrip("/")
     return props
 
 

@@ -104,11 +104,12 @@ def test_gc_deletes_only_the_plugins_leftovers(
     m = RemoteStorageManager()
     m.configure(configs)
     try:
-        kept, no_manifest, no_data = (seg.to_metadata(TIP) for _ in range(3))
-        for meta in (kept, no_manifest, no_data):
+        kept, no_manifest, no_data, no_log = (seg.to_metadata(TIP) for _ in range(4))
+        for meta in (kept, no_manifest, no_data, no_log):
             m.copy_log_segment_data(meta, seg.to_log_segment_data())
         m.backend.delete(segment_keys("", no_manifest).manifest)  # a copy that died before its manifest
         m.backend.delete_many([segment_keys("", no_data).log, segment_keys("", no_data).indexes])
+        m.backend.delete(segment_keys("", no_log).log)  # a classic manifest beside its .indexes only: read, listed
         our_upload = f"orders-{TIP.topic_id}/7/{5:020d}-{random_kafka_uuid()}.log"
         _start_upload(m.backend, our_upload, root)
         for key, body in FOREIGN.items():
@@ -139,6 +140,7 @@ def test_gc_deletes_only_the_plugins_leftovers(
     for key in FOREIGN:
         assert key not in out, f"{key} of another application is listed:\n{out}"
     assert "manifest-without-data" in out and "orphan-object" in out
+    assert segment_keys("", no_log).manifest in out
 
     assert main(["gc", "--config", str(props), "--older-than", "0s", "--delete"]) == 0
     out = capsys.readouterr().out
@@ -156,7 +158,7 @@ def test_gc_deletes_only_the_plugins_leftovers(
         with m.fetch_log_segment(kept, 0) as f:
             assert f.read() == seg.log.read_bytes()
         assert our_upload not in _pending(m.backend)
-        for meta in (no_manifest, no_data):
+        for meta in (no_manifest, no_data, no_log):
             assert not [k for k in after if meta.remote_log_segment_id.id in k]
     finally:
         m.close()

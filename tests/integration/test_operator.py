@@ -34,6 +34,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's partition (orders/0, 3 segments, zstd + AES under the key pair 'demo'): its server.properties."""
     d = tmp_path_factory.mktemp("op") / "demo"
     args = ["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.3", "--chunk-size", "65536", "--no-spark"]
+    args.append("--no-iceberg")  # the classic partition only
     assert main(args) == 0
     return d / "server.properties"
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +22,82 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["demo", "--dir", str(tmp_path / "demo"), "--size-mb", "6", "--chunk-size", "262144"]) == 0
     out = capsys.readouterr().out
     assert "demo OK" in out and "bytes identical" in out
-    assert len(list((tmp_path / "demo" / "store").rglob("*.rsm-manifest"))) == 1
+    manifests = list((tmp_path / "demo" / "store").rglob("*.rsm-manifest"))
+    assert sorted(m.parent.parent.name.split("-")[0] for m in manifests) == ["events"] * 3 + ["orders"]
+    # the Iceberg topic: its table in the demo folder, queried, fetched back, verified
+    assert "[6/7] Iceberg mode" in out and "iceberg            table kafka.events:" in out
+    assert "0 damaged" in out.split("[6/7]")[1]
+    assert list((tmp_path / "demo" / "iceberg" / "warehouse" / "kafka" / "events" / "data").rglob("*.parquet"))
+    assert (tmp_path / "demo" / "iceberg" / "catalog.db").is_file()
+
+
+def _small_demo(workdir: Path, *extra: str) -> list[str]:
+    return ["demo", "--dir", str(workdir), "--segments", "1", "--segment-mb", "0.2", "--no-spark", *extra]
+
+
+def test_demo_iceberg_part_counts_match_the_segments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures the demo prints for the Iceberg table are those decoded from the segment files; a re-run
+    starts from a new catalog and prints the same."""
+    from rsm.cli import demo_iceberg
+
+    args = _small_demo(tmp_path / "demo", "--transport", "python")
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    segments = sorted((tmp_path / "demo" / "iceberg" / "segments").iterdir())
+    assert len(segments) == demo_iceberg.PARTITIONS
+    from rsm.kafka.records import iter_batches
+
+    for p, folder in enumerate(segments):
+        [log] = folder.glob("*.log")
+        records = sum(h.records_count for h, _ in iter_batches(log.read_bytes()) if not h.is_control)
+        assert f"partition {p}: {records:>6,} records" in first
+    assert "demo OK" in first
+    # every kts command reads both topics through the demo's server.properties
+    props = str(tmp_path / "demo" / "server.properties")
+    assert main(["ls", "--config", props, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((r["topic"], r["kind"]) for r in rows) == [("events", "iceberg")] * 3 + [("orders", "classic")]
+    assert main(["verify", "--config", props]) == 0
+    assert "verified 4 segments" in capsys.readouterr().out
+    assert main(args) == 0
+    second = capsys.readouterr().out
+
+    def timeless(out: str) -> list[str]:
+        return [re.sub(r"\d+\.\d s\b", "", line) for line in out.splitlines()]
+
+    assert timeless(second) == timeless(first)
+
+
+def test_demo_without_the_iceberg_extra_runs_the_classic_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyiceberg", None)  # import pyiceberg raises ImportError
+    assert main(_small_demo(tmp_path / "demo", "--transport", "python")) == 0
+    out = capsys.readouterr().out
+    says = "skipped: the iceberg extra is not installed (no pyiceberg): pip install 'kafka-tiered-storage[iceberg]'"
+    assert says in out
+    assert "bytes identical" in out and "demo OK" in out
+    assert "iceberg.mode" not in (tmp_path / "demo" / "server.properties").read_text()
+    assert not (tmp_path / "demo" / "iceberg").exists()
+
+
+def test_a_failed_iceberg_check_is_no_demo_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts are checked against the segments: a reference that disagrees with the table fails the demo."""
+    from rsm.cli import demo_iceberg
+
+    expected = demo_iceberg._expected
+
+    def one_more(segments: list[Any]) -> Any:
+        exp = expected(segments)
+        exp.records[1] += 1
+        return exp
+
+    monkeypatch.setattr(demo_iceberg, "_expected", one_more)
+    assert main(_small_demo(tmp_path / "demo", "--transport", "python")) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH: the segments hold" in out and "demo OK" not in out
 
 
 def test_keygen_writes_usable_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,7 @@ from rsm.core.manager import RemoteStorageManager
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("kts") / "demo"
     args = ["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.5", "--chunk-size", "65536", "--no-spark"]
-    assert main(args) == 0
+    assert main([*args, "--no-iceberg"]) == 0  # the classic partition only: Iceberg segments are tested elsewhere
     return d
 
 
@@ -95,6 +95,7 @@ def test_demo_leaves_a_config_every_command_reads(demo_dir: Path, capsys: pytest
                 "--chunk-size",
                 "65536",
                 "--no-spark",
+                "--no-iceberg",
             ]
         )
         == 0
@@ -201,7 +202,12 @@ def test_keys_generate_refuses_sizes_oaep_sha3_512_cannot_use(
 def test_keys_rotate_rewraps_resumably(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "demo"
     assert (
-        main(["demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.3", "--chunk-size", "65536", "--no-spark"])
+        main(
+            [
+                *("demo", "--dir", str(d), "--segments", "3", "--segment-mb", "0.3", "--chunk-size", "65536"),
+                *("--no-spark", "--no-iceberg"),
+            ]
+        )
         == 0
     )
     assert main(["keys", "generate", "--id", "k2", "--bits", "2048", "--out", str(d / "keys")]) == 0
@@ -367,7 +373,8 @@ def test_demo_tiers_through_the_jvm_shim_when_java_is_here(tmp_path: Path, capsy
     # both paths store the same segments under the same keys (the data keys differ: they are random)
     jvm_keys = sorted(p.relative_to(tmp_path / "jvm") for p in (tmp_path / "jvm" / "store").rglob("*") if p.is_file())
     py_keys = sorted(p.relative_to(tmp_path / "py") for p in (tmp_path / "py" / "store").rglob("*") if p.is_file())
-    assert jvm_keys == py_keys and len(jvm_keys) == 6
+    assert jvm_keys == py_keys and len(jvm_keys) == 12  # .log, .indexes, manifest of orders; events have no .log
+    assert sum(1 for k in jvm_keys if "/events-" in str(k)) == 6
 
 
 def test_config_check_applies_the_encryption_rules_without_the_key_files(

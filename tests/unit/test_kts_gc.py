@@ -25,7 +25,7 @@ def test_gc_lists_then_deletes_orphans_and_stale_cache_entries(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = tmp_path / "demo"
-    assert main(["demo", "--dir", str(d), "--segments", "2", "--segment-mb", "0.3", "--no-spark"]) == 0
+    assert main(["demo", "--dir", str(d), "--segments", "2", "--segment-mb", "0.3", "--no-spark", "--no-iceberg"]) == 0
     props = str(d / "server.properties")
     cache = str(tmp_path / "chunk-cache")
     common = ["--config", props, "--set", "fetch.chunk.cache.class=disk", "--set", f"fetch.chunk.cache.path={cache}"]
