@@ -279,7 +279,10 @@ def start_seaweedfs(workdir: Path) -> StoreServer:
         client.delete_object(Bucket=BUCKET, Key="_ready")
         return True
 
-    proc, log = _launch("seaweedfs", argv, workdir, ready, 90)
+    # With credentials, SeaweedFS checks signatures; without, it takes most requests unsigned but refuses
+    # streamed chunk-signed uploads (the AWS C++ SDK's, so pyarrow's and thus pyiceberg's) as an unknown key.
+    creds = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
+    proc, log = _launch("seaweedfs", argv, workdir, ready, 90, env=creds)
     return _s3_server("s3-seaweedfs", endpoint, proc, log)
 
 
