@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from rsm.errors import CorruptDataException
 from rsm.kafka.batch_encoder import BatchFields, encode_batch_payload, encode_records
 
-_SLICE_ROWS = 4096
+_SLICE_ROWS = 1024
 """Rows turned into Python values at a time (whole batches; a larger batch is one slice)."""
 
 #: What a fetch reads of a row (never the parsed ``value``).
@@ -30,10 +30,9 @@ _BATCH_COLUMNS = (
     "batch_producer_epoch",
     "batch_base_sequence",
     "batch_record_count",
-    "offset",
-    "record_attributes",
-    "timestamp_delta",
 )
+"""Fields of the batch, the same in each of its rows: read from its first row."""
+_RECORD_COLUMNS = ("offset", "record_attributes", "timestamp_delta")
 
 
 def _batch_bounds(rows: pa.Table) -> list[int]:
@@ -63,31 +62,33 @@ def encode_row_batches(rows: pa.Table, what: str) -> Iterator[tuple[int, bytes]]
 
 def _encode_slice(rows: pa.Table, bounds: list[int], what: str) -> Iterator[tuple[int, bytes]]:
     kafka = rows.column("kafka").combine_chunks()
-    col = {name: kafka.field(name).to_pylist() for name in _BATCH_COLUMNS}
+    first = bounds[0]
+    heads = kafka.take(pa.array([b - first for b in bounds[:-1]], pa.int32()))
+    batch = {name: heads.field(name).to_pylist() for name in _BATCH_COLUMNS}
+    col = {name: kafka.field(name).to_pylist() for name in _RECORD_COLUMNS}
     headers = rows.column("headers").to_pylist()
     keys = rows.column("key_raw").to_pylist()
     values = rows.column("value_raw").to_pylist()
-    first = bounds[0]
     for k in range(len(bounds) - 1):
         i, j = bounds[k] - first, bounds[k + 1] - first
-        position = col["batch_byte_offset"][i]
-        count = col["batch_record_count"][i]
+        position = batch["batch_byte_offset"][k]
+        count = batch["batch_record_count"][k]
         if j - i != count:
             raise CorruptDataException(
                 f"{what}: the batch at position {position} has {j - i} rows in the table's data files, its header "
                 f"says {count} records"
             )
-        base = col["batch_base_offset"][i]
+        base = batch["batch_base_offset"][k]
         fields = BatchFields(
             base_offset=base,
-            partition_leader_epoch=col["batch_partition_leader_epoch"][i],
-            attributes=col["batch_attributes"][i],
-            last_offset_delta=col["batch_last_offset_delta"][i],
-            base_timestamp=col["batch_base_timestamp"][i],
-            max_timestamp=col["batch_max_timestamp"][i],
-            producer_id=col["batch_producer_id"][i],
-            producer_epoch=col["batch_producer_epoch"][i],
-            base_sequence=col["batch_base_sequence"][i],
+            partition_leader_epoch=batch["batch_partition_leader_epoch"][k],
+            attributes=batch["batch_attributes"][k],
+            last_offset_delta=batch["batch_last_offset_delta"][k],
+            base_timestamp=batch["batch_base_timestamp"][k],
+            max_timestamp=batch["batch_max_timestamp"][k],
+            producer_id=batch["batch_producer_id"][k],
+            producer_epoch=batch["batch_producer_epoch"][k],
+            base_sequence=batch["batch_base_sequence"][k],
         )
         records = encode_records(
             col["record_attributes"][i:j],
