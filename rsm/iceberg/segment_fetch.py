@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -249,6 +250,15 @@ class BatchStream(io.RawIOBase):
         super().close()
 
 
+class _BatchReader(io.BufferedReader):
+    """``readinto`` gives what is ready (at most a batch or two), as ``readinto1`` does, instead of filling the
+    caller's buffer: the transports read 1 MiB pieces, and a fetch's first bytes should not wait for a whole
+    MiB of batches to be rebuilt, nor should batches the broker never reads be rebuilt after it closed."""
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        return self.readinto1(buffer)
+
+
 def open_segment_stream(
     file_io: FileIO,
     section: IcebergSection,
@@ -271,4 +281,4 @@ def open_segment_stream(
             yield first
             yield from batches
 
-    return io.BufferedReader(BatchStream(chained()), buffer_size=1 << 20)
+    return _BatchReader(BatchStream(chained()), buffer_size=256 << 10)
