@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ import jvm_testing as jt
 import kafka_dist as kd
 import pyarrow.compute as pc
 import pytest
-from emulators import StoreServer, fresh_store, s3_seaweedfs_server  # noqa: F401 - the fixture is found by name
+from emulators import EmulatorError, StoreServer, fresh_store, start_seaweedfs
 
 from rsm.core.object_keys import parse_object_key
 
@@ -330,6 +330,20 @@ def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_pat
     _run(tmp_path, _filesystem(tmp_path), transport)
 
 
+@pytest.fixture
+def seaweedfs_checking_signatures(tmp_path: Path) -> Iterator[StoreServer]:
+    """SeaweedFS that knows the test key pair: pyarrow's S3 uploads (pyiceberg's FileIO) are chunk-signed, which
+    a SeaweedFS without credentials refuses."""
+    try:
+        server = start_seaweedfs(tmp_path / "seaweedfs", credentials=True)
+    except EmulatorError as e:
+        pytest.fail(f"SeaweedFS could not start: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.mark.timeout(900)
-def test_iceberg_topic_next_to_classic_on_s3(s3_seaweedfs_server: StoreServer, tmp_path: Path) -> None:  # noqa: F811
-    _run(tmp_path, _s3(s3_seaweedfs_server, "ice-broker"), "sidecar")
+def test_iceberg_topic_next_to_classic_on_s3(seaweedfs_checking_signatures: StoreServer, tmp_path: Path) -> None:
+    _run(tmp_path, _s3(seaweedfs_checking_signatures, "ice-broker"), "sidecar")
