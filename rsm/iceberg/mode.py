@@ -16,7 +16,7 @@ from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
 from rsm.iceberg.rows import NotRepresentable
 from rsm.iceberg.section import IcebergSection
-from rsm.iceberg.segment_fetch import open_segment_stream
+from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream
 from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
 from rsm.iceberg.value_hook import load_factory
 from rsm.kafka.indexes import decode_txn_index
@@ -39,6 +39,7 @@ class IcebergMode:
             from rsm.iceberg.values import value_column_factory
 
             factory = value_column_factory(cfg.value_schemas)
+        self.row_groups = RowGroupCache()
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
     def write_segment(
@@ -59,7 +60,8 @@ class IcebergMode:
             raise RemoteStorageException(
                 f"start position {start} is past the end of {meta.describe()}, which has {section.segment_size} bytes"
             )
-        return open_segment_stream(self.handle.io, section, start, end, meta.describe())  # type: ignore[return-value]
+        stream = open_segment_stream(self.handle.io, section, start, end, meta.describe(), self.row_groups)
+        return stream  # type: ignore[return-value]
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         topic = meta.topic_id_partition.topic

@@ -10,8 +10,11 @@ table is partitioned by day), so rows are merged by position before they become 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +36,54 @@ class _RowGroup:
     index: int
 
 
+class RowGroupCache:
+    """Row groups already read, as Arrow tables, and the footers of data files, least recently used dropped
+    first. A broker catching up fetches a segment 1 MiB at a time from successive positions; each fetch would
+    otherwise read and decode the same row group again. Data files are never rewritten (a commit that replaces
+    rows writes new files), so an entry never goes stale. Thread-safe."""
+
+    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024) -> None:
+        self.max_bytes = max_bytes
+        self.max_footers = max_footers
+        self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
+        with self._lock:
+            meta = self._footers.get(path)
+            if meta is not None:
+                self._footers.move_to_end(path)
+                return meta
+        meta = load()
+        with self._lock:
+            self._footers[path] = meta
+            while len(self._footers) > self.max_footers:
+                self._footers.popitem(last=False)
+        return meta
+
+    def row_group(self, path: str, index: int, load: Callable[[], pa.Table]) -> pa.Table:
+        key = (path, index)
+        with self._lock:
+            t = self._groups.get(key)
+            if t is not None:
+                self._groups.move_to_end(key)
+                return t
+        t = load()
+        size = t.nbytes
+        if size > self.max_bytes // 2:  # one huge row group would push everything else out
+            return t
+        with self._lock:
+            if key not in self._groups:
+                self._groups[key] = t
+                self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, old = self._groups.popitem(last=False)
+                self._bytes -= old.nbytes
+        return t
+
+
 def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(file_io.new_input(path).open(seekable=True))
@@ -45,10 +96,9 @@ def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
         raise RemoteStorageException(f"{what}: cannot read its data file {path}: {e}") from e
 
 
-def _row_groups(files: list[pq.ParquetFile], start: int, end: int | None) -> list[_RowGroup]:
+def _row_groups(footers: list[pq.FileMetaData], start: int, end: int | None) -> list[_RowGroup]:
     out: list[_RowGroup] = []
-    for f_index, f in enumerate(files):
-        meta = f.metadata
+    for f_index, meta in enumerate(footers):
         column = next(
             (i for i in range(meta.num_columns) if meta.schema.column(i).path == _POSITION_PATH),
             None,
@@ -70,18 +120,64 @@ def _positions(t: pa.Table) -> pa.Array:
     return pc.struct_field(t.column("kafka"), "batch_byte_offset")
 
 
+def _non_decreasing(a: pa.ChunkedArray) -> bool:
+    n = len(a)
+    return n < 2 or bool(pc.all(pc.greater_equal(a.slice(1), a.slice(0, n - 1))).as_py())
+
+
+def _count(mask: pa.ChunkedArray) -> int:
+    return int(pc.sum(mask).as_py() or 0)
+
+
+def _sorted_split(
+    rows: pa.Table, start: int, end: int | None, frontier: int | None
+) -> tuple[pa.Table, list[pa.Table]] | None:
+    """For rows already sorted by position and offset: the rows to encode now (position in ``[start, end]`` and
+    before ``frontier``) and the rows to hold for later (at or after ``frontier``), as slices. None when the rows
+    are not sorted (rows of several data files interleave)."""
+    kafka = rows.column("kafka")
+    pos = pc.struct_field(kafka, "batch_byte_offset")
+    if not (_non_decreasing(pos) and _non_decreasing(pc.struct_field(kafka, "offset"))):
+        return None
+    n = rows.num_rows
+    lo = _count(pc.less(pos, start))
+    cut = n if frontier is None else _count(pc.less(pos, frontier))
+    hi = cut if end is None else min(cut, _count(pc.less_equal(pos, end)))
+    held = [rows.slice(cut)] if cut < n else []
+    return rows.slice(lo, max(0, hi - lo)), held
+
+
 def iter_segment_batches(
-    file_io: FileIO, section: IcebergSection, start: int, end: int | None, what: str
+    file_io: FileIO,
+    section: IcebergSection,
+    start: int,
+    end: int | None,
+    what: str,
+    cache: RowGroupCache | None = None,
 ) -> Iterator[bytes]:
     """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
-    files = [_open_parquet(file_io, f.path, what) for f in section.files]
-    groups = _row_groups(files, start, end)
+    cache = cache if cache is not None else RowGroupCache(0, 0)
+    opened: dict[str, pq.ParquetFile] = {}
+
+    def parquet(path: str) -> pq.ParquetFile:
+        if path not in opened:
+            opened[path] = _open_parquet(file_io, path, what)
+        return opened[path]
+
+    paths = [f.path for f in section.files]
+    footers = [cache.footer(p, lambda p=p: parquet(p).metadata) for p in paths]  # type: ignore[misc]
+    groups = _row_groups(footers, start, end)
     held: list[pa.Table] = []
     g = 0
     while g < len(groups) or held:
         if g < len(groups):
             group = groups[g]
-            t = files[group.file].read_row_group(group.index, columns=FETCH_COLUMNS)
+            path = paths[group.file]
+            t = cache.row_group(
+                path,
+                group.index,
+                lambda path=path, index=group.index: parquet(path).read_row_group(index, columns=FETCH_COLUMNS),  # type: ignore[misc]
+            )
             held.append(t)
             g += 1
             # Batches before the next row group's lowest position are complete: no later row group holds them.
@@ -91,6 +187,12 @@ def iter_segment_batches(
         else:
             frontier = None
         rows = pa.concat_tables(held)
+        split = _sorted_split(rows, start, end, frontier)
+        if split is not None:  # rows in segment order (one data file's): slices, no copies
+            ready, held = split
+            for _position, batch in encode_row_batches(ready, what):
+                yield batch
+            continue
         pos = _positions(rows)
         keep = pc.greater_equal(pos, start)
         if end is not None:
@@ -148,13 +250,27 @@ class BatchStream(io.RawIOBase):
         super().close()
 
 
+class _BatchReader(io.BufferedReader):
+    """``readinto`` gives what is ready (at most a batch or two), as ``readinto1`` does, instead of filling the
+    caller's buffer: the transports read 1 MiB pieces, and a fetch's first bytes should not wait for a whole
+    MiB of batches to be rebuilt, nor should batches the broker never reads be rebuilt after it closed."""
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        return self.readinto1(buffer)
+
+
 def open_segment_stream(
-    file_io: FileIO, section: IcebergSection, start: int, end: int | None, what: str
+    file_io: FileIO,
+    section: IcebergSection,
+    start: int,
+    end: int | None,
+    what: str,
+    cache: RowGroupCache | None = None,
 ) -> io.BufferedReader:
     """The stream of a fetch; the first batch is built before it returns, so a missing file fails the call."""
     if start < 0:
         raise RemoteStorageException(f"{what}: start position {start} is negative")
-    batches = iter_segment_batches(file_io, section, start, end, what)
+    batches = iter_segment_batches(file_io, section, start, end, what, cache)
     try:
         first = next(batches, None)
     except CorruptDataException:
@@ -165,4 +281,4 @@ def open_segment_stream(
             yield first
             yield from batches
 
-    return io.BufferedReader(BatchStream(chained()), buffer_size=1 << 20)
+    return _BatchReader(BatchStream(chained()), buffer_size=256 << 10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c as _crc32c
 
@@ -67,11 +68,45 @@ def encode_record(r: RecordFields) -> bytes:
     return encode_varint(len(body)) + bytes(body)
 
 
+def _encode_records_py(
+    attributes: Sequence[int],
+    timestamp_deltas: Sequence[int],
+    offset_deltas: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[Sequence[Any] | None],
+) -> bytes:
+    def pairs(hs: Sequence[Any] | None) -> list[tuple[str, bytes | None]]:
+        return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in hs or ()]
+
+    return b"".join(
+        encode_record(RecordFields(a, t, o, k, v, pairs(h)))
+        for a, t, o, k, v, h in zip(attributes, timestamp_deltas, offset_deltas, keys, values, headers, strict=True)
+    )
+
+
+try:
+    from rsm.kafka._batchencode import encode_records as _encode_records_c
+except ImportError:  # the package was installed without a C compiler
+    _encode_records_c = None
+
+encode_records = _encode_records_c or _encode_records_py
+"""``encode_records(attributes, timestamp_deltas, offset_deltas, keys, values, headers) -> bytes``: the records
+section of a batch, uncompressed, from one sequence per field (a header list holds ``(name, value)`` pairs or
+``{"key": name, "value": value}`` dicts). Compiled (``rsm/kafka/_batchencode.c``) where the package was built
+with a C compiler; the same bytes as joining :func:`encode_record` of each record."""
+
+
 def encode_batch(fields: BatchFields, records: Sequence[RecordFields], level: int | None = None) -> bytes:
     """The whole batch (offset and length prefix included), its records compressed with the codec of
     ``fields.attributes``."""
-    payload = b"".join(encode_record(r) for r in records)
-    payload = compress(fields.attributes & _CODEC_MASK, payload, level)
+    return encode_batch_payload(fields, b"".join(encode_record(r) for r in records), len(records), level)
+
+
+def encode_batch_payload(fields: BatchFields, records: bytes, count: int, level: int | None = None) -> bytes:
+    """The whole batch around ``count`` already encoded, uncompressed ``records`` (see :data:`encode_records`),
+    compressed with the codec of ``fields.attributes``."""
+    payload = compress(fields.attributes & _CODEC_MASK, records, level)
     batch_length = _HEADER.size - 12 + len(payload)
     buf = bytearray(_HEADER.size + len(payload))
     _HEADER.pack_into(
@@ -89,7 +124,7 @@ def encode_batch(fields: BatchFields, records: Sequence[RecordFields], level: in
         fields.producer_id,
         fields.producer_epoch,
         fields.base_sequence,
-        len(records),
+        count,
     )
     buf[_HEADER.size :] = payload
     struct.pack_into(">I", buf, 17, _crc32c.crc32c(memoryview(buf)[21:]))

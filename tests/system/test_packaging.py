@@ -47,8 +47,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for data in ("grafana-dashboard.json", "prometheus-alerts.yml", "prometheus-alerts.test.yml"):
         assert f"rsm/metrics/monitoring/{data}" in names  # the dashboard and alert rules ship as package data
     assert wheels[0].name.startswith(f"kafka_tiered_storage-{__version__}-")
-    # the Spark reader's compiled record walk, built by the optional extension (a compiler is on this machine)
+    # the Spark reader's compiled record walk and the Iceberg fetch's record encoder, built by the optional
+    # extensions (a compiler is on this machine)
     assert [n for n in names if n.startswith("rsm/kafka/_recordwalk") and n.endswith(".so")], names
+    assert [n for n in names if n.startswith("rsm/kafka/_batchencode") and n.endswith(".so")], names
     venv.create(work / "venv", with_pip=True, clear=True)
     bin_dir = work / "venv" / "bin"
     r = subprocess.run(
@@ -75,6 +77,9 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     probe_walk = "import rsm.kafka.columnar as c; print(c.COMPILED_WALK, c.RecordBuilder.__module__)"
     r = subprocess.run([str(installed / "python"), "-c", probe_walk], capture_output=True, text=True, cwd=tmp_path)
     assert r.stdout.split() == ["True", "rsm.kafka._recordwalk"], r.stderr
+    probe_encoder = "import rsm.kafka.batch_encoder as b; print(b.encode_records.__module__)"
+    r = subprocess.run([str(installed / "python"), "-c", probe_encoder], capture_output=True, text=True, cwd=tmp_path)
+    assert r.stdout.split() == ["rsm.kafka._batchencode"], r.stderr
 
     # Load the shim by reflection the way a broker does: the plugin folder in its own class loader, Kafka's API
     # (Kafka 3.6's own jars) from the parent.
@@ -199,7 +204,7 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(sd
     assert not [n for n in names if "/jvm-shim/build/" in n or "/org/apache/kafka/" in n]
     assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran Maven too
     assert f"{root}/rsm/cli/java/DemoBroker.java" in names
-    assert f"{root}/rsm/kafka/_recordwalk.c" in names
+    assert f"{root}/rsm/kafka/_recordwalk.c" in names and f"{root}/rsm/kafka/_batchencode.c" in names
     assert f"{root}/pyspark_kafka_tiered.py" in names
     # a wheel built from the sdist alone compiles the jar again (the sdist's jar removed first)
     src = unpack(sdist, tmp_path / "unpacked")

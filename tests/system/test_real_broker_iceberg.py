@@ -1,0 +1,349 @@
+"""Iceberg mode in a real Kafka broker (Kafka ``NEWEST_4X`` from Maven Central, Java 17): one topic tiered as
+rows of an Iceberg table next to a classic topic on the same broker, on the filesystem and on S3 (SeaweedFS).
+
+A single-node KRaft broker with the shim as its RemoteStorageManager and ``iceberg.mode.topics.regex`` matching
+one of two topics (a SQLite catalog) takes the same records into both topics through kafka-python: keys, null
+keys and values, headers, explicit timestamps, and transactions (committed and aborted, with plain records
+written in between), in 1 MiB segments. Once every closed segment is tiered and deleted locally, both topics are
+read from offset 0 with read_uncommitted and read_committed: every record (offset, timestamp, key, value,
+headers) must be what was produced, aborted ones only where read_uncommitted, and the Iceberg topic must read
+exactly as the classic one. The table is then read with pyiceberg (its FileIO on the same store): one row per
+record of the tiered segments, no offset twice, the control markers flagged, and the records of the aborted
+transactions flagged where the segment holding the records also holds the ABORT marker.
+
+The filesystem cells run both transports (sidecar, in-process), the S3 cell the sidecar; about a minute each.
+``KTS_ICEBERG_BROKER_KAFKA`` picks another Kafka release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jvm_testing as jt
+import kafka_dist as kd
+import pyarrow.compute as pc
+import pytest
+from emulators import EmulatorError, StoreServer, fresh_store, start_seaweedfs
+
+from rsm.core.object_keys import parse_object_key
+
+VERSION = os.environ.get("KTS_ICEBERG_BROKER_KAFKA", kd.NEWEST_4X)
+ICE = "ice-orders"
+CLASSIC = "orders"
+SEGMENT_BYTES = 1024 * 1024  # Kafka 4 refuses smaller segments
+TOPIC_CONFIG = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "local.retention.bytes": "1",
+    "retention.ms": "-1",  # the records' timestamps are fixed, in the past
+}
+BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; every record's CreateTime is set, in steps of 7 ms
+
+
+class Sent(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    aborted: bool
+
+
+def _record(i: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """Record ``i``'s key, value and headers: null keys, null values (tombstones; kafka-python refuses both null),
+    no, one or two headers."""
+    key = None if i % 7 == 0 else f"key-{i % 53}".encode()
+    value = f"value-{i:06d}-".encode() + bytes([97 + i % 26]) * (i * 37 % 900)
+    if i % 11 == 0 and key is not None:
+        value = None
+    headers: list[tuple[str, bytes | None]] = []
+    if i % 3 == 0:
+        headers.append(("trace", f"t{i}".encode()))
+    if i % 5 == 0:
+        headers.append(("empty", b""))
+    return key, value, headers
+
+
+def _produce(bootstrap: str) -> list[Sent]:
+    """The same records into both topics, in this order: plain records, then for every round a transaction that
+    is committed or aborted, with plain records written while it is open. Flushes between the phases make the
+    offsets the same in both topics. Returns what went into the Iceberg topic, by offset."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    common = {"bootstrap_servers": bootstrap, "acks": "all", "linger_ms": 5, "batch_size": 64 * 1024}
+    plain = KafkaProducer(**common)
+    txn = KafkaProducer(transactional_id="kts-iceberg-test", enable_idempotence=True, **common)
+    watcher = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    partitions = [TopicPartition(t, 0) for t in (ICE, CLASSIC)]
+    sent: list[Sent] = []
+    i = 0
+
+    def marker_written() -> None:
+        """The coordinator writes markers after the commit or abort returns: wait for both (one offset each)."""
+        end = sent[-1].offset + 2
+        deadline = time.monotonic() + 60
+        while set(watcher.end_offsets(partitions).values()) != {end}:
+            assert time.monotonic() < deadline, f"no transaction marker at offset {end - 1}"
+            time.sleep(0.05)
+
+    def send(producer: Any, count: int, aborted: bool) -> None:
+        nonlocal i
+        futures = []
+        for _ in range(count):
+            key, value, headers = _record(i)
+            ts = BASE_TS + 7 * i
+            pair = [
+                producer.send(t, key=key, value=value, headers=headers, partition=0, timestamp_ms=ts)
+                for t in (ICE, CLASSIC)
+            ]
+            futures.append((pair, Sent(-1, ts, key, value, tuple(headers), aborted)))
+            i += 1
+        producer.flush(timeout=120)
+        for (ice, classic), s in futures:
+            offset = ice.get(timeout=60).offset
+            assert classic.get(timeout=60).offset == offset, "the two topics got different offsets"
+            sent.append(s._replace(offset=offset))
+
+    try:
+        txn.init_transactions()
+        send(plain, 400, False)
+        for round_ in range(90):
+            aborted = round_ % 3 == 1
+            txn.begin_transaction()
+            send(txn, 20 + round_ % 9, aborted)
+            send(plain, 15, False)  # plain records between a transaction's records and its marker
+            send(txn, 10, aborted)
+            if aborted:
+                txn.abort_transaction()
+            else:
+                txn.commit_transaction()
+            marker_written()
+            send(plain, 30, False)
+    finally:
+        txn.close(timeout=30)
+        plain.close(timeout=30)
+        watcher.close()
+    return sorted(sent)
+
+
+def _consume(bootstrap: str, topic: str, isolation: str, timeout: float = 180) -> list[Sent]:
+    """Every record of partition 0 from offset 0 to the end, with ``isolation``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        isolation_level=isolation,
+        max_partition_fetch_bytes=256 * 1024,
+    )
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    end = consumer.end_offsets([tp])[tp]
+    out: list[Sent] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"{topic} ({isolation}): only {len(out)} records, at {out[-1:]}"
+            for records in consumer.poll(timeout_ms=1000).values():
+                for r in records:
+                    assert r.timestamp_type == 0, r  # CreateTime
+                    headers = tuple((k, v) for k, v in r.headers)
+                    out.append(Sent(r.offset, r.timestamp, r.key, r.value, headers, False))
+    finally:
+        consumer.close()
+    return out
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str, broker: kd.Broker) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert broker.alive(), f"the broker exited while waiting until {what}:\n{broker.log()[-4000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting until {what}:\n{broker.log()[-3000:]}"
+        time.sleep(0.5)
+
+
+def _tiered(local: Path) -> bool:
+    """Every closed segment uploaded and deleted locally: only the active segment is left."""
+    logs = list(local.glob("*.log"))
+    return len(logs) == 1 and int(logs[0].stem) > 0 and not list(local.glob("*.deleted"))
+
+
+class Store(NamedTuple):
+    """The plugin's store as the test sees it: its ``rsm.config.*`` keys and a way to list and read objects."""
+
+    plugin: dict[str, str]
+    list_keys: Callable[[], list[str]]
+    read: Callable[[str], bytes]
+    io: dict[str, str]  # pyiceberg FileIO properties for the table's files
+
+
+def _filesystem(tmp: Path) -> Store:
+    root = tmp / "remote"
+
+    def keys() -> list[str]:
+        return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+    return Store(
+        {"storage.backend.class": "filesystem", "storage.root": str(root)},
+        keys,
+        lambda k: (root / k).read_bytes(),
+        {},
+    )
+
+
+def _s3(server: StoreServer, bucket: str) -> Store:
+    from rsm.cli.emulators import _s3_client
+
+    config = fresh_store(server, bucket)
+    client = _s3_client(server.endpoint)
+
+    def keys() -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    plugin = {"storage.backend.class": "s3", **{f"storage.{k}": str(v) for k, v in config.items()}}
+    io = {
+        "s3.endpoint": server.endpoint,
+        "s3.access-key-id": str(config["aws.access.key.id"]),
+        "s3.secret-access-key": str(config["aws.secret.access.key"]),
+        "s3.region": str(config.get("s3.region", "us-east-1")),
+    }
+    return Store(plugin, keys, lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), io)
+
+
+def _plugin_lines(store: Store, tmp: Path, transport: str) -> str:
+    """The shim on ``store`` with Iceberg mode for ``ICE`` only (kafka_dist's lines, with the backend swapped)."""
+    base = kd.plugin_properties(tmp / "unused", transport)
+    lines = [line for line in base.splitlines() if not line.startswith("rsm.config.storage.")]
+    extra = {
+        **store.plugin,
+        "iceberg.mode.topics.regex": ICE,
+        "iceberg.mode.catalog.sqlite.path": str(tmp / "catalog.db"),
+    }
+    return "\n".join(lines + [f"rsm.config.{k}={v}" for k, v in extra.items()]) + "\n"
+
+
+def _objects(store: Store, topic: str, suffix: str) -> list[str]:
+    """The plugin's objects of ``topic`` with ``suffix`` (``log``, ``indexes``, ``rsm-manifest``)."""
+    out = []
+    for key in store.list_keys():
+        p = parse_object_key(key, "")
+        if p is not None and p.topic == topic and p.suffix.value == suffix:
+            out.append(key)
+    return out
+
+
+def _manifests(store: Store, topic: str) -> list[dict[str, Any]]:
+    return [json.loads(store.read(k)) for k in _objects(store, topic, "rsm-manifest")]
+
+
+def _check_table(store: Store, tmp: Path, sent: list[Sent], sections: list[dict[str, Any]]) -> None:
+    """The Iceberg table through pyiceberg: the tiered segments' records, each once, with the right flags."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{tmp / 'catalog.db'}", **store.io)
+    rows = catalog.load_table(("kafka", ICE)).scan().to_arrow()
+    kafka = rows.column("kafka")
+    offsets = pc.struct_field(kafka, "offset").to_pylist()
+    control = pc.struct_field(kafka, "is_control").to_pylist()
+    aborted = pc.struct_field(kafka, "aborted").to_pylist()
+    assert len(offsets) == len(set(offsets)), "an offset is in the table more than once"
+    tiered = {o for s in sections for o in range(s["firstOffset"], s["lastOffset"] + 1)}
+    assert set(offsets) == tiered, "the table's offsets are not those of the tiered segments"
+    by_offset = {s.offset: s for s in sent}
+    records = {o for o, c in zip(offsets, control, strict=True) if not c}
+    markers = {o for o, c in zip(offsets, control, strict=True) if c}
+    assert records == {o for o in tiered if o in by_offset}, "a record row is missing, or a marker is not flagged"
+    assert markers == tiered - set(by_offset), "a control marker is missing"
+    assert markers, "no transaction marker landed in a tiered segment"
+    flagged = {o for o, a in zip(offsets, aborted, strict=True) if a}
+    assert flagged <= {o for o in records if by_offset[o].aborted}, "a committed or plain record is flagged aborted"
+    # A transaction is flagged in the segment holding its ABORT marker (as Kafka's transaction index is).
+    must = set()
+    for s in sections:
+        seg = range(s["firstOffset"], s["lastOffset"] + 1)
+        last_marker = max((o for o in markers if o in seg), default=-1)  # transactions run one after another
+        must |= {o for o in seg if o in by_offset and by_offset[o].aborted and o < last_marker}
+    assert must, "no aborted transaction lies wholly in a tiered segment"
+    assert must <= flagged, f"aborted records not flagged: {sorted(must - flagged)[:20]}"
+    row_of = {o: i for i, o in enumerate(offsets)}
+    keys = rows.column("key_raw").to_pylist()
+    values = rows.column("value_raw").to_pylist()
+    headers = rows.column("headers").to_pylist()
+    for o in sorted(records):
+        r, s = row_of[o], by_offset[o]
+        assert (keys[r], values[r]) == (s.key, s.value), f"row of offset {o}"
+        assert [(h["key"], h["value"]) for h in headers[r] or ()] == list(s.headers), f"headers of offset {o}"
+
+
+def _run(tmp: Path, store: Store, transport: str) -> None:
+    jt.ensure_built()
+    plugin = _plugin_lines(store, tmp, transport)
+    with kd.running_broker(VERSION, tmp / "broker", plugin, transport=transport) as b:
+        for topic in (ICE, CLASSIC):
+            kd.create_topic(b, topic, TOPIC_CONFIG)
+        sent = _produce(b.bootstrap)
+        for topic in (ICE, CLASSIC):
+            local = b.data / f"{topic}-0"
+            _wait(lambda local=local: _tiered(local), 300, f"{topic}'s closed segments are tiered", b)  # type: ignore[misc]
+        active_from = int(next(iter((b.data / f"{ICE}-0").glob("*.log"))).stem)
+        assert active_from > sent[-1].offset // 2, active_from  # most records are now only in remote storage
+
+        got = {
+            (topic, isolation): _consume(b.bootstrap, topic, isolation)
+            for topic in (ICE, CLASSIC)
+            for isolation in ("read_uncommitted", "read_committed")
+        }
+        everything = [s._replace(aborted=False) for s in sent]
+        committed = [s._replace(aborted=False) for s in sent if not s.aborted]
+        for isolation, expected in (("read_uncommitted", everything), ("read_committed", committed)):
+            records = got[(ICE, isolation)]
+            assert [r.offset for r in records] == [e.offset for e in expected], isolation
+            for r, e in zip(records, expected, strict=True):
+                assert r == e, f"{ICE} ({isolation}): offset {e.offset} came back as {r}, produced {e}"
+            assert records == got[(CLASSIC, isolation)], f"{isolation}: the Iceberg topic reads unlike the classic"
+
+        ice = _manifests(store, ICE)
+        classic = _manifests(store, CLASSIC)
+        assert ice and classic, (len(ice), len(classic))
+        assert all(m.get("iceberg") for m in ice), "a segment of the Iceberg topic was tiered classic"
+        assert not any(m.get("iceberg") for m in classic), "a segment of the classic topic was tiered as rows"
+        assert not _objects(store, ICE, "log") and _objects(store, CLASSIC, "log")
+        sections = [m["iceberg"] for m in ice]
+        assert max(s["lastOffset"] for s in sections) == active_from - 1
+        _check_table(store, tmp, sent, sections)
+        log = b.log()
+    configured = "in-process" if transport == "inprocess" else transport
+    assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log
+
+
+@pytest.mark.timeout(900)  # the first run assembles the broker from Maven Central
+@pytest.mark.parametrize("transport", ["sidecar", "inprocess"])
+def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_path: Path) -> None:
+    _run(tmp_path, _filesystem(tmp_path), transport)
+
+
+@pytest.fixture
+def seaweedfs_checking_signatures(tmp_path: Path) -> Iterator[StoreServer]:
+    """SeaweedFS that knows the test key pair: pyarrow's S3 uploads (pyiceberg's FileIO) are chunk-signed, which
+    a SeaweedFS without credentials refuses."""
+    try:
+        server = start_seaweedfs(tmp_path / "seaweedfs", credentials=True)
+    except EmulatorError as e:
+        pytest.fail(f"SeaweedFS could not start: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(900)
+def test_iceberg_topic_next_to_classic_on_s3(seaweedfs_checking_signatures: StoreServer, tmp_path: Path) -> None:
+    _run(tmp_path, _s3(seaweedfs_checking_signatures, "ice-broker"), "sidecar")
