@@ -109,23 +109,25 @@ class TableWriter:
     # --- a segment -----------------------------------------------------------------------------------------------
 
     def write(self, seg: SegmentToWrite, what: str) -> IcebergSection:
-        """Write the segment's rows and commit them; raises ``NotRepresentable`` (nothing written) for a
-        segment the table cannot give back exactly."""
+        """Write the segment's rows and commit them; raises ``NotRepresentable`` (no data file left, nothing
+        committed) for a segment the table cannot give back exactly."""
         value_column = self.value_column_for(seg.topic)  # type: ignore[operator]
         summary = SegmentSummary()
-        # Walk the segment once before writing anything: a segment that cannot be represented leaves no files.
-        for _ in segment_row_tables(seg.log_path, seg.partition, seg.aborted, self.write_batch_bytes, summary):
-            pass
-        if summary.rows == 0:
+        # One walk: each chunk of rows becomes data files as it comes. A segment found not representable part
+        # of the way (or any other failure) deletes the files written so far; nothing is committed. The table
+        # is loaded (or created) only once the first chunk is built, so a segment refused there touches nothing.
+        chunks = segment_row_tables(
+            seg.log_path, seg.partition, seg.aborted, self.write_batch_bytes, summary, value_column
+        )
+        first = next(chunks, None)
+        if first is None:
             raise NotRepresentable("the segment holds no records")
         table = self.table(seg.topic, value_column)
         write_uuid = uuid.uuid4()
         written: list[DataFile] = []
         try:
             counter = itertools.count(0)
-            for chunk in segment_row_tables(
-                seg.log_path, seg.partition, seg.aborted, self.write_batch_bytes, SegmentSummary(), value_column
-            ):
+            for chunk in itertools.chain((first,), chunks):
                 written += list(
                     _dataframe_to_data_files(
                         table_metadata=table.metadata, df=chunk, io=table.io, write_uuid=write_uuid, counter=counter

@@ -4,6 +4,7 @@ and a fetch from any batch position gives what the classic path gives, record by
 from __future__ import annotations
 
 import json
+import random
 import struct
 import threading
 import time
@@ -549,6 +550,37 @@ def test_a_segment_the_table_cannot_rebuild_is_tiered_classic(tmp_path: Path, ca
             m.copy_log_segment_data(meta, seg.to_log_segment_data())
         assert m.fetch_manifest(meta).kind == "classic"
         assert "tiered in the classic format" in caplog.text
+        assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
+
+
+def test_a_segment_refused_half_way_leaves_no_files_and_no_commit(tmp_path: Path) -> None:
+    """Rows are written as the segment is walked: a segment found not representable after some of its rows
+    became data files (a legacy entry near its end) leaves no data file and no snapshot, and is tiered classic."""
+    from spark_data import legacy_entry
+
+    rng = random.Random(5)
+    good = [build_batch([(1_700_000_000_000 + r, b"k", rng.randbytes(200), [])], base_offset=r) for r in range(4)]
+    entries = [
+        build_batch([(1_700_000_000_000 + r, b"k%d" % r, rng.randbytes(1000), []) for r in range(100)], base_offset=o)
+        for o in range(0, 500, 100)
+    ]
+    entries.append(legacy_entry(1, 0, 500, [(1_700_000_000_500, b"k", b"old format")]))
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.write.batch.bytes": "65536"}))
+    try:
+        first = write_entries_segment(tmp_path / "first", good)
+        m.copy_log_segment_data(first.to_metadata(TIP), first.to_log_segment_data())
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        snapshots = [s.snapshot_id for s in table.snapshots()]
+        files = sorted(tmp_path.rglob("*.parquet"))
+        seg = write_entries_segment(tmp_path / "seg", entries)
+        meta = seg.to_metadata(TIP)
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        assert m.fetch_manifest(meta).kind == "classic"
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        assert [s.snapshot_id for s in table.snapshots()] == snapshots
+        assert sorted(tmp_path.rglob("*.parquet")) == files
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
     finally:
         m.close()
