@@ -584,3 +584,44 @@ def test_a_segment_refused_half_way_leaves_no_files_and_no_commit(tmp_path: Path
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
     finally:
         m.close()
+
+
+def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each data file carries exact bounds of kafka.partition and kafka.offset (pyiceberg keeps none for struct
+    fields), so the commit of a segment that overlaps nothing in the table reads no data file, and a retried
+    copy drops the earlier copy's files by their bounds alone."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.types import IntegerType, LongType
+
+    reads: list[object] = []
+    real = ArrowScan.to_table
+    monkeypatch.setattr(ArrowScan, "to_table", lambda self, tasks: reads.append(tasks) or real(self, tasks))
+    m = _manager(_configs(tmp_path))
+    try:
+        for n in range(4):
+            entries = [
+                build_batch([(1_700_000_000_000 + i, b"k", b"v", [])], base_offset=n * 100 + i) for i in range(9)
+            ]
+            seg = write_entries_segment(tmp_path / f"s{n}", entries)
+            m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
+        m.copy_log_segment_data(seg.to_metadata(TIP, "retriedCopyxxxxxxxxxxx"), seg.to_log_segment_data())
+        assert reads == []
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        schema = table.schema()
+        pid, oid = schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id
+        bounds = sorted(
+            (
+                from_bytes(IntegerType(), t.file.lower_bounds[pid]),
+                from_bytes(IntegerType(), t.file.upper_bounds[pid]),
+                from_bytes(LongType(), t.file.lower_bounds[oid]),
+                from_bytes(LongType(), t.file.upper_bounds[oid]),
+            )
+            for t in table.scan().plan_files()
+        )
+        assert bounds == [(TIP.partition, TIP.partition, n * 100, n * 100 + 8) for n in range(4)]
+        assert sorted(_offsets(_table(m))) == [n * 100 + i for n in range(4) for i in range(9)]
+    finally:
+        m.close()
