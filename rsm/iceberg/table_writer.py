@@ -52,6 +52,12 @@ _RETRY_PAUSE_S = 0.05
 ROW_GROUP_ROWS = 32768
 """Rows per Parquet row group of the tables this writer creates: a fetch reads whole row groups, so this bounds
 what it reads past the broker's start position."""
+SPLIT_BYTES = 64 << 20
+"""``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off)."""
+TABLE_CODEC = "snappy"
+"""Parquet codec of the tables this writer creates. Spark reads snappy data files faster than zstd ones (see
+docs/benchmarks.md, "Iceberg mode"); zstd files are smaller. The table property is read at every write, so an
+operator may set ``write.parquet.compression-codec`` on a table to change it."""
 
 
 def _stale_files(table: Table, partition: int, first: int, last: int) -> tuple[list[DataFile], list[DataFile]]:
@@ -196,8 +202,16 @@ class TableWriter:
                     partition_spec=partition_spec(schema),
                     properties={
                         "kafka.topic": topic,
-                        "write.parquet.compression-codec": "zstd",
+                        "write.parquet.compression-codec": TABLE_CODEC,
                         "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
+                        # Java Iceberg's default: an append merges small manifests once 100 pile up, so
+                        # planning a scan (and a commit's search by bounds) reads a bounded number of them.
+                        "commit.manifest-merge.enabled": "true",
+                        # Spark's Iceberg reader sizes splits by the bytes of the columns a query reads: a narrow
+                        # query (keys only) got 16 MiB splits, several tasks per core, and ran at a third of the
+                        # speed of the same files read as plain Parquet. Fixed 64 MiB splits, as Spark packs files.
+                        "read.split.adaptive-size.enabled": "false",
+                        "read.split.target-size": str(SPLIT_BYTES),
                     },
                 )
             except TableAlreadyExistsError:  # another writer created it in between
@@ -303,7 +317,7 @@ class TableWriter:
                         for f in (*rewritten, *files):
                             overwrite.append_data_file(f)
                 else:
-                    with txn.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                    with txn.update_snapshot(snapshot_properties=properties).merge_append() as append:
                         for f in files:
                             append.append_data_file(f)
                 return txn.commit_transaction()
