@@ -129,6 +129,10 @@ def _add_kafka_bounds(table: Table, chunk: pa.Table, files: list[DataFile]) -> N
     file of that day gets the day's exact bounds; files that share a day (a chunk past the target file size)
     get none, and are read by a replace as before.
     """
+    schema = table.schema()
+    spec = table.spec()
+    if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
+        return  # not the plugin's day(kafka.timestamp) spec (changed by someone): no bounds, replaces read files
     kafka = chunk.column("kafka")
     days = pc.cast(pc.struct_field(kafka, "timestamp"), pa.date32()).cast(pa.int32())
     grouped = (
@@ -142,7 +146,6 @@ def _add_kafka_bounds(table: Table, chunk: pa.Table, files: list[DataFile]) -> N
     per_day: dict[object, int] = {}
     for f in files:
         per_day[f.partition[0]] = per_day.get(f.partition[0], 0) + 1
-    schema = table.schema()
     ids = {name: schema.find_field(f"kafka.{name}").field_id for name in ("partition", "offset")}
     types = {"partition": IntegerType(), "offset": LongType()}
     for f in files:

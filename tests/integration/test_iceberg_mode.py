@@ -507,6 +507,9 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
 ) -> None:
     """Timestamps that jump between days put a segment's rows in several data files (one per day), each in
     several row groups: a fetch from any position merges them back into the original batches."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
     from rsm.iceberg import table_writer
 
     monkeypatch.setattr(table_writer, "ROW_GROUP_ROWS", 5)
@@ -526,6 +529,16 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
         assert section is not None and len(section.files) == 3
         groups = [pq.ParquetFile(urlparse(f.path).path).metadata.num_row_groups for f in section.files]
         assert min(groups) > 1, groups
+        # each day's file carries the exact offset bounds of its own rows
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        oid = table.schema().find_field("kafka.offset").field_id
+        for task in table.scan().plan_files():
+            offsets = pc.struct_field(pq.read_table(urlparse(task.file.file_path).path).column("kafka"), "offset")
+            got = (
+                from_bytes(LongType(), task.file.lower_bounds[oid]),
+                from_bytes(LongType(), task.file.upper_bounds[oid]),
+            )
+            assert got == (pc.min(offsets).as_py(), pc.max(offsets).as_py())
         original = seg.log.read_bytes()
         for h, _ in iter_batches(original):
             assert _batch_view(m.fetch_log_segment(meta, h.position).read()) == _batch_view(original[h.position :])
