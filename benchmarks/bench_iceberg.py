@@ -54,6 +54,20 @@ def main() -> None:
     ap.add_argument("--segment-mib", type=int, default=16)
     ap.add_argument("--codec", default="zstd")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="also query a copy of the table written with these table properties (e.g. "
+        "write.parquet.compression-codec=snappy): one data file per segment, like the plugin's",
+    )
+    ap.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="also read the data files of the table (and of each --variant) with Spark's Parquet reader, not "
+        "Iceberg's: what the file layout costs apart from Iceberg's reader",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-iceberg-") as tmp:
         _run(args, Path(tmp))
@@ -103,6 +117,10 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     classic_secs = _copy_all(classic, tip, segs)
     iceberg_secs = _copy_all(iceberg, tip, segs)
 
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import StaticTable
+
     from rsm.iceberg.catalog import CatalogHandle, catalog_properties
     from rsm.iceberg.config import IcebergConfig
 
@@ -111,6 +129,16 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     handle = CatalogHandle(cfg, catalog_properties(cfg, "filesystem", storage, ""))
     table = handle.catalog.load_table(handle.table_identifier("bench"))
     iceberg_mb = sum(f.file_size_in_bytes for t in table.scan().plan_files() for f in [t.file]) / 1e6
+
+    variants = {}
+    for n, spec in enumerate(args.variant):
+        props = dict(item.split("=", 1) for item in spec.split(","))
+        variant = handle.catalog.create_table(
+            ("kafka", f"bench_variant_{n}"), schema=table.schema(), partition_spec=table.spec(), properties=props
+        )
+        for task in table.scan().plan_files():  # one append per data file: the same files per segment
+            variant.append(ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[task]))
+        variants[f"iceberg {spec}"] = variant.refresh().metadata_location
 
     options = {**classic, "topic": "bench"}
     reader = TieredReader(options)
@@ -147,7 +175,13 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         "iceberg table": ("iceberg", spark.read.format("iceberg").load(table.metadata_location)),
         "parquet copy": ("kafka", spark.read.parquet(str(parquet_dir))),
         "kafka-tiered": ("kafka", spark.read.format("kafka-tiered").options(**options).load()),
+        **{name: ("iceberg", spark.read.format("iceberg").load(where)) for name, where in variants.items()},
     }
+    if args.diagnose:
+        diagnosed = {"iceberg table": table.metadata_location, **variants}
+        for name, where in diagnosed.items():
+            paths = [t.file.file_path for t in StaticTable.from_metadata(where).scan().plan_files()]
+            sources[f"{name} files, Spark's Parquet reader"] = ("iceberg", spark.read.parquet(*paths))
     secs: dict[tuple[str, str], float] = {}
     for query, exprs in QUERIES.items():
         for _, (kind, df) in sources.items():
@@ -171,9 +205,19 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         f"copy: classic {c:.2f} s ({mb / c:.1f} MB/s), iceberg {i:.2f} s ({mb / i:.1f} MB/s); iceberg / classic "
         f"time = {i / c:.2f}"
     )
+    if len(segs) > 1:  # the first Iceberg copy also imports pyiceberg and creates the catalog and the table
+        c1, i1 = sum(classic_secs[1:]), sum(iceberg_secs[1:])
+        print(
+            f"copy after the first segment: classic {c1:.2f} s, iceberg {i1:.2f} s; iceberg / classic time = "
+            f"{i1 / c1:.2f}; per segment: classic {' '.join(f'{x:.2f}' for x in classic_secs)}, iceberg "
+            f"{' '.join(f'{x:.2f}' for x in iceberg_secs)}"
+        )
     print(f"{'query':<28} {'source':<16} {'seconds':>8} {'records/s':>12}")
     for (query, name), s in secs.items():
         print(f"{query:<28} {name:<16} {s:>8.2f} {records / s:>12,.0f}")
+    for query in QUERIES:
+        for name in [n for n in sources if n not in ("iceberg table", "parquet copy", "kafka-tiered")]:
+            print(f"{query}: {name} vs parquet copy = {secs[(query, 'parquet copy')] / secs[(query, name)]:.2f}")
     for query in QUERIES:
         ice = secs[(query, "iceberg table")]
         print(

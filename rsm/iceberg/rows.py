@@ -3,27 +3,37 @@
 Rows come in tables of at most about ``max_bytes`` of segment at a time, in offset order. A segment the table
 cannot rebuild exactly (a legacy magic 0/1 entry, a batch without records, records Kafka's own parser would
 refuse) raises ``NotRepresentable``: the plugin then tiers that segment in the classic format.
+
+Two walks give the same rows. The compiled record walk (``rsm/kafka/_recordwalk.c`` with ``details``) writes
+each record's fields straight into Arrow buffers, and the batch's fields are repeated over its rows by Arrow;
+the Python walk (``decode_records``, a ``Record`` per record) is its reference, used where the module is not
+built and by the tests that hold the two to the same rows.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c as _crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rsm.iceberg.schema import HEADERS_ARROW_TYPE, KAFKA_FIELDS, arrow_schema, kafka_arrow_type
 from rsm.iceberg.value_hook import ValueColumn
+from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, RecordBuilder
 from rsm.kafka.errors import KafkaFormatError
 from rsm.kafka.indexes import AbortedTxn
-from rsm.kafka.records import decode_records, iter_batches, parse_control_key
+from rsm.kafka.records import BATCH_HEADER_SIZE, BatchHeader, decode_records, iter_batches, parse_control_key
 
 _TS_US_MAX = ((1 << 63) - 1) // 1000
 _TS_US_MIN = -(1 << 63) // 1000 + 1
+# Every record of a batch is a row: offsets and timestamps over all of int64.
+_ALL_ROWS = (-(1 << 63), (1 << 63) - 1, None, None)
 
-__all__ = ["NotRepresentable", "SegmentSummary", "segment_row_tables"]
+__all__ = ["NotRepresentable", "SegmentSummary", "reference_row_tables", "segment_row_tables"]
 
 
 class NotRepresentable(Exception):
@@ -87,6 +97,191 @@ def segment_row_tables(
     value_column: ValueColumn | None = None,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the segment's rows, each from at most about ``max_bytes`` of the segment."""
+    if not COMPILED_WALK:  # pragma: no cover - the package was installed without a C compiler
+        yield from reference_row_tables(path, partition, aborted, max_bytes, summary, value_column)
+        return
+    spans = _aborted_spans(aborted)
+    decoder = LogBatchDecoder(ReadBounds())  # its zstd context inflates every batch
+    builder = RecordBuilder(True, True, True, True)
+    batches = _BatchColumns()
+    held = 0
+    crc = 0
+    try:
+        for header, batch in iter_batches(path, verify=True):
+            if header.records_count == 0:
+                raise NotRepresentable(f"the batch at position {header.position} holds no records")
+            if header.position > (1 << 31) - 1:
+                raise NotRepresentable("the segment is larger than 2 GiB")
+            body = memoryview(batch)[BATCH_HEADER_SIZE : header.size]
+            try:
+                records = decoder.inflate(header.compression, body) if header.compression else body
+            except Exception as e:  # codec libraries raise assorted types; so does the decompression cap
+                raise NotRepresentable(f"the batch at position {header.position}: cannot decompress: {e}") from None
+            try:
+                kept = builder.walk(
+                    records,
+                    header.records_count,
+                    header.base_offset,
+                    header.base_timestamp,
+                    header.max_timestamp if header.timestamp_type == 1 else None,
+                    _ALL_ROWS,
+                )
+            except ValueError as e:
+                raise NotRepresentable(f"the batch at position {header.position}: malformed records: {e}") from None
+            if kept != header.records_count:
+                raise NotRepresentable(f"the batch at position {header.position} has an offset beyond 64 bits")
+            crc = _crc32c.crc32c(batch, crc)
+            control_type: int | None = None
+            if header.is_control:  # a marker batch: one small record, read the plain way for its key
+                try:
+                    control_type = int(parse_control_key(decode_records(batch, position=header.position)[0].key)[1])
+                except ValueError as e:
+                    raise NotRepresentable(f"control batch at position {header.position}: {e}") from None
+            aborted_batch = (
+                header.is_transactional
+                and not header.is_control
+                and any(lo <= header.base_offset <= hi for lo, hi in spans.get(header.producer_id, ()))
+            )
+            batches.add(header, control_type, aborted_batch)
+            summary.last_offset = header.last_offset
+            summary.rows += header.records_count
+            summary.batches += 1
+            summary.size = header.end_position
+            held += header.size
+            if held >= max_bytes:
+                yield _buffers_table(builder.take(), batches, partition, summary, value_column)
+                batches = _BatchColumns()
+                held = 0
+    except KafkaFormatError as e:
+        raise NotRepresentable(str(e)) from None
+    summary.crc32c = crc
+    if len(builder):
+        yield _buffers_table(builder.take(), batches, partition, summary, value_column)
+
+
+class _BatchColumns:
+    """The batch fields of the rows, one entry per batch (repeated over its records when the table is built)."""
+
+    _INT_FIELDS = (
+        "batch_byte_offset",
+        "batch_base_offset",
+        "batch_partition_leader_epoch",
+        "batch_magic",
+        "batch_timestamp_type",
+        "batch_compression_type",
+        "batch_max_timestamp",
+        "batch_producer_id",
+        "batch_producer_epoch",
+        "batch_base_sequence",
+        "batch_attributes",
+        "batch_base_timestamp",
+        "batch_last_offset_delta",
+        "batch_record_count",
+        "batch_byte_size",
+    )
+
+    def __init__(self) -> None:
+        self.fields: dict[str, list[int]] = {name: [] for name in self._INT_FIELDS}
+        self.transactional: list[bool] = []
+        self.control: list[bool] = []
+        self.control_type: list[int | None] = []
+        self.aborted: list[bool] = []
+
+    def add(self, h: BatchHeader, control_type: int | None, aborted: bool) -> None:
+        values = (
+            h.position,
+            h.base_offset,
+            h.partition_leader_epoch,
+            h.magic,
+            h.timestamp_type,
+            int(h.compression),
+            h.max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.attributes,
+            h.base_timestamp,
+            h.last_offset_delta,
+            h.records_count,
+            h.size,
+        )
+        for column, v in zip(self.fields.values(), values, strict=True):
+            column.append(v)
+        self.transactional.append(h.is_transactional)
+        self.control.append(h.is_control)
+        self.control_type.append(control_type)
+        self.aborted.append(aborted)
+
+
+def _wrap(memory: object | None) -> pa.Buffer | None:
+    return None if memory is None else pa.py_buffer(memory)
+
+
+def _binary(part: tuple[object, object, object, int], rows: int, kind: pa.DataType) -> pa.Array:
+    validity, offsets, data, nulls = part
+    return pa.Array.from_buffers(kind, rows, [_wrap(validity), _wrap(offsets), _wrap(data)], null_count=nulls)
+
+
+def _buffers_table(
+    parts: dict[str, object],
+    batches: _BatchColumns,
+    partition: int,
+    summary: SegmentSummary,
+    value_column: ValueColumn | None,
+) -> pa.Table:
+    """The rows of the compiled walk's buffers and their batches' fields, as the table's Arrow schema."""
+    rows: int = parts["rows"]  # type: ignore[assignment]
+    k = kafka_arrow_type()
+    # Row -> its batch: the parent indices of a list array whose lists are the batches' records.
+    ends = pa.array([0, *itertools.accumulate(batches.fields["batch_record_count"])], type=pa.int32())
+    batch_of_row = pc.list_parent_indices(pa.ListArray.from_arrays(ends, pa.nulls(rows)))
+
+    def repeat(values: Sequence[object], field: str) -> pa.Array:
+        return pc.take(pa.array(values, type=k.field(field).type), batch_of_row)
+
+    millis = pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestamp"])])
+    in_range = pc.and_(pc.greater_equal(millis, _TS_US_MIN), pc.less_equal(millis, _TS_US_MAX))
+    micros = pc.multiply(pc.if_else(in_range, millis, pa.scalar(None, pa.int64())), 1000)
+    columns: dict[str, pa.Array] = {
+        "partition": pa.repeat(pa.scalar(partition, pa.int32()), rows),
+        "offset": pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["offset"])]),
+        "timestamp": micros.cast(k.field("timestamp").type),
+        **{name: repeat(values, name) for name, values in batches.fields.items()},
+        "record_attributes": pa.Array.from_buffers(pa.int32(), rows, [None, _wrap(parts["attributes"])]),
+        "timestamp_delta": pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestampDelta"])]),
+        "timestamp_ms": millis,
+        "is_transactional": repeat(batches.transactional, "is_transactional"),
+        "is_control": repeat(batches.control, "is_control"),
+        "control_type": repeat(batches.control_type, "control_type"),
+        "aborted": repeat(batches.aborted, "aborted"),
+    }
+    kafka = pa.StructArray.from_arrays([columns[f.name] for f in k], fields=list(k))
+    lists, names, hvalues, count = parts["headers"]  # type: ignore[misc]
+    entries = pa.StructArray.from_arrays(
+        [_binary(names, count, pa.string()), _binary(hvalues, count, pa.binary())],
+        fields=list(HEADERS_ARROW_TYPE.value_type),
+    )
+    headers = pa.Array.from_buffers(HEADERS_ARROW_TYPE, rows, [None, _wrap(lists)], children=[entries])
+    values = _binary(parts["value"], rows, pa.binary())  # type: ignore[arg-type]
+    arrays = [kafka, headers, _binary(parts["key"], rows, pa.binary()), values]  # type: ignore[arg-type]
+    value_type = None
+    if value_column is not None:
+        value_type = value_column.arrow_type
+        arrays.append(value_column.convert(values.to_pylist()))
+    if summary.first_offset < 0:
+        summary.first_offset = columns["offset"][0].as_py()
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(value_type))
+
+
+def reference_row_tables(
+    path: Path,
+    partition: int,
+    aborted: Sequence[AbortedTxn],
+    max_bytes: int,
+    summary: SegmentSummary,
+    value_column: ValueColumn | None = None,
+) -> Iterator[pa.Table]:
+    """``segment_row_tables`` by the Python walk: a ``Record`` per record, appended field by field."""
     spans = _aborted_spans(aborted)
     cols = _Columns()
     held = 0

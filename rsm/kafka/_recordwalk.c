@@ -352,18 +352,20 @@ var_append(VarColumn *c, const uint8_t *src, Py_ssize_t n, int nullable, const c
 
 typedef struct {
     PyObject_HEAD
-    int want_keys, want_values, want_headers;
+    int want_keys, want_values, want_headers, want_details;
     Py_ssize_t rows;
     Buf offsets;    /* int64 */
     Buf timestamps; /* int64, milliseconds */
     Buf types;      /* int32 */
+    Buf attributes; /* int32, the record's attributes byte (details only) */
+    Buf ts_deltas;  /* int64, the record's timestamp delta as written (details only) */
     VarColumn keys, values;
     Buf header_lists; /* int32 offsets into the header entries, rows + 1 */
     VarColumn header_keys, header_values;
 } Builder;
 
 typedef struct {
-    Py_ssize_t rows, offsets, timestamps, types, header_lists;
+    Py_ssize_t rows, offsets, timestamps, types, attributes, ts_deltas, header_lists;
     VarMark keys, values, header_keys, header_values;
 } Mark;
 
@@ -374,6 +376,8 @@ builder_mark(const Builder *b, Mark *m)
     m->offsets = b->offsets.len;
     m->timestamps = b->timestamps.len;
     m->types = b->types.len;
+    m->attributes = b->attributes.len;
+    m->ts_deltas = b->ts_deltas.len;
     m->header_lists = b->header_lists.len;
     var_mark(&b->keys, &m->keys);
     var_mark(&b->values, &m->values);
@@ -388,6 +392,8 @@ builder_rollback(Builder *b, const Mark *m)
     b->offsets.len = m->offsets;
     b->timestamps.len = m->timestamps;
     b->types.len = m->types;
+    b->attributes.len = m->attributes;
+    b->ts_deltas.len = m->ts_deltas;
     b->header_lists.len = m->header_lists;
     var_rollback(&b->keys, &m->keys);
     var_rollback(&b->values, &m->values);
@@ -401,6 +407,8 @@ builder_free(Builder *b)
     buf_free(&b->offsets);
     buf_free(&b->timestamps);
     buf_free(&b->types);
+    buf_free(&b->attributes);
+    buf_free(&b->ts_deltas);
     buf_free(&b->header_lists);
     var_free(&b->keys);
     var_free(&b->values);
@@ -427,6 +435,8 @@ builder_reserve(Builder *b, Py_ssize_t rows)
     if (buf_reserve(&b->offsets, rows * 8) < 0 || buf_reserve(&b->timestamps, rows * 8) < 0 ||
         buf_reserve(&b->types, rows * 4) < 0)
         return -1;
+    if (b->want_details && (buf_reserve(&b->attributes, rows * 4) < 0 || buf_reserve(&b->ts_deltas, rows * 8) < 0))
+        return -1;
     if (b->want_keys && var_reserve(&b->keys, rows) < 0)
         return -1;
     if (b->want_values && var_reserve(&b->values, rows) < 0)
@@ -439,14 +449,16 @@ builder_reserve(Builder *b, Py_ssize_t rows)
 static int
 Builder_init(Builder *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"keys", "values", "headers", NULL};
-    int keys = 1, values = 1, headers = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ppp:RecordBuilder", kwlist, &keys, &values, &headers))
+    static char *kwlist[] = {"keys", "values", "headers", "details", NULL};
+    int keys = 1, values = 1, headers = 0, details = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pppp:RecordBuilder", kwlist, &keys, &values, &headers,
+                                     &details))
         return -1;
     builder_free(self);
     self->want_keys = keys;
     self->want_values = values;
     self->want_headers = headers;
+    self->want_details = details;
     return builder_start(self);
 }
 
@@ -590,7 +602,9 @@ walk(Builder *b, const uint8_t *p, Py_ssize_t end, int64_t count, int64_t base_o
      int log_append, int64_t max_ts, const Bounds *bounds, Damage *damage)
 {
     const int32_t ts_type = log_append ? 1 : 0;
-    const int keys = b->want_keys, values = b->want_values, headers = b->want_headers;
+    const int keys = b->want_keys, values = b->want_values, headers = b->want_headers, details = b->want_details;
+    /* header counts and lengths: int64 varints, or Kafka's own int32 ones with details (the rows of a table) */
+    const int header_varint = details ? 5 : 10;
     Py_ssize_t pos = 0;
     uint64_t u;
     int rc;
@@ -623,7 +637,7 @@ walk(Builder *b, const uint8_t *p, Py_ssize_t end, int64_t count, int64_t base_o
         if (length <= 0 || length > end - pos)
             DAMAGED("a record's length runs past the records");
         const Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        pos++; /* attributes: one byte, unused */
+        const int32_t attributes = p[pos++]; /* one byte, any value; inside the record (length > 0) */
         VARINT(10, ts_delta);
         VARINT(5, offset_delta);
 
@@ -674,12 +688,12 @@ walk(Builder *b, const uint8_t *p, Py_ssize_t end, int64_t count, int64_t base_o
 
         if (headers) {
             int64_t n_headers, name_len, header_len;
-            VARINT(10, n_headers);
+            VARINT(header_varint, n_headers);
             if (n_headers < 0)
                 DAMAGED("a negative header count");
             /* every header takes two bytes at least, and none may end past the record */
             for (int64_t h = 0; h < n_headers; h++) {
-                VARINT(10, name_len);
+                VARINT(header_varint, name_len);
                 if (name_len < 0)
                     DAMAGED("a null header key");
                 if (name_len > record_end - pos)
@@ -690,7 +704,7 @@ walk(Builder *b, const uint8_t *p, Py_ssize_t end, int64_t count, int64_t base_o
                     var_append(&b->header_keys, p + pos, (Py_ssize_t)name_len, 0, "header keys") < 0)
                     return -1;
                 pos += (Py_ssize_t)name_len;
-                VARINT(10, header_len);
+                VARINT(header_varint, header_len);
                 const uint8_t *header_value = NULL;
                 if (header_len >= 0) {
                     if (header_len > record_end - pos)
@@ -713,6 +727,10 @@ walk(Builder *b, const uint8_t *p, Py_ssize_t end, int64_t count, int64_t base_o
         put_i64(&b->offsets, offset);
         put_i64(&b->timestamps, ts);
         put_i32(&b->types, ts_type);
+        if (details) {
+            put_i32(&b->attributes, attributes);
+            put_i64(&b->ts_deltas, ts_delta);
+        }
         if (keys && var_append(&b->keys, key, (Py_ssize_t)key_len, 1, "keys") < 0)
             return -1;
         if (values && var_append(&b->values, value, (Py_ssize_t)value_len, 1, "values") < 0)
@@ -821,6 +839,10 @@ Builder_append(Builder *self, PyObject *const *args, Py_ssize_t nargs)
     put_i64(&self->offsets, offset);
     put_i64(&self->timestamps, ts);
     put_i32(&self->types, (int32_t)ts_type);
+    if (self->want_details) {
+        put_i32(&self->attributes, 0);
+        put_i64(&self->ts_deltas, 0);
+    }
     if (self->want_headers)
         put_i32(&self->header_lists, last_i32(&self->header_lists));
     self->rows++;
@@ -857,6 +879,11 @@ builder_export(Builder *self, int copy)
     PyObject *offsets = copy ? buf_copy(&self->offsets) : buf_release(&self->offsets);
     PyObject *timestamps = copy ? buf_copy(&self->timestamps) : buf_release(&self->timestamps);
     PyObject *types = copy ? buf_copy(&self->types) : buf_release(&self->types);
+    PyObject *attributes = Py_NewRef(Py_None), *ts_deltas = Py_NewRef(Py_None);
+    if (self->want_details) {
+        Py_SETREF(attributes, copy ? buf_copy(&self->attributes) : buf_release(&self->attributes));
+        Py_SETREF(ts_deltas, copy ? buf_copy(&self->ts_deltas) : buf_release(&self->ts_deltas));
+    }
     PyObject *keys = self->want_keys ? var_export(&self->keys, 1, copy) : Py_NewRef(Py_None);
     PyObject *values = self->want_values ? var_export(&self->values, 1, copy) : Py_NewRef(Py_None);
     PyObject *headers = Py_NewRef(Py_None);
@@ -872,16 +899,20 @@ builder_export(Builder *self, int copy)
         Py_XDECREF(names);
         Py_XDECREF(hvalues);
     }
-    int failed = !(rows && offsets && timestamps && types && keys && values && headers) ||
+    int failed = !(rows && offsets && timestamps && types && attributes && ts_deltas && keys && values && headers) ||
                  PyDict_SetItemString(out, "rows", rows) < 0 || PyDict_SetItemString(out, "offset", offsets) < 0 ||
                  PyDict_SetItemString(out, "timestamp", timestamps) < 0 ||
                  PyDict_SetItemString(out, "timestampType", types) < 0 ||
+                 PyDict_SetItemString(out, "attributes", attributes) < 0 ||
+                 PyDict_SetItemString(out, "timestampDelta", ts_deltas) < 0 ||
                  PyDict_SetItemString(out, "key", keys) < 0 || PyDict_SetItemString(out, "value", values) < 0 ||
                  PyDict_SetItemString(out, "headers", headers) < 0;
     Py_XDECREF(rows);
     Py_XDECREF(offsets);
     Py_XDECREF(timestamps);
     Py_XDECREF(types);
+    Py_XDECREF(attributes);
+    Py_XDECREF(ts_deltas);
     Py_XDECREF(keys);
     Py_XDECREF(values);
     Py_XDECREF(headers);
@@ -895,7 +926,8 @@ builder_export(Builder *self, int copy)
 PyDoc_STRVAR(take_doc,
              "take() -> dict\n\n"
              "Hand the columns over and start empty ones. Keys: rows; offset and timestamp (int64, ms), "
-             "timestampType (int32): Memory; key and value: (validity or None, int32 offsets, data, null count) "
+             "timestampType (int32): Memory; attributes (int32) and timestampDelta (int64): Memory with details, "
+             "else None; key and value: (validity or None, int32 offsets, data, null count) "
              "or None when not built; headers: (int32 list offsets, header keys as (None, offsets, data, 0), "
              "header values as (validity or None, offsets, data, null count), number of headers) or None.");
 
@@ -938,7 +970,10 @@ static PyObject *
 Builder_get_flag(Builder *self, void *closure)
 {
     int which = (int)(intptr_t)closure;
-    return PyBool_FromLong(which == 0 ? self->want_keys : which == 1 ? self->want_values : self->want_headers);
+    return PyBool_FromLong(which == 0   ? self->want_keys
+                           : which == 1 ? self->want_values
+                           : which == 2 ? self->want_headers
+                                        : self->want_details);
 }
 
 static PyMethodDef Builder_methods[] = {
@@ -954,6 +989,7 @@ static PyGetSetDef Builder_getset[] = {
     {"keys", (getter)Builder_get_flag, NULL, "Whether keys are built.", (void *)0},
     {"values", (getter)Builder_get_flag, NULL, "Whether values are built.", (void *)1},
     {"headers", (getter)Builder_get_flag, NULL, "Whether headers are built.", (void *)2},
+    {"details", (getter)Builder_get_flag, NULL, "Whether record attributes and timestamp deltas are built.", (void *)3},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -962,7 +998,9 @@ static PySequenceMethods Builder_as_sequence = {.sq_length = (lenfunc)Builder_le
 static PyTypeObject BuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rsm.kafka._recordwalk.RecordBuilder",
-    .tp_doc = "RecordBuilder(keys=True, values=True, headers=False): rows of v2 batches as Arrow column buffers.",
+    .tp_doc = "RecordBuilder(keys=True, values=True, headers=False, details=False): rows of v2 batches as Arrow column "
+               "buffers; details adds record attributes and timestamp deltas and reads header counts and lengths "
+               "as Kafka's int32 varints.",
     .tp_basicsize = sizeof(Builder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_new = PyType_GenericNew,

@@ -61,6 +61,7 @@ __all__ = [
     "LogBatchDecoder",
     "ReadBounds",
     "RecordBuffers",
+    "RecordBuilder",
     "iter_log_entries",
 ]
 

@@ -4,6 +4,7 @@ and a fetch from any batch position gives what the classic path gives, record by
 from __future__ import annotations
 
 import json
+import random
 import struct
 import threading
 import time
@@ -537,6 +538,9 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
 ) -> None:
     """Timestamps that jump between days put a segment's rows in several data files (one per day), each in
     several row groups: a fetch from any position merges them back into the original batches."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
     from rsm.iceberg import table_writer
 
     monkeypatch.setattr(table_writer, "ROW_GROUP_ROWS", 5)
@@ -556,6 +560,16 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
         assert section is not None and len(section.files) == 3
         groups = [pq.ParquetFile(urlparse(f.path).path).metadata.num_row_groups for f in section.files]
         assert min(groups) > 1, groups
+        # each day's file carries the exact offset bounds of its own rows
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        oid = table.schema().find_field("kafka.offset").field_id
+        for task in table.scan().plan_files():
+            offsets = pc.struct_field(pq.read_table(urlparse(task.file.file_path).path).column("kafka"), "offset")
+            got = (
+                from_bytes(LongType(), task.file.lower_bounds[oid]),
+                from_bytes(LongType(), task.file.upper_bounds[oid]),
+            )
+            assert got == (pc.min(offsets).as_py(), pc.max(offsets).as_py())
         original = seg.log.read_bytes()
         for h, _ in iter_batches(original):
             assert _batch_view(m.fetch_log_segment(meta, h.position).read()) == _batch_view(original[h.position :])
@@ -581,5 +595,77 @@ def test_a_segment_the_table_cannot_rebuild_is_tiered_classic(tmp_path: Path, ca
         assert m.fetch_manifest(meta).kind == "classic"
         assert "tiered in the classic format" in caplog.text
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
+
+
+def test_a_segment_refused_half_way_leaves_no_files_and_no_commit(tmp_path: Path) -> None:
+    """Rows are written as the segment is walked: a segment found not representable after some of its rows
+    became data files (a legacy entry near its end) leaves no data file and no snapshot, and is tiered classic."""
+    from spark_data import legacy_entry
+
+    rng = random.Random(5)
+    good = [build_batch([(1_700_000_000_000 + r, b"k", rng.randbytes(200), [])], base_offset=r) for r in range(4)]
+    entries = [
+        build_batch([(1_700_000_000_000 + r, b"k%d" % r, rng.randbytes(1000), []) for r in range(100)], base_offset=o)
+        for o in range(0, 500, 100)
+    ]
+    entries.append(legacy_entry(1, 0, 500, [(1_700_000_000_500, b"k", b"old format")]))
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.write.batch.bytes": "65536"}))
+    try:
+        first = write_entries_segment(tmp_path / "first", good)
+        m.copy_log_segment_data(first.to_metadata(TIP), first.to_log_segment_data())
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        snapshots = [s.snapshot_id for s in table.snapshots()]
+        files = sorted(tmp_path.rglob("*.parquet"))
+        seg = write_entries_segment(tmp_path / "seg", entries)
+        meta = seg.to_metadata(TIP)
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        assert m.fetch_manifest(meta).kind == "classic"
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        assert [s.snapshot_id for s in table.snapshots()] == snapshots
+        assert sorted(tmp_path.rglob("*.parquet")) == files
+        assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
+
+
+def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each data file carries exact bounds of kafka.partition and kafka.offset (pyiceberg keeps none for struct
+    fields), so the commit of a segment that overlaps nothing in the table reads no data file, and a retried
+    copy drops the earlier copy's files by their bounds alone."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.types import IntegerType, LongType
+
+    reads: list[object] = []
+    real = ArrowScan.to_table
+    monkeypatch.setattr(ArrowScan, "to_table", lambda self, tasks: reads.append(tasks) or real(self, tasks))
+    m = _manager(_configs(tmp_path))
+    try:
+        for n in range(4):
+            entries = [
+                build_batch([(1_700_000_000_000 + i, b"k", b"v", [])], base_offset=n * 100 + i) for i in range(9)
+            ]
+            seg = write_entries_segment(tmp_path / f"s{n}", entries)
+            m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
+        m.copy_log_segment_data(seg.to_metadata(TIP, "retriedCopyxxxxxxxxxxx"), seg.to_log_segment_data())
+        assert reads == []
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        schema = table.schema()
+        pid, oid = schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id
+        bounds = sorted(
+            (
+                from_bytes(IntegerType(), t.file.lower_bounds[pid]),
+                from_bytes(IntegerType(), t.file.upper_bounds[pid]),
+                from_bytes(LongType(), t.file.lower_bounds[oid]),
+                from_bytes(LongType(), t.file.upper_bounds[oid]),
+            )
+            for t in table.scan().plan_files()
+        )
+        assert bounds == [(TIP.partition, TIP.partition, n * 100, n * 100 + 8) for n in range(4)]
+        assert sorted(_offsets(_table(m))) == [n * 100 + i for n in range(4) for i in range(9)]
     finally:
         m.close()
