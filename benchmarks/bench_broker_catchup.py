@@ -8,7 +8,7 @@ deleted locally, ``kafka-consumer-perf-test`` reads the topic from the start, so
 comes through the plugin's ``fetchLogSegment``.
 
 The broker is Kafka ``--kafka`` (default ``kafka_dist.NEWEST_4X``) assembled from Maven Central by
-``tests/kafka_dist.py`` (``--kafka-home DIR`` runs an existing installation's ``libs/`` instead); brokers and
+``tests/support/kafka_dist.py`` (``--kafka-home DIR`` runs an existing installation's ``libs/`` instead); brokers and
 tools run as ``java -cp libs/*`` with their main class (``tests/kraft_cluster.py``). LocalTieredStorage comes
 from the ``kafka-storage`` test jar that kafka_dist puts in ``libs/``. Not part of CI.
 

