@@ -9,7 +9,7 @@ comes through the plugin's ``fetchLogSegment``.
 
 The broker is Kafka ``--kafka`` (default ``kafka_dist.NEWEST_4X``) assembled from Maven Central by
 ``tests/support/kafka_dist.py`` (``--kafka-home DIR`` runs an existing installation's ``libs/`` instead); brokers and
-tools run as ``java -cp libs/*`` with their main class (``tests/kraft_cluster.py``). LocalTieredStorage comes
+tools run as ``java -cp libs/*`` with their main class (``tests/support/kraft_cluster.py``). LocalTieredStorage comes
 from the ``kafka-storage`` test jar that kafka_dist puts in ``libs/``. Not part of CI.
 
     python benchmarks/bench_broker_catchup.py [--kafka 4.4.0] [--mb 229] [--rounds 3]
