@@ -19,10 +19,8 @@ classic part and says the Iceberg part was skipped and how to install it.
 from __future__ import annotations
 
 import base64
-import glob
 import hashlib
 import importlib
-import os
 import shutil
 import time
 from collections import Counter
@@ -30,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from rsm.core.manager import RemoteStorageManager
+from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
+from rsm.kafka.records import batch_view
 from rsm.kafka.writer import SegmentFiles
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -89,21 +88,6 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def duckdb_with_iceberg() -> Any:
-    """A DuckDB connection with the iceberg extension (and the avro one it needs) loaded from their PyPI
-    packages: nothing is downloaded at query time."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        folder = os.path.dirname(module.__file__ or "")
-        [path] = glob.glob(os.path.join(folder, "extensions", "*", "*.duckdb_extension"))
-        con.execute(f"LOAD '{path}'")
-    return con
-
-
 @dataclass
 class Expected:
     """What the segment files hold, decoded straight from them (the figures the queries must match)."""
@@ -114,28 +98,6 @@ class Expected:
 
     def in_range(self, lo: int, hi: int) -> int:
         return sum(1 for ts in self.timestamps if lo <= ts < hi)
-
-
-def _batch_view(data: bytes) -> list[tuple[tuple[int, ...], list[Any]]]:
-    """Every batch: its header fields (not the CRC or length, which follow from the rest) and its records."""
-    from rsm.kafka.records import decode_records, iter_batches
-
-    out = []
-    for h, body in iter_batches(data, verify=True):
-        fields = (
-            h.base_offset,
-            h.partition_leader_epoch,
-            h.attributes,
-            h.last_offset_delta,
-            h.base_timestamp,
-            h.max_timestamp,
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            h.records_count,
-        )
-        out.append((fields, decode_records(body)))
-    return out
 
 
 def _expected(segments: list[SegmentFiles]) -> Expected:
@@ -214,11 +176,11 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
         for position in (0, entries[len(entries) // 2][1] if entries else 0):
             with manager.fetch_log_segment(meta, position) as stream:
                 got = stream.read()
-            if _batch_view(got) != _batch_view(original[position:]):
+            if batch_view(got) != batch_view(original[position:]):
                 say(f"      MISMATCH: the batches fetched from {meta.describe()} at byte {position} differ")
                 return None
             if position == 0:
-                batches += len(_batch_view(got))
+                batches += len(batch_view(got))
                 identical += got == original
     same = "byte for byte" if identical == len(segments) else "field for field"
     say(f"      fetch path (what a consumer gets): {batches} batches rebuilt from the rows, from offset 0 and")

@@ -12,6 +12,7 @@ Modules (only ``config``, ``section`` and ``value_hook``'s names import nothing 
 - ``catalog``: the pyiceberg catalog and FileIO from the configuration and the storage backend;
 - ``table_writer``: one segment -> data files -> one commit (replacing its offset range, retried on conflict);
 - ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
+- ``duckdb_reader``: a DuckDB connection with the iceberg extension loaded offline;
 - ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);
 - ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook.
 """

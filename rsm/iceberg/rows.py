@@ -88,6 +88,16 @@ def _aborted_spans(aborted: Sequence[AbortedTxn]) -> dict[int, list[tuple[int, i
     return spans
 
 
+def _representable_batches(path: Path) -> Iterator[tuple[BatchHeader, bytes]]:
+    """The segment's batches, CRC-checked; a batch a table row cannot stand for raises ``NotRepresentable``."""
+    for header, batch in iter_batches(path, verify=True):
+        if header.records_count == 0:
+            raise NotRepresentable(f"the batch at position {header.position} holds no records")
+        if header.position > (1 << 31) - 1:
+            raise NotRepresentable("the segment is larger than 2 GiB")
+        yield header, batch
+
+
 def segment_row_tables(
     path: Path,
     partition: int,
@@ -107,11 +117,7 @@ def segment_row_tables(
     held = 0
     crc = 0
     try:
-        for header, batch in iter_batches(path, verify=True):
-            if header.records_count == 0:
-                raise NotRepresentable(f"the batch at position {header.position} holds no records")
-            if header.position > (1 << 31) - 1:
-                raise NotRepresentable("the segment is larger than 2 GiB")
+        for header, batch in _representable_batches(path):
             body = memoryview(batch)[BATCH_HEADER_SIZE : header.size]
             try:
                 records = decoder.inflate(header.compression, body) if header.compression else body
@@ -287,11 +293,7 @@ def reference_row_tables(
     held = 0
     crc = 0
     try:
-        for header, batch in iter_batches(path, verify=True):
-            if header.records_count == 0:
-                raise NotRepresentable(f"the batch at position {header.position} holds no records")
-            if header.position > (1 << 31) - 1:
-                raise NotRepresentable("the segment is larger than 2 GiB")
+        for header, batch in _representable_batches(path):
             records = decode_records(batch, position=header.position)
             crc = _crc32c.crc32c(batch, crc)
             aborted_batch = (

@@ -527,3 +527,26 @@ def parse_end_txn_marker(value: bytes | None) -> tuple[int, int]:
         raise ValueError("end-transaction marker value must hold version int16 and coordinatorEpoch int32")
     version, coordinator_epoch = _END_TXN_MARKER.unpack_from(value, 0)
     return version, coordinator_epoch
+
+
+def batch_view(
+    data: bytes | bytearray | memoryview, *, stop_on_truncated_tail: bool = False
+) -> list[tuple[tuple[int, ...], list[Record]]]:
+    """Every batch as its header fields (all but the length and CRC, which follow from the rest) and its decoded
+    records: two copies of the same batches compare equal on this whatever bytes their codec produced."""
+    out = []
+    for h, body in iter_batches(data, verify=True, stop_on_truncated_tail=stop_on_truncated_tail):
+        fields = (
+            h.base_offset,
+            h.partition_leader_epoch,
+            h.attributes,
+            h.last_offset_delta,
+            h.base_timestamp,
+            h.max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.records_count,
+        )
+        out.append((fields, decode_records(body)))
+    return out

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import decode_offset_index
-from rsm.kafka.records import ControlRecordType, decode_records, iter_batches
+from rsm.kafka.records import ControlRecordType, batch_view, decode_records, iter_batches
 from rsm.kafka.writer import build_batch, build_control_batch, write_entries_segment
 from rsm.metadata import TopicIdPartition
 
@@ -46,26 +46,6 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
     m = RemoteStorageManager()
     m.configure(configs)
     return m
-
-
-def _batch_view(data: bytes) -> list[tuple[tuple[int, ...], list[Any]]]:
-    """Every batch of a fetch: its header fields (not the CRC or length) and its decoded records."""
-    out = []
-    for h, b in iter_batches(data, verify=True, stop_on_truncated_tail=True):
-        fields = (
-            h.base_offset,
-            h.partition_leader_epoch,
-            h.attributes,
-            h.last_offset_delta,
-            h.base_timestamp,
-            h.max_timestamp,
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            h.records_count,
-        )
-        out.append((fields, decode_records(b)))
-    return out
 
 
 def _table(m: RemoteStorageManager, topic: str = "orders") -> Any:
@@ -103,14 +83,14 @@ def test_fetch_from_every_indexed_position_matches_the_classic_path(
             got = m.fetch_log_segment(meta, position).read()
             want = m.fetch_log_segment(classic_meta, position).read()
             assert want == original[position:]
-            assert _batch_view(got) == _batch_view(want), (codec, position)
+            assert _fetched_view(got) == _fetched_view(want), (codec, position)
             if codec == "none":
                 assert got == want  # uncompressed batches come back byte for byte
         # a bounded fetch: the batches that start in [start, end]
         batches = [h for h, _ in iter_batches(original)]
         mid = batches[len(batches) // 2]
         got = m.fetch_log_segment(meta, batches[1].position, mid.position).read()
-        assert [f[0] for f, _ in _batch_view(got)] == [b.base_offset for b in batches[1 : len(batches) // 2 + 1]]
+        assert [f[0] for f, _ in _fetched_view(got)] == [b.base_offset for b in batches[1 : len(batches) // 2 + 1]]
         # past the last batch: nothing
         assert m.fetch_log_segment(meta, len(original)).read() == b""
 
@@ -124,8 +104,8 @@ def test_fetch_from_every_indexed_position_matches_the_classic_path(
             assert m.fetch_index(meta, index_type).read() == classic
 
         rows = _table(m)
-        assert rows.num_rows == sum(len(r) for _, r in _batch_view(original))
-        assert sorted(_offsets(rows)) == [r.offset for _, rs in _batch_view(original) for r in rs]
+        assert rows.num_rows == sum(len(r) for _, r in _fetched_view(original))
+        assert sorted(_offsets(rows)) == [r.offset for _, rs in _fetched_view(original) for r in rs]
     finally:
         m.close()
 
@@ -200,8 +180,8 @@ def test_a_retried_copy_and_an_overlapping_segment_leave_no_duplicates(tmp_path:
         values = dict(zip(_offsets(table), table.column("value_raw").to_pylist(), strict=True))
         assert values[29] == b"old29" and values[30] == b"new0" and values[69] == b"new39"
         # each segment still serves its own batches to Kafka, read from its own data files
-        assert [r.value for _, rs in _batch_view(m.fetch_log_segment(meta_old, 0).read()) for r in rs][-1] == b"old49"
-        assert _batch_view(m.fetch_log_segment(meta_new, 0).read())[0][1][0].value == b"new0"
+        assert [r.value for _, rs in _fetched_view(m.fetch_log_segment(meta_old, 0).read()) for r in rs][-1] == b"old49"
+        assert _fetched_view(m.fetch_log_segment(meta_new, 0).read())[0][1][0].value == b"new0"
     finally:
         m.close()
 
@@ -269,7 +249,7 @@ def test_a_topic_switched_over_keeps_serving_its_classic_segments(segment_factor
         m.copy_log_segment_data(meta2, second.to_log_segment_data())
         assert [m.fetch_manifest(x).kind for x in (meta1, meta2)] == ["classic", "iceberg"]
         assert m.fetch_log_segment(meta1, 0).read() == first.log.read_bytes()
-        assert _batch_view(m.fetch_log_segment(meta2, 0).read()) == _batch_view(second.log.read_bytes())
+        assert _fetched_view(m.fetch_log_segment(meta2, 0).read()) == _fetched_view(second.log.read_bytes())
         assert m.following_segment(meta1) is not None
         m.delete_log_segment_data(meta1)
         with pytest.raises(RemoteResourceNotFoundException):
@@ -362,8 +342,8 @@ def test_random_segments_fetch_like_the_classic_path(
     assert m.fetch_manifest(meta).kind == "iceberg"
     positions = [h.position for h, _ in iter_batches(seg.log.read_bytes())]
     position = positions[start % len(positions)]
-    got = _batch_view(m.fetch_log_segment(meta, position).read())
-    want = _batch_view(m.fetch_log_segment(classic, position).read())
+    got = _fetched_view(m.fetch_log_segment(meta, position).read())
+    want = _fetched_view(m.fetch_log_segment(classic, position).read())
     assert got == want
     for index_type in IndexType:
         try:
@@ -470,10 +450,10 @@ def test_iceberg_mode_over_cloud_backends(
         original = seg.log.read_bytes()
         for h, _ in list(iter_batches(original))[::7]:
             got = m.fetch_log_segment(meta, h.position).read()
-            assert _batch_view(got) == _batch_view(m.fetch_log_segment(classic, h.position).read())
-        assert _batch_view(m.fetch_log_segment(meta, 0).read()) == _batch_view(original)
+            assert _fetched_view(got) == _fetched_view(m.fetch_log_segment(classic, h.position).read())
+        assert _fetched_view(m.fetch_log_segment(meta, 0).read()) == _fetched_view(original)
         rows = _table(m)
-        assert sorted(_offsets(rows)) == [r.offset for _, rs in _batch_view(original) for r in rs]
+        assert sorted(_offsets(rows)) == [r.offset for _, rs in _fetched_view(original) for r in rs]
 
         capsys.readouterr()
         assert main(["verify", *sets]) == 0, capsys.readouterr()
@@ -528,7 +508,7 @@ def test_the_value_hook_fills_the_value_struct(tmp_path: Path) -> None:
         by_offset = dict(zip(_offsets(table), table.column("value").to_pylist(), strict=True))
         assert by_offset[3] == {"n": 3, "name": "x3"} and by_offset[5] is None
         assert table.column("value_raw").to_pylist()[_offsets(table).index(5)] == b"not json"
-        assert _batch_view(m.fetch_log_segment(meta, 0).read()) == _batch_view(seg.log.read_bytes())
+        assert _fetched_view(m.fetch_log_segment(meta, 0).read()) == _fetched_view(seg.log.read_bytes())
     finally:
         m.close()
 
@@ -572,7 +552,7 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
             assert got == (pc.min(offsets).as_py(), pc.max(offsets).as_py())
         original = seg.log.read_bytes()
         for h, _ in iter_batches(original):
-            assert _batch_view(m.fetch_log_segment(meta, h.position).read()) == _batch_view(original[h.position :])
+            assert _fetched_view(m.fetch_log_segment(meta, h.position).read()) == _fetched_view(original[h.position :])
     finally:
         m.close()
 
@@ -669,3 +649,8 @@ def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
         assert sorted(_offsets(_table(m))) == [n * 100 + i for n in range(4) for i in range(9)]
     finally:
         m.close()
+
+
+def _fetched_view(data: bytes) -> list[tuple[tuple[int, ...], list[Any]]]:
+    """The batches of a fetch (which may end in a truncated batch), compared by their fields and records."""
+    return batch_view(data, stop_on_truncated_tail=True)

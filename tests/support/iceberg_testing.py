@@ -3,7 +3,6 @@ and benchmarks of the Iceberg readers."""
 
 from __future__ import annotations
 
-import glob
 import io
 import os
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 import fastavro
 
 from rsm import RemoteStorageManager
+from rsm.iceberg.duckdb_reader import duckdb_with_iceberg  # noqa: F401 - for the tests
 from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
@@ -106,21 +106,6 @@ def _storage(config: Mapping[str, str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------------- DuckDB
-
-
-def duckdb_with_iceberg() -> Any:
-    """A DuckDB connection with the iceberg extension (and the avro one it needs) loaded from their PyPI
-    packages, never downloaded."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        folder = os.path.dirname(module.__file__ or "")
-        [path] = glob.glob(os.path.join(folder, "extensions", "*", "*.duckdb_extension"))
-        con.execute(f"LOAD '{path}'")
-    return con
 
 
 # ---------------------------------------------------------------------------------------------------- Spark
