@@ -3,8 +3,9 @@ starts them too). No server is ever skipped: one that cannot start fails the fix
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +42,24 @@ if CHECKOUT_AZURITE.exists():
 # --- pytest fixtures ----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def serving(name: str, start: Callable[[Path], StoreServer], workdir: Path) -> Iterator[StoreServer]:
+    """The server ``start`` starts in ``workdir``, stopped on exit; one that cannot start fails the test."""
+    try:
+        server = start(workdir)
+    except EmulatorError as e:
+        pytest.fail(f"emulator {name} could not start: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _fixture(name: str) -> Any:
     @pytest.fixture(scope="session", name=name.replace("-", "_") + "_server")
     def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreServer]:
-        workdir = tmp_path_factory.mktemp(name)
-        try:
-            server = STARTERS[name](workdir)
-        except EmulatorError as e:
-            pytest.fail(f"emulator {name} could not start: {e}", pytrace=False)
-        try:
+        with serving(name, STARTERS[name], tmp_path_factory.mktemp(name)) as server:
             yield server
-        finally:
-            server.stop()
 
     return fixture
 

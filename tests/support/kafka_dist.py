@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -494,6 +494,21 @@ def consume(bootstrap: str, topic: str, count: int, timeout: float = 120) -> lis
     finally:
         consumer.close()
     return out[:count] if len(out) >= count else out
+
+
+def wait_while_running(predicate: Callable[[], bool], timeout: float, what: str, broker: Broker) -> None:
+    """Waits until ``predicate()`` holds; fails with the broker's log if it exits or ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert broker.alive(), f"the broker exited while waiting until {what}:\n{broker.log()[-4000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting until {what}:\n{broker.log()[-3000:]}"
+        time.sleep(0.5)
+
+
+def tiered_locally(local: Path) -> bool:
+    """Every closed segment of a partition folder uploaded and deleted locally: only the active one is left."""
+    logs = list(local.glob("*.log"))
+    return len(logs) == 1 and int(logs[0].stem) > 0 and not list(local.glob("*.deleted"))
 
 
 def jmx_read(

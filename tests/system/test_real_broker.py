@@ -15,7 +15,6 @@ is not started on a Java older than 17 (Kafka 4 itself needs 17).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import jvm_testing as jt
@@ -51,20 +50,6 @@ def record(i: int) -> bytes:
     return f"record-{i:06d}-".encode() + bytes([97 + i % 26]) * (i * 37 % 1000)
 
 
-def _wait(predicate: object, timeout: float, what: str, broker: kd.Broker) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert broker.alive(), f"the broker exited while waiting until {what}:\n{broker.log()[-4000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting until {what}:\n{broker.log()[-3000:]}"
-        time.sleep(0.5)
-
-
-def _tiered(local: Path) -> bool:
-    """Every closed segment uploaded and deleted locally: only the active segment is left."""
-    logs = list(local.glob("*.log"))
-    return len(logs) == 1 and int(logs[0].stem) > 0 and not list(local.glob("*.deleted"))
-
-
 def _stored(store: Path) -> list[Path]:
     return [p for p in store.rglob("*") if p.is_file()] if store.exists() else []
 
@@ -93,7 +78,9 @@ def test_tier_read_back_and_delete_in_a_real_broker(
         )
         kd.produce(b.bootstrap, TOPIC, values)
         local = b.data / f"{TOPIC}-0"
-        _wait(lambda: _tiered(local), 300, "every closed segment is tiered and deleted locally", b)
+        kd.wait_while_running(
+            lambda: kd.tiered_locally(local), 300, "every closed segment is tiered and deleted locally", b
+        )
         active_from = int(next(iter(local.glob("*.log"))).stem)
         assert active_from > RECORDS // 3, active_from  # most records are now only in remote storage
         assert any(p.name.endswith(".rsm-manifest") for p in _stored(store)), sorted(map(str, _stored(store)))
@@ -113,7 +100,9 @@ def test_tier_read_back_and_delete_in_a_real_broker(
         assert CHUNK_CACHE in beans
 
         kd.delete_topic(b, TOPIC)
-        _wait(lambda: not _stored(store), 180, "the deleted topic's segments are gone from the store", b)
+        kd.wait_while_running(
+            lambda: not _stored(store), 180, "the deleted topic's segments are gone from the store", b
+        )
         log = b.log()
     configured = "in-process" if transport == "inprocess" else transport
     assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log

@@ -28,7 +28,7 @@ import jvm_testing as jt
 import kafka_dist as kd
 import pyarrow.compute as pc
 import pytest
-from emulators import EmulatorError, StoreServer, fresh_store, start_seaweedfs
+from emulators import StoreServer, fresh_store, serving, start_seaweedfs
 
 from rsm.core.object_keys import parse_object_key
 
@@ -161,20 +161,6 @@ def _consume(bootstrap: str, topic: str, isolation: str, timeout: float = 180) -
     return out
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str, broker: kd.Broker) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert broker.alive(), f"the broker exited while waiting until {what}:\n{broker.log()[-4000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting until {what}:\n{broker.log()[-3000:]}"
-        time.sleep(0.5)
-
-
-def _tiered(local: Path) -> bool:
-    """Every closed segment uploaded and deleted locally: only the active segment is left."""
-    logs = list(local.glob("*.log"))
-    return len(logs) == 1 and int(logs[0].stem) > 0 and not list(local.glob("*.deleted"))
-
-
 class Store(NamedTuple):
     """The plugin's store as the test sees it: its ``rsm.config.*`` keys and a way to list and read objects."""
 
@@ -292,7 +278,9 @@ def _run(tmp: Path, store: Store, transport: str) -> None:
         sent = _produce(b.bootstrap)
         for topic in (ICE, CLASSIC):
             local = b.data / f"{topic}-0"
-            _wait(lambda local=local: _tiered(local), 300, f"{topic}'s closed segments are tiered", b)  # type: ignore[misc]
+            kd.wait_while_running(
+                lambda local=local: kd.tiered_locally(local), 300, f"{topic}'s closed segments are tiered", b
+            )  # type: ignore[misc]
         active_from = int(next(iter((b.data / f"{ICE}-0").glob("*.log"))).stem)
         assert active_from > sent[-1].offset // 2, active_from  # most records are now only in remote storage
 
@@ -334,14 +322,8 @@ def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_pat
 def seaweedfs_checking_signatures(tmp_path: Path) -> Iterator[StoreServer]:
     """SeaweedFS that knows the test key pair: pyarrow's S3 uploads (pyiceberg's FileIO) are chunk-signed, which
     a SeaweedFS without credentials refuses."""
-    try:
-        server = start_seaweedfs(tmp_path / "seaweedfs", credentials=True)
-    except EmulatorError as e:
-        pytest.fail(f"SeaweedFS could not start: {e}", pytrace=False)
-    try:
+    with serving("s3-seaweedfs", lambda d: start_seaweedfs(d, credentials=True), tmp_path / "seaweedfs") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.timeout(900)
