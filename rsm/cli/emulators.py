@@ -353,9 +353,7 @@ def start_fake_gcs(workdir: Path) -> StoreServer:
 
 def azurite_binary() -> str:
     """Azurite's blob server: ``$KTS_AZURITE_BIN``, else ``azurite-blob`` beside the interpreter or on PATH."""
-    return _find_exe(
-        "azurite-blob", "KTS_AZURITE_BIN", "npm install azurite, then put node_modules/.bin on PATH"
-    )
+    return _find_exe("azurite-blob", "KTS_AZURITE_BIN", "npm install azurite, then put node_modules/.bin on PATH")
 
 
 def azurite_connection_string(endpoint: str) -> str:

@@ -509,7 +509,6 @@ class SchemaRegistryClient:
             self._cache[schema_id] = schema
         return schema
 
-
     def latest(self, subject: str) -> tuple[int, Any] | None:
         """``(id, schema)`` of the latest version of ``subject`` (``GET /subjects/{subject}/versions/latest``),
         or None when the registry has no such subject or it is not Avro."""

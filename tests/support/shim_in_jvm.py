@@ -22,7 +22,6 @@ def jvm() -> None:
         pytest.skip("a JVM without the shim jars was already started in this process")
 
 
-
 def shim(cfg: dict[str, str]) -> Any:
     """Instantiated exactly as Kafka does: by name, no-arg constructor, then configure(Map)."""
     m = jpype.JClass("java.util.HashMap")()

@@ -26,9 +26,7 @@ _record = st.builds(
 
 
 def _columns(records: list[RecordFields], as_dicts: bool) -> tuple[list[object], ...]:
-    headers = [
-        [{"key": k, "value": v} for k, v in r.headers] if as_dicts else list(r.headers) or None for r in records
-    ]
+    headers = [[{"key": k, "value": v} for k, v in r.headers] if as_dicts else list(r.headers) or None for r in records]
     return (
         [r.attributes for r in records],
         [r.timestamp_delta for r in records],

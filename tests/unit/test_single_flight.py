@@ -103,6 +103,7 @@ def test_concurrent_claims_give_one_owner_per_key(threads: int, keys: int) -> No
         w.join()
     assert sorted(owners) == sorted({f"k{i % keys}" for i in range(threads)})
 
+
 def test_a_new_flight_is_ready_before_anyone_can_join_it() -> None:
     flights = _flights()
     ready: list[Future[int]] = []
