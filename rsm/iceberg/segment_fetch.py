@@ -10,8 +10,6 @@ table is partitioned by day), so rows are merged by position before they become 
 from __future__ import annotations
 
 import io
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +20,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
 from rsm.errors import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
+from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches
 from rsm.iceberg.section import IcebergSection
 
@@ -38,50 +37,23 @@ class _RowGroup:
 
 class RowGroupCache:
     """Row groups already read, as Arrow tables, and the footers of data files, least recently used dropped
-    first. A broker catching up fetches a segment 1 MiB at a time from successive positions; each fetch would
-    otherwise read and decode the same row group again. Data files are never rewritten (a commit that replaces
-    rows writes new files), so an entry never goes stale. Thread-safe."""
+    first (two ``TimedLru``, so concurrent fetches of a cold row group read it once). A broker catching up
+    fetches a segment 1 MiB at a time from successive positions; each fetch would otherwise read and decode the
+    same row group again. Data files are never rewritten (a commit that replaces rows writes new files), so an
+    entry never goes stale. Thread-safe."""
 
     def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024) -> None:
-        self.max_bytes = max_bytes
-        self.max_footers = max_footers
-        self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
-        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        # A row group over half the budget is served but not kept: it would push everything else out.
+        self._groups: TimedLru[tuple[str, int], pa.Table] = TimedLru(
+            "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
+        )
+        self._footers: TimedLru[str, pq.FileMetaData] = TimedLru("iceberg-footers", max_footers, None)
 
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
-        with self._lock:
-            meta = self._footers.get(path)
-            if meta is not None:
-                self._footers.move_to_end(path)
-                return meta
-        meta = load()
-        with self._lock:
-            self._footers[path] = meta
-            while len(self._footers) > self.max_footers:
-                self._footers.popitem(last=False)
-        return meta
+        return self._footers.get_or_load(path, load, None, f"footer of {path}")
 
     def row_group(self, path: str, index: int, load: Callable[[], pa.Table]) -> pa.Table:
-        key = (path, index)
-        with self._lock:
-            t = self._groups.get(key)
-            if t is not None:
-                self._groups.move_to_end(key)
-                return t
-        t = load()
-        size = t.nbytes
-        if size > self.max_bytes // 2:  # one huge row group would push everything else out
-            return t
-        with self._lock:
-            if key not in self._groups:
-                self._groups[key] = t
-                self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, old = self._groups.popitem(last=False)
-                self._bytes -= old.nbytes
-        return t
+        return self._groups.get_or_load((path, index), load, None, f"row group {index} of {path}")
 
 
 def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
