@@ -2,7 +2,9 @@
 # Spark for reading the Iceberg tables: Iceberg's own Spark runtime is built for one Spark minor, and the newest
 # (iceberg-spark-runtime-4.1_2.13) does not load into the project's newer PySpark. This makes .venv-iceberg-spark:
 # PySpark 4.1 on top of the project's .venv (a .pth file adds .venv's packages after its own), and fetches the
-# matching runtime jar into ~/.m2. Prints the jar's path. Used by the Iceberg reader tests and bench_iceberg.py.
+# matching runtime jar into ~/.m2, with the SQLite and PostgreSQL JDBC drivers that let Spark open the plugin's
+# catalog as Iceberg's JDBC catalog. Prints the jars as one comma-separated list (the value of spark.jars), the
+# runtime first. Used by the Iceberg reader tests and bench_iceberg.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYSPARK_VERSION=${ICEBERG_PYSPARK_VERSION:-4.1.4}
@@ -18,8 +20,14 @@ if [[ ! -x $VENV/bin/python || ! -e $VENV/.installed-$PYSPARK_VERSION ]]; then
     echo "import site; site.addsitedir('$base')" >"$own/zz-project-venv.pth"
     touch "$VENV/.installed-$PYSPARK_VERSION"
 fi
-JAR="$HOME/.m2/repository/org/apache/iceberg/$ARTIFACT/$ICEBERG_VERSION/$ARTIFACT-$ICEBERG_VERSION.jar"
-if [[ ! -s $JAR ]]; then
-    mvn -q -B dependency:get -Dartifact="org.apache.iceberg:$ARTIFACT:$ICEBERG_VERSION" -Dtransitive=false >&2
-fi
-echo "$JAR"
+jars=()
+for coords in "org.apache.iceberg:$ARTIFACT:$ICEBERG_VERSION" org.xerial:sqlite-jdbc:3.54.1.0 \
+    org.postgresql:postgresql:42.7.14; do
+    IFS=: read -r group name version <<<"$coords"
+    jar="$HOME/.m2/repository/${group//.//}/$name/$version/$name-$version.jar"
+    if [[ ! -s $jar ]]; then
+        mvn -q -B dependency:get -Dartifact="$coords" -Dtransitive=false >&2
+    fi
+    jars+=("$jar")
+done
+(IFS=,; echo "${jars[*]}")

@@ -52,6 +52,10 @@ _RETRY_PAUSE_S = 0.05
 ROW_GROUP_ROWS = 32768
 """Rows per Parquet row group of the tables this writer creates: a fetch reads whole row groups, so this bounds
 what it reads past the broker's start position."""
+PAGE_ROWS = 1024
+"""``write.parquet.page-row-limit`` of the tables this writer creates. pyarrow writes this many values at a time
+and closes a page once it passes 1 MiB: with Iceberg's default of 20000 rows, pages of 370-byte values grew to
+7 MiB, and Spark read them about 10% slower than pages of 1 MiB."""
 SPLIT_BYTES = 64 << 20
 """``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off)."""
 TABLE_CODEC = "snappy"
@@ -207,6 +211,7 @@ class TableWriter:
                         "kafka.topic": topic,
                         "write.parquet.compression-codec": TABLE_CODEC,
                         "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
+                        "write.parquet.page-row-limit": str(PAGE_ROWS),
                         # Java Iceberg's default: an append merges small manifests once 100 pile up, so
                         # planning a scan (and a commit's search by bounds) reads a bounded number of them.
                         "commit.manifest-merge.enabled": "true",

@@ -654,3 +654,28 @@ def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
 def _fetched_view(data: bytes) -> list[tuple[tuple[int, ...], list[Any]]]:
     """The batches of a fetch (which may end in a truncated batch), compared by their fields and records."""
     return batch_view(data, stop_on_truncated_tail=True)
+
+
+def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any, tmp_path: Path) -> None:
+    """The properties docs/iceberg.md lists, on the table the first segment creates; its data files are snappy."""
+    from rsm.iceberg import table_writer
+
+    seg = segment_factory(num_batches=30, seed=9)
+    m = _manager(_configs(tmp_path))
+    try:
+        m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        assert {
+            "kafka.topic": "orders",
+            "write.parquet.compression-codec": "snappy",
+            "write.parquet.row-group-limit": str(table_writer.ROW_GROUP_ROWS),
+            "write.parquet.page-row-limit": "1024",
+            "commit.manifest-merge.enabled": "true",
+            "read.split.adaptive-size.enabled": "false",
+            "read.split.target-size": str(64 << 20),
+        }.items() <= table.properties.items()
+        for task in table.scan().plan_files():
+            meta = pq.ParquetFile(urlparse(task.file.file_path).path).metadata
+            assert {meta.row_group(0).column(c).compression for c in range(meta.num_columns)} == {"SNAPPY"}
+    finally:
+        m.close()

@@ -4,13 +4,24 @@ offset is in the table exactly once."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from iceberg_testing import iceberg_config, load_table, order_records, segment_of
+from iceberg_testing import (
+    SPARK_SQL,
+    iceberg_config,
+    load_table,
+    order_records,
+    run_iceberg_spark,
+    segment_of,
+    spark_jdbc_catalog,
+    sql_summary,
+    tier,
+)
 from pg_testing import PostgresServer
 
 from rsm import RemoteStorageManager
@@ -88,3 +99,17 @@ def test_a_retried_copy_replaces_its_rows(postgres: PostgresServer, tmp_path: Pa
         m.copy_log_segment_data(again, files.to_log_segment_data())
     offsets = load_table(cfg).scan(selected_fields=("kafka",)).to_arrow().column("kafka").combine_chunks()
     assert sorted(offsets.field("offset").to_pylist()) == list(range(50))
+
+
+@pytest.mark.timeout(1200)  # a JVM start and Iceberg's runtime
+def test_spark_reads_the_table_through_iceberg_jdbc_catalog_on_postgres(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """docs/iceberg.md's Spark example for a cluster: Iceberg's JDBC catalog on the brokers' PostgreSQL."""
+    cfg = iceberg_config(tmp_path, **{"iceberg.mode.catalog.uri": postgres.url, "iceberg.mode.namespace": "spark"})
+    recs = order_records(0, 70)
+    tier(cfg, TopicIdPartition(random_kafka_uuid(), "orders", 0), [segment_of(tmp_path / "s", recs)])
+    jdbc_url = f"jdbc:postgresql://127.0.0.1:{postgres.port}/postgres"
+    settings = spark_jdbc_catalog(jdbc_url, cfg["iceberg.mode.warehouse"], user="postgres")
+    out = run_iceberg_spark(SPARK_SQL, json.dumps(settings), "kafka_tiered.spark.orders")
+    assert json.loads(out.splitlines()[-1]) == sql_summary(recs)

@@ -11,6 +11,7 @@ import pytest
 from iceberg_testing import (
     ORDER_SCHEMA,
     SPARK_SESSION,
+    SPARK_SQL,
     Rec,
     duckdb_with_iceberg,
     iceberg_config,
@@ -19,6 +20,8 @@ from iceberg_testing import (
     order_records,
     run_iceberg_spark,
     segment_of,
+    spark_jdbc_catalog,
+    sql_summary,
     tier,
 )
 
@@ -90,8 +93,7 @@ def test_duckdb_iceberg_extension_reads_the_same_rows(tiered: tuple[dict[str, st
 SPARK_QUERY = (
     SPARK_SESSION
     + """
-import json
-df = spark.read.format("iceberg").load(sys.argv[2])
+df = spark.read.format("iceberg").load(sys.argv[3])
 row = df.selectExpr("count(*) AS n", "sum(length(value_raw)) AS b", "count(distinct key_raw) AS k",
                     "count(value) AS parsed", "sum(value.id) AS ids", "max(kafka.offset) AS last").collect()[0]
 first = df.where("kafka.offset = 15").select("value.item", "value.qty", "headers").collect()[0]
@@ -106,7 +108,7 @@ spark.stop()
 def test_spark_with_iceberg_runtime_reads_the_same_rows(tiered: tuple[dict[str, str], list[Rec]]) -> None:
     config, recs = tiered
     table = load_table(config)
-    out = json.loads(run_iceberg_spark(SPARK_QUERY, table.metadata_location).strip().splitlines()[-1])
+    out = json.loads(run_iceberg_spark(SPARK_QUERY, "{}", table.metadata_location).strip().splitlines()[-1])
     parsed = [_expected_value(r) for r in recs]
     assert out == {
         "n": len(recs),
@@ -119,6 +121,20 @@ def test_spark_with_iceberg_runtime_reads_the_same_rows(tiered: tuple[dict[str, 
         "qty15": 15,
         "h15": "15",
     }
+
+
+@pytest.mark.timeout(1200)
+def test_spark_opens_the_sqlite_catalog_as_iceberg_jdbc_catalog(
+    tiered: tuple[dict[str, str], list[Rec]],
+) -> None:
+    """What docs/iceberg.md tells a Spark user: the plugin's SQLite catalog is Iceberg's JDBC catalog, so tables
+    are queried by name (no metadata file to look up)."""
+    config, recs = tiered
+    settings = spark_jdbc_catalog(
+        f"jdbc:sqlite:{config['iceberg.mode.catalog.sqlite.path']}", config["iceberg.mode.warehouse"]
+    )
+    out = json.loads(run_iceberg_spark(SPARK_SQL, json.dumps(settings), "kafka_tiered.kafka.orders").splitlines()[-1])
+    assert out == sql_summary(recs)
 
 
 def test_unknown_topic_tiered_classic_has_no_table(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,18 +111,19 @@ def _storage(config: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------- Spark
 
 
-def iceberg_spark() -> tuple[Path, Path]:
-    """(python, runtime jar) of the Spark that Iceberg's own runtime loads into (.ci/iceberg_spark_env.sh)."""
+def iceberg_spark() -> tuple[Path, str]:
+    """(python, jars) of the Spark that Iceberg's own runtime loads into (.ci/iceberg_spark_env.sh): the jars are
+    Iceberg's runtime and the JDBC drivers, comma-separated as ``spark.jars`` takes them."""
     out = subprocess.run(
         ["bash", str(REPO / ".ci" / "iceberg_spark_env.sh")], check=True, capture_output=True, text=True, timeout=1200
     )
-    return REPO / ".venv-iceberg-spark" / "bin" / "python", Path(out.stdout.strip().splitlines()[-1])
+    return REPO / ".venv-iceberg-spark" / "bin" / "python", out.stdout.strip().splitlines()[-1]
 
 
 def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
     """Run ``script`` (Python source) in the Iceberg Spark environment; its stdout. ``sys.argv[1]`` is the
-    runtime jar, the rest ``args``."""
-    python, jar = iceberg_spark()
+    jars, the rest ``args``."""
+    python, jars = iceberg_spark()
     env = {
         **os.environ,
         "PYSPARK_PYTHON": str(python),
@@ -130,7 +131,7 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     proc = subprocess.run(
-        [str(python), "-c", script, str(jar), *args], capture_output=True, text=True, timeout=timeout, env=env
+        [str(python), "-c", script, jars, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
         raise AssertionError(f"Spark script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -138,14 +139,56 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
 
 
 SPARK_SESSION = """
-import sys
+import json, sys
 from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[1])
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-         .getOrCreate())
+builder = (SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[1])
+           .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+           .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"))
+for key, value in json.loads(sys.argv[2]).items():  # e.g. a catalog
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 """
+"""Starts ``spark``: ``sys.argv[2]`` is a JSON object of more Spark settings (``{}`` for none)."""
+
+
+SPARK_SQL = (
+    SPARK_SESSION
+    + """
+namespace = sys.argv[3].rsplit(".", 1)[0]
+tables = [r.tableName for r in spark.sql(f"SHOW TABLES IN {namespace}").collect()]
+row = spark.sql("SELECT count(*) AS n, sum(length(value_raw)) AS b, count(DISTINCT key_raw) AS k, "
+                f"min(kafka.offset) AS first, max(kafka.offset) AS last FROM {sys.argv[3]}").collect()[0]
+print(json.dumps({"tables": tables, **row.asDict()}))
+spark.stop()
+"""
+)
+"""Prints the tables of the namespace of ``sys.argv[3]`` (a table named catalog.namespace.table) and a summary
+of the table's rows, as ``sql_summary`` computes it from the records."""
+
+
+def sql_summary(recs: Sequence[Rec], tables: Sequence[str] = ("orders",)) -> dict[str, Any]:
+    return {
+        "tables": list(tables),
+        "n": len(recs),
+        "b": sum(len(r.value or b"") for r in recs),
+        "k": len({r.key for r in recs}),
+        "first": min(r.offset for r in recs),
+        "last": max(r.offset for r in recs),
+    }
+
+
+def spark_jdbc_catalog(uri: str, warehouse: str, name: str = "kafka_tiered", **jdbc: str) -> dict[str, str]:
+    """Spark settings that open the plugin's SQL catalog as Iceberg's JDBC catalog ``name`` (the catalog name the
+    plugin writes into its rows, ``iceberg.mode.catalog.name``). ``jdbc``: driver properties (user, password)."""
+    prefix = f"spark.sql.catalog.{name}"
+    return {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.uri": uri,
+        f"{prefix}.warehouse": warehouse,
+        **{f"{prefix}.jdbc.{k}": v for k, v in jdbc.items()},
+    }
 
 
 def iter_rows(table: Any) -> Iterator[dict[str, Any]]:
