@@ -56,8 +56,20 @@ PAGE_ROWS = 1024
 """``write.parquet.page-row-limit`` of the tables this writer creates. pyarrow writes this many values at a time
 and closes a page once it passes 1 MiB: with Iceberg's default of 20000 rows, pages of 370-byte values grew to
 7 MiB, and Spark read them about 10% slower than pages of 1 MiB."""
-SPLIT_BYTES = 64 << 20
-"""``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off)."""
+SPLIT_BYTES = 128 << 20
+"""``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off): Spark's and
+Iceberg's default, one task per 128 MiB of data files."""
+SMALL_SPLIT_BYTES = 64 << 20
+"""The split size instead when the first segment is smaller than ``SMALL_SEGMENT_BYTES``: its data files are then
+a few tens of MiB, and 128 MiB splits would put a small table in one task however many cores read it."""
+SMALL_SEGMENT_BYTES = 32 << 20
+
+
+def split_bytes(segment_bytes: int) -> int:
+    """The split size of a new table whose first segment has ``segment_bytes``."""
+    return SMALL_SPLIT_BYTES if segment_bytes < SMALL_SEGMENT_BYTES else SPLIT_BYTES
+
+
 TABLE_CODEC = "snappy"
 """Parquet codec of the tables this writer creates. Spark reads snappy data files faster than zstd ones (see
 docs/benchmarks.md, "Iceberg mode"); zstd files are smaller. The table property is read at every write, so an
@@ -193,9 +205,9 @@ class TableWriter:
 
     # --- the table ---------------------------------------------------------------------------------------------
 
-    def table(self, topic: str, value_column: ValueColumn | None = None) -> Table:
-        """The topic's table, created (partitioned by day) when missing; a ``value`` column the hook now gives
-        is added to an existing table."""
+    def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
+        """The topic's table, created (partitioned by day) when missing, its read splits sized for segments of
+        ``segment_bytes``; a ``value`` column the hook now gives is added to an existing table."""
         catalog = self.handle.catalog
         ident = self.handle.table_identifier(topic)
         try:
@@ -217,9 +229,10 @@ class TableWriter:
                         "commit.manifest-merge.enabled": "true",
                         # Spark's Iceberg reader sizes splits by the bytes of the columns a query reads: a narrow
                         # query (keys only) got 16 MiB splits, several tasks per core, and ran at a third of the
-                        # speed of the same files read as plain Parquet. Fixed 64 MiB splits, as Spark packs files.
+                        # speed of the same files read as plain Parquet. Fixed splits instead, sized from the
+                        # first segment (docs/benchmarks.md, "Iceberg mode").
                         "read.split.adaptive-size.enabled": "false",
-                        "read.split.target-size": str(SPLIT_BYTES),
+                        "read.split.target-size": str(split_bytes(segment_bytes)),
                     },
                 )
             except TableAlreadyExistsError:  # another writer created it in between
@@ -246,7 +259,7 @@ class TableWriter:
         first = next(chunks, None)
         if first is None:
             raise NotRepresentable("the segment holds no records")
-        table = self.table(seg.topic, value_column)
+        table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
         write_uuid = uuid.uuid4()
         written: list[DataFile] = []
         try:

@@ -672,10 +672,19 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
             "write.parquet.page-row-limit": "1024",
             "commit.manifest-merge.enabled": "true",
             "read.split.adaptive-size.enabled": "false",
-            "read.split.target-size": str(64 << 20),
+            "read.split.target-size": str(64 << 20),  # a small first segment: small data files
         }.items() <= table.properties.items()
         for task in table.scan().plan_files():
             meta = pq.ParquetFile(urlparse(task.file.file_path).path).metadata
             assert {meta.row_group(0).column(c).compression for c in range(meta.num_columns)} == {"SNAPPY"}
     finally:
         m.close()
+
+
+def test_read_splits_follow_the_first_segments_size() -> None:
+    """Tables of small segments get 64 MiB splits (two tasks for four 16 MiB segments on two cores), others
+    Spark's 128 MiB (one task per file of a 64 MiB segment instead of two)."""
+    from rsm.iceberg.table_writer import split_bytes
+
+    assert split_bytes(16 << 20) == split_bytes((32 << 20) - 1) == 64 << 20
+    assert split_bytes(32 << 20) == split_bytes(1 << 30) == 128 << 20
