@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         )
         for task in table.scan().plan_files():  # one append per data file: the same files per segment
             variant.append(ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[task]))
-        variants[f"iceberg {spec}"] = variant.refresh().metadata_location
+        variants[f"variant {n}"] = variant.refresh().metadata_location
 
     options = {**classic, "topic": "bench"}
     reader = TieredReader(options)
@@ -200,6 +200,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
         f"Iceberg data files {iceberg_mb:.1f} MB, Parquet copy {parquet_mb:.1f} MB; best of {args.reps}"
     )
+    for n, spec in enumerate(args.variant):
+        print(f"variant {n}: the table written again with {spec}")
     c, i = sum(classic_secs), sum(iceberg_secs)
     print(
         f"copy: classic {c:.2f} s ({mb / c:.1f} MB/s), iceberg {i:.2f} s ({mb / i:.1f} MB/s); iceberg / classic "

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 __all__ = ["NotRepresentable", "TableWriter", "offset_range_filter"]
 
 _RETRY_PAUSE_S = 0.05
+TABLE_CODEC = "snappy"
+"""Parquet codec of the tables this writer creates. Spark reads snappy data files faster than zstd ones (see
+docs/benchmarks.md, "Iceberg mode"); zstd files are smaller. The table property is read at every write, so an
+operator may set ``write.parquet.compression-codec`` on a table to change it."""
 ROW_GROUP_ROWS = 32768
 """Rows per Parquet row group of the tables this writer creates: a fetch reads whole row groups, so this bounds
 what it reads past the broker's start position."""
@@ -56,6 +60,12 @@ PAGE_ROWS = 1024
 """``write.parquet.page-row-limit`` of the tables this writer creates. pyarrow writes this many values at a time
 and closes a page once it passes 1 MiB: with Iceberg's default of 20000 rows, pages of 370-byte values grew to
 7 MiB, and Spark read them about 10% slower than pages of 1 MiB."""
+DICTIONARY_BYTES = 1
+"""``write.parquet.dict-size-bytes`` of the tables this writer creates: dictionary pages of at most one byte, so
+every column falls back to plain encoding after its first 1024 values. In three paired runs Spark read
+``count(distinct key)`` 10-30% faster that way and ``sum(length(value))`` as fast (docs/benchmarks.md, "Iceberg
+mode"); pyarrow writes the rows in a quarter less time, and the files are no larger (snappy compresses the
+repeated fields as well)."""
 SPLIT_BYTES = 128 << 20
 """``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off): Spark's and
 Iceberg's default, one task per 128 MiB of data files."""
@@ -63,17 +73,12 @@ SMALL_SPLIT_BYTES = 64 << 20
 """The split size instead when the first segment is smaller than ``SMALL_SEGMENT_BYTES``: its data files are then
 a few tens of MiB, and 128 MiB splits would put a small table in one task however many cores read it."""
 SMALL_SEGMENT_BYTES = 32 << 20
+"""First segments below this size give a table ``SMALL_SPLIT_BYTES``."""
 
 
 def split_bytes(segment_bytes: int) -> int:
     """The split size of a new table whose first segment has ``segment_bytes``."""
     return SMALL_SPLIT_BYTES if segment_bytes < SMALL_SEGMENT_BYTES else SPLIT_BYTES
-
-
-TABLE_CODEC = "snappy"
-"""Parquet codec of the tables this writer creates. Spark reads snappy data files faster than zstd ones (see
-docs/benchmarks.md, "Iceberg mode"); zstd files are smaller. The table property is read at every write, so an
-operator may set ``write.parquet.compression-codec`` on a table to change it."""
 
 
 def _stale_files(table: Table, partition: int, first: int, last: int) -> tuple[list[DataFile], list[DataFile]]:
@@ -224,6 +229,7 @@ class TableWriter:
                         "write.parquet.compression-codec": TABLE_CODEC,
                         "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
                         "write.parquet.page-row-limit": str(PAGE_ROWS),
+                        "write.parquet.dict-size-bytes": str(DICTIONARY_BYTES),
                         # Java Iceberg's default: an append merges small manifests once 100 pile up, so
                         # planning a scan (and a commit's search by bounds) reads a bounded number of them.
                         "commit.manifest-merge.enabled": "true",
