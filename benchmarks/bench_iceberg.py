@@ -48,6 +48,14 @@ QUERIES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+def _properties(spec: str) -> dict[str, str]:
+    """``KEY=VALUE[,KEY=VALUE...]`` as a dict of table properties."""
+    items = [item.split("=", 1) for item in spec.split(",")]
+    if any(len(kv) != 2 or not kv[0] for kv in items):
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected KEY=VALUE[,KEY=VALUE...]")
+    return dict(items)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--segments", type=int, default=4)
@@ -58,6 +66,7 @@ def main() -> None:
         "--variant",
         action="append",
         default=[],
+        type=_properties,
         metavar="KEY=VALUE[,KEY=VALUE...]",
         help="also query a copy of the table written with these table properties (e.g. "
         "write.parquet.compression-codec=snappy): one data file per segment, like the plugin's",
@@ -131,8 +140,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     iceberg_mb = sum(f.file_size_in_bytes for t in table.scan().plan_files() for f in [t.file]) / 1e6
 
     variants = {}
-    for n, spec in enumerate(args.variant):
-        props = dict(item.split("=", 1) for item in spec.split(","))
+    for n, props in enumerate(args.variant):
         variant = handle.catalog.create_table(
             ("kafka", f"bench_variant_{n}"), schema=table.schema(), partition_spec=table.spec(), properties=props
         )
@@ -200,8 +208,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
         f"Iceberg data files {iceberg_mb:.1f} MB, Parquet copy {parquet_mb:.1f} MB; best of {args.reps}"
     )
-    for n, spec in enumerate(args.variant):
-        print(f"variant {n}: the table written again with {spec}")
+    for n, props in enumerate(args.variant):
+        print(f"variant {n}: the table written again with {','.join(f'{k}={v}' for k, v in props.items())}")
     c, i = sum(classic_secs), sum(iceberg_secs)
     print(
         f"copy: classic {c:.2f} s ({mb / c:.1f} MB/s), iceberg {i:.2f} s ({mb / i:.1f} MB/s); iceberg / classic "
