@@ -176,11 +176,12 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
         for position in (0, entries[len(entries) // 2][1] if entries else 0):
             with manager.fetch_log_segment(meta, position) as stream:
                 got = stream.read()
-            if batch_view(got) != batch_view(original[position:]):
+            view = batch_view(got)
+            if view != batch_view(original[position:]):
                 say(f"      MISMATCH: the batches fetched from {meta.describe()} at byte {position} differ")
                 return None
             if position == 0:
-                batches += len(batch_view(got))
+                batches += len(view)
                 identical += got == original
     same = "byte for byte" if identical == len(segments) else "field for field"
     say(f"      fetch path (what a consumer gets): {batches} batches rebuilt from the rows, from offset 0 and")

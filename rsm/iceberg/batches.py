@@ -35,9 +35,14 @@ _BATCH_COLUMNS = (
 _RECORD_COLUMNS = ("offset", "record_attributes", "timestamp_delta")
 
 
+def row_positions(rows: pa.Table) -> pa.ChunkedArray:
+    """Each row's batch position in the segment (``kafka.batch_byte_offset``)."""
+    return pc.struct_field(rows.column("kafka"), "batch_byte_offset")
+
+
 def _batch_bounds(rows: pa.Table) -> list[int]:
     """Where each batch's rows start (rows are sorted by position), and ``rows.num_rows`` at the end."""
-    positions = pc.struct_field(rows.column("kafka"), "batch_byte_offset")
+    positions = row_positions(rows)
     n = rows.num_rows
     changes = pc.not_equal(positions.slice(1), positions.slice(0, n - 1))
     return [0, *(i + 1 for i in pc.indices_nonzero(changes).to_pylist()), n]

@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
-from rsm.errors import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
-from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches
+from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
 from rsm.iceberg.section import IcebergSection
 
 _POSITION_PATH = "kafka.batch_byte_offset"
@@ -88,10 +88,6 @@ def _row_groups(footers: list[pq.FileMetaData], start: int, end: int | None) -> 
     return out
 
 
-def _positions(t: pa.Table) -> pa.Array:
-    return pc.struct_field(t.column("kafka"), "batch_byte_offset")
-
-
 def _non_decreasing(a: pa.ChunkedArray) -> bool:
     n = len(a)
     return n < 2 or bool(pc.all(pc.greater_equal(a.slice(1), a.slice(0, n - 1))).as_py())
@@ -107,9 +103,8 @@ def _sorted_split(
     """For rows already sorted by position and offset: the rows to encode now (position in ``[start, end]`` and
     before ``frontier``) and the rows to hold for later (at or after ``frontier``), as slices. None when the rows
     are not sorted (rows of several data files interleave)."""
-    kafka = rows.column("kafka")
-    pos = pc.struct_field(kafka, "batch_byte_offset")
-    if not (_non_decreasing(pos) and _non_decreasing(pc.struct_field(kafka, "offset"))):
+    pos = row_positions(rows)
+    if not (_non_decreasing(pos) and _non_decreasing(pc.struct_field(rows.column("kafka"), "offset"))):
         return None
     n = rows.num_rows
     lo = _count(pc.less(pos, start))
@@ -165,7 +160,7 @@ def iter_segment_batches(
             for _position, batch in encode_row_batches(ready, what):
                 yield batch
             continue
-        pos = _positions(rows)
+        pos = row_positions(rows)
         keep = pc.greater_equal(pos, start)
         if end is not None:
             keep = pc.and_(keep, pc.less_equal(pos, end))
@@ -177,14 +172,8 @@ def iter_segment_batches(
             ready = rows.filter(keep)
             held = []
         if ready.num_rows:
-            kafka = ready.column("kafka")
             order = pc.sort_indices(
-                pa.table(
-                    {
-                        "p": pc.struct_field(kafka, "batch_byte_offset"),
-                        "o": pc.struct_field(kafka, "offset"),
-                    }
-                ),
+                pa.table({"p": row_positions(ready), "o": pc.struct_field(ready.column("kafka"), "offset")}),
                 sort_keys=[("p", "ascending"), ("o", "ascending")],
             )
             for _position, batch in encode_row_batches(ready.take(order), what):
@@ -243,10 +232,7 @@ def open_segment_stream(
     if start < 0:
         raise RemoteStorageException(f"{what}: start position {start} is negative")
     batches = iter_segment_batches(file_io, section, start, end, what, cache)
-    try:
-        first = next(batches, None)
-    except CorruptDataException:
-        raise
+    first = next(batches, None)
 
     def chained() -> Iterator[bytes]:
         if first is not None:
