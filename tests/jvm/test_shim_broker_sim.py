@@ -28,6 +28,7 @@ BROKER_SIM = "io.kts.shim.harness.BrokerSim"
 FETCHES = 400
 THREADS = 10  # remote.log.reader.threads default
 KEPT_STREAMS = 8  # jvm.sidecar.kept.streams default
+POOL_SIZE = 16  # jvm.sidecar.pool.size default
 
 # (codec, transactional, batches) per segment in offset order; the last one is the active segment, never tiered.
 # The one-batch segment (rolled early, e.g. by segment.ms) has an empty offset index and, as after a truncation,
@@ -216,8 +217,11 @@ def test_broker_sim(
         summary = _run_sidecar(cfg, partition_log)
         s = _summary(summary)
         # Streams closed early are kept for the segment's next fetch (one connection each, at most
-        # KEPT_STREAMS) or cancelled and their connections reused: a few per reader thread, not one per early close.
-        assert 0 < int(s["connections"]) <= 2 * THREADS + KEPT_STREAMS < int(s["early_closes"]), s
+        # KEPT_STREAMS) or cancelled and their connections reused. A fetch that finds every idle connection still
+        # ending a cancelled stream opens a new one, so how many open depends on the sidecar's speed; never more
+        # than can be open at once (one per reader thread, the kept streams, the idle pool), and never one per
+        # early close.
+        assert 0 < int(s["connections"]) <= THREADS + KEPT_STREAMS + POOL_SIZE < int(s["early_closes"]), s
         # The lagging consumer's fetches mostly start inside the piece its previous fetch stopped in: they go on
         # with the kept stream, without a request to the sidecar (BrokerSim checked every byte they returned).
         fetches, resumed = int(s["catchup_fetches"]), int(s["catchup_resumed"])
