@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/kts metrics-docs --check docs/metrics.md
 
 test: setup lint
-	$(BIN)/python -m pytest -p no:cacheprovider -q
+	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25
 
 # The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
 # jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.

@@ -10,6 +10,7 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   decodes up to ``fetch.readahead.chunks`` + 1 chunks; what the other half of the region cannot take is
   allocated outside it while the fetch lasts.
 - the index cache: ``fetch.indexes.cache.size``.
+- with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``.
 - uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
   backend's part buffers (S3 and Azure: (concurrency + 1) x part size; GCS: one chunk of the resumable upload).
 - the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
+from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -108,6 +110,7 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
     None when ``chunk.size`` is missing or invalid (every term depends on it)."""
     core = CORE.parse_all(configs)[0]
     shim = SHIM_CONFIG_DEF.parse_all(configs)[0]
+    iceberg = ICEBERG_CONFIG_DEF.parse_all(configs)[0]
     chunk = core["chunk.size"]
     if not chunk:
         return None
@@ -145,6 +148,10 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
         )
     )
     budget.terms.append(Term("index cache", _bounded(core["fetch.indexes.cache.size"]), "fetch.indexes.cache.size"))
+    if iceberg["iceberg.mode.topics.regex"]:
+        budget.terms.append(
+            Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
+        )
     transform = core["transform.thread.pool.size"] or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
     window = (2 * transform + 1) * chunk

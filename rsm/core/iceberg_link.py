@@ -12,6 +12,7 @@ from rsm.iceberg.config import IcebergConfig
 
 if TYPE_CHECKING:
     from rsm.iceberg.mode import IcebergMode
+    from rsm.iceberg.segment_fetch import RowGroupCache
 
 
 class IcebergLink:
@@ -23,7 +24,7 @@ class IcebergLink:
         self._mode: IcebergMode | None = None
         self._lock = threading.Lock()
         if self.cfg.enabled:
-            self.mode()  # a broken catalog or warehouse setting fails configure(), not the first copy
+            self.mode()  # a missing extra or warehouse fails configure(); the catalog opens at the first copy
 
     def wants(self, topic: str) -> bool:
         return self.cfg.is_iceberg_topic(topic)
@@ -41,3 +42,8 @@ class IcebergLink:
                     self.cfg, self.config["storage.backend.class"], self.config.storage, self.config["key.prefix"]
                 )
             return self._mode
+
+    def row_group_cache(self) -> RowGroupCache | None:
+        """The mode's row-group cache, or None while the mode is not built (nothing to report yet)."""
+        mode = self._mode
+        return mode.row_groups if mode is not None else None

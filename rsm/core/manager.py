@@ -338,7 +338,13 @@ class RemoteStorageManager:
         if wired is not None:
             limiters = {"upload": wired.upload_limiter, "fetch": wired.fetch_limiter}
             sources = fetch_path_sources(
-                wired.chunks, wired.manifests.cache, wired.indexes, wired.prefetcher, limiters, wired.pools.stats
+                wired.chunks,
+                wired.manifests.cache,
+                wired.indexes,
+                wired.prefetcher,
+                limiters,
+                wired.pools.stats,
+                wired.iceberg.row_group_cache,
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 

@@ -1,8 +1,9 @@
 """The memory a configuration certainly makes the plugin hold, key by key: what the sidecar's start-up check
 (rsm.jvm.startup_check) counts against the container's memory limit, beside its own shared region.
 
-The chunk cache's RAM (the whole cache for the memory class, its memory tier for the disk class) and the read-ahead
-of one fetch stream. Aiven's -1 (unbounded) cache cannot be bounded and counts as 0.
+The chunk cache's RAM (the whole cache for the memory class, its memory tier for the disk class), the read-ahead
+of one fetch stream and, with Iceberg mode on, its row-group cache. Aiven's -1 (unbounded) cache cannot be bounded
+and counts as 0.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from backends.configdef import ConfigDef
 from rsm.core.config import CORE
+from rsm.iceberg.config import CONFIG_DEF as ICEBERG
 
 
-def _value(raw: Mapping[str, Any], name: str) -> Any:
-    key = CORE.keys[name]
+def _value(raw: Mapping[str, Any], name: str, cdef: ConfigDef = CORE) -> Any:
+    key = cdef.keys[name]
     try:
         return key.value_from(raw.get(name))
     except ValueError:  # configure() reports an invalid value with its own message; count the default here
@@ -33,4 +36,7 @@ def memory_floor(config: Mapping[str, Any]) -> list[tuple[str, int]]:
         cache_key = "fetch.chunk.cache.size"
     cache = max(int(_value(config, cache_key) or 0), 0)
     readahead = int(_value(config, "fetch.readahead.chunks") or 0) * chunk
-    return [(cache_key, cache), ("fetch.readahead.chunks x chunk.size", readahead)]
+    floor = [(cache_key, cache), ("fetch.readahead.chunks x chunk.size", readahead)]
+    if _value(config, "iceberg.mode.topics.regex", ICEBERG):
+        floor.append(("iceberg.mode.fetch.cache.size", int(_value(config, "iceberg.mode.fetch.cache.size", ICEBERG))))
+    return floor

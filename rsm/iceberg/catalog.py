@@ -10,6 +10,7 @@ others with pyarrow.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -158,6 +159,11 @@ def open_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog:
         catalog.create_namespace_if_not_exists(cfg.namespace)
     except NamespaceAlreadyExistsError:  # another broker made it in between
         pass
+    except Exception as e:
+        # The SQL catalog checks, then inserts: a broker that inserts the same namespace in between makes the
+        # insert a unique violation. The namespace is there all the same.
+        if type(e).__name__ != "IntegrityError" or not catalog.namespace_exists(cfg.namespace):
+            raise
     return catalog
 
 
@@ -173,6 +179,11 @@ def _load_catalog(name: str, props: Mapping[str, str], attempts: int = 5) -> Cat
                 raise
             time.sleep(0.1 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def redacted_uri(uri: str) -> str:
+    """A catalog URI fit for a message: the password of ``scheme://user:password@host`` replaced by ``***``."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", uri)
 
 
 class CatalogHandle:
@@ -199,6 +210,11 @@ class CatalogHandle:
             if self._io is None:
                 self._io = load_file_io(self.props, self.props.get("warehouse"))
             return self._io
+
+    def describe(self) -> str:
+        """The catalog as an operator configured it, without secrets, for messages."""
+        uri = redacted_uri(self.props.get("uri", ""))
+        return f"{self.props.get('type', '?')} catalog {self.cfg.catalog_name!r} at {uri}"
 
     def table_identifier(self, topic: str) -> tuple[str, str]:
         return (self.cfg.namespace, topic)

@@ -132,6 +132,16 @@ CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.mode.fetch.cache.size",
+            "long",
+            64 << 20,
+            "Bytes of decoded row groups kept in memory for fetches of Iceberg-mode segments, so a consumer that "
+            "catches up 1 MiB at a time reads and decodes each row group once. A row group over half of it is "
+            "served but not kept. 0: no cache.",
+            validator=in_range(0, None),
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.mode.value.column.factory",
             "string",
             "",
@@ -159,6 +169,7 @@ class IcebergConfig:
     delete_rows: bool = False
     commit_retries: int = 10
     write_batch_bytes: int = 64 << 20
+    fetch_cache_bytes: int = 64 << 20
     value_column_factory: str = ""
     #: The ``iceberg.value.schema.*`` keys as given (read by ``rsm.iceberg.values``).
     value_schemas: dict[str, Any] = field(default_factory=dict)
@@ -206,6 +217,7 @@ class IcebergConfig:
             delete_rows=values["iceberg.mode.delete.rows.enabled"],
             commit_retries=values["iceberg.mode.commit.retries"],
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
+            fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
             value_schemas={k: v for k, v in raw.items() if k.startswith("iceberg.value.schema.")},
         )

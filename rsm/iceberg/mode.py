@@ -39,7 +39,7 @@ class IcebergMode:
             from rsm.iceberg.values import value_column_factory
 
             factory = value_column_factory(cfg.value_schemas)
-        self.row_groups = RowGroupCache()
+        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
     def write_segment(
@@ -49,7 +49,12 @@ class IcebergMode:
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
         tip = meta.topic_id_partition
         seg = SegmentToWrite(tip.topic, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
-        return self.writer.write(seg, meta.describe())
+        try:
+            return self.writer.write(seg, meta.describe())
+        except (RemoteStorageException, NotRepresentable):
+            raise
+        except Exception as e:
+            raise self._catalog_failure(f"cannot copy {meta.describe()} to its Iceberg table", e) from e
 
     def open_fetch(
         self, meta: RemoteLogSegmentMetadata, section: IcebergSection, start: int, end: int | None
@@ -65,4 +70,20 @@ class IcebergMode:
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         topic = meta.topic_id_partition.topic
-        self.writer.delete_rows(topic, section.partition, section.first_offset, section.last_offset, meta.describe())
+        try:
+            self.writer.delete_rows(
+                topic, section.partition, section.first_offset, section.last_offset, meta.describe()
+            )
+        except RemoteStorageException:
+            raise
+        except Exception as e:
+            raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
+
+    def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
+        """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does
+        not answer) as the exception Kafka expects, naming the catalog and what to check; Kafka retries."""
+        return RemoteStorageException(
+            f"{what}: {type(e).__name__}: {e} (the {self.handle.describe()}, warehouse "
+            f"{self.properties.get('warehouse', '?')}); check that both are reachable with the configured "
+            "credentials (iceberg.mode.catalog.*, iceberg.mode.warehouse); Kafka retries"
+        )

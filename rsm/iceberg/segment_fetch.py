@@ -55,6 +55,15 @@ class RowGroupCache:
     def row_group(self, path: str, index: int, load: Callable[[], pa.Table]) -> pa.Table:
         return self._groups.get_or_load((path, index), load, None, f"row group {index} of {path}")
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of row groups held now."""
+        return self._groups.weight
+
+    def stats(self) -> dict[str, float]:
+        """The row-group cache's counters, with Aiven's cache metric names."""
+        return self._groups.stats()
+
 
 def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
     try:

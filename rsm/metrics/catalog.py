@@ -18,6 +18,8 @@ CACHE_DOMAIN = f"{DOMAIN}.cache"
 THREAD_POOL_DOMAIN = f"{DOMAIN}.thread-pool"
 CACHE_TYPES = {"chunk": "chunk-cache-metrics", "manifest": "segment-manifest-cache-metrics"}
 CACHE_TYPES["index"] = "segment-indexes-cache-metrics"
+ICEBERG_CACHE_TYPE = "iceberg-row-group-cache-metrics"
+"""Ours: decoded row groups of Iceberg-mode segments (present once Iceberg mode is on)."""
 SIDECAR_TYPE = "sidecar-metrics"
 """The JVM shim's view of its Python sidecar: kept by the shim (JMX), passed to each sidecar it starts (Prometheus)."""
 BACKEND_BEANS = {
@@ -180,7 +182,10 @@ _CACHE_ATTRS = [
     ("cache-eviction-weight-total", "Weight of the evicted entries (bytes for weighed caches, else entries)."),
 ]
 _CACHE_LEVEL = ("cache-size-total", "Entries held now.")
-_CACHE_WEIGHT = "Weight of the entries held now: bytes for the chunk and index caches, entries for the manifest cache."
+_CACHE_WEIGHT = (
+    "Weight of the entries held now: bytes for the chunk, index and Iceberg row-group caches, entries for the "
+    "manifest cache."
+)
 _DISK_LEVELS = [
     ("disk-cache-size-total", "Chunks held by the disk tier now (disk chunk cache only)."),
     ("disk-cache-bytes-total", "Bytes held by the disk tier now (disk chunk cache only)."),
@@ -226,6 +231,14 @@ CACHE_METRICS = (
             "Indexes whose CRC-32C or AES-GCM tag did not match when loaded: corrupt stored data.",
             ours=True,
         )
+    ]
+    + [
+        MetricDecl(f"{CACHE_DOMAIN}:type={ICEBERG_CACHE_TYPE}", (name,), kind, ("",), meaning, ours=True)
+        for name, meaning, kind in [
+            *((n, m, "total") for n, m in _CACHE_ATTRS),
+            (*_CACHE_LEVEL, "gauge"),
+            ("cache-weight-total", _CACHE_WEIGHT, "gauge"),
+        ]
     ]
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from rsm.metrics.catalog import CACHE_DOMAIN, CACHE_TYPES, DOMAIN, THREAD_POOL_DOMAIN
+from rsm.metrics.catalog import CACHE_DOMAIN, CACHE_TYPES, DOMAIN, ICEBERG_CACHE_TYPE, THREAD_POOL_DOMAIN
 from rsm.metrics.registry import Tags
 from rsm.metrics.snapshot import Pulled
 
@@ -25,11 +25,17 @@ def fetch_path_sources(
     prefetcher: HasStats | None,
     rate_limiters: Mapping[str, HasStats | None],
     thread_pools: Callable[[], Mapping[str, Mapping[str, Any]]],
+    iceberg_row_groups: Callable[[], HasStats | None] = lambda: None,
 ) -> list[Pulled]:
+    """``iceberg_row_groups`` gives Iceberg mode's row-group cache once the mode is built, else None."""
+
     def caches() -> Iterable[Row]:
         for kind, cache in (("chunk", chunk_cache), ("manifest", manifest_cache), ("index", index_cache)):
             if cache is not None:
                 yield CACHE_DOMAIN, CACHE_TYPES[kind], (), cache.stats()
+        row_groups = iceberg_row_groups()
+        if row_groups is not None:
+            yield CACHE_DOMAIN, ICEBERG_CACHE_TYPE, (), row_groups.stats()
 
     def prefetch() -> Iterable[Row]:
         if prefetcher is not None:

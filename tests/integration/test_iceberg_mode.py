@@ -22,7 +22,7 @@ from helpers import TIP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
+from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import decode_offset_index
 from rsm.kafka.records import ControlRecordType, batch_view, decode_records, iter_batches
@@ -553,6 +553,62 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
         original = seg.log.read_bytes()
         for h, _ in iter_batches(original):
             assert _fetched_view(m.fetch_log_segment(meta, h.position).read()) == _fetched_view(original[h.position :])
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("cache_bytes", [None, "0"])
+def test_the_row_group_cache_is_sized_by_config(tmp_path: Path, cache_bytes: str | None) -> None:
+    """Fetches keep the row groups they read within iceberg.mode.fetch.cache.size (64 MiB by default); with 0
+    they keep none and still serve the same bytes. The cache reports on its own declared bean."""
+    from rsm.metrics.catalog import ALL, CACHE_DOMAIN, ICEBERG_CACHE_TYPE
+
+    rng = random.Random(3)
+    entries = [
+        build_batch([(1_700_000_000_000 + o + r, b"k%d" % r, rng.randbytes(300), []) for r in range(50)], base_offset=o)
+        for o in range(0, 1000, 50)
+    ]
+    seg = write_entries_segment(tmp_path / "seg", entries)
+    extra = {} if cache_bytes is None else {"iceberg.mode.fetch.cache.size": cache_bytes}
+    m = _manager(_configs(tmp_path, **extra))
+    try:
+        meta = seg.to_metadata(TIP)
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        original = seg.log.read_bytes()
+        positions = [h.position for h, _ in iter_batches(original)]
+        for p in positions[::5]:
+            assert _fetched_view(m.fetch_log_segment(meta, p).read()) == _fetched_view(original[p:])
+        cache = m.iceberg.mode().row_groups
+        bean = m.metrics()[f"{CACHE_DOMAIN}:type={ICEBERG_CACHE_TYPE}"]
+        assert bean["cache-weight-total"] == cache.held_bytes
+        declared = {a for d in ALL if d.bean.endswith(f"type={ICEBERG_CACHE_TYPE}") for a in d.attributes}
+        assert set(bean) == declared
+        if cache_bytes is None:
+            assert m.iceberg.mode().cfg.fetch_cache_bytes == 64 << 20
+            assert 0 < cache.held_bytes <= 64 << 20
+            assert bean["cache-hits-total"] > 0, "later fetches read row groups the earlier ones cached"
+        else:
+            assert cache.held_bytes == 0
+            assert bean["cache-hits-total"] == 0
+    finally:
+        m.close()
+
+
+def test_a_catalog_that_does_not_answer_fails_the_copy_with_what_to_check(tmp_path: Path) -> None:
+    """configure() does not need the catalog (a database that is down must not keep the broker from starting);
+    the copy fails with the exception Kafka retries, naming the catalog without its password, and leaves
+    nothing in the store."""
+    uri = "postgresql+psycopg2://kts:s3cret@127.0.0.1:1/catalog"
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.catalog.uri": uri}))
+    seg = write_entries_segment(tmp_path / "seg", [build_batch([(1_700_000_000_000, b"k", b"v", [])])])
+    try:
+        with pytest.raises(RemoteStorageException) as e:
+            m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
+        message = str(e.value)
+        assert "cannot copy" in message and "Iceberg table" in message
+        assert "postgresql+psycopg2://kts:***@127.0.0.1:1/catalog" in message and "s3cret" not in message
+        assert "iceberg.mode.catalog" in message and "Kafka retries" in message
+        assert [p for p in (tmp_path / "store").rglob("*") if p.is_file()] == []
     finally:
         m.close()
 

@@ -1,10 +1,17 @@
-"""rsm.iceberg.catalog: the warehouse and FileIO properties derived from each storage backend's keys."""
+"""rsm.iceberg.catalog: the warehouse and FileIO properties derived from each storage backend's keys, the
+catalog's URI as messages show it, and the namespace created by two brokers at once."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
+from typing import Any
 
-from rsm.iceberg.catalog import derived_properties
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rsm.iceberg.catalog import derived_properties, open_catalog, redacted_uri
+from rsm.iceberg.config import IcebergConfig
 
 KEY = "a2V5"
 
@@ -80,3 +87,52 @@ def test_azure_endpoint_without_a_key_leaves_the_credential_to_adlfs() -> None:
         "adls.account-name": "prod",
         "adls.account-host": "prod.blob.core.usgovcloudapi.net",
     }
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (
+            "postgresql+psycopg2://kts:s3cret@db.example:5432/iceberg",
+            "postgresql+psycopg2://kts:***@db.example:5432/iceberg",
+        ),
+        ("postgresql://kts@db/iceberg", "postgresql://kts@db/iceberg"),
+        ("sqlite:////var/lib/kts/catalog.db", "sqlite:////var/lib/kts/catalog.db"),
+        ("https://rest.example:8181/catalog", "https://rest.example:8181/catalog"),
+        ("", ""),
+    ],
+)
+def test_a_uri_is_shown_without_its_password(uri: str, shown: str) -> None:
+    assert redacted_uri(uri) == shown
+
+
+_PART = st.text(st.characters(codec="ascii", exclude_characters="/@:\\"), min_size=1, max_size=20)
+
+
+@given(user=_PART, password=st.text(st.characters(codec="ascii", exclude_characters="/@"), min_size=1), host=_PART)
+def test_no_password_survives_redaction(user: str, password: str, host: str) -> None:
+    shown = redacted_uri(f"postgresql://{user}:{password}@{host}/db")
+    assert shown == f"postgresql://{user}:***@{host}/db"
+
+
+def test_a_namespace_another_broker_inserts_first_is_taken_as_made(tmp_path: Path, monkeypatch: Any) -> None:
+    """pyiceberg's SQL catalog checks for the namespace, then inserts it: when another broker inserts it in
+    between, the insert is a unique violation. Opening the catalog takes the namespace as made."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    cfg = IcebergConfig.from_map(
+        {"iceberg.mode.topics.regex": "orders", "iceberg.mode.catalog.sqlite.path": str(tmp_path / "c.db")}
+    )
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path / 'wh'}"}
+    open_catalog(cfg, props)  # the other broker's: the namespace is there
+    checks: list[bool] = []
+    real = SqlCatalog.namespace_exists
+
+    def first_check_misses(self: SqlCatalog, namespace: Any) -> bool:
+        checks.append(True)
+        return False if len(checks) == 1 else real(self, namespace)
+
+    monkeypatch.setattr(SqlCatalog, "namespace_exists", first_check_misses)
+    catalog = open_catalog(cfg, props)
+    assert len(checks) == 2, "the insert failed and the namespace was looked up again"
+    assert catalog.list_namespaces() == [(cfg.namespace,)]

@@ -80,3 +80,14 @@ def test_the_memory_tier_lives_in_half_the_shared_region() -> None:
     assert "jvm.inprocess.buffer.memory.bytes" in inprocess.terms[0].how
     assert all(t.label != "Python sidecar" for t in inprocess.terms)
     assert memory_budget({}, {}) is None  # no chunk.size: nothing to size
+
+
+def test_iceberg_mode_adds_its_row_group_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, classic = _check(tmp_path, capsys)
+    assert "Iceberg row groups" not in classic
+    on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
+    _, default = _check(tmp_path, capsys, **on)
+    assert default["Iceberg row groups"] == 64
+    assert default["total"] == pytest.approx(classic["total"] + 64, abs=0.5)
+    _, sized = _check(tmp_path, capsys, **on, **{"rsm.config.iceberg.mode.fetch.cache.size": str(8 * MIB)})
+    assert sized["Iceberg row groups"] == 8

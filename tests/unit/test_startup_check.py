@@ -84,6 +84,15 @@ def test_needs_cut_the_region_to_whole_chunks_and_follow_the_cache_class() -> No
     assert sc.needs_of(aiven, 0, RemoteStorageManager).parts[0][0] == "fetch.chunk.cache.memory.size"
 
 
+def test_needs_count_the_iceberg_row_group_cache_when_the_mode_is_on() -> None:
+    cfg = {"chunk.size": str(4 * MiB), "iceberg.mode.topics.regex": "orders"}
+    assert sc.needs_of(cfg, 0, RemoteStorageManager).parts[-1] == ("iceberg.mode.fetch.cache.size", 64 * MiB)
+    sized = sc.needs_of({**cfg, "iceberg.mode.fetch.cache.size": str(MiB)}, 0, RemoteStorageManager)
+    assert sized.parts[-1] == ("iceberg.mode.fetch.cache.size", MiB)
+    off = sc.needs_of({"chunk.size": str(4 * MiB)}, 0, RemoteStorageManager)
+    assert all(what != "iceberg.mode.fetch.cache.size" for what, _ in off.parts)
+
+
 def test_a_manager_without_memory_floor_counts_only_the_region() -> None:
     n = sc.needs_of({"chunk.size": str(MiB)}, 4 * MiB, object)
     assert (n.shared, n.parts, n.total) == (4 * MiB, (), 4 * MiB)
