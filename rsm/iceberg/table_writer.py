@@ -243,9 +243,15 @@ class TableWriter:
                 )
             except TableAlreadyExistsError:  # another writer created it in between
                 table = catalog.load_table(ident)
-        if value_column is not None and "value" not in {f.name for f in table.schema().fields}:
-            with table.update_schema() as update:
-                update.union_by_name(arrow_schema(value_column.arrow_type))
+        for attempt in range(self.commit_retries + 1):
+            if value_column is None or "value" in {f.name for f in table.schema().fields}:
+                break
+            try:
+                with table.update_schema() as update:
+                    update.union_by_name(arrow_schema(value_column.arrow_type))
+            except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
+                if attempt == self.commit_retries:
+                    raise
             table = catalog.load_table(ident)
         return table
 

@@ -513,6 +513,38 @@ def test_the_value_hook_fills_the_value_struct(tmp_path: Path) -> None:
         m.close()
 
 
+def test_a_value_column_another_broker_added_first_is_taken_as_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two brokers that both find the table without its value column both add it: the second one's schema
+    commit fails (the schema changed under it), and it goes on with the table as the first one left it."""
+    seg = write_entries_segment(tmp_path / "seg", [build_batch([(1_700_000_000_000, None, b'{"n": 1}', [])])])
+    plain = _manager(_configs(tmp_path))
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.value.column.factory": f"{__name__}:json_values"}))
+    try:
+        plain.copy_log_segment_data(
+            seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 1)), seg.to_log_segment_data()
+        )
+        catalog = m.iceberg.mode().handle.catalog
+        stale = catalog.load_table(("kafka", "ice-json"))  # loaded before the other broker's change
+        other = plain.iceberg.mode().handle.catalog.load_table(("kafka", "ice-json"))
+        with other.update_schema() as update:
+            update.union_by_name(pa.schema([pa.field("value", _VALUE_TYPE)]))
+        loads = iter([stale])
+        real_load = catalog.load_table
+        monkeypatch.setattr(catalog, "load_table", lambda ident: next(loads, None) or real_load(ident))
+        meta = seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 0))
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        table = _table(m, "ice-json")
+        parts = pc.struct_field(table.column("kafka"), "partition").to_pylist()
+        by_partition = dict(zip(parts, table.column("value").to_pylist(), strict=True))
+        assert by_partition == {0: {"n": 1, "name": None}, 1: None}  # partition 1 was copied before the column
+        assert _fetched_view(m.fetch_log_segment(meta, 0).read()) == _fetched_view(seg.log.read_bytes())
+    finally:
+        m.close()
+        plain.close()
+
+
 def test_rows_spread_over_days_and_row_groups_come_back_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
