@@ -84,6 +84,6 @@ class IcebergMode:
         not answer) as the exception Kafka expects, naming the catalog and what to check; Kafka retries."""
         return RemoteStorageException(
             f"{what}: {type(e).__name__}: {e} (the {self.handle.describe()}, warehouse "
-            f"{self.properties.get('warehouse', '?')}); check that both are reachable with the configured "
-            "credentials (iceberg.mode.catalog.*, iceberg.mode.warehouse); Kafka retries"
+            f"{self.properties.get('warehouse', '?')}); where either did not answer or refused access, check "
+            "iceberg.mode.catalog.* and iceberg.mode.warehouse; Kafka retries"
         )
