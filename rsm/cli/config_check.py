@@ -168,11 +168,20 @@ def _backend(configs: Mapping[str, Any], errors: list[str], notes: list[str]) ->
 
 
 def _other_parts(configs: Mapping[str, Any], errors: list[str]) -> None:
+    from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
+    from rsm.iceberg.config import IcebergConfig
     from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
     from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 
     for cdef in (METRICS_CONFIG_DEF, SHIM_CONFIG_DEF):
         errors += cdef.parse_all(configs)[1].values()
+    iceberg = list(ICEBERG_CONFIG_DEF.parse_all(configs)[1].values())
+    if not iceberg:  # each key is valid: what configure() checks across them (a catalog the mode needs)
+        try:
+            IcebergConfig.from_map(configs)
+        except ConfigException as e:
+            iceberg.append(str(e))
+    errors += iceberg
 
 
 def check_interpreter(executable: str, python_path: str = "") -> str | None:

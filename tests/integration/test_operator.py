@@ -389,6 +389,31 @@ def test_config_check_reports_every_problem_in_one_run(tmp_path: Path, capsys: p
     assert "Did you mean 'compression.enabled'?" in out.split("ignored (1):", 1)[1]
 
 
+def test_config_check_reports_iceberg_mode_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The iceberg.mode.* keys are checked as configure() checks them: each value, then a catalog the mode needs."""
+    f = tmp_path / "server.properties"
+    base = (
+        "remote.log.storage.system.enable=true\n"
+        "remote.log.storage.manager.class.name=io.kts.shim.PythonRemoteStorageManager\n"
+        "rsm.config.chunk.size=4194304\n"
+        "rsm.config.storage.backend.class=filesystem\n"
+        f"rsm.config.storage.root={tmp_path / 'store'}\n"
+        "rsm.config.iceberg.mode.topics.regex=orders\n"
+    )
+    f.write_text(base + "rsm.config.iceberg.mode.fetch.cache.size=-5\nrsm.config.iceberg.mode.write.batch.bytes=5\n")
+    _, _, err = kts(["config", "check", str(f)], capsys)
+    errors = [line.split(": ", 2)[1] for line in err.splitlines() if line.startswith("ERROR: ")]
+    assert "Invalid value '5' for configuration iceberg.mode.write.batch.bytes" in errors
+    assert "Invalid value '-5' for configuration iceberg.mode.fetch.cache.size" in errors
+    f.write_text(base)  # every value valid, but no catalog named
+    _, _, err = kts(["config", "check", str(f)], capsys)
+    assert "ERROR: Missing required configuration 'iceberg.mode.catalog.sqlite.path'" in err
+    f.write_text(base + f"rsm.config.iceberg.mode.catalog.sqlite.path={tmp_path / 'catalog.db'}\n")
+    _, _, err = kts(["config", "check", str(f)], capsys)
+    assert "iceberg.mode" not in err
+    assert not (tmp_path / "catalog.db").exists(), "a check creates nothing"
+
+
 def test_config_check_runs_the_interpreter_the_broker_would(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
