@@ -51,6 +51,12 @@ try:
     from rsm._version import __version__
 except BaseException as e:
     print('cannot import rsm.jvm.sidecar: %s: %s' % (type(e).__name__, e)); sys.exit(3)
+if 'iceberg' in sys.argv[1:]:
+    try:
+        import pyarrow, pyiceberg
+    except BaseException as e:
+        print('cannot import %s, which Iceberg mode (iceberg.mode.topics.regex) needs: install '
+              'kafka-tiered-storage[iceberg] in that environment' % (getattr(e, 'name', None) or e)); sys.exit(3)
 print('OK %s' % __version__)
 """
 
@@ -184,8 +190,9 @@ def _other_parts(configs: Mapping[str, Any], errors: list[str]) -> None:
     errors += iceberg
 
 
-def check_interpreter(executable: str, python_path: str = "") -> str | None:
-    """None when ``executable`` can run the sidecar (Python 3.11+ that imports rsm.jvm.sidecar), else why not."""
+def check_interpreter(executable: str, python_path: str = "", iceberg: bool = False) -> str | None:
+    """None when ``executable`` can run the sidecar (Python 3.11+ that imports rsm.jvm.sidecar and, with
+    ``iceberg``, pyiceberg and pyarrow), else why not."""
     found = shutil.which(executable)
     if found is None:
         where = "does not exist or is not executable" if os.sep in executable else "is not on this host's PATH"
@@ -195,7 +202,7 @@ def check_interpreter(executable: str, python_path: str = "") -> str | None:
         env["PYTHONPATH"] = python_path + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         done = subprocess.run(
-            [found, "-c", _INTERPRETER_PROBE],
+            [found, "-c", _INTERPRETER_PROBE, *(["iceberg"] if iceberg else [])],
             capture_output=True,
             text=True,
             timeout=INTERPRETER_TIMEOUT_S,
@@ -217,7 +224,8 @@ def _interpreter(configs: Mapping[str, Any], result: CheckResult) -> None:
     if str(configs.get("jvm.transport", "auto")).strip().lower() == "inprocess":
         return
     executable = str(configs.get("python.executable") or "").strip()
-    problem = check_interpreter(executable or "python3", str(configs.get("python.path") or ""))
+    iceberg = bool(str(configs.get("iceberg.mode.topics.regex") or "").strip())
+    problem = check_interpreter(executable or "python3", str(configs.get("python.path") or ""), iceberg)
     if problem is None:
         return
     if executable:

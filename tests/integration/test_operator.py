@@ -412,6 +412,18 @@ def test_config_check_reports_iceberg_mode_problems(tmp_path: Path, capsys: pyte
     _, _, err = kts(["config", "check", str(f)], capsys)
     assert "iceberg.mode" not in err
     assert not (tmp_path / "catalog.db").exists(), "a check creates nothing"
+    # The sidecar's interpreter must import pyiceberg: here a python.path entry shadows it with a broken one.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "pyiceberg.py").write_text("raise ImportError('no pyiceberg here')\n")
+    interpreter = f"rsm.config.python.executable={sys.executable}\nrsm.config.python.path={shadow}\n"
+    f.write_text(base + f"rsm.config.iceberg.mode.catalog.sqlite.path={tmp_path / 'catalog.db'}\n" + interpreter)
+    _, _, err = kts(["config", "check", str(f)], capsys)
+    assert "no pyiceberg here, which Iceberg mode (iceberg.mode.topics.regex) needs" in err
+    assert "kafka-tiered-storage[iceberg]" in err
+    f.write_text(base.replace("iceberg.mode.topics.regex=orders", "iceberg.mode.topics.regex=") + interpreter)
+    _, _, err = kts(["config", "check", str(f)], capsys)
+    assert "pyiceberg" not in err, "a plugin without Iceberg-mode topics does not need it"
 
 
 def test_config_check_runs_the_interpreter_the_broker_would(
