@@ -32,6 +32,8 @@ from rsm.cli.settings import StoreUnavailable, backend_short_name, open_store, p
 from rsm.core.aiven_keys import BROKER, PLUGIN, aiven_differences
 from rsm.core.config import AIVEN_UNBOUNDED, backend_config_def, config_problems, unknown_keys
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
+from rsm.iceberg.config import IcebergConfig, mode_on
 
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 AIVEN_CLASS = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
@@ -174,8 +176,6 @@ def _backend(configs: Mapping[str, Any], errors: list[str], notes: list[str]) ->
 
 
 def _other_parts(configs: Mapping[str, Any], errors: list[str]) -> None:
-    from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
-    from rsm.iceberg.config import IcebergConfig
     from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
     from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 
@@ -224,8 +224,7 @@ def _interpreter(configs: Mapping[str, Any], result: CheckResult) -> None:
     if str(configs.get("jvm.transport", "auto")).strip().lower() == "inprocess":
         return
     executable = str(configs.get("python.executable") or "").strip()
-    iceberg = bool(str(configs.get("iceberg.mode.topics.regex") or "").strip())
-    problem = check_interpreter(executable or "python3", str(configs.get("python.path") or ""), iceberg)
+    problem = check_interpreter(executable or "python3", str(configs.get("python.path") or ""), mode_on(configs))
     if problem is None:
         return
     if executable:

@@ -27,6 +27,7 @@ from typing import Any
 
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
+from rsm.iceberg.config import mode_on
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -148,7 +149,7 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
         )
     )
     budget.terms.append(Term("index cache", _bounded(core["fetch.indexes.cache.size"]), "fetch.indexes.cache.size"))
-    if iceberg["iceberg.mode.topics.regex"]:
+    if mode_on(configs):
         budget.terms.append(
             Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
         )

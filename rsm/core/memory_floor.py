@@ -14,6 +14,7 @@ from typing import Any
 from backends.configdef import ConfigDef
 from rsm.core.config import CORE
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG
+from rsm.iceberg.config import mode_on
 
 
 def _value(raw: Mapping[str, Any], name: str, cdef: ConfigDef = CORE) -> Any:
@@ -37,6 +38,6 @@ def memory_floor(config: Mapping[str, Any]) -> list[tuple[str, int]]:
     cache = max(int(_value(config, cache_key) or 0), 0)
     readahead = int(_value(config, "fetch.readahead.chunks") or 0) * chunk
     floor = [(cache_key, cache), ("fetch.readahead.chunks x chunk.size", readahead)]
-    if _value(config, "iceberg.mode.topics.regex", ICEBERG):
+    if mode_on(config):
         floor.append(("iceberg.mode.fetch.cache.size", int(_value(config, "iceberg.mode.fetch.cache.size", ICEBERG))))
     return floor

@@ -154,6 +154,11 @@ CONFIG_DEF = ConfigDef().extend(
 )
 
 
+def mode_on(configs: Mapping[str, Any]) -> bool:
+    """Whether ``configs`` (plugin keys) put any topic in Iceberg mode, as ``IcebergConfig.from_map`` reads it."""
+    return bool(configs.get("iceberg.mode.topics.regex"))
+
+
 @dataclass(frozen=True)
 class IcebergConfig:
     """The parsed ``iceberg.mode.*`` keys."""
