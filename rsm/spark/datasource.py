@@ -55,7 +55,9 @@ HEADERS = ", headers array<struct<key: string, value: binary>>"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 REDACTION_CONF = "spark.sql.redaction.options.regex"
 #: Option keys whose values Spark must mask in plans and the UI (Spark's own default masks only ``url``).
-REDACTION_REGEX = "(?i)url|secret|password|passphrase|private|token|credential|access.key|sas|connection.string"
+REDACTION_REGEX = (
+    "(?i)url|secret|password|passphrase|private|token|credential|access.key|sas|connection.string|catalog.uri"
+)
 
 
 def requested_columns(schema: Any, include_headers: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -40,7 +40,9 @@ __all__ = [
 EARLIEST = -2
 LATEST = -1
 BROKER_PREFIX = "rsm.config."
-_SECRET = re.compile(r"secret|password|passphrase|private|token|credential|access\.key|sas|connection\.string|\.pem")
+_SECRET = re.compile(
+    r"secret|password|passphrase|private|token|credential|access\.key|sas|connection\.string|\.pem|catalog\.uri"
+)
 REDACTED = "*****(redacted)"
 
 #: The reader's own option names, lower case: every lookup lower-cases the key first.

@@ -411,7 +411,12 @@ def test_secrets_stay_out_of_plans_and_reprs(
 ) -> None:
     config, _ = fs_store
     secret = "do-not-show-7f3a"
-    options = {**config, "storage.s3.secret.access.key": secret, "encryption.key.pairs.k.private.key": secret}
+    options = {
+        **config,
+        "storage.s3.secret.access.key": secret,
+        "encryption.key.pairs.k.private.key": secret,
+        "iceberg.mode.catalog.uri": f"postgresql+psycopg2://kts:{secret}@db.example/iceberg",
+    }
     df = _read(spark, options, topic="orders")
     df.explain(mode="extended")
     df.explain(mode="formatted")
