@@ -117,7 +117,7 @@ class SegmentObjects:
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
 
             check(".log")
-            section = self._write_rows(meta, data)
+            section = self._write_rows(meta, data, lambda: check("commit of its rows"))
             if section is None:
                 log_size, chunk_index, chunk_crcs = self._upload_log(
                     keys.log, data.log_segment, transformer, uploaded, cancelled, meta
@@ -165,16 +165,19 @@ class SegmentObjects:
         )
         return self._custom_metadata(keys, log_size + indexes_size + len(manifest_bytes))
 
-    def _write_rows(self, meta: RemoteLogSegmentMetadata, data: LogSegmentData) -> IcebergSection | None:
+    def _write_rows(
+        self, meta: RemoteLogSegmentMetadata, data: LogSegmentData, before_commit: Callable[[], None]
+    ) -> IcebergSection | None:
         """For a topic in Iceberg mode, the segment's rows committed to its table; None: tier it classic (the
-        topic is not in Iceberg mode, or the segment holds what a table cannot give back exactly)."""
+        topic is not in Iceberg mode, or the segment holds what a table cannot give back exactly).
+        ``before_commit`` raises ``CopyCancelled`` once the copy is cancelled: its rows are then never committed."""
         if self.iceberg is None or not self.iceberg.wants(meta.topic_id_partition.topic):
             return None
         mode = self.iceberg.mode()
         from rsm.iceberg.rows import NotRepresentable
 
         try:
-            return mode.write_segment(meta, data.log_segment, data.transaction_index)
+            return mode.write_segment(meta, data.log_segment, data.transaction_index, before_commit)
         except NotRepresentable as e:
             log.warning("%s is tiered in the classic format, not in Iceberg mode: %s", meta.describe(), e)
             return None

@@ -10,7 +10,11 @@ Modules (only ``config``, ``section`` and ``value_hook``'s names import nothing 
 - ``rows``: a segment file turned into Arrow rows (one per record, control records included);
 - ``batches``: rows turned back into Kafka v2 batches (same offsets, fields and codec; CRC-32C);
 - ``catalog``: the pyiceberg catalog and FileIO from the configuration and the storage backend;
-- ``table_writer``: one segment -> data files -> one commit (replacing its offset range, retried on conflict);
+- ``table_writer``: one segment -> data files -> one commit, and a segment's retention delete (the facade over:)
+- ``tables``: a topic's table, created with its properties, new columns added on load;
+- ``data_files``: Arrow rows -> Parquet data files with the ``kafka`` bounds pyiceberg leaves out;
+- ``replace``: one commit replacing selected rows with new files (retried on conflict, read back when unknown);
+- ``deletes``: which rows a retention delete takes (the segment's own), from which table (its manifest's);
 - ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
 - ``duckdb_reader``: a DuckDB connection with the iceberg extension loaded offline;
 - ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);

@@ -7,7 +7,7 @@ pyiceberg); it holds the catalog handle, the table writer and the FileIO that fe
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,14 +43,19 @@ class IcebergMode:
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
     def write_segment(
-        self, meta: RemoteLogSegmentMetadata, log_path: Path, transaction_index: Path | None
+        self,
+        meta: RemoteLogSegmentMetadata,
+        log_path: Path,
+        transaction_index: Path | None,
+        before_commit: Callable[[], None] | None = None,
     ) -> IcebergSection:
-        """The segment's rows, committed; ``NotRepresentable`` when it must be tiered classic instead."""
+        """The segment's rows, committed; ``NotRepresentable`` when it must be tiered classic instead.
+        ``before_commit`` is called right before the commit: a cancelled copy raises there, committing nothing."""
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
         tip = meta.topic_id_partition
         seg = SegmentToWrite(tip.topic, tip.topic_id, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
         try:
-            return self.writer.write(seg, meta.describe())
+            return self.writer.write(seg, meta.describe(), before_commit)
         except (RemoteStorageException, NotRepresentable):
             raise
         except Exception as e:
@@ -69,11 +74,10 @@ class IcebergMode:
         return stream  # type: ignore[return-value]
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
-        topic = meta.topic_id_partition.topic
+        """Delete the rows the segment wrote, from the table its manifest names."""
+        tip = meta.topic_id_partition
         try:
-            self.writer.delete_rows(
-                topic, section.partition, section.first_offset, section.last_offset, meta.describe()
-            )
+            self.writer.delete_rows(section, tip.topic, tip.topic_id, meta.remote_log_segment_id.id, meta.describe())
         except RemoteStorageException:
             raise
         except Exception as e:

@@ -191,7 +191,7 @@ def test_rows_name_their_segment_and_topic_and_old_tables_get_the_fields(
 ) -> None:
     """Every row carries ``kafka.segment_id`` and ``kafka.topic_id``; a table made before those fields gets them
     when a copy loads it, its old rows read them as null, and both segments still fetch byte-identical."""
-    from rsm.iceberg import rows, schema, table_writer
+    from rsm.iceberg import rows, schema, tables
 
     def segment(name: str) -> Any:
         entries = [build_batch([(1_700_000_000_000 + i, b"k", b"v%d" % i, [])], base_offset=i) for i in range(20)]
@@ -203,7 +203,7 @@ def test_rows_name_their_segment_and_topic_and_old_tables_get_the_fields(
     old_meta = old_seg.to_metadata(TopicIdPartition(TIP.topic_id, "orders", 1))
     new_meta = new_seg.to_metadata(TopicIdPartition(TIP.topic_id, "orders", 2))
     with monkeypatch.context() as before:  # the writer as it was: a table without the fields
-        for module in (schema, rows, table_writer):
+        for module in (schema, rows, tables):
             before.setattr(module, "KAFKA_FIELDS", old_fields)
         m = _manager(_configs(tmp_path))
         try:
@@ -595,9 +595,9 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 
-    from rsm.iceberg import table_writer
+    from rsm.iceberg import tables
 
-    monkeypatch.setattr(table_writer, "ROW_GROUP_ROWS", 5)
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 5)
     day = 86_400_000
     entries = []
     offset = 0
@@ -788,7 +788,7 @@ def _fetched_view(data: bytes) -> list[tuple[tuple[int, ...], list[Any]]]:
 
 def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any, tmp_path: Path) -> None:
     """The properties docs/iceberg.md lists, on the table the first segment creates; its data files are snappy."""
-    from rsm.iceberg import table_writer
+    from rsm.iceberg import tables
 
     seg = segment_factory(num_batches=30, seed=9)
     m = _manager(_configs(tmp_path))
@@ -798,7 +798,7 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
         assert {
             "kafka.topic": "orders",
             "write.parquet.compression-codec": "snappy",
-            "write.parquet.row-group-limit": str(table_writer.ROW_GROUP_ROWS),
+            "write.parquet.row-group-limit": str(tables.ROW_GROUP_ROWS),
             "write.parquet.page-row-limit": "1024",
             "write.parquet.dict-size-bytes": "1",
             "commit.manifest-merge.enabled": "true",
@@ -815,7 +815,7 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
 def test_read_splits_follow_the_first_segments_size() -> None:
     """Tables of small segments get 64 MiB splits (two tasks for four 16 MiB segments on two cores), others
     Spark's 128 MiB (one task per file of a 64 MiB segment instead of two)."""
-    from rsm.iceberg.table_writer import split_bytes
+    from rsm.iceberg.tables import split_bytes
 
     assert split_bytes(16 << 20) == split_bytes((32 << 20) - 1) == 64 << 20
     assert split_bytes(32 << 20) == split_bytes(1 << 30) == 128 << 20

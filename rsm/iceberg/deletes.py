@@ -1,0 +1,53 @@
+"""A retention delete (``iceberg.mode.delete.rows.enabled``): the rows one deleted segment wrote leave its table.
+
+The table is the one the segment's manifest names (the namespace in the configuration may have changed since).
+The rows are those of the segment's partition and offset range that carry its ``kafka.topic_id`` and
+``kafka.segment_id``: a superseded segment's delete leaves the rows of the segment that replaced it, and a topic
+created again under the same name keeps the old topic's rows apart. Rows written before rows carried those ids
+(null) go by their offsets alone, as they always did.
+"""
+
+from __future__ import annotations
+
+from rsm.iceberg.replace import Replacer, RowSelection
+from rsm.iceberg.section import IcebergSection
+
+__all__ = ["delete_segment_rows", "section_identifier", "segment_selection"]
+
+
+def section_identifier(table: str, topic: str) -> tuple[str, str]:
+    """The (namespace, name) of ``table``, the ``namespace.name`` a manifest section records. A topic's name may
+    hold dots: when ``table`` ends with ``.<topic>`` the rest is the namespace; otherwise the last dot splits."""
+    suffix = "." + topic
+    if table.endswith(suffix) and len(table) > len(suffix):
+        return table[: -len(suffix)], topic
+    namespace, _, name = table.rpartition(".")
+    if not namespace or not name:
+        raise ValueError(f"table {table!r} of the segment's manifest is not namespace.name")
+    return namespace, name
+
+
+def segment_selection(section: IcebergSection, topic_id: str, segment_id: str) -> RowSelection:
+    """The rows the segment wrote (``section`` is its manifest's Iceberg section)."""
+    return RowSelection(section.partition, section.first_offset, section.last_offset, topic_id, segment_id)
+
+
+def delete_segment_rows(
+    replacer: Replacer, section: IcebergSection, topic: str, topic_id: str, segment_id: str, what: str
+) -> None:
+    """Delete the rows the segment wrote from the table its manifest names (retried on conflict); a table that
+    no longer exists, or holds none of them, is nothing to do."""
+    properties = {
+        "kafka.segment.id": segment_id,
+        "kafka.partition": str(section.partition),
+        "kafka.offsets": f"{section.first_offset}-{section.last_offset}",
+        "kafka.deleted": "true",
+    }
+    replacer.replace(
+        section_identifier(section.table, topic),
+        segment_selection(section, topic_id, segment_id),
+        [],
+        properties,
+        what,
+        "deleting its rows from",
+    )

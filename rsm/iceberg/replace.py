@@ -1,0 +1,271 @@
+"""One commit that removes the rows a ``RowSelection`` names and adds new data files, retried on conflict.
+
+The data files that may hold selected rows are found by their bounds (metadata only): a file whose bounds say
+every row is selected is dropped whole, any other is read and rewritten without the selected rows, unless it
+holds none. Another writer committing first makes the commit fail (``CommitFailedException``, or pyiceberg's
+own validation after its retry); it is then tried again on the freshly loaded table, up to ``retries`` times.
+
+A commit whose outcome is unknown (any other error from the commit itself: a connection lost at COMMIT, a REST
+catalog's ``CommitStateUnknownException``) deletes nothing until the table is read back: every attempt carries a
+fresh ``kafka.commit.id`` in its snapshot summary, and a snapshot with it means the commit landed. When the table
+cannot be read back either, ``CommitOutcomeUnknown`` says so and every file stays (orphan removal takes the
+ones no snapshot references).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThanOrEqual,
+    IsNull,
+    LessThanOrEqual,
+    Or,
+)
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from rsm.errors import RemoteStorageException
+from rsm.iceberg.data_files import delete_data_files, exact_bounds, write_data_files
+
+log = logging.getLogger(__name__)
+
+__all__ = ["COMMIT_ID", "CommitOutcomeUnknown", "Replacer", "RowSelection", "offset_range_filter", "stale_files"]
+
+COMMIT_ID = "kafka.commit.id"
+"""Snapshot summary property: a fresh id per commit attempt, what reading the table back looks for."""
+_RETRY_PAUSE_S = 0.05
+_READ_BACK_ATTEMPTS = 3
+
+
+class CommitOutcomeUnknown(RemoteStorageException):
+    """A commit failed in a way that leaves open whether it landed, and the table could not be read back to tell:
+    the files it would add are left in place (deleting them could break a committed snapshot)."""
+
+
+def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpression:
+    """The rows of ``partition`` with offsets ``first..last``."""
+    return And(
+        EqualTo("kafka.partition", partition),
+        And(GreaterThanOrEqual("kafka.offset", first), LessThanOrEqual("kafka.offset", last)),
+    )
+
+
+@dataclass(frozen=True)
+class RowSelection:
+    """Rows of ``partition`` with offsets ``first..last``, written by topic ``topic_id`` and segment
+    ``segment_id`` when those are given. A row whose ``kafka.topic_id`` or ``kafka.segment_id`` is null (written
+    before rows carried them) is selected by its offset alone."""
+
+    partition: int
+    first: int
+    last: int
+    topic_id: str | None = None
+    segment_id: str | None = None
+
+    def _ids(self, fields: Sequence[str]) -> list[tuple[str, str]]:
+        """The ids to match, of those among the ``kafka`` ``fields`` (a table made before them has none)."""
+        given = (("topic_id", self.topic_id), ("segment_id", self.segment_id))
+        return [(n, v) for n, v in given if v is not None and n in fields]
+
+    def expression(self, schema: Schema) -> BooleanExpression:
+        """The selection as an Iceberg filter on a table of ``schema`` (what planning prunes data files by)."""
+        expr = offset_range_filter(self.partition, self.first, self.last)
+        for name, value in self._ids(_kafka_fields(schema)):
+            expr = And(expr, Or(EqualTo(f"kafka.{name}", value), IsNull(f"kafka.{name}")))
+        return expr
+
+    def mask(self, rows: pa.Table) -> pa.Array:
+        """True for each selected row of ``rows`` (the table's Arrow schema), false for the others."""
+        kafka = rows.column("kafka")
+        offsets = pc.struct_field(kafka, "offset")
+        hit = pc.and_kleene(
+            pc.equal(pc.struct_field(kafka, "partition"), self.partition),
+            pc.and_kleene(pc.greater_equal(offsets, self.first), pc.less_equal(offsets, self.last)),
+        )
+        hit = pc.fill_null(hit, False)
+        for name, value in self._ids(kafka.type.names):
+            column = pc.struct_field(kafka, name)
+            hit = pc.and_(hit, pc.or_(pc.is_null(column), pc.fill_null(pc.equal(column, value), False)))
+        return hit
+
+    def covers(self, f: DataFile, table: Table) -> bool:
+        """Whether the file's bounds say every one of its rows is selected (then it goes without being read)."""
+        schema = table.schema()
+        partition = exact_bounds(f, schema, "partition")
+        offsets = exact_bounds(f, schema, "offset")
+        if partition is None or offsets is None or partition != (self.partition, self.partition):
+            return False
+        if not (self.first <= offsets[0] and offsets[1] <= self.last):  # type: ignore[operator]
+            return False
+        ids = self._ids(_kafka_fields(schema))
+        return all(exact_bounds(f, schema, name) == (value, value) for name, value in ids)
+
+
+def _kafka_fields(schema: Schema) -> list[str]:
+    return [f.name for f in schema.find_type("kafka").fields]  # type: ignore[attr-defined]
+
+
+def stale_files(table: Table, selection: RowSelection) -> tuple[list[DataFile], list[DataFile]]:
+    """What removing the selected rows takes: (the table's data files to remove, files written to take the place
+    of those that also hold other rows). A copy that overlaps nothing, the usual case, reads no data file."""
+    if table.current_snapshot() is None:
+        return [], []
+    schema = table.schema()
+    removed: list[DataFile] = []
+    rewritten: list[DataFile] = []
+    write_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    try:
+        for task in table.scan(row_filter=selection.expression(schema)).plan_files():
+            f = task.file
+            if selection.covers(f, table):
+                removed.append(f)
+                continue
+            rows = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks=[task])
+            kept = rows.filter(pc.invert(selection.mask(rows)))
+            if kept.num_rows == rows.num_rows:
+                continue
+            removed.append(f)
+            if kept.num_rows:
+                rewritten += write_data_files(table, kept, write_uuid, counter)
+    except BaseException:
+        delete_data_files(table.io, rewritten, f"rewrite of {table.name()}")
+        raise
+    return removed, rewritten
+
+
+class _Conflict(Exception):
+    """Another writer committed first: try again on the fresh table."""
+
+
+class Replacer:
+    """Commits that replace selected rows with new files, on the tables of one catalog; thread-safe."""
+
+    def __init__(self, catalog: Callable[[], Catalog], retries: int) -> None:
+        self._catalog = catalog
+        self.retries = retries
+
+    def replace(
+        self,
+        ident: tuple[str, ...],
+        selection: RowSelection,
+        files: Sequence[DataFile],
+        properties: dict[str, str],
+        what: str,
+        doing: str,
+        before_commit: Callable[[], None] | None = None,
+    ) -> int | None:
+        """One commit that removes ``selection``'s rows and adds ``files``; the id of its snapshot, or None when
+        the table does not exist (and ``files`` is empty) or there is nothing to do. ``before_commit`` is called
+        right before each attempt commits (a cancelled copy raises there, and nothing is committed). Raises
+        ``CommitOutcomeUnknown`` when the commit may have landed: the caller must then keep ``files``."""
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            try:
+                return self._attempt(ident, selection, files, properties, what, before_commit)
+            except _Conflict as e:
+                cause = e.__cause__
+                if attempt + 1 == attempts:
+                    raise RemoteStorageException(
+                        f"{what}: {doing} table {'.'.join(ident)} failed {attempts} times, each time after "
+                        f"another writer committed first ({cause}); raise iceberg.mode.commit.retries if the topic "
+                        f"has many partitions tiered at once"
+                    ) from cause
+                log.debug("%s: commit conflict on %s (attempt %d): %s", what, ".".join(ident), attempt + 1, cause)
+                time.sleep(_RETRY_PAUSE_S * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self,
+        ident: tuple[str, ...],
+        selection: RowSelection,
+        files: Sequence[DataFile],
+        properties: dict[str, str],
+        what: str,
+        before_commit: Callable[[], None] | None,
+    ) -> int | None:
+        try:
+            table = self._catalog().load_table(ident)
+        except NoSuchTableError:
+            if files:
+                raise
+            return None
+        removed, rewritten = stale_files(table, selection)
+        if not removed and not files:
+            return None
+        commit_id = uuid.uuid4().hex
+        try:
+            txn = table.transaction()
+            summary = {**properties, COMMIT_ID: commit_id}
+            if removed:
+                with txn.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+                    for f in removed:
+                        overwrite.delete_data_file(f)
+                    for f in (*rewritten, *files):
+                        overwrite.append_data_file(f)
+            else:
+                with txn.update_snapshot(snapshot_properties=summary).merge_append() as append:
+                    for f in files:
+                        append.append_data_file(f)
+            if before_commit is not None:
+                before_commit()
+        except BaseException:
+            delete_data_files(table.io, rewritten, what)
+            raise
+        try:
+            committed = txn.commit_transaction()
+        # pyiceberg retries a conflicting commit itself and may then fail its own validation of the files
+        # removed: a conflict too. Neither has changed the table.
+        except (CommitFailedException, ValidationException) as e:
+            delete_data_files(table.io, rewritten, what)
+            raise _Conflict() from e
+        except Exception as e:
+            landed = self._read_back(ident, commit_id, what, e, [*rewritten, *files])
+            if landed is None:
+                delete_data_files(table.io, rewritten, what)
+                raise
+            log.info("%s: the commit to %s landed though it reported %s", what, ".".join(ident), e)
+            return landed
+        snapshot = committed.current_snapshot()
+        assert snapshot is not None
+        return snapshot.snapshot_id
+
+    def _read_back(
+        self, ident: tuple[str, ...], commit_id: str, what: str, error: Exception, kept: list[DataFile]
+    ) -> int | None:
+        """The id of the snapshot the commit ``commit_id`` made, or None when the table shows it did not land;
+        raises ``CommitOutcomeUnknown`` when the table cannot be read."""
+        last: Exception | None = None
+        for attempt in range(_READ_BACK_ATTEMPTS):
+            try:
+                table = self._catalog().load_table(ident)
+            except Exception as e:  # the catalog is still down, most likely: try again, then give up
+                last = e
+                time.sleep(_RETRY_PAUSE_S * (attempt + 1))
+                continue
+            for snapshot in reversed(table.snapshots()):
+                if snapshot.summary is not None and snapshot.summary[COMMIT_ID] == commit_id:
+                    return snapshot.snapshot_id
+            return None
+        raise CommitOutcomeUnknown(
+            f"{what}: the commit to table {'.'.join(ident)} failed with {type(error).__name__}: {error}, and the "
+            f"table could not be read back to tell whether it landed ({type(last).__name__}: {last}); its "
+            f"{len(kept)} data files are kept (orphan removal takes them if no snapshot references them). "
+            f"Kafka retries the copy; check the catalog (iceberg.mode.catalog.*)"
+        ) from error

@@ -1,0 +1,123 @@
+"""A topic's table and its properties: loaded from the catalog, or created partitioned by day with the properties
+the writer and the readers want; columns added since a table was made are added to it when it is loaded.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.table import Table
+
+from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
+from rsm.iceberg.value_hook import ValueColumn
+
+__all__ = [
+    "DICTIONARY_BYTES",
+    "PAGE_ROWS",
+    "ROW_GROUP_ROWS",
+    "SMALL_SEGMENT_BYTES",
+    "SMALL_SPLIT_BYTES",
+    "SPLIT_BYTES",
+    "TABLE_CODEC",
+    "load_or_create",
+    "missing_columns",
+    "split_bytes",
+    "table_properties",
+]
+
+TABLE_CODEC = "snappy"
+"""Parquet codec of the tables this writer creates. Spark reads snappy data files faster than zstd ones (see
+docs/benchmarks.md, "Iceberg mode"); zstd files are smaller. The table property is read at every write, so an
+operator may set ``write.parquet.compression-codec`` on a table to change it."""
+ROW_GROUP_ROWS = 32768
+"""Rows per Parquet row group of the tables this writer creates: a fetch reads whole row groups, so this bounds
+what it reads past the broker's start position."""
+PAGE_ROWS = 1024
+"""``write.parquet.page-row-limit`` of the tables this writer creates. pyarrow writes this many values at a time
+and closes a page once it passes 1 MiB: with Iceberg's default of 20000 rows, pages of 370-byte values grew to
+7 MiB, and Spark read them about 10% slower than pages of 1 MiB."""
+DICTIONARY_BYTES = 1
+"""``write.parquet.dict-size-bytes`` of the tables this writer creates: dictionary pages of at most one byte, so
+every column falls back to plain encoding after its first 1024 values. In four paired runs Spark read
+``count(distinct key)`` faster that way in three (by 9-32%; 5% slower in the fourth) and ``sum(length(value))``
+about as fast (docs/benchmarks.md, "Iceberg mode"); pyarrow writes the rows in a quarter less time, and the files
+are no larger (snappy compresses the repeated fields as well)."""
+SPLIT_BYTES = 128 << 20
+"""``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off): Spark's and
+Iceberg's default, one task per 128 MiB of data files."""
+SMALL_SPLIT_BYTES = 64 << 20
+"""The split size instead when the first segment is smaller than ``SMALL_SEGMENT_BYTES``: its data files are then
+a few tens of MiB, and 128 MiB splits would put a small table in one task however many cores read it."""
+SMALL_SEGMENT_BYTES = 32 << 20
+"""First segments below this size give a table ``SMALL_SPLIT_BYTES``."""
+
+
+def split_bytes(segment_bytes: int) -> int:
+    """The split size of a new table whose first segment has ``segment_bytes``."""
+    return SMALL_SPLIT_BYTES if segment_bytes < SMALL_SEGMENT_BYTES else SPLIT_BYTES
+
+
+def table_properties(topic: str, segment_bytes: int) -> dict[str, str]:
+    """The properties of a new table for ``topic`` whose first segment has ``segment_bytes``."""
+    return {
+        "kafka.topic": topic,
+        "write.parquet.compression-codec": TABLE_CODEC,
+        "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
+        "write.parquet.page-row-limit": str(PAGE_ROWS),
+        "write.parquet.dict-size-bytes": str(DICTIONARY_BYTES),
+        # Java Iceberg's default: an append merges small manifests once 100 pile up, so planning a scan (and a
+        # commit's search by bounds) reads a bounded number of them.
+        "commit.manifest-merge.enabled": "true",
+        # Spark's Iceberg reader sizes splits by the bytes of the columns a query reads: a narrow query (keys
+        # only) got 16 MiB splits, several tasks per core, and ran at a third of the speed of the same files read
+        # as plain Parquet. Fixed splits instead, sized from the first segment (docs/benchmarks.md, "Iceberg mode").
+        "read.split.adaptive-size.enabled": "false",
+        "read.split.target-size": str(split_bytes(segment_bytes)),
+    }
+
+
+def missing_columns(table: Table, value_column: ValueColumn | None) -> bool:
+    """Whether the table lacks a ``kafka`` field of ``KAFKA_FIELDS`` or the ``value`` column the hook gives."""
+    schema = table.schema()
+    have = {f.name for f in schema.find_type("kafka").fields}  # type: ignore[attr-defined]
+    if any(name not in have for name, _, _ in KAFKA_FIELDS):
+        return True
+    return value_column is not None and "value" not in {f.name for f in schema.fields}
+
+
+def load_or_create(
+    catalog: Catalog,
+    ident: tuple[str, str],
+    topic: str,
+    value_column: ValueColumn | None,
+    segment_bytes: int,
+    retries: int,
+) -> Table:
+    """The topic's table, created (partitioned by day) when missing, its read splits sized for segments of
+    ``segment_bytes``; a ``value`` column the hook now gives, and ``kafka`` fields added since the table was
+    made (old rows read them as null), are added to an existing table. Another broker changing the schema first
+    is retried up to ``retries`` times."""
+    try:
+        table = catalog.load_table(ident)
+    except NoSuchTableError:
+        schema = iceberg_schema()
+        try:
+            table = catalog.create_table(
+                ident,
+                schema=schema,
+                partition_spec=partition_spec(schema),
+                properties=table_properties(topic, segment_bytes),
+            )
+        except TableAlreadyExistsError:  # another writer created it in between
+            table = catalog.load_table(ident)
+    for attempt in range(retries + 1):
+        if not missing_columns(table, value_column):
+            break
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(arrow_schema(value_column.arrow_type if value_column else None))
+        except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
+            if attempt == retries:
+                raise
+        table = catalog.load_table(ident)
+    return table
