@@ -810,12 +810,3 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
             assert {meta.row_group(0).column(c).compression for c in range(meta.num_columns)} == {"SNAPPY"}
     finally:
         m.close()
-
-
-def test_read_splits_follow_the_first_segments_size() -> None:
-    """Tables of small segments get 64 MiB splits (two tasks for four 16 MiB segments on two cores), others
-    Spark's 128 MiB (one task per file of a 64 MiB segment instead of two)."""
-    from rsm.iceberg.tables import split_bytes
-
-    assert split_bytes(16 << 20) == split_bytes((32 << 20) - 1) == 64 << 20
-    assert split_bytes(32 << 20) == split_bytes(1 << 30) == 128 << 20
