@@ -228,6 +228,99 @@ def test_rows_name_their_segment_and_topic_and_old_tables_get_the_fields(
         m.close()
 
 
+def _counting_batches(first: int, count: int, tag: bytes) -> list[bytes]:
+    return [
+        build_batch([(1_700_000_000_000 + i, b"k", tag + b"%d" % i, [])], base_offset=first + i) for i in range(count)
+    ]
+
+
+def _data_files(tmp: Path) -> list[Path]:
+    return sorted((tmp / "store").rglob("*.parquet"))
+
+
+def test_a_copy_cancelled_before_its_commit_commits_nothing(tmp_path: Path) -> None:
+    """The cancel is asked right before the commit (after the data files are written): the copy stops there,
+    the table has no snapshot and no data file is left."""
+    from rsm.core.copy_pipeline import CopyCancelled
+
+    seg = write_entries_segment(tmp_path / "seg", _counting_batches(0, 20, b"v"))
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(len(_data_files(tmp_path)))
+        return len(asked) > 1  # the first check is before the rows; the second, right before the commit
+
+    m = _manager(_configs(tmp_path))
+    try:
+        with pytest.raises(CopyCancelled, match="commit"):
+            m.copy_log_segment_data_unless(seg.to_metadata(TIP), seg.to_log_segment_data(), cancelled)
+        assert asked == [0, 1]  # the data file was written when the commit was called off
+        assert m.iceberg.mode().handle.catalog.load_table(("kafka", "orders")).current_snapshot() is None
+        assert _data_files(tmp_path) == []
+    finally:
+        m.close()
+
+
+def test_retention_deletes_only_the_rows_its_segment_wrote(tmp_path: Path) -> None:
+    """A new leader's segment replaced offsets 30..49 of the old one; deleting the old segment (its manifest says
+    0..49) leaves 30..69, the new segment's, and fetching the new segment still works."""
+    old = write_entries_segment(tmp_path / "old", _counting_batches(0, 50, b"old"))
+    new = write_entries_segment(tmp_path / "new", _counting_batches(30, 40, b"new"), leader_epochs={1: 30})
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.delete.rows.enabled": "true"}))
+    try:
+        meta_old, meta_new = old.to_metadata(TIP), new.to_metadata(TIP)
+        m.copy_log_segment_data(meta_old, old.to_log_segment_data())
+        m.copy_log_segment_data(meta_new, new.to_log_segment_data())
+        m.delete_log_segment_data(meta_old)
+        table = _table(m)
+        assert sorted(_offsets(table)) == list(range(30, 70))
+        assert set(table.column("value_raw").to_pylist()) == {b"new%d" % i for i in range(40)}
+        assert m.fetch_log_segment(meta_new, 0).read() == new.log.read_bytes()
+    finally:
+        m.close()
+
+
+def test_a_topic_created_again_leaves_the_old_topics_rows_alone(tmp_path: Path) -> None:
+    """Same name, new topic id, offsets from 0 again: the new topic's copies and deletes never touch the old
+    topic's rows, which stay in the table (told apart by kafka.topic_id) until the old topic's own segments are
+    deleted."""
+    first = write_entries_segment(tmp_path / "first", _counting_batches(0, 10, b"first"))
+    second = write_entries_segment(tmp_path / "second", _counting_batches(0, 10, b"second"))
+    old_meta = first.to_metadata(TIP)
+    new_meta = second.to_metadata(TopicIdPartition("NEWtopicIdxxxxxxxxxxxx", TIP.topic, TIP.partition))
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.delete.rows.enabled": "true"}))
+    try:
+        m.copy_log_segment_data(old_meta, first.to_log_segment_data())
+        m.copy_log_segment_data(new_meta, second.to_log_segment_data())
+        values = set(_table(m).column("value_raw").to_pylist())
+        assert values == {b"first%d" % i for i in range(10)} | {b"second%d" % i for i in range(10)}
+        m.delete_log_segment_data(new_meta)
+        assert set(_table(m).column("value_raw").to_pylist()) == {b"first%d" % i for i in range(10)}
+        assert m.fetch_log_segment(old_meta, 0).read() == first.log.read_bytes()
+        m.delete_log_segment_data(old_meta)
+        assert _table(m).num_rows == 0
+    finally:
+        m.close()
+
+
+def test_a_changed_namespace_keeps_deletes_working(tmp_path: Path) -> None:
+    """Deletes go to the table the segment's manifest names, not the one the namespace configured now names."""
+    seg = write_entries_segment(tmp_path / "seg", _counting_batches(0, 10, b"v"))
+    meta = seg.to_metadata(TIP)
+    m = _manager(_configs(tmp_path))
+    try:
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+    finally:
+        m.close()
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.namespace": "lake", "iceberg.mode.delete.rows.enabled": "true"}))
+    try:
+        m.delete_log_segment_data(meta)
+        catalog = m.iceberg.mode().handle.catalog
+        assert catalog.load_table(("kafka", "orders")).scan().to_arrow().num_rows == 0
+    finally:
+        m.close()
+
+
 def test_partitions_committing_at_once_all_land(tmp_path: Path) -> None:
     m = _manager(_configs(tmp_path, **{"iceberg.mode.commit.retries": "50"}))
     errors: list[BaseException] = []
