@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.io import FileIO, load_file_io
+from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from backends.configdef import ConfigException
 from rsm.iceberg.config import ICEBERG_DIR, IcebergConfig
@@ -159,10 +160,10 @@ def open_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog:
         catalog.create_namespace_if_not_exists(cfg.namespace)
     except NamespaceAlreadyExistsError:  # another broker made it in between
         pass
-    except Exception as e:
+    except IntegrityError:
         # The SQL catalog checks, then inserts: a broker that inserts the same namespace in between makes the
         # insert a unique violation. The namespace is there all the same.
-        if type(e).__name__ != "IntegrityError" or not catalog.namespace_exists(cfg.namespace):
+        if not catalog.namespace_exists(cfg.namespace):
             raise
     return catalog
 
@@ -174,8 +175,8 @@ def _load_catalog(name: str, props: Mapping[str, str], attempts: int = 5) -> Cat
     for attempt in range(attempts):
         try:
             return load_catalog(name, **dict(props))
-        except Exception as e:
-            if type(e).__name__ not in ("IntegrityError", "ProgrammingError") or attempt + 1 == attempts:
+        except (IntegrityError, ProgrammingError):
+            if attempt + 1 == attempts:
                 raise
             time.sleep(0.1 * (attempt + 1))
     raise AssertionError("unreachable")

@@ -123,18 +123,18 @@ def partition_spec(schema: Schema) -> PartitionSpec:
     return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=DayTransform(), name="day"))
 
 
-_ARROW_KAFKA_TYPES = {
-    "IntegerType": pa.int32(),
-    "LongType": pa.int64(),
-    "BooleanType": pa.bool_(),
-    "TimestamptzType": pa.timestamp("us", tz="UTC"),
-    "StringType": pa.string(),
+_ARROW_KAFKA_TYPES: dict[type, pa.DataType] = {
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    BooleanType: pa.bool_(),
+    TimestamptzType: pa.timestamp("us", tz="UTC"),
+    StringType: pa.string(),
 }
 
 
 def kafka_arrow_type() -> pa.StructType:
     """The ``kafka`` struct as Arrow (names and order of ``KAFKA_FIELDS``)."""
-    return pa.struct([pa.field(name, _ARROW_KAFKA_TYPES[type(typ).__name__]) for name, typ, _ in KAFKA_FIELDS])
+    return pa.struct([pa.field(name, _ARROW_KAFKA_TYPES[type(typ)]) for name, typ, _ in KAFKA_FIELDS])
 
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

@@ -136,3 +136,25 @@ def test_a_namespace_another_broker_inserts_first_is_taken_as_made(tmp_path: Pat
     catalog = open_catalog(cfg, props)
     assert len(checks) == 2, "the insert failed and the namespace was looked up again"
     assert catalog.list_namespaces() == [(cfg.namespace,)]
+
+
+def test_only_the_databases_unique_violation_is_taken_as_made(tmp_path: Path, monkeypatch: Any) -> None:
+    """An error that merely has the name ``IntegrityError`` (not SQLAlchemy's, which the SQL catalog raises on a
+    unique violation) is not a namespace another broker made: it fails the open."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    class IntegrityError(Exception):
+        pass
+
+    cfg = IcebergConfig.from_map(
+        {"iceberg.mode.topics.regex": "orders", "iceberg.mode.catalog.sqlite.path": str(tmp_path / "c.db")}
+    )
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path / 'wh'}"}
+    open_catalog(cfg, props)
+
+    def refuse(self: SqlCatalog, namespace: Any, properties: Any = None) -> None:
+        raise IntegrityError("not the database's")
+
+    monkeypatch.setattr(SqlCatalog, "create_namespace_if_not_exists", refuse)
+    with pytest.raises(IntegrityError):
+        open_catalog(cfg, props)
