@@ -1,7 +1,7 @@
 """The Python ``RemoteStorageManager``: Kafka's KIP-405 plugin contract over a ``StorageBackend``.
 
-Each call of the contract hands over to a collaborator that ``configure()`` builds once (docs/architecture.md
-shows who owns what):
+Each call of the contract hands over to a collaborator that ``configure()`` builds once (``rsm.core.wiring``;
+docs/architecture.md shows who owns what):
 
 - copy and delete: ``SegmentObjects`` (rsm.core.segment_objects), writing ``.log``, ``.indexes`` and the manifest;
 - fetch: ``SegmentReader`` (rsm.fetch.segment_reader), lazy streams over the ``ChunkCache``, with ``Prefetcher``;
@@ -18,28 +18,23 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from backends.base import BackendCapabilities, RangeReader, StorageBackend
+from backends.base import BackendCapabilities, StorageBackend
 from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBufferPool
-from encryption.errors import KeyPairError
-from encryption.keyring import RsaKeyPair, RsaKeyRing
+from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
-from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_keys, warn_unknown_keys
+from rsm.core.config import RsmConfig, register_known_keys, warn_unknown_keys
 from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
 from rsm.core.memory_floor import memory_floor
-from rsm.core.pools import ThreadPools
-from rsm.core.segment_objects import SegmentObjects
-from rsm.errors import ConfigException, RemoteResourceNotFoundException, RemoteStorageException
-from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache, ChunkCacheSettings
-from rsm.fetch.disk_store import DiskChunkStore
+from rsm.core.wiring import Wiring, make_key_ring, wire
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
+from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache
 from rsm.fetch.index_reader import IndexReader
 from rsm.fetch.lru import TimedLru
 from rsm.fetch.next_segment import NextSegmentFinder
@@ -63,32 +58,11 @@ register_known_keys(ICEBERG_CONFIG_DEF)
 register_known_keys(VALUES_CONFIG_DEF)
 
 
-@dataclass(frozen=True)
-class _Wiring:
-    """What ``configure()`` builds, once: nothing here is replaced afterwards."""
-
-    config: RsmConfig
-    backend: StorageBackend
-    capabilities: BackendCapabilities
-    key_ring: RsaKeyRing | None
-    pools: ThreadPools
-    upload_limiter: RateLimiter | None
-    fetch_limiter: RateLimiter | None
-    manifests: ManifestStore
-    objects: SegmentObjects
-    chunks: ChunkCache
-    indexes: IndexReader
-    next_segments: NextSegmentFinder
-    prefetcher: Prefetcher
-    segments: SegmentReader
-    iceberg: IcebergLink
-
-
 class RemoteStorageManager:
     """Kafka's RemoteStorageManager. Thread-safe after ``configure()``: the broker calls it from many threads."""
 
     def __init__(self) -> None:
-        self._wired: _Wiring | None = None
+        self._wired: Wiring | None = None
         self._closed = False
         self._buffer_supply: ChunkBufferSupply | None = None
         self.metrics_registry = MetricsRegistry()
@@ -113,14 +87,14 @@ class RemoteStorageManager:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
         config = RsmConfig.from_map(configs)
         warn_unknown_keys(configs)
-        key_ring = _key_ring(config)
+        key_ring = make_key_ring(config)
         metrics_cfg, self.metrics_settings = metrics_config(configs)
         backend = create_backend(config["storage.backend.class"], config.storage)
         self.metrics_registry = MetricsRegistry(metrics_cfg)
         self.rsm_metrics = RsmRecorder(self.metrics_registry)
         capabilities = BackendCapabilities.of(backend)
         self._instrument(capabilities)
-        self._wired = self._wire(config, backend, capabilities, key_ring)
+        self._wired = wire(config, backend, capabilities, key_ring, self.rsm_metrics, self._buffer_supply)
         log.info(
             "RemoteStorageManager configured: backend=%s chunk.size=%d compression=%s encryption=%s",
             backend,
@@ -128,73 +102,6 @@ class RemoteStorageManager:
             config["compression.enabled"],
             config["encryption.enabled"],
         )
-
-    def _wire(
-        self, config: RsmConfig, backend: StorageBackend, capabilities: BackendCapabilities, key_ring: RsaKeyRing | None
-    ) -> _Wiring:
-        """The collaborators, sized by the configuration (the ``fetch.*`` keys for the read path)."""
-        upload_limiter = _limiter(config["upload.rate.limit.bytes.per.second"])
-        fetch_limiter = _limiter(config["fetch.rate.limit.bytes.per.second"])
-        background = config["fetch.chunk.cache.thread.pool.size"] or (os.cpu_count() or 2)
-        pools = ThreadPools(config.thread_pool_size, background)
-        manifests = ManifestStore(config, backend, key_ring, upload_limiter, capabilities.conditional_writes)
-        iceberg = IcebergLink(config)
-        objects = SegmentObjects(
-            config, backend, key_ring, manifests, pools.transform, upload_limiter, self.rsm_metrics, iceberg
-        )
-        ranges = RangeReader(backend, capabilities)
-        chunks = self._chunk_cache(config, ranges, pools, fetch_limiter)
-        indexes = IndexReader(
-            manifests,
-            ranges,
-            config["fetch.indexes.cache.size"],
-            config["fetch.indexes.cache.retention.ms"] / 1000,
-            config["fetch.indexes.cache.get.timeout.ms"] / 1000,
-        )
-        listing_timeout = config["fetch.manifest.cache.get.timeout.ms"] / 1000
-        next_segments = NextSegmentFinder(manifests, manifests, indexes, PREFETCH_LISTING_CACHE_S, listing_timeout)
-        prefetcher = Prefetcher(chunks, config["fetch.chunk.cache.prefetch.max.size"], pools.background, next_segments)
-        segments = SegmentReader(manifests, chunks, pools.transform, config["fetch.readahead.chunks"], prefetcher)
-        return _Wiring(
-            config=config,
-            backend=backend,
-            capabilities=capabilities,
-            key_ring=key_ring,
-            pools=pools,
-            upload_limiter=upload_limiter,
-            fetch_limiter=fetch_limiter,
-            manifests=manifests,
-            objects=objects,
-            chunks=chunks,
-            indexes=indexes,
-            next_segments=next_segments,
-            prefetcher=prefetcher,
-            segments=segments,
-            iceberg=iceberg,
-        )
-
-    def _chunk_cache(
-        self, config: RsmConfig, ranges: RangeReader, pools: ThreadPools, limiter: RateLimiter | None
-    ) -> ChunkCache:
-        """The chunk cache over the buffers a transport supplied (``use_chunk_buffers``), else a pool of its own
-        with enough idle buffers for every pool thread's read-ahead (more come and go with the load)."""
-        retention = config["fetch.chunk.cache.retention.ms"] / 1000
-        disk = None
-        memory_bytes = config["fetch.chunk.cache.size"]
-        if config["fetch.chunk.cache.class"] == "disk":
-            disk = DiskChunkStore(config["fetch.chunk.cache.path"], config["fetch.chunk.cache.size"], retention)
-            memory_bytes = config["fetch.chunk.cache.memory.size"]
-        supplied = self._buffer_supply.chunk_buffers(config["chunk.size"]) if self._buffer_supply else None
-        idle = max(8, 2 * (config.thread_pool_size + config["fetch.readahead.chunks"]))
-        settings = ChunkCacheSettings(
-            memory_bytes=memory_bytes,
-            retention_s=retention,
-            coalesce_bytes=config["fetch.coalesce.max.bytes"],
-            get_timeout_s=config["fetch.chunk.cache.get.timeout.ms"] / 1000,
-            max_cached_bytes=supplied.max_cached_bytes if supplied is not None else None,
-        )
-        pool = supplied.pool if supplied is not None else ChunkBufferPool(config["chunk.size"], max_idle=idle)
-        return ChunkCache(ranges, pool, settings, pools.background, disk=disk, rate_limiter=limiter)
 
     def close(self) -> None:
         if self._closed:
@@ -215,7 +122,7 @@ class RemoteStorageManager:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _ready(self, opening: bool = False) -> _Wiring:
+    def _ready(self, opening: bool = False) -> Wiring:
         """The collaborators; ``opening``: for what needs the thread pools, which ``close()`` stopped."""
         if opening and self._closed:
             raise RemoteStorageException("RemoteStorageManager is closed")
@@ -442,18 +349,3 @@ class RemoteStorageManager:
     @property
     def fetch_rate_limiter(self) -> RateLimiter | None:
         return self._wired.fetch_limiter if self._wired is not None else None
-
-
-def _limiter(bytes_per_second: int) -> RateLimiter | None:
-    return RateLimiter(bytes_per_second) if bytes_per_second else None
-
-
-def _key_ring(config: RsmConfig) -> RsaKeyRing | None:
-    """The key ring of ``encryption.key.pairs`` when encryption is on; bad key material is a ``ConfigException``."""
-    if not config["encryption.enabled"]:
-        return None
-    try:
-        pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
-        return RsaKeyRing(pairs, config["encryption.key.pair.id"])
-    except KeyPairError as e:
-        raise ConfigException(str(e)) from None
