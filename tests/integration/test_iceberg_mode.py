@@ -261,6 +261,48 @@ def test_a_copy_cancelled_before_its_commit_commits_nothing(tmp_path: Path) -> N
         m.close()
 
 
+@pytest.mark.parametrize("reads_back", [True, False])
+def test_a_commit_lost_at_commit_deletes_nothing_it_cannot_rule_out(tmp_path: Path, reads_back: bool) -> None:
+    """The catalog commits, then the connection drops before it answers. Read back, the commit has landed: the
+    copy succeeds and fetches byte-identical. Not readable back: the copy fails saying so, and every data file
+    the (landed) commit references is still there."""
+    from sqlalchemy.exc import OperationalError
+
+    from rsm.iceberg.replace import CommitOutcomeUnknown
+
+    seg = write_entries_segment(tmp_path / "seg", _counting_batches(0, 20, b"v"))
+    meta = seg.to_metadata(TIP)
+    m = _manager(_configs(tmp_path))
+    try:
+        catalog = m.iceberg.mode().handle.catalog
+        real_commit, real_load = catalog.commit_table, catalog.load_table
+        down = []
+
+        def commit_then_drop(*args: Any, **kwargs: Any) -> Any:
+            real_commit(*args, **kwargs)
+            down.append(not reads_back)
+            raise OperationalError("COMMIT", {}, ConnectionError("server closed the connection unexpectedly"))
+
+        def load(*args: Any, **kwargs: Any) -> Any:
+            if any(down):
+                raise OperationalError("SELECT", {}, ConnectionError("connection refused"))
+            return real_load(*args, **kwargs)
+
+        catalog.commit_table, catalog.load_table = commit_then_drop, load
+        if reads_back:
+            m.copy_log_segment_data(meta, seg.to_log_segment_data())
+            assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+        else:
+            with pytest.raises(CommitOutcomeUnknown, match="could not be read back"):
+                m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        catalog.commit_table, catalog.load_table = real_commit, real_load
+        table = catalog.load_table(("kafka", "orders"))
+        assert sorted(_offsets(table.scan().to_arrow())) == list(range(20))
+        assert all(Path(urlparse(t.file.file_path).path).exists() for t in table.scan().plan_files())
+    finally:
+        m.close()
+
+
 def test_retention_deletes_only_the_rows_its_segment_wrote(tmp_path: Path) -> None:
     """A new leader's segment replaced offsets 30..49 of the old one; deleting the old segment (its manifest says
     0..49) leaves 30..69, the new segment's, and fetching the new segment still works."""
