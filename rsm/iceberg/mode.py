@@ -69,10 +69,9 @@ class IcebergMode:
         return stream  # type: ignore[return-value]
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
-        topic = meta.topic_id_partition.topic
         try:
             self.writer.delete_rows(
-                topic, section.partition, section.first_offset, section.last_offset, meta.describe()
+                section.table, section.partition, section.first_offset, section.last_offset, meta.describe()
             )
         except RemoteStorageException:
             raise

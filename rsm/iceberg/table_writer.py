@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.conversions import from_bytes, to_bytes
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchTableError,
@@ -31,16 +30,20 @@ from pyiceberg.exceptions import (
     ValidationException,
 )
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThanOrEqual
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
+from rsm.iceberg.data_files import evolve_spec, spec_matches, write_data_files
 from rsm.iceberg.rows import NotRepresentable, SegmentSummary, segment_row_tables
 from rsm.iceberg.schema import arrow_schema, iceberg_schema, partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
+from rsm.iceberg.topic_tables import PartitionTerm
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import AbortedTxn
 
@@ -115,16 +118,11 @@ def _stale_files(table: Table, partition: int, first: int, last: int) -> tuple[l
         removed.append(f)
         if kept.num_rows:
             try:
-                new = list(
-                    _dataframe_to_data_files(
-                        table_metadata=table.metadata, df=kept, io=table.io, write_uuid=write_uuid, counter=counter
-                    )
-                )
+                new = write_data_files(table.metadata, table.io, kept, write_uuid, counter)
             except BaseException:
                 for done in rewritten:
                     table.io.delete(done.file_path)
                 raise
-            _add_kafka_bounds(table, kept, new)
             rewritten += new
     return removed, rewritten
 
@@ -140,44 +138,6 @@ def _within(f: DataFile, ids: tuple[int, int], partition: int, first: int, last:
         and from_bytes(LongType(), lower[offset_id]) >= first
         and from_bytes(LongType(), upper[offset_id]) <= last
     )
-
-
-def _add_kafka_bounds(table: Table, chunk: pa.Table, files: list[DataFile]) -> None:
-    """Give each data file the lower and upper bounds of its ``kafka.partition`` and ``kafka.offset``.
-
-    pyiceberg keeps no bounds for fields inside a struct, so without these every commit's replace of an offset
-    range would read every data file of the table. Rows go to files by day: a file that is its chunk's only
-    file of that day gets the day's exact bounds; files that share a day (a chunk past the target file size)
-    get none, and are read by a replace as before.
-    """
-    schema = table.schema()
-    spec = table.spec()
-    if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
-        return  # not the plugin's day(kafka.timestamp) spec (changed by someone): no bounds, replaces read files
-    kafka = chunk.column("kafka")
-    days = pc.cast(pc.struct_field(kafka, "timestamp"), pa.date32()).cast(pa.int32())
-    grouped = (
-        pa.table(
-            {"day": days, "partition": pc.struct_field(kafka, "partition"), "offset": pc.struct_field(kafka, "offset")}
-        )
-        .group_by("day")
-        .aggregate([("partition", "min_max"), ("offset", "min_max")])
-    )
-    bounds = {row["day"]: (row["partition_min_max"], row["offset_min_max"]) for row in grouped.to_pylist()}
-    per_day: dict[object, int] = {}
-    for f in files:
-        per_day[f.partition[0]] = per_day.get(f.partition[0], 0) + 1
-    ids = {name: schema.find_field(f"kafka.{name}").field_id for name in ("partition", "offset")}
-    types = {"partition": IntegerType(), "offset": LongType()}
-    for f in files:
-        day = f.partition[0]
-        if per_day[day] != 1 or day not in bounds:
-            continue
-        for name, min_max in zip(("partition", "offset"), bounds[day], strict=True):
-            if min_max["min"] is None:
-                continue
-            f.lower_bounds[ids[name]] = to_bytes(types[name], min_max["min"])
-            f.upper_bounds[ids[name]] = to_bytes(types[name], min_max["max"])
 
 
 def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpression:
@@ -211,19 +171,23 @@ class TableWriter:
     # --- the table ---------------------------------------------------------------------------------------------
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
-        """The topic's table, created (partitioned by day) when missing, its read splits sized for segments of
-        ``segment_bytes``; a ``value`` column the hook now gives is added to an existing table."""
+        """The topic's table, created (partitioned as configured, by day by default) when missing, its read splits
+        sized for segments of ``segment_bytes``; a ``value`` column the hook now gives is added to an existing
+        table, and a configured partition spec the table does not have yet replaces its spec."""
         catalog = self.handle.catalog
-        ident = self.handle.table_identifier(topic)
+        settings = self.handle.cfg.table_of(topic)
+        ident = settings.identifier
         try:
-            table = catalog.load_table(ident)
+            table = self._load_own(topic, ident)
         except NoSuchTableError:
             schema = iceberg_schema()
+            if ident[0] != self.handle.cfg.namespace:  # a namespace of its own (the default one exists)
+                catalog.create_namespace_if_not_exists(ident[0])
             try:
                 table = catalog.create_table(
                     ident,
                     schema=schema,
-                    partition_spec=partition_spec(schema),
+                    partition_spec=self._spec(settings.partition_by, schema, topic),
                     properties={
                         "kafka.topic": topic,
                         "write.parquet.compression-codec": TABLE_CODEC,
@@ -242,7 +206,8 @@ class TableWriter:
                     },
                 )
             except TableAlreadyExistsError:  # another writer created it in between
-                table = catalog.load_table(ident)
+                table = self._load_own(topic, ident)
+        ident = table.name()
         for attempt in range(self.commit_retries + 1):
             if value_column is None or "value" in {f.name for f in table.schema().fields}:
                 break
@@ -253,7 +218,59 @@ class TableWriter:
                 if attempt == self.commit_retries:
                     raise
             table = catalog.load_table(ident)
+        terms = settings.partition_by
+        for attempt in range(self.commit_retries + 1):
+            if terms is None or self._spec_matches(table, terms, topic):
+                break
+            try:
+                evolve_spec(table, terms)
+                log.info("table %s of topic %s: partition spec now %s", ".".join(ident), topic, table.spec())
+            except CommitFailedException:  # another broker evolved it first (most likely, the same way)
+                if attempt == self.commit_retries:
+                    raise
+            table = catalog.load_table(ident)
         return table
+
+    def _load_own(self, topic: str, ident: tuple[str, str]) -> Table:
+        """The table ``ident`` if it is this topic's. A table an earlier release made under the topic's own name
+        (before names were mapped) is found there while no name is configured. Another topic's table is refused:
+        two topics' rows in one table would replace each other's offsets."""
+        catalog = self.handle.catalog
+        try:
+            table = catalog.load_table(ident)
+        except NoSuchTableError:
+            legacy = (ident[0], topic)
+            if self.handle.cfg.table_of(topic).named or legacy == ident:
+                raise
+            table = catalog.load_table(legacy)  # NoSuchTableError: none there either
+            if table.properties.get("kafka.topic") != topic:
+                raise NoSuchTableError(".".join(ident)) from None
+        owner = table.properties.get("kafka.topic")
+        if owner is not None and owner != topic:
+            raise RemoteStorageException(
+                f"table {'.'.join(ident)} holds the rows of topic {owner!r}, not of {topic!r}: give topic {topic!r} "
+                f"a table of its own with iceberg.mode.table.<id>.name (and iceberg.mode.table.<id>.topic={topic})"
+            )
+        return table
+
+    def _spec(self, terms: tuple[PartitionTerm, ...] | None, schema: Schema, topic: str) -> PartitionSpec:
+        try:
+            return partition_spec(schema, terms)
+        except ValueError as e:
+            raise self._bad_spec(topic, e) from e
+
+    def _spec_matches(self, table: Table, terms: tuple[PartitionTerm, ...], topic: str) -> bool:
+        try:
+            return spec_matches(table, terms)
+        except ValueError as e:
+            raise self._bad_spec(topic, e) from e
+
+    def _bad_spec(self, topic: str, e: ValueError) -> RemoteStorageException:
+        return RemoteStorageException(
+            f"the partition spec configured for topic {topic!r} (iceberg.mode.table.<id>.partition.by) does not fit "
+            f"its table: {e}; name a column of the table (kafka.*, value.*) and restart the broker; the segment "
+            "stays on the broker's disk meanwhile"
+        )
 
     # --- a segment -----------------------------------------------------------------------------------------------
 
@@ -272,24 +289,19 @@ class TableWriter:
         if first is None:
             raise NotRepresentable("the segment holds no records")
         table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
+        ident = table.name()
         write_uuid = uuid.uuid4()
         written: list[DataFile] = []
         try:
             counter = itertools.count(0)
             for chunk in itertools.chain((first,), chunks):
-                files = list(
-                    _dataframe_to_data_files(
-                        table_metadata=table.metadata, df=chunk, io=table.io, write_uuid=write_uuid, counter=counter
-                    )
-                )
-                written += files
-                _add_kafka_bounds(table, chunk, files)
-            snapshot_id = self._commit(seg, summary, written, what)
+                written += write_data_files(table.metadata, table.io, chunk, write_uuid, counter)
+            snapshot_id = self._commit(ident, seg, summary, written, what)
         except BaseException:
             self._delete_files(table, written, what)
             raise
         return IcebergSection(
-            table=".".join(self.handle.table_identifier(seg.topic)),
+            table=".".join(ident),
             snapshot_id=snapshot_id,
             partition=seg.partition,
             first_offset=summary.first_offset,
@@ -300,8 +312,9 @@ class TableWriter:
             files=tuple(DataFileRef(f.file_path, f.record_count, f.file_size_in_bytes) for f in written),
         )
 
-    def _commit(self, seg: SegmentToWrite, summary: SegmentSummary, files: list[DataFile], what: str) -> int:
-        ident = self.handle.table_identifier(seg.topic)
+    def _commit(
+        self, ident: tuple[str, ...], seg: SegmentToWrite, summary: SegmentSummary, files: list[DataFile], what: str
+    ) -> int:
         properties = {
             "kafka.segment.id": seg.segment_id,
             "kafka.partition": str(seg.partition),
@@ -380,9 +393,9 @@ class TableWriter:
 
     # --- delete ------------------------------------------------------------------------------------------------
 
-    def delete_rows(self, topic: str, partition: int, first: int, last: int, what: str) -> None:
-        """Delete the partition's offsets ``first..last`` from the topic's table (retried on conflict)."""
+    def delete_rows(self, table: str, partition: int, first: int, last: int, what: str) -> None:
+        """Delete the partition's offsets ``first..last`` from ``table`` (``namespace.name``, as the segment's
+        manifest names it; retried on conflict)."""
         properties = {"kafka.partition": str(partition), "kafka.offsets": f"{first}-{last}", "kafka.deleted": "true"}
-        self._replace(
-            self.handle.table_identifier(topic), partition, first, last, [], properties, what, "deleting its rows from"
-        )
+        ident = tuple(table.split(".", 1))
+        self._replace(ident, partition, first, last, [], properties, what, "deleting its rows from")
