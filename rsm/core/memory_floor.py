@@ -2,8 +2,8 @@
 (rsm.jvm.startup_check) counts against the container's memory limit, beside its own shared region.
 
 The chunk cache's RAM (the whole cache for the memory class, its memory tier for the disk class), the read-ahead
-of one fetch stream and, with Iceberg mode on, its row-group cache and the rows of one segment copy. Aiven's -1 (unbounded) cache cannot be bounded
-and counts as 0.
+of one fetch stream and, with Iceberg mode on, its row-group cache and the rows of one segment copy. Aiven's -1
+(unbounded) cache cannot be bounded and counts as 0.
 """
 
 from __future__ import annotations

@@ -167,6 +167,7 @@ class TableWriter:
         self.write_batch_bytes = write_batch_bytes
         self.commit_retries = commit_retries
         self.value_column_for = value_column_for
+        self._legacy: set[str] = set()  # topics whose table is under the topic's own name (an earlier release's)
 
     # --- the table ---------------------------------------------------------------------------------------------
 
@@ -236,15 +237,18 @@ class TableWriter:
         (before names were mapped) is found there while no name is configured. Another topic's table is refused:
         two topics' rows in one table would replace each other's offsets."""
         catalog = self.handle.catalog
+        legacy = (ident[0], topic)
+        named = self.handle.cfg.table_of(topic).named
         try:
-            table = catalog.load_table(ident)
+            table = catalog.load_table(legacy if topic in self._legacy and not named else ident)
         except NoSuchTableError:
-            legacy = (ident[0], topic)
-            if self.handle.cfg.table_of(topic).named or legacy == ident:
+            self._legacy.discard(topic)
+            if named or legacy == ident:
                 raise
             table = catalog.load_table(legacy)  # NoSuchTableError: none there either
             if table.properties.get("kafka.topic") != topic:
                 raise NoSuchTableError(".".join(ident)) from None
+            self._legacy.add(topic)
         owner = table.properties.get("kafka.topic")
         if owner is not None and owner != topic:
             raise RemoteStorageException(

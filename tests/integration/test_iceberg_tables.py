@@ -153,9 +153,14 @@ def test_a_table_an_earlier_release_named_after_the_topic_is_kept(tmp_path: Path
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         assert m.fetch_manifest(meta).iceberg.table == "kafka.ice-legacy"  # type: ignore[union-attr]
         assert _rows(m, ("kafka", "ice-legacy")).num_rows == 60
+        later = _segment(tmp_path, 60)  # the writer now knows the table: the same one again
+        later_meta = later.to_metadata(TopicIdPartition(TOPIC_ID, "ice-legacy", 0))
+        m.copy_log_segment_data(later_meta, later.to_log_segment_data())
+        assert m.fetch_manifest(later_meta).iceberg.table == "kafka.ice-legacy"  # type: ignore[union-attr]
+        assert _rows(m, ("kafka", "ice-legacy")).num_rows == 120
         assert ("kafka", "ice_legacy") not in m.iceberg.mode().handle.catalog.list_tables("kafka")
         m.delete_log_segment_data(meta)
-        assert _rows(m, ("kafka", "ice-legacy")).num_rows == 0
+        assert _offsets(_rows(m, ("kafka", "ice-legacy"))) == list(range(60, 120))
     finally:
         m.close()
 
