@@ -108,3 +108,22 @@ def test_field_names() -> None:
         "value_a_b_bucket_8",
         "value_s_trunc_3",
     ]
+
+
+_COLUMNS = st.from_regex(r"(value|kafka)(\.[a-z_][a-z0-9_]{0,8}){1,3}", fullmatch=True)
+_TERMS = st.one_of(
+    st.builds(PartitionTerm, st.just("identity"), _COLUMNS),
+    st.builds(PartitionTerm, st.sampled_from(["bucket", "truncate"]), _COLUMNS, st.integers(1, 10_000)),
+)
+
+
+@given(
+    time=st.sampled_from([None, "hour", "day", "month"]),
+    terms=st.lists(_TERMS, max_size=4, unique_by=lambda t: t.field_name),
+    spaces=st.sampled_from([",", ", ", " , "]),
+)
+def test_partition_by_reads_back_what_it_prints(time: str | None, terms: list[PartitionTerm], spaces: str) -> None:
+    spec = ([PartitionTerm(time, "kafka.timestamp")] if time else []) + terms
+    if not spec:
+        return
+    assert parse_partition_by("k", spaces.join(map(str, spec))) == tuple(spec)
