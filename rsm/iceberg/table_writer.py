@@ -140,6 +140,14 @@ def _within(f: DataFile, ids: tuple[int, int], partition: int, first: int, last:
     )
 
 
+def _has_column(schema: Schema, name: str) -> bool:
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    return True
+
+
 def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpression:
     """The rows of ``partition`` with offsets ``first..last`` (what a segment's commit replaces)."""
     return And(
@@ -188,7 +196,7 @@ class TableWriter:
                 table = catalog.create_table(
                     ident,
                     schema=schema,
-                    partition_spec=self._spec(settings.partition_by, schema, topic),
+                    partition_spec=self._first_spec(settings.partition_by, schema, topic),
                     properties={
                         "kafka.topic": topic,
                         "write.parquet.compression-codec": TABLE_CODEC,
@@ -257,7 +265,11 @@ class TableWriter:
             )
         return table
 
-    def _spec(self, terms: tuple[PartitionTerm, ...] | None, schema: Schema, topic: str) -> PartitionSpec:
+    def _first_spec(self, terms: tuple[PartitionTerm, ...] | None, schema: Schema, topic: str) -> PartitionSpec:
+        """The spec a new table is created with: the configured fields of columns it has from the start; those
+        of ``value`` are added once the value column is (the table's second spec)."""
+        if terms is not None:
+            terms = tuple(t for t in terms if _has_column(schema, t.source))
         try:
             return partition_spec(schema, terms)
         except ValueError as e:

@@ -233,6 +233,25 @@ def test_the_partition_spec_evolves_and_every_segment_still_fetches_byte_for_byt
         m.close()
 
 
+def test_a_new_table_gets_a_spec_of_value_fields_from_its_first_segment(tmp_path: Path) -> None:
+    """The value column is added to a new table after it is created: the spec's value fields follow it, before
+    the first segment's rows are written."""
+    m = _manager(_configs(tmp_path, **{"iceberg.mode.table.orders.partition.by": "bucket[3](value.id), hour"}))
+    try:
+        seg = _segment(tmp_path, 0, hours=5)
+        meta = seg.to_metadata(TopicIdPartition(TOPIC_ID, "orders", 0))
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        assert {(f.name, str(f.transform)) for f in table.spec().fields} == {
+            ("value_id_bucket_3", "bucket[3]"),
+            ("hour", "hour"),
+        }
+        assert {task.file.spec_id for task in table.scan().plan_files()} == {table.spec().spec_id}
+        assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [("identity(value.nope)", "no column 'value.nope'"), ("bucket[4](headers)", "cannot apply")],
