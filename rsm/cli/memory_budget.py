@@ -10,7 +10,9 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   decodes up to ``fetch.readahead.chunks`` + 1 chunks; what the other half of the region cannot take is
   allocated outside it while the fetch lasts.
 - the index cache: ``fetch.indexes.cache.size``.
-- with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``.
+- with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
+  and the rows each copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
+  (counted on top of the uploads: a thread copies either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
   backend's part buffers (S3 and Azure: (concurrency + 1) x part size; GCS: one chunk of the resumable upload).
 - the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
@@ -27,7 +29,7 @@ from typing import Any
 
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
-from rsm.iceberg.config import mode_on
+from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -163,6 +165,15 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
             f"copier threads {copiers} x ((2 x {transform} transform threads + 1) x chunk.size + {parts_how})",
         )
     )
+    if mode_on(configs):
+        rows = iceberg["iceberg.mode.write.batch.bytes"]
+        budget.terms.append(
+            Term(
+                "Iceberg rows being written",
+                copiers * WRITER_MEMORY_FACTOR * rows,
+                f"copier threads {copiers} x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
+            )
+        )
     if not inprocess:
         budget.terms.append(Term("Python sidecar", PYTHON_BASELINE, "the interpreter and its libraries, idle"))
     _thrashing_warning(budget, core, tier, disk, readers, chunk)

@@ -2,8 +2,8 @@
 (rsm.jvm.startup_check) counts against the container's memory limit, beside its own shared region.
 
 The chunk cache's RAM (the whole cache for the memory class, its memory tier for the disk class), the read-ahead
-of one fetch stream and, with Iceberg mode on, its row-group cache. Aiven's -1 (unbounded) cache cannot be bounded
-and counts as 0.
+of one fetch stream and, with Iceberg mode on, its row-group cache and the rows of one segment copy. Aiven's -1
+(unbounded) cache cannot be bounded and counts as 0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from backends.configdef import ConfigDef
 from rsm.core.config import CORE
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG
-from rsm.iceberg.config import mode_on
+from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
 
 
 def _value(raw: Mapping[str, Any], name: str, cdef: ConfigDef = CORE) -> Any:
@@ -40,4 +40,8 @@ def memory_floor(config: Mapping[str, Any]) -> list[tuple[str, int]]:
     floor = [(cache_key, cache), ("fetch.readahead.chunks x chunk.size", readahead)]
     if mode_on(config):
         floor.append(("iceberg.mode.fetch.cache.size", int(_value(config, "iceberg.mode.fetch.cache.size", ICEBERG))))
+        rows = int(_value(config, "iceberg.mode.write.batch.bytes", ICEBERG))
+        floor.append(
+            (f"{WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes (one copy's rows)", WRITER_MEMORY_FACTOR * rows)
+        )
     return floor

@@ -141,7 +141,7 @@ def catalog_properties(
     props["type"] = cfg.catalog_type
     if cfg.catalog_type == "sql":
         props["uri"] = cfg.catalog_uri or f"sqlite:///{Path(cfg.sqlite_path).resolve()}"
-    else:
+    elif cfg.catalog_uri:
         props["uri"] = cfg.catalog_uri
     props.update(cfg.catalog_properties)
     return props
@@ -218,4 +218,5 @@ class CatalogHandle:
         return f"{self.props.get('type', '?')} catalog {self.cfg.catalog_name!r} at {uri}"
 
     def table_identifier(self, topic: str) -> tuple[str, str]:
-        return (self.cfg.namespace, topic)
+        """Where the topic's new segments go (``rsm.iceberg.topic_tables``)."""
+        return self.cfg.table_of(topic).identifier

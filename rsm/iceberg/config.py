@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range, one_of
+from rsm.iceberg.topic_tables import TopicTable, table_of, topic_tables
 
 PREFIX = "iceberg.mode."
 CATALOG_PROPERTY_PREFIX = "iceberg.mode.catalog.property."
@@ -54,16 +55,19 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.namespace",
             "string",
             "kafka",
-            "Iceberg namespace of the topics' tables (created when missing); a table is named after its topic.",
+            "Iceberg namespace of the topics' tables (created when missing). A table is named after its topic, "
+            "each character other than a letter, digit or '_' replaced by '_' (payments.eu -> payments_eu); "
+            "iceberg.mode.table.<id>.name names another.",
             group="iceberg",
         ),
         ConfigKey(
             "iceberg.mode.catalog.type",
             "string",
             "sql",
-            "The catalog: sql (pyiceberg's SQL catalog: SQLite by default, PostgreSQL with a SQLAlchemy URL) or "
-            "rest (an Iceberg REST catalog at iceberg.mode.catalog.uri).",
-            validator=one_of("sql", "rest"),
+            "The catalog: sql (pyiceberg's SQL catalog: SQLite by default, PostgreSQL with a SQLAlchemy URL), "
+            "rest (an Iceberg REST catalog at iceberg.mode.catalog.uri) or glue (AWS Glue; region, endpoint and "
+            "credentials as iceberg.mode.catalog.property.glue.*).",
+            validator=one_of("sql", "rest", "glue"),
             group="iceberg",
         ),
         ConfigKey(
@@ -71,7 +75,7 @@ CONFIG_DEF = ConfigDef().extend(
             "string",
             "",
             "sql: a SQLAlchemy URL (postgresql+psycopg2://user:pass@host/db); empty: SQLite at "
-            "iceberg.mode.catalog.sqlite.path. rest: the REST catalog's URL (required).",
+            "iceberg.mode.catalog.sqlite.path. rest: the REST catalog's URL (required). glue: not used.",
             group="iceberg",
         ),
         ConfigKey(
@@ -108,6 +112,36 @@ CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.mode.table.<id>.topic",
+            "string",
+            None,
+            "The topic the iceberg.mode.table.<id>.* keys are about (default: <id> itself; needed when the topic "
+            "name has dots).",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.name",
+            "string",
+            None,
+            "The topic's table: <name> (in iceberg.mode.namespace) or <namespace>.<name>, letters, digits and "
+            "'_'. Changing it sends new segments to that table; segments tiered before keep their table (their "
+            "manifests name it).",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.partition.by",
+            "string",
+            None,
+            "The table's partition spec, comma-separated: hour, day or month (of kafka.timestamp) and any of "
+            "identity(<column>), bucket[<n>](<column>), truncate[<width>](<column>) of a column such as "
+            "value.country; none: unpartitioned. Unset: day for a new table, an existing one kept as it is. A "
+            "change evolves the table's spec: new data only.",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.mode.delete.rows.enabled",
             "boolean",
             False,
@@ -127,7 +161,8 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.write.batch.bytes",
             "long",
             64 << 20,
-            "Segment bytes turned into rows at a time when a segment is written (bounds the writer's memory).",
+            "Record bytes (decompressed) turned into rows at a time when a segment is written: bounds the "
+            "writer's memory, about 3x this per copy in progress (kts config check counts it per copier thread).",
             validator=in_range(1 << 16, None),
             group="iceberg",
         ),
@@ -159,6 +194,12 @@ def mode_on(configs: Mapping[str, Any]) -> bool:
     return bool(configs.get("iceberg.mode.topics.regex"))
 
 
+WRITER_MEMORY_FACTOR = 3
+"""A segment copy in Iceberg mode holds about this many times ``iceberg.mode.write.batch.bytes``: the rows in
+Arrow buffers, the table pyiceberg writes from them and the Parquet encoder's pages. pyarrow's allocator peaked at
+2.9-3.1x while 16 and 32 MiB of records became rows (uncompressed and zstd segments; docs/kubernetes.md)."""
+
+
 @dataclass(frozen=True)
 class IcebergConfig:
     """The parsed ``iceberg.mode.*`` keys."""
@@ -178,6 +219,12 @@ class IcebergConfig:
     value_column_factory: str = ""
     #: The ``iceberg.value.schema.*`` keys as given (read by ``rsm.iceberg.values``).
     value_schemas: dict[str, Any] = field(default_factory=dict)
+    #: Topics with ``iceberg.mode.table.<id>.*`` keys, by topic.
+    tables: dict[str, TopicTable] = field(default_factory=dict)
+
+    def table_of(self, topic: str) -> TopicTable:
+        """The topic's table: configured, or named after the topic in ``namespace``."""
+        return table_of(self.tables, topic, self.namespace)
 
     @property
     def enabled(self) -> bool:
@@ -225,4 +272,5 @@ class IcebergConfig:
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
             value_schemas={k: v for k, v in raw.items() if k.startswith("iceberg.value.schema.")},
+            tables=topic_tables(raw, values["iceberg.mode.namespace"]),
         )

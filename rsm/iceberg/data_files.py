@@ -1,9 +1,11 @@
 """Data files of a topic's table: Arrow rows written as Parquet through the table's FileIO, each file given the
-bounds of its ``kafka`` fields that pyiceberg leaves out, and deleted again when no commit took them.
+bounds of its ``kafka`` fields that pyiceberg leaves out, and deleted again when no commit took them; and a
+table's partition spec brought to the one configured.
 
 pyiceberg has no public function that writes data files without committing them (``Table.append`` does both), so
-``write_data_files`` calls its ``_dataframe_to_data_files`` (docs/architecture.md lists the private functions
-used and why).
+``write_data_files`` splits the rows as pyiceberg does (by the table's current spec, then by target file size)
+with its ``_determine_partitions`` and writes them with ``write_file`` (docs/architecture.md lists the private
+functions used and why). Each file's bounds are computed from the rows that went into it, under any spec.
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.io.pyarrow import _determine_partitions, bin_pack_arrow_table, pyarrow_to_schema, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties, WriteTask
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IntegerType, LongType, PrimitiveType, StringType
+from pyiceberg.utils.properties import property_as_int
 
 from rsm.iceberg.schema import partition_spec
+from rsm.iceberg.topic_tables import PartitionTerm
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOUNDED_FIELDS", "delete_data_files", "exact_bounds", "write_data_files"]
+__all__ = ["BOUNDED_FIELDS", "delete_data_files", "evolve_spec", "exact_bounds", "spec_matches", "write_data_files"]
 
 #: The ``kafka`` fields every data file gets bounds of: what a replace and a delete find their rows by.
 BOUNDED_FIELDS: dict[str, PrimitiveType] = {
@@ -37,59 +42,71 @@ BOUNDED_FIELDS: dict[str, PrimitiveType] = {
 }
 
 
-def write_data_files(table: Table, rows: pa.Table, write_uuid: uuid.UUID, counter: Iterator[int]) -> list[DataFile]:
-    """``rows`` (the table's Arrow schema) as Parquet data files in the table's location, one per day they span
-    (more when a day passes the target file size), with bounds of ``BOUNDED_FIELDS``. Nothing is committed; a
-    caller that does not commit them deletes them (``delete_data_files``). File names come from ``write_uuid``
-    and ``counter``: one uuid and counter for all files of one commit."""
-    files = list(
-        _dataframe_to_data_files(
-            table_metadata=table.metadata, df=rows, io=table.io, write_uuid=write_uuid, counter=counter
-        )
+def _tasks(metadata: TableMetadata, rows: pa.Table, write_uuid: uuid.UUID, counter: Iterator[int]) -> list[WriteTask]:
+    target = property_as_int(
+        metadata.properties,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
+    assert target is not None
+    schema = pyarrow_to_schema(
+        rows.schema, name_mapping=metadata.schema().name_mapping, format_version=metadata.format_version
+    )
+    spec = metadata.spec()
+    if spec.is_unpartitioned():
+        groups: list[tuple[object, pa.Table]] = [(None, rows)]
+    else:
+        groups = [
+            (p.partition_key, p.arrow_table_partition)
+            for p in _determine_partitions(spec=spec, schema=metadata.schema(), arrow_table=rows)
+        ]
+    return [
+        WriteTask(
+            write_uuid=write_uuid,
+            task_id=next(counter),
+            record_batches=batches,
+            partition_key=key,  # type: ignore[arg-type]
+            schema=schema,
+        )
+        for key, part in groups
+        for batches in bin_pack_arrow_table(part, target)
+    ]
+
+
+def write_data_files(table: Table, rows: pa.Table, write_uuid: uuid.UUID, counter: Iterator[int]) -> list[DataFile]:
+    """``rows`` (the table's Arrow schema) as Parquet data files in the table's location, split by the table's
+    current spec and target file size, each with the exact bounds of its rows' ``BOUNDED_FIELDS``. Nothing is
+    committed; a caller that does not commit them deletes them (``delete_data_files``). File names come from
+    ``write_uuid`` and ``counter``: one uuid and counter for all files of one commit."""
+    if rows.num_rows == 0:
+        return []
+    tasks = _tasks(table.metadata, rows, write_uuid, counter)
+    files = list(write_file(io=table.io, table_metadata=table.metadata, tasks=iter(tasks)))
     try:
-        _add_kafka_bounds(table, rows, files)
+        _add_kafka_bounds(table.schema(), tasks, files)
     except BaseException:
         delete_data_files(table.io, files, "bounds of new data files")
         raise
     return files
 
 
-def _add_kafka_bounds(table: Table, chunk: pa.Table, files: list[DataFile]) -> None:
-    """Give each data file the lower and upper bounds of its ``BOUNDED_FIELDS``.
+def _add_kafka_bounds(schema: Schema, tasks: list[WriteTask], files: list[DataFile]) -> None:
+    """Give each data file the lower and upper bounds of its rows' ``BOUNDED_FIELDS``.
 
     pyiceberg keeps no bounds for fields inside a struct, so without these every commit's replace of an offset
-    range would read every data file of the table. Rows go to files by day: a file that is its chunk's only
-    file of that day gets the day's exact bounds; files that share a day (a chunk past the target file size)
-    get none, and are read by a replace as before.
+    range would read every data file of the table.
     """
-    schema = table.schema()
-    spec = table.spec()
-    if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
-        return  # not the plugin's day(kafka.timestamp) spec (changed by someone): no bounds, replaces read files
-    kafka = chunk.column("kafka")
-    names = [n for n in BOUNDED_FIELDS if n in kafka.type.names]
-    days = pc.cast(pc.struct_field(kafka, "timestamp"), pa.date32()).cast(pa.int32())
-    grouped = (
-        pa.table({"day": days, **{n: pc.struct_field(kafka, n) for n in names}})
-        .group_by("day")
-        .aggregate([(n, "min_max") for n in names])
-    )
-    bounds = {row["day"]: row for row in grouped.to_pylist()}
-    per_day: dict[object, int] = {}
-    for f in files:
-        per_day[f.partition[0]] = per_day.get(f.partition[0], 0) + 1
-    for f in files:
-        day = f.partition[0]
-        if per_day[day] != 1 or day not in bounds:
-            continue
-        for name in names:
-            min_max = bounds[day][f"{name}_min_max"]
+    for task, f in zip(tasks, files, strict=True):
+        kafka = pa.Table.from_batches(task.record_batches).column("kafka")
+        for name, kind in BOUNDED_FIELDS.items():
+            if name not in kafka.type.names:
+                continue
+            min_max = pc.min_max(pc.struct_field(kafka, name)).as_py()
             if min_max["min"] is None:
                 continue
             field_id = schema.find_field(f"kafka.{name}").field_id
-            f.lower_bounds[field_id] = to_bytes(BOUNDED_FIELDS[name], min_max["min"])
-            f.upper_bounds[field_id] = to_bytes(BOUNDED_FIELDS[name], min_max["max"])
+            f.lower_bounds[field_id] = to_bytes(kind, min_max["min"])
+            f.upper_bounds[field_id] = to_bytes(kind, min_max["max"])
 
 
 def exact_bounds(f: DataFile, schema: Schema, name: str) -> tuple[object, object] | None:
@@ -111,3 +128,25 @@ def delete_data_files(io: FileIO, files: Sequence[DataFile], what: str) -> None:
             io.delete(f.file_path)
         except Exception as e:
             log.error("%s: could not delete the uncommitted data file %s: %s", what, f.file_path, e)
+
+
+def spec_matches(table: Table, terms: tuple[PartitionTerm, ...]) -> bool:
+    """Whether the table's current spec is ``terms`` (same source columns and transforms, in any order)."""
+    wanted = partition_spec(table.schema(), terms)
+    have = {(f.source_id, str(f.transform)) for f in table.spec().fields}
+    return have == {(f.source_id, str(f.transform)) for f in wanted.fields}
+
+
+def evolve_spec(table: Table, terms: tuple[PartitionTerm, ...]) -> None:
+    """One commit that makes the table's spec ``terms``: fields not wanted removed, new ones added. Data files
+    written before keep the spec they were written with (Iceberg reads each by its own)."""
+    wanted = partition_spec(table.schema(), terms)
+    keep = {(f.source_id, str(f.transform)) for f in wanted.fields}
+    have = {(f.source_id, str(f.transform)): f for f in table.spec().fields}
+    with table.update_spec() as update:
+        for key, f in have.items():
+            if key not in keep:
+                update.remove_field(f.name)
+        for term, f in zip(terms, wanted.fields, strict=True):
+            if (f.source_id, str(f.transform)) not in have:
+                update.add_field(term.source, f.transform, term.field_name)

@@ -1,6 +1,7 @@
 """A segment file turned into Arrow rows of the topic's table, one row per record (control records included).
 
-Rows come in tables of at most about ``max_bytes`` of segment at a time, in offset order. A segment the table
+Rows come in tables of at most about ``max_bytes`` of records at a time (decompressed: what the rows hold), in
+offset order. A segment the table
 cannot rebuild exactly (a legacy magic 0/1 entry, a batch without records, records Kafka's own parser would
 refuse) raises ``NotRepresentable``: the plugin then tiers that segment in the classic format.
 
@@ -117,7 +118,7 @@ def segment_row_tables(
     *,
     origin: RowOrigin,
 ) -> Iterator[pa.Table]:
-    """Arrow tables of the segment's rows, each from at most about ``max_bytes`` of the segment."""
+    """Arrow tables of the segment's rows, each from at most about ``max_bytes`` of decompressed batches."""
     if not COMPILED_WALK:  # pragma: no cover - the package was installed without a C compiler
         yield from reference_row_tables(path, partition, aborted, max_bytes, summary, value_column, origin=origin)
         return
@@ -164,7 +165,7 @@ def segment_row_tables(
             summary.rows += header.records_count
             summary.batches += 1
             summary.size = header.end_position
-            held += header.size
+            held += BATCH_HEADER_SIZE + len(records)  # decompressed: a compressed segment's rows are larger
             if held >= max_bytes:
                 yield _buffers_table(builder.take(), batches, partition, origin, summary, value_column)
                 batches = _BatchColumns()
@@ -308,9 +309,12 @@ def reference_row_tables(
     cols = _Columns()
     held = 0
     crc = 0
+    decoder = LogBatchDecoder(ReadBounds())
     try:
         for header, batch in _representable_batches(path):
             records = decode_records(batch, position=header.position)
+            body = memoryview(batch)[BATCH_HEADER_SIZE : header.size]
+            inflated = len(decoder.inflate(header.compression, body)) if header.compression else len(body)
             crc = _crc32c.crc32c(batch, crc)
             aborted_batch = (
                 header.is_transactional
@@ -362,7 +366,7 @@ def reference_row_tables(
             summary.rows += len(records)
             summary.batches += 1
             summary.size = header.end_position
-            held += header.size
+            held += BATCH_HEADER_SIZE + inflated
             if held >= max_bytes:
                 yield cols.table(value_column)
                 cols = _Columns()

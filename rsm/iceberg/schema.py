@@ -1,9 +1,9 @@
 """The table of an Iceberg-mode topic: its Iceberg schema, partition spec and the Arrow schema of its rows.
 
-One table per topic, partitioned by ``day(kafka.timestamp)``. The row layout is Aiven's (a ``kafka`` struct,
-``headers``, ``key_raw``, ``value_raw``, an optional ``value``) with the fields that make every batch rebuildable
-exactly: a fetch re-encodes the rows of a batch into the same batch (offsets, timestamps, producer fields,
-attributes, codec) at the position the broker's offset index names.
+One table per topic, partitioned by ``day(kafka.timestamp)`` unless configured otherwise. The row layout is
+Aiven's (a ``kafka`` struct, ``headers``, ``key_raw``, ``value_raw``, an optional ``value``) with the fields that
+make every batch rebuildable exactly: a fetch re-encodes the rows of a batch into the same batch (offsets,
+timestamps, producer fields, attributes, codec) at the position the broker's offset index names.
 
 Readers and the writer agree on the names; the catalog assigns the field ids when it creates the table.
 """
@@ -11,9 +11,18 @@ Readers and the writer agree on the names; the catalog assigns the field ids whe
 from __future__ import annotations
 
 import pyarrow as pa
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+)
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -25,6 +34,8 @@ from pyiceberg.types import (
     StructType,
     TimestamptzType,
 )
+
+from rsm.iceberg.topic_tables import DEFAULT_PARTITION_BY, PartitionTerm, parse_partition_by
 
 __all__ = [
     "KAFKA_FIELDS",
@@ -117,10 +128,36 @@ def iceberg_schema(value_type: StructType | None = None) -> Schema:
     return Schema(*fields)
 
 
-def partition_spec(schema: Schema) -> PartitionSpec:
-    """``day(kafka.timestamp)``."""
-    source = schema.find_field("kafka.timestamp").field_id
-    return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=DayTransform(), name="day"))
+def transform_of(term: PartitionTerm) -> Transform:  # type: ignore[type-arg]
+    """The pyiceberg transform of one configured partition field."""
+    simple = {"hour": HourTransform, "day": DayTransform, "month": MonthTransform, "identity": IdentityTransform}
+    if term.transform in simple:
+        return simple[term.transform]()
+    assert term.param is not None
+    if term.transform == "bucket":
+        return BucketTransform(term.param)
+    return TruncateTransform(term.param)
+
+
+def partition_spec(schema: Schema, terms: tuple[PartitionTerm, ...] | None = None) -> PartitionSpec:
+    """The spec of ``terms`` (default ``day(kafka.timestamp)``) over ``schema``; ``ValueError`` naming the column
+    a term names that the schema lacks or that its transform cannot take."""
+    if terms is None:
+        terms = parse_partition_by("default", DEFAULT_PARTITION_BY)
+    fields = []
+    for i, term in enumerate(terms):
+        try:
+            source = schema.find_field(term.source)
+        except ValueError:
+            raise ValueError(f"the table has no column {term.source!r}") from None
+        transform = transform_of(term)
+        if not transform.can_transform(source.field_type):
+            raise ValueError(f"{term} cannot apply to column {term.source!r} of type {source.field_type}")
+        fields.append(PartitionField(source.field_id, 1000 + i, transform, term.field_name))
+    try:
+        return PartitionSpec(*fields)
+    except ValidationError as e:
+        raise ValueError(str(e)) from e
 
 
 _ARROW_KAFKA_TYPES: dict[type, pa.DataType] = {

@@ -15,25 +15,42 @@ commit may have landed.
 from __future__ import annotations
 
 import itertools
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
-from rsm.iceberg.data_files import delete_data_files, write_data_files
+from rsm.iceberg.data_files import delete_data_files, evolve_spec, spec_matches, write_data_files
 from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.replace import CommitOutcomeUnknown, Replacer, RowSelection, offset_range_filter
 from rsm.iceberg.rows import NotRepresentable, RowOrigin, SegmentSummary, segment_row_tables
+from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
 from rsm.iceberg.tables import load_or_create, split_bytes
+from rsm.iceberg.topic_tables import PartitionTerm
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import AbortedTxn
 
+log = logging.getLogger(__name__)
+
 __all__ = ["NotRepresentable", "SegmentToWrite", "TableWriter", "offset_range_filter", "split_bytes"]
+
+
+def _has_column(schema: Schema, name: str) -> bool:
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -57,11 +74,86 @@ class TableWriter:
         self.commit_retries = commit_retries
         self.value_column_for = value_column_for
         self.replacer = Replacer(lambda: handle.catalog, commit_retries)
+        self._legacy: set[str] = set()  # topics whose table is under the topic's own name (an earlier release's)
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
-        """The topic's table (``tables.load_or_create``)."""
-        ident = self.handle.table_identifier(topic)
-        return load_or_create(self.handle.catalog, ident, topic, value_column, segment_bytes, self.commit_retries)
+        """The topic's table (``tables.load_or_create``), created partitioned as configured (by day by default);
+        a configured partition spec the table does not have yet replaces its spec."""
+        catalog = self.handle.catalog
+        settings = self.handle.cfg.table_of(topic)
+        ident = settings.identifier
+        table = load_or_create(
+            catalog,
+            ident,
+            topic,
+            value_column,
+            segment_bytes,
+            self.commit_retries,
+            load=lambda i: self._load_own(topic, i),
+            first_spec=lambda schema: self._first_spec(settings.partition_by, schema, topic),
+            create_namespace=ident[0] != self.handle.cfg.namespace,
+        )
+        ident = table.name()  # type: ignore[assignment]
+        terms = settings.partition_by
+        for attempt in range(self.commit_retries + 1):
+            if terms is None or self._spec_matches(table, terms, topic):
+                break
+            try:
+                evolve_spec(table, terms)
+                log.info("table %s of topic %s: partition spec now %s", ".".join(ident), topic, table.spec())
+            except CommitFailedException:  # another broker evolved it first (most likely, the same way)
+                if attempt == self.commit_retries:
+                    raise
+            table = catalog.load_table(ident)
+        return table
+
+    def _load_own(self, topic: str, ident: tuple[str, str]) -> Table:
+        """The table ``ident`` if it is this topic's. A table an earlier release made under the topic's own name
+        (before names were mapped) is found there while no name is configured. Another topic's table is refused:
+        two topics' rows in one table would replace each other's offsets."""
+        catalog = self.handle.catalog
+        legacy = (ident[0], topic)
+        named = self.handle.cfg.table_of(topic).named
+        try:
+            table = catalog.load_table(legacy if topic in self._legacy and not named else ident)
+        except NoSuchTableError:
+            self._legacy.discard(topic)
+            if named or legacy == ident:
+                raise
+            table = catalog.load_table(legacy)  # NoSuchTableError: none there either
+            if table.properties.get("kafka.topic") != topic:
+                raise NoSuchTableError(".".join(ident)) from None
+            self._legacy.add(topic)
+        owner = table.properties.get("kafka.topic")
+        if owner is not None and owner != topic:
+            raise RemoteStorageException(
+                f"table {'.'.join(ident)} holds the rows of topic {owner!r}, not of {topic!r}: give topic {topic!r} "
+                f"a table of its own with iceberg.mode.table.<id>.name (and iceberg.mode.table.<id>.topic={topic})"
+            )
+        return table
+
+    def _first_spec(self, terms: tuple[PartitionTerm, ...] | None, schema: Schema, topic: str) -> PartitionSpec:
+        """The spec a new table is created with: the configured fields of columns it has from the start; those
+        of ``value`` are added once the value column is (the table's second spec)."""
+        if terms is not None:
+            terms = tuple(t for t in terms if _has_column(schema, t.source))
+        try:
+            return partition_spec(schema, terms)
+        except ValueError as e:
+            raise self._bad_spec(topic, e) from e
+
+    def _spec_matches(self, table: Table, terms: tuple[PartitionTerm, ...], topic: str) -> bool:
+        try:
+            return spec_matches(table, terms)
+        except ValueError as e:
+            raise self._bad_spec(topic, e) from e
+
+    def _bad_spec(self, topic: str, e: ValueError) -> RemoteStorageException:
+        return RemoteStorageException(
+            f"the partition spec configured for topic {topic!r} (iceberg.mode.table.<id>.partition.by) does not fit "
+            f"its table: {e}; name a column of the table (kafka.*, value.*) and restart the broker; the segment "
+            "stays on the broker's disk meanwhile"
+        )
 
     def write(self, seg: SegmentToWrite, what: str, before_commit: Callable[[], None] | None = None) -> IcebergSection:
         """Write the segment's rows and commit them; raises ``NotRepresentable`` (no data file left, nothing
@@ -85,7 +177,7 @@ class TableWriter:
         if first is None:
             raise NotRepresentable("the segment holds no records")
         table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
-        ident = self.handle.table_identifier(seg.topic)
+        ident = table.name()
         write_uuid = uuid.uuid4()
         counter = itertools.count(0)
         written: list[DataFile] = []

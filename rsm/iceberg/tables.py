@@ -4,8 +4,12 @@ the writer and the readers want; columns added since a table was made are added 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
@@ -92,24 +96,33 @@ def load_or_create(
     value_column: ValueColumn | None,
     segment_bytes: int,
     retries: int,
+    load: Callable[[tuple[str, str]], Table] | None = None,
+    first_spec: Callable[[Schema], PartitionSpec] = partition_spec,
+    create_namespace: bool = False,
 ) -> Table:
-    """The topic's table, created (partitioned by day) when missing, its read splits sized for segments of
-    ``segment_bytes``; a ``value`` column the hook now gives, and ``kafka`` fields added since the table was
-    made (old rows read them as null), are added to an existing table. Another broker changing the schema first
-    is retried up to ``retries`` times."""
+    """The topic's table (``load``, the catalog's by default), created with ``first_spec`` (by day by default)
+    when missing, its read splits sized for segments of ``segment_bytes``; a ``value`` column the hook now
+    gives, and ``kafka`` fields added since the table was made (old rows read them as null), are added to an
+    existing table. Another broker changing the schema first is retried up to ``retries`` times.
+    ``create_namespace``: the table's namespace may not exist yet (not the configured one, which the catalog
+    handle makes)."""
+    load = load or catalog.load_table
     try:
-        table = catalog.load_table(ident)
+        table = load(ident)
     except NoSuchTableError:
         schema = iceberg_schema()
+        if create_namespace:
+            catalog.create_namespace_if_not_exists(ident[0])
         try:
             table = catalog.create_table(
                 ident,
                 schema=schema,
-                partition_spec=partition_spec(schema),
+                partition_spec=first_spec(schema),
                 properties=table_properties(topic, segment_bytes),
             )
         except TableAlreadyExistsError:  # another writer created it in between
-            table = catalog.load_table(ident)
+            table = load(ident)
+    ident = table.name()  # type: ignore[assignment]
     for attempt in range(retries + 1):
         if not missing_columns(table, value_column):
             break

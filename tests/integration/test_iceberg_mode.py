@@ -49,7 +49,7 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
 
 
 def _table(m: RemoteStorageManager, topic: str = "orders") -> Any:
-    return m.iceberg.mode().handle.catalog.load_table(("kafka", topic)).scan().to_arrow()
+    return m.iceberg.mode().handle.catalog.load_table(m.iceberg.mode().handle.table_identifier(topic)).scan().to_arrow()
 
 
 def _offsets(table: Any, partition: int | None = None) -> list[int]:
@@ -703,8 +703,8 @@ def test_a_value_column_another_broker_added_first_is_taken_as_added(
             seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 1)), seg.to_log_segment_data()
         )
         catalog = m.iceberg.mode().handle.catalog
-        stale = catalog.load_table(("kafka", "ice-json"))  # loaded before the other broker's change
-        other = plain.iceberg.mode().handle.catalog.load_table(("kafka", "ice-json"))
+        stale = catalog.load_table(("kafka", "ice_json"))  # loaded before the other broker's change
+        other = plain.iceberg.mode().handle.catalog.load_table(("kafka", "ice_json"))
         with other.update_schema() as update:
             update.union_by_name(pa.schema([pa.field("value", _VALUE_TYPE)]))
         loads = iter([stale])

@@ -235,7 +235,7 @@ def _check_table(store: Store, tmp: Path, sent: list[Sent], sections: list[dict[
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{tmp / 'catalog.db'}", **store.io)
-    rows = catalog.load_table(("kafka", ICE)).scan().to_arrow()
+    rows = catalog.load_table(("kafka", ICE.replace("-", "_"))).scan().to_arrow()
     kafka = rows.column("kafka")
     offsets = pc.struct_field(kafka, "offset").to_pylist()
     control = pc.struct_field(kafka, "is_control").to_pylist()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pyarrow as pa
@@ -180,3 +181,19 @@ def test_a_header_count_longer_than_kafka_allows_is_refused(tmp_path: Path) -> N
     assert _reference_outcome(path) is NotRepresentable
     with pytest.raises(NotRepresentable, match="malformed records"):
         _rows(segment_row_tables, path, [], 1 << 20)
+
+
+@pytest.mark.parametrize("fn", [segment_row_tables, reference_row_tables])
+def test_a_compressed_segment_is_cut_by_its_decompressed_bytes(fn: Any, tmp_path: Path) -> None:
+    """The rows hold the records decompressed: ``max_bytes`` (iceberg.mode.write.batch.bytes) counts those, so a
+    segment that zstd shrinks 100-fold is not turned into rows all at once."""
+    entries = [
+        build_batch([(1_700_000_000_000, b"k", b"x" * 10_000, [])] * 10, base_offset=i * 10, codec="zstd")
+        for i in range(20)
+    ]
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"".join(entries))
+    assert path.stat().st_size < 20 * 10_000  # the whole segment is smaller than one batch decompressed
+    tables, summary = _rows(fn, path, [], 200_000)
+    assert [t.num_rows for t in tables] == [20] * 10  # two batches of ~100 kB each
+    assert summary.rows == 200

@@ -82,12 +82,25 @@ def test_the_memory_tier_lives_in_half_the_shared_region() -> None:
     assert memory_budget({}, {}) is None  # no chunk.size: nothing to size
 
 
-def test_iceberg_mode_adds_its_row_group_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, classic = _check(tmp_path, capsys)
-    assert "Iceberg row groups" not in classic
+    assert "Iceberg row groups" not in classic and "Iceberg rows being written" not in classic
     on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
     _, default = _check(tmp_path, capsys, **on)
     assert default["Iceberg row groups"] == 64
-    assert default["total"] == pytest.approx(classic["total"] + 64, abs=0.5)
-    _, sized = _check(tmp_path, capsys, **on, **{"rsm.config.iceberg.mode.fetch.cache.size": str(8 * MIB)})
+    assert default["Iceberg rows being written"] == 10 * 3 * 64  # Kafka's 10 copier threads x 3 x 64 MiB
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 1920, abs=0.5)
+    _, sized = _check(
+        tmp_path,
+        capsys,
+        **on,
+        **{
+            "rsm.config.iceberg.mode.fetch.cache.size": str(8 * MIB),
+            "rsm.config.iceberg.mode.write.batch.bytes": str(16 * MIB),
+        },
+        **{"remote.log.manager.copier.thread.pool.size": "2"},
+    )
     assert sized["Iceberg row groups"] == 8
+    assert sized["Iceberg rows being written"] == 2 * 3 * 16

@@ -84,13 +84,20 @@ def test_needs_cut_the_region_to_whole_chunks_and_follow_the_cache_class() -> No
     assert sc.needs_of(aiven, 0, RemoteStorageManager).parts[0][0] == "fetch.chunk.cache.memory.size"
 
 
-def test_needs_count_the_iceberg_row_group_cache_when_the_mode_is_on() -> None:
+def test_needs_count_the_iceberg_row_group_cache_and_one_copys_rows_when_the_mode_is_on() -> None:
     cfg = {"chunk.size": str(4 * MiB), "iceberg.mode.topics.regex": "orders"}
-    assert sc.needs_of(cfg, 0, RemoteStorageManager).parts[-1] == ("iceberg.mode.fetch.cache.size", 64 * MiB)
-    sized = sc.needs_of({**cfg, "iceberg.mode.fetch.cache.size": str(MiB)}, 0, RemoteStorageManager)
-    assert sized.parts[-1] == ("iceberg.mode.fetch.cache.size", MiB)
+    rows = "3 x iceberg.mode.write.batch.bytes (one copy's rows)"
+    assert list(sc.needs_of(cfg, 0, RemoteStorageManager).parts[-2:]) == [
+        ("iceberg.mode.fetch.cache.size", 64 * MiB),
+        (rows, 3 * 64 * MiB),
+    ]
+    sized = {**cfg, "iceberg.mode.fetch.cache.size": str(MiB), "iceberg.mode.write.batch.bytes": str(2 * MiB)}
+    assert list(sc.needs_of(sized, 0, RemoteStorageManager).parts[-2:]) == [
+        ("iceberg.mode.fetch.cache.size", MiB),
+        (rows, 6 * MiB),
+    ]
     off = sc.needs_of({"chunk.size": str(4 * MiB)}, 0, RemoteStorageManager)
-    assert all(what != "iceberg.mode.fetch.cache.size" for what, _ in off.parts)
+    assert all("iceberg" not in what for what, _ in off.parts)
 
 
 def test_a_manager_without_memory_floor_counts_only_the_region() -> None:
