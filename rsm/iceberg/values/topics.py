@@ -1,0 +1,177 @@
+"""Which parser each topic's values get, from the ``iceberg.value.schema.*`` keys, and the table writer's hook."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from backends.configdef import PARSERS, ConfigException
+from rsm.errors import RemoteStorageException
+from rsm.iceberg.value_hook import ValueColumn, ValueColumnFactory
+from rsm.iceberg.values.avro import AvroValueParser
+from rsm.iceberg.values.common import UnsupportedSchema, ValueParser, schema_text
+from rsm.iceberg.values.json_schema import JsonSchemaValueParser
+from rsm.iceberg.values.protobuf import ProtobufValueParser, descriptor_from_file
+from rsm.iceberg.values.registry import RegistryValueParser, SchemaRegistryClient
+from rsm.iceberg.values_config import VALUES_CONFIG_DEF
+
+log = logging.getLogger(__name__)
+
+_PREFIX = "iceberg.value.schema."
+_KINDS = ("topic", "avro", "json", "protobuf", "protobuf.message")
+_SOURCES = ("avro", "json", "protobuf")
+
+
+class ProtobufFileValueParser(ProtobufValueParser):
+    """Protobuf values of a descriptor set's message, plain or in the wire format: a Protobuf message never
+    starts with byte 0 (field number 0 does not exist), so a value that does is taken as the wire format and
+    its schema id and message indexes are skipped."""
+
+    def parse_one(self, raw: bytes) -> Any:
+        if raw[:1] == b"\x00":
+            from rsm.iceberg.values.registry import split_message_indexes, split_wire_format
+
+            _, payload = split_wire_format(raw)
+            _, raw = split_message_indexes(payload)
+        return super().parse_one(raw)
+
+
+@dataclass
+class ValueSchemas:
+    """The value parsers of every topic, from the plugin's configuration."""
+
+    by_topic: dict[str, ValueParser]
+    registry: SchemaRegistryClient | None = None
+    registry_ids: dict[str, int] | None = None
+
+    @staticmethod
+    def from_config(configs: Mapping[str, Any]) -> ValueSchemas:
+        """Read the ``iceberg.value.schema.*`` keys; a bad schema raises ConfigException naming its key."""
+        ids: dict[str, dict[str, Any]] = {}
+        registry_ids: dict[str, int] = {}
+        url: str | None = None
+        timeout_ms = 10_000
+        for key, value in configs.items():
+            if not key.startswith(_PREFIX):
+                continue
+            rest = key[len(_PREFIX) :]
+            if rest == "registry.url":
+                url = str(value).strip() or None
+                continue
+            if rest == "registry.timeout.ms":
+                timeout_ms = VALUES_CONFIG_DEF.keys["iceberg.value.schema.registry.timeout.ms"].parse(value)
+                continue
+            if rest.startswith("registry.") and rest.endswith(".schema.id"):
+                topic = rest[len("registry.") : -len(".schema.id")]
+                registry_ids[topic] = _parse_int(key, value)
+                continue
+            ident, _, kind = rest.partition(".")
+            if kind not in _KINDS:
+                raise ConfigException(
+                    f"Unknown configuration {key}: expected iceberg.value.schema.<id>.avro, .json, .protobuf, "
+                    ".protobuf.message or .topic"
+                )
+            ids.setdefault(ident, {})[kind] = (key, value)
+        by_topic: dict[str, ValueParser] = {}
+        for ident, parts in sorted(ids.items()):
+            topic = str(parts["topic"][1]) if "topic" in parts else ident
+            given = [k for k in _SOURCES if k in parts]
+            if len(given) > 1:
+                raise ConfigException(
+                    f"Configurations {' and '.join(parts[k][0] for k in given)} both set: give the topic one schema"
+                )
+            if not given:
+                first = parts.get("topic") or parts["protobuf.message"]
+                raise ConfigException(
+                    f"Configuration {first[0]} names a topic without a schema: add {_PREFIX}{ident}.avro, "
+                    f"{_PREFIX}{ident}.json or {_PREFIX}{ident}.protobuf"
+                )
+            key, text = parts[given[0]]
+            if given[0] == "avro":
+                parser: ValueParser = _configured(key, AvroValueParser, schema_text(key, str(text)))
+            elif given[0] == "json":
+                parser = _configured(key, JsonSchemaValueParser, schema_text(key, str(text)))
+            else:
+                message = str(parts["protobuf.message"][1]) if "protobuf.message" in parts else None
+                parser = _configured(key, ProtobufFileValueParser, descriptor_from_file(key, str(text), message))
+            if topic in by_topic:
+                raise ConfigException(f"Topic {topic!r} is given two value schemas ({_PREFIX}*.topic)")
+            by_topic[topic] = parser
+        registry = SchemaRegistryClient(url, timeout_ms / 1000) if url else None
+        return ValueSchemas(by_topic, registry, registry_ids)
+
+    def parser_for(self, topic: str) -> ValueParser | RegistryValueParser | None:
+        """The topic's parser: its own schema, else the registry's subject ``<topic>-value``, else None."""
+        parser = self.by_topic.get(topic)
+        if parser is None and self.registry is not None:
+            parser = RegistryValueParser(self.registry, f"{topic}-value", (self.registry_ids or {}).get(topic))
+            self.by_topic[topic] = parser  # type: ignore[assignment]
+        return parser
+
+
+def _parse_int(key: str, value: Any) -> int:
+    parsed: int = PARSERS["int"](key, value)
+    return parsed
+
+
+def _configured(key: str, make: Callable[[Any], ValueParser], schema: Any) -> ValueParser:
+    try:
+        return make(schema)
+    except UnsupportedSchema as e:
+        raise ConfigException(f"Invalid value for configuration {key}: {e}") from e
+
+
+def registry_column(parser: RegistryValueParser, topic: str) -> ValueColumn | None:
+    """The column for the topic's next segment, its struct refreshed from the registry; None while the registry
+    knows no schema of the subject. A registry that does not answer is a RemoteStorageException (Kafka retries)."""
+    try:
+        arrow_type = parser.column_type()
+    except OSError as e:
+        raise RemoteStorageException(
+            f"topic {topic}: the schema registry {parser.client.url} did not answer for subject {parser.subject} "
+            f"({e}); check iceberg.value.schema.registry.url; Kafka retries the copy"
+        ) from e
+    if arrow_type is None:
+        log.warning("topic %s: the schema registry has no schema of subject %s; values stay raw", topic, parser.subject)
+        return None
+
+    def convert(raws: Sequence[bytes | None]) -> pa.Array:
+        try:
+            return parser.convert(arrow_type, raws)
+        except OSError as e:
+            raise RemoteStorageException(
+                f"topic {topic}: the schema registry {parser.client.url} did not answer ({e}); check "
+                "iceberg.value.schema.registry.url; Kafka retries the copy"
+            ) from e
+
+    return ValueColumn(arrow_type, convert)
+
+
+def value_column_factory(configs: Mapping[str, Any]) -> ValueColumnFactory:
+    """The table writer's hook (``rsm.iceberg.value_hook``) for the ``iceberg.value.schema.*`` keys in ``configs``."""
+    schemas = ValueSchemas.from_config(configs)
+
+    def factory(topic: str) -> ValueColumn | None:
+        parser = schemas.parser_for(topic)
+        if parser is None:
+            return None
+        if isinstance(parser, RegistryValueParser):
+            return registry_column(parser, topic)
+        return ValueColumn(parser.arrow_type, parser.parse)
+
+    return factory
+
+
+def parse_values(parser: ValueParser | RegistryValueParser | None, raws: Sequence[bytes | None]) -> pa.Array | None:
+    """The ``value`` column for ``raws``, or None when the topic has no schema (or the registry none of it)."""
+    if parser is None:
+        return None
+    if isinstance(parser, RegistryValueParser):
+        parser.note_ids(raws)
+        arrow_type = parser.column_type()
+        return None if arrow_type is None else parser.convert(arrow_type, raws)
+    return parser.parse(raws)
