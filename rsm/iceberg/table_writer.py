@@ -31,7 +31,7 @@ from pyiceberg.exceptions import (
     ValidationException,
 )
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThanOrEqual
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
@@ -41,7 +41,7 @@ from rsm.iceberg.catalog import CatalogHandle
 from rsm.iceberg.rows import NotRepresentable, SegmentSummary, segment_row_tables
 from rsm.iceberg.schema import arrow_schema, iceberg_schema, partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
-from rsm.iceberg.value_hook import ValueColumn
+from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, merge_types
 from rsm.kafka.indexes import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -243,12 +243,24 @@ class TableWriter:
                 )
             except TableAlreadyExistsError:  # another writer created it in between
                 table = catalog.load_table(ident)
+        # The value struct evolves by name to hold the hook's (a new schema version); a hook's struct the table
+        # already holds (a broker on an older version) changes nothing.
         for attempt in range(self.commit_retries + 1):
-            if value_column is None or "value" in {f.name for f in table.schema().fields}:
+            if value_column is None:
+                break
+            have = next((f for f in schema_to_pyarrow(table.schema()) if f.name == "value"), None)
+            try:
+                want = value_column.arrow_type if have is None else merge_types(have.type, value_column.arrow_type)
+            except IncompatibleSchema as e:  # an inline schema edited so (a registry's ids are sorted out before)
+                raise RemoteStorageException(
+                    f"table {'.'.join(ident)}: the value schema of topic {topic} changed a field the table cannot "
+                    f"follow ({e}); restore the field's type in iceberg.value.schema.*, Kafka retries the copy"
+                ) from e
+            if have is not None and want.equals(canonical(have.type)):
                 break
             try:
                 with table.update_schema() as update:
-                    update.union_by_name(arrow_schema(value_column.arrow_type))
+                    update.union_by_name(arrow_schema(want))
             except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
                 if attempt == self.commit_retries:
                     raise

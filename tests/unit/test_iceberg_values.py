@@ -23,12 +23,14 @@ from backends.configdef import ConfigException
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.values import (
     AvroValueParser,
+    IncompatibleSchema,
     JsonSchemaValueParser,
     RegistryValueParser,
     UnsupportedSchema,
     ValueSchemas,
     arrow_type_from_avro,
     arrow_type_from_json_schema,
+    merge_types,
     parse_values,
     value_column_factory,
 )
@@ -378,3 +380,64 @@ def test_value_column_factory_follows_the_subjects_versions(registry: FakeRegist
     got = column.convert([_wire(v1, V1, {"name": "ann"}), _wire(v2, V2, {"name": "b", "age": 3}), b"raw"])
     assert got.to_pylist() == [{"name": "ann", "age": None}, {"name": "b", "age": 3}, None]
     assert factory("nosubject") is None  # no subject: the table keeps value_raw only
+
+
+# ------------------------------------------------------------------------------------------ schema evolution
+
+
+@pytest.mark.parametrize(
+    "old, new, merged",
+    [
+        (
+            pa.struct([("a", pa.int32())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+        ),
+        (
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            pa.struct([("a", pa.int32())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+        ),
+        (
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float32())])))]),
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float64()), ("g", pa.bool_())])))]),
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float64()), ("g", pa.bool_())])))]),
+        ),
+        (
+            pa.struct([("m", pa.map_(pa.string(), pa.int32()))]),
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+        ),
+        # What pyiceberg gives for a table's struct: large strings, "element" list items.
+        (
+            pa.struct([("s", pa.large_string()), ("l", pa.list_(pa.field("element", pa.int64())))]),
+            pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]),
+            pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]),
+        ),
+    ],
+)
+def test_merge_types_unions_by_name_and_widens(old: pa.DataType, new: pa.DataType, merged: pa.DataType) -> None:
+    assert merge_types(old, new).equals(merged)
+    assert merge_types(merged, new).equals(merged)  # a version already merged changes nothing
+
+
+@pytest.mark.parametrize(
+    "old, new, where",
+    [
+        (pa.struct([("a", pa.string())]), pa.struct([("a", pa.int64())]), "value.a"),
+        (
+            pa.struct([("s", pa.struct([("b", pa.int64())]))]),
+            pa.struct([("s", pa.struct([("b", pa.float64())]))]),
+            "value.s.b",
+        ),
+        (pa.struct([("l", pa.list_(pa.int64()))]), pa.struct([("l", pa.int64())]), "value.l"),
+        (
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+            pa.struct([("m", pa.map_(pa.int64(), pa.int64()))]),
+            "value.m",
+        ),
+    ],
+)
+def test_merge_types_names_the_field_it_cannot_follow(old: pa.DataType, new: pa.DataType, where: str) -> None:
+    with pytest.raises(IncompatibleSchema, match=where.replace(".", r"\.")):
+        merge_types(old, new)

@@ -357,30 +357,21 @@ class RegistryValueParser:
 
     def _value(self, arrow_type: pa.DataType, raw: bytes, incompatible: list[int]) -> Any:
         sid, payload = split_wire_format(raw)
-        indexes: tuple[int, ...] = ()
-        parser = None
+        # An id first met here is merged now: incompatible at once, else its new fields join the next segment.
+        self._merge(sid)
         with self._lock:
-            known = sid in self._merged_ids or sid in self._incompatible
-            if not known and sid not in self._seen:
-                self._seen.append(sid)
             if sid in self._incompatible:
                 incompatible[0] += 1
                 return None
-        probe = self._parser(sid, (0,))
-        if probe is None:
-            return None
-        if isinstance(probe, ProtobufValueParser):
-            idx, payload = split_message_indexes(payload)
-            indexes = tuple(idx)
-            parser = probe if indexes == (0,) else self._parser(sid, indexes)
-        else:
-            parser = probe
+        parser = self._parser(sid, (0,))
+        if isinstance(parser, ProtobufValueParser):
+            indexes, payload = split_message_indexes(payload)
+            if indexes != [0]:
+                parser = self._parser(sid, tuple(indexes))
         if parser is None:
             return None
-        value = parser.parse_one(payload)
-        if not known:  # an id first met in this segment: its fields join the struct from the next one
-            value = _prune(value, arrow_type)
-        return value
+        # Fields this segment's struct lacks (a version merged since it was fixed) are left out.
+        return _prune(parser.parse_one(payload), arrow_type)
 
     def convert(self, arrow_type: pa.DataType, raws: Sequence[bytes | None]) -> pa.Array:
         """The chunk's values in ``arrow_type`` (a struct ``column_type`` gave), null where one does not parse."""
