@@ -32,8 +32,12 @@ from rsm.iceberg.values import (
     arrow_type_from_json_schema,
     merge_types,
     parse_values,
+    split_message_indexes,
+    split_wire_format,
     value_column_factory,
+    wire_value,
 )
+from rsm.iceberg.values.registry import message_indexes_bytes
 
 
 def _avro(schema: Any, datum: Any) -> bytes:
@@ -441,3 +445,47 @@ def test_merge_types_unions_by_name_and_widens(old: pa.DataType, new: pa.DataTyp
 def test_merge_types_names_the_field_it_cannot_follow(old: pa.DataType, new: pa.DataType, where: str) -> None:
     with pytest.raises(IncompatibleSchema, match=where.replace(".", r"\.")):
         merge_types(old, new)
+
+
+# ------------------------------------------------------------------------------------ wire format (properties)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.one_of(st.none(), st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=6)),
+    st.binary(max_size=30),
+)
+def test_wire_format_round_trip(schema_id: int, indexes: list[int] | None, payload: bytes) -> None:
+    raw = wire_value(schema_id, payload, indexes)
+    sid, rest = split_wire_format(raw)
+    assert sid == schema_id
+    if indexes is None:
+        assert rest == payload
+    else:
+        assert split_message_indexes(rest) == (indexes, payload)
+
+
+def test_message_indexes_of_the_first_message_are_one_zero_byte() -> None:
+    assert wire_value(1, b"P", [0]) == b"\x00\x00\x00\x00\x01\x00P"
+    assert split_message_indexes(b"\x00P") == ([0], b"P")
+    # Confluent's own encoding of [1, 2]: zigzag varints, count first.
+    assert split_message_indexes(b"\x04\x02\x04P") == ([1, 2], b"P")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40))
+def test_wire_format_parsers_take_any_bytes_or_raise_value_error(raw: bytes) -> None:
+    try:
+        sid, rest = split_wire_format(raw)
+    except ValueError:
+        assert len(raw) < 5 or raw[0] != 0
+        return
+    assert raw == b"\x00" + struct.pack(">I", sid) + rest
+    try:
+        indexes, payload = split_message_indexes(rest)
+    except ValueError:
+        return
+    assert all(i >= 0 for i in indexes) and rest.endswith(payload)
+    # What it read, written again the canonical way, reads back the same.
+    assert split_message_indexes(message_indexes_bytes(indexes) + payload) == (indexes, payload)
