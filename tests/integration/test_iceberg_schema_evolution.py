@@ -196,6 +196,8 @@ def test_registry_versions_evolve_the_table(
             b.tier(p1, _recs(10, [bad_raw, wire(v1, "v1", {"id": 11, "name": "after"})]))
             b.tier(p1, _recs(12, [bad_raw]))
         assert STATS.incompatible_rows - before == 2
+        bean = next(v for k, v in b.m.metrics().items() if "type=iceberg-values-metrics" in k)
+        assert bean["incompatible-rows-total"] == STATS.incompatible_rows
         named = [r for r in caplog.records if f"schema id {bad} is incompatible" in r.getMessage()]
         assert len(named) == 1
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SUPPORT = Path(__file__).resolve().parent
-APICURIO_VERSION = "2.4.2.Final"
+APICURIO_VERSION = "2.4.2.Final"  # tests/support/apicurio/pom.xml
 APICURIO_JAR = Path(
     os.environ.get("KTS_APICURIO_JAR", str(Path.home() / ".cache/kafka-tiered-storage/apicurio/apicurio-registry.jar"))
 )

@@ -241,6 +241,10 @@ class RegistryStats:
         with self.lock:
             self.incompatible_rows += n
 
+    def stats(self) -> dict[str, float]:
+        """The counters with their metric names."""
+        return {"incompatible-rows-total": float(self.incompatible_rows)}
+
 
 STATS = RegistryStats()
 """Rows whose schema id could not be merged into their table's struct, over every topic of the process."""
