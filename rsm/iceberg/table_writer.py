@@ -39,7 +39,7 @@ from pyiceberg.types import IntegerType, LongType
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
 from rsm.iceberg.rows import NotRepresentable, SegmentSummary, segment_row_tables
-from rsm.iceberg.schema import arrow_schema, iceberg_schema, partition_spec
+from rsm.iceberg.schema import iceberg_schema, partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
 from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, merge_types
 from rsm.kafka.indexes import AbortedTxn
@@ -243,24 +243,32 @@ class TableWriter:
                 )
             except TableAlreadyExistsError:  # another writer created it in between
                 table = catalog.load_table(ident)
-        # The value struct evolves by name to hold the hook's (a new schema version); a hook's struct the table
-        # already holds (a broker on an older version) changes nothing.
+        # The parsed value and key structs evolve by name to hold the hook's (a new schema version); a hook's
+        # struct the table already holds (a broker on an older version) changes nothing.
+        parsed = [] if value_column is None else [("value", value_column.arrow_type)]
+        if value_column is not None and value_column.key is not None:
+            parsed.append(("key", value_column.key.arrow_type))
         for attempt in range(self.commit_retries + 1):
-            if value_column is None:
-                break
-            have = next((f for f in schema_to_pyarrow(table.schema()) if f.name == "value"), None)
-            try:
-                want = value_column.arrow_type if have is None else merge_types(have.type, value_column.arrow_type)
-            except IncompatibleSchema as e:  # an inline schema edited so (a registry's ids are sorted out before)
-                raise RemoteStorageException(
-                    f"table {'.'.join(ident)}: the value schema of topic {topic} changed a field the table cannot "
-                    f"follow ({e}); restore the field's type in iceberg.value.schema.*, Kafka retries the copy"
-                ) from e
-            if have is not None and want.equals(canonical(have.type)):
+            have = {f.name: f.type for f in schema_to_pyarrow(table.schema())}
+            wanted = []
+            for name, arrow_type in parsed:
+                if arrow_type is None:
+                    continue
+                try:
+                    want = arrow_type if name not in have else merge_types(have[name], arrow_type, name)
+                except IncompatibleSchema as e:  # an inline schema edited so (a registry's are sorted out before)
+                    raise RemoteStorageException(
+                        f"table {'.'.join(ident)}: the {name} schema of topic {topic} changed a field the table "
+                        f"cannot follow ({e}); restore the field's type in iceberg.{name}.schema.*, Kafka retries "
+                        "the copy"
+                    ) from e
+                if name not in have or not want.equals(canonical(have[name])):
+                    wanted.append(pa.field(name, want))
+            if not wanted:
                 break
             try:
                 with table.update_schema() as update:
-                    update.union_by_name(arrow_schema(want))
+                    update.union_by_name(pa.schema(wanted))
             except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
                 if attempt == self.commit_retries:
                     raise

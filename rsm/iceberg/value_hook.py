@@ -22,10 +22,25 @@ from backends.configdef import ConfigException
 
 @dataclass(frozen=True)
 class ValueColumn:
-    """A topic's parsed value: its Arrow struct type and the converter of raw values into it."""
+    """A topic's parsed value: its Arrow struct type and the converter of raw values into it (both None: only
+    the key is parsed); ``key``, the parsed key the same way (the table's ``key`` column), if any."""
 
-    arrow_type: pa.StructType
-    convert: Callable[[Sequence[bytes | None]], pa.Array]
+    arrow_type: pa.StructType | None
+    convert: Callable[[Sequence[bytes | None]], pa.Array] | None
+    key: ValueColumn | None = None
+
+    def parsed(
+        self, keys: Callable[[], Sequence[bytes | None]], values: Callable[[], Sequence[bytes | None]]
+    ) -> tuple[list[pa.Array], pa.StructType | None, pa.StructType | None]:
+        """The parsed columns of a chunk (``value``, then ``key``), the value's and the key's struct types."""
+        arrays = []
+        if self.arrow_type is not None and self.convert is not None:
+            arrays.append(self.convert(values()))
+        key_type = None
+        if self.key is not None and self.key.arrow_type is not None and self.key.convert is not None:
+            key_type = self.key.arrow_type
+            arrays.append(self.key.convert(keys()))
+        return arrays, self.arrow_type, key_type
 
 
 ValueColumnFactory = Callable[[str], "ValueColumn | None"]

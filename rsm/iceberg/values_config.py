@@ -72,6 +72,57 @@ VALUES_CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.key.schema.<id>.topic",
+            "string",
+            None,
+            "Topic whose keys the key schema <id> describes (default: <id> itself; needed when the topic name has "
+            "dots).",
+            group="iceberg",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "iceberg.key.schema.<id>.avro",
+            "string",
+            None,
+            "Avro schema of the topic's keys (inline JSON or a file path): each key that decodes fills the row's "
+            "`key` struct, beside `key_raw`. Likewise .json (JSON Schema), .protobuf (a descriptor set file) and "
+            ".protobuf.message, as for values.",
+            group="iceberg",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "iceberg.key.schema.<id>.json",
+            "string",
+            None,
+            "JSON Schema of the topic's keys (inline JSON or a file path); see iceberg.key.schema.<id>.avro.",
+            group="iceberg",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "iceberg.key.schema.<id>.protobuf",
+            "string",
+            None,
+            "Protobuf descriptor set file of the topic's keys; see iceberg.value.schema.<id>.protobuf.",
+            group="iceberg",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "iceberg.key.schema.<id>.protobuf.message",
+            "string",
+            None,
+            "Full name of the message of iceberg.key.schema.<id>.protobuf the keys are.",
+            group="iceberg",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "iceberg.key.schema.registry.topics",
+            "string",
+            None,
+            "Topics (whole name) whose keys are in the schema registry's wire format (subject <topic>-key): each "
+            "fills the row's `key` struct, which follows the subject's versions as `value` does.",
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.value.schema.registry.<id>.schema.id",
             "int",
             None,

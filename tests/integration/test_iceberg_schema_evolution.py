@@ -257,3 +257,62 @@ def test_an_inline_schema_edited_incompatibly_is_refused_by_name(tmp_path: Path)
         first.close()
         edited.close()
     assert [r["value"] for r in _rows(base, topic)] == [{"id": 1, "name": "a"}]
+
+
+def _recs_kv(first: int, pairs: list[tuple[bytes | None, bytes | None]]) -> list[Rec]:
+    return [Rec(first + i, k, v, 1_767_225_600_000 + (first + i) * 1000) for i, (k, v) in enumerate(pairs)]
+
+
+def test_keys_parsed_through_the_registry_evolve_like_values(tmp_path: Path) -> None:
+    topic = "keyed.orders"  # a dotted name: the registry's key topics are a regex, no <id> needed
+    key_v1 = {"type": "record", "name": "K", "fields": [{"name": "customer", "type": "int"}]}
+    key_v2 = {
+        "type": "record",
+        "name": "K",
+        "fields": [{"name": "customer", "type": "long"}, {"name": "region", "type": ["null", "string"]}],
+    }
+    with fake_registry() as reg:
+        config = iceberg_config(
+            tmp_path,
+            topics=r"keyed\.orders",
+            **{
+                "iceberg.value.schema.registry.url": reg.url,
+                "iceberg.key.schema.registry.topics": r"keyed\..*",
+            },
+        )
+        k1 = register(reg.url, f"{topic}-key", json.dumps(key_v1))
+        v1 = register(reg.url, f"{topic}-value", json.dumps(AVRO["v1"]))
+        broker = Broker(config, tmp_path)
+        tip = new_tip(topic, 0)
+        try:
+            value = wire_value(v1, avro_bytes(AVRO["v1"], {"id": 1, "name": "a"}))
+            meta, original = broker.tier(
+                tip, _recs_kv(0, [(wire_value(k1, avro_bytes(key_v1, {"customer": 5})), value), (b"plain", value)])
+            )
+            k2 = register(reg.url, f"{topic}-key", json.dumps(key_v2))
+            broker.tier(
+                tip, _recs_kv(2, [(wire_value(k2, avro_bytes(key_v2, {"customer": 2**35, "region": "eu"})), None)])
+            )
+            assert broker.m.fetch_log_segment(meta, 0).read() == original
+        finally:
+            broker.close()
+    table = load_table(config, topic)
+    assert [f.name for f in table.schema().fields][-2:] == ["value", "key"]
+    rows = _rows(config, topic)
+    assert [r["key"] for r in rows] == [{"customer": 5, "region": None}, None, {"customer": 2**35, "region": "eu"}]
+    assert rows[1]["key_raw"] == b"plain"
+    assert [r["value"] for r in rows] == [{"id": 1, "name": "a"}, {"id": 1, "name": "a"}, None]
+
+
+def test_an_inline_key_schema_alone_gives_a_key_column(tmp_path: Path) -> None:
+    topic = "keyed-json"
+    key_schema = {"type": "object", "properties": {"user": {"type": "string"}, "n": {"type": "integer"}}}
+    config = iceberg_config(tmp_path, topics=topic, **{f"iceberg.key.schema.{topic}.json": json.dumps(key_schema)})
+    broker = Broker(config, tmp_path)
+    try:
+        broker.tier(new_tip(topic, 0), _recs_kv(0, [(b'{"user": "ann", "n": 3}', b"v"), (b"not json", b"w")]))
+    finally:
+        broker.close()
+    names = [f.name for f in load_table(config, topic).schema().fields]
+    assert "key" in names and "value" not in names
+    assert [r["key"] for r in _rows(config, topic)] == [{"user": "ann", "n": 3}, None]

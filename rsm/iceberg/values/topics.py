@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from rsm.iceberg.values_config import VALUES_CONFIG_DEF
 log = logging.getLogger(__name__)
 
 _PREFIX = "iceberg.value.schema."
+_KEY_PREFIX = "iceberg.key.schema."
 _KINDS = ("topic", "avro", "json", "protobuf", "protobuf.message")
 _SOURCES = ("avro", "json", "protobuf")
 
@@ -47,32 +49,53 @@ class ValueSchemas:
     by_topic: dict[str, ValueParser]
     registry: SchemaRegistryClient | None = None
     registry_ids: dict[str, int] | None = None
+    #: What is parsed: "value", or "key" (``iceberg.key.schema.*``: the registry only for topics matching
+    #: ``registry_topics``, subject ``<topic>-key``).
+    what: str = "value"
+    registry_topics: re.Pattern[str] | None = None
 
     @staticmethod
-    def from_config(configs: Mapping[str, Any]) -> ValueSchemas:
-        """Read the ``iceberg.value.schema.*`` keys; a bad schema raises ConfigException naming its key."""
+    def from_config(configs: Mapping[str, Any], what: str = "value") -> ValueSchemas:
+        """Read the ``iceberg.value.schema.*`` keys (``what="key"``: ``iceberg.key.schema.*``, with the registry of
+        ``iceberg.value.schema.registry.url``); a bad schema raises ConfigException naming its key."""
+        prefix = _PREFIX if what == "value" else _KEY_PREFIX
         ids: dict[str, dict[str, Any]] = {}
         registry_ids: dict[str, int] = {}
+        registry_topics: re.Pattern[str] | None = None
         url: str | None = None
         timeout_ms = 10_000
         for key, value in configs.items():
-            if not key.startswith(_PREFIX):
+            if key == f"{_PREFIX}registry.url":
+                url = str(value).strip() or None
                 continue
-            rest = key[len(_PREFIX) :]
-            if rest == "registry.url":
+            if key == f"{_PREFIX}registry.timeout.ms":
+                timeout_ms = VALUES_CONFIG_DEF.keys["iceberg.value.schema.registry.timeout.ms"].parse(value)
+                continue
+            if not key.startswith(prefix):
+                continue
+            rest = key[len(prefix) :]
+            if what == "key" and rest == "registry.topics":
+                try:
+                    registry_topics = re.compile(str(value)) if str(value).strip() else None
+                except re.error as e:
+                    raise ConfigException(
+                        f"Invalid value {value!r} for configuration {key}: not a regular expression ({e})"
+                    ) from e
+                continue
+            if rest in ("registry.url", "registry.timeout.ms"):
                 url = str(value).strip() or None
                 continue
             if rest == "registry.timeout.ms":
                 timeout_ms = VALUES_CONFIG_DEF.keys["iceberg.value.schema.registry.timeout.ms"].parse(value)
                 continue
-            if rest.startswith("registry.") and rest.endswith(".schema.id"):
+            if what == "value" and rest.startswith("registry.") and rest.endswith(".schema.id"):
                 topic = rest[len("registry.") : -len(".schema.id")]
                 registry_ids[topic] = _parse_int(key, value)
                 continue
             ident, _, kind = rest.partition(".")
             if kind not in _KINDS:
                 raise ConfigException(
-                    f"Unknown configuration {key}: expected iceberg.value.schema.<id>.avro, .json, .protobuf, "
+                    f"Unknown configuration {key}: expected {prefix}<id>.avro, .json, .protobuf, "
                     ".protobuf.message or .topic"
                 )
             ids.setdefault(ident, {})[kind] = (key, value)
@@ -87,8 +110,8 @@ class ValueSchemas:
             if not given:
                 first = parts.get("topic") or parts["protobuf.message"]
                 raise ConfigException(
-                    f"Configuration {first[0]} names a topic without a schema: add {_PREFIX}{ident}.avro, "
-                    f"{_PREFIX}{ident}.json or {_PREFIX}{ident}.protobuf"
+                    f"Configuration {first[0]} names a topic without a schema: add {prefix}{ident}.avro, "
+                    f"{prefix}{ident}.json or {prefix}{ident}.protobuf"
                 )
             key, text = parts[given[0]]
             if given[0] == "avro":
@@ -99,16 +122,23 @@ class ValueSchemas:
                 message = str(parts["protobuf.message"][1]) if "protobuf.message" in parts else None
                 parser = _configured(key, ProtobufFileValueParser, descriptor_from_file(key, str(text), message))
             if topic in by_topic:
-                raise ConfigException(f"Topic {topic!r} is given two value schemas ({_PREFIX}*.topic)")
+                raise ConfigException(f"Topic {topic!r} is given two {what} schemas ({prefix}*.topic)")
             by_topic[topic] = parser
         registry = SchemaRegistryClient(url, timeout_ms / 1000) if url else None
-        return ValueSchemas(by_topic, registry, registry_ids)
+        if registry_topics is not None and url is None:
+            raise ConfigException(
+                "Configuration iceberg.key.schema.registry.topics needs iceberg.value.schema.registry.url"
+            )
+        return ValueSchemas(by_topic, registry, registry_ids, what, registry_topics)
 
     def parser_for(self, topic: str) -> ValueParser | RegistryValueParser | None:
-        """The topic's parser: its own schema, else the registry's subject ``<topic>-value``, else None."""
+        """The topic's parser: its own schema, else the registry's subject ``<topic>-value`` (``<topic>-key`` for
+        keys of topics ``registry_topics`` matches), else None."""
         parser = self.by_topic.get(topic)
+        if self.what == "key" and (self.registry_topics is None or not self.registry_topics.fullmatch(topic)):
+            return parser
         if parser is None and self.registry is not None:
-            parser = RegistryValueParser(self.registry, f"{topic}-value", (self.registry_ids or {}).get(topic))
+            parser = RegistryValueParser(self.registry, f"{topic}-{self.what}", (self.registry_ids or {}).get(topic))
             self.by_topic[topic] = parser  # type: ignore[assignment]
         return parser
 
@@ -151,17 +181,29 @@ def registry_column(parser: RegistryValueParser, topic: str) -> ValueColumn | No
     return ValueColumn(arrow_type, convert)
 
 
+def _column(schemas: ValueSchemas, topic: str) -> ValueColumn | None:
+    parser = schemas.parser_for(topic)
+    if parser is None:
+        return None
+    if isinstance(parser, RegistryValueParser):
+        return registry_column(parser, topic)
+    return ValueColumn(parser.arrow_type, parser.parse)
+
+
 def value_column_factory(configs: Mapping[str, Any]) -> ValueColumnFactory:
-    """The table writer's hook (``rsm.iceberg.value_hook``) for the ``iceberg.value.schema.*`` keys in ``configs``."""
-    schemas = ValueSchemas.from_config(configs)
+    """The table writer's hook (``rsm.iceberg.value_hook``) for the ``iceberg.value.schema.*`` and
+    ``iceberg.key.schema.*`` keys in ``configs``."""
+    values = ValueSchemas.from_config(configs)
+    keys = ValueSchemas.from_config(configs, "key")
+    keys.registry = values.registry  # one client, one cache
 
     def factory(topic: str) -> ValueColumn | None:
-        parser = schemas.parser_for(topic)
-        if parser is None:
-            return None
-        if isinstance(parser, RegistryValueParser):
-            return registry_column(parser, topic)
-        return ValueColumn(parser.arrow_type, parser.parse)
+        value, key = _column(values, topic), _column(keys, topic)
+        if key is None:
+            return value
+        if value is None:
+            return ValueColumn(None, None, key)
+        return ValueColumn(value.arrow_type, value.convert, key)
 
     return factory
 
