@@ -285,3 +285,14 @@ def test_each_source_reads_the_case_table(source: str, case: Case, tmp_path: Pat
     assert got[: len(case.rows)] == case.rows
     assert got[len(case.rows) :] == [None, None, None]
     assert _names(arr.type) == _shape(("struct", case.fields))
+
+
+def test_a_descriptor_set_topic_also_takes_the_wire_format(tmp_path: Path) -> None:
+    case = CASES[0]
+    text = proto_text(case)
+    path = descriptor_set(text, tmp_path)
+    parser = ValueSchemas.from_config({"iceberg.value.schema.t.protobuf": str(path)}).parser_for("t")
+    raws = [proto_encoder(text)(r) for r in case.rows]
+    framed = [wire_value(42, r, [0]) for r in raws]
+    assert parse_values(parser, framed) == parse_values(parser, raws)
+    assert parse_values(parser, framed).to_pylist() == case.rows  # type: ignore[union-attr]

@@ -182,13 +182,6 @@ class SchemaRegistryClient:
             self._by_id.setdefault(got.schema_id, got)
         return got
 
-    def latest(self, subject: str) -> tuple[int, Any] | None:
-        """``(id, parsed schema)`` of the subject's latest Avro or JSON schema; None when there is none."""
-        got = self.version(subject, "latest")
-        if got is None or got.schema_type == "PROTOBUF":
-            return None
-        return got.schema_id, json.loads(got.text)
-
     def proto_files(self, schema: RegisteredSchema, name: str) -> dict[str, str]:
         """The ``.proto`` texts a Protobuf schema compiles from: itself as ``name`` and its references, each
         under its import name (references of references too)."""
@@ -279,7 +272,7 @@ class RegistryValueParser:
         self._merged: pa.DataType | None = None
         self._merged_ids: set[int] = set()
         self._incompatible: set[int] = set()
-        self._seen: list[int] = []  # ids met in values, merged at the next refresh
+        self._seen: list[int] = []  # ids noted (note_ids), merged at the next refresh
 
     # --- the struct ----------------------------------------------------------------------------------------
 

@@ -17,7 +17,12 @@ from rsm.iceberg.values.avro import AvroValueParser
 from rsm.iceberg.values.common import UnsupportedSchema, ValueParser, schema_text
 from rsm.iceberg.values.json_schema import JsonSchemaValueParser
 from rsm.iceberg.values.protobuf import ProtobufValueParser, descriptor_from_file
-from rsm.iceberg.values.registry import RegistryValueParser, SchemaRegistryClient
+from rsm.iceberg.values.registry import (
+    RegistryValueParser,
+    SchemaRegistryClient,
+    split_message_indexes,
+    split_wire_format,
+)
 from rsm.iceberg.values_config import VALUES_CONFIG_DEF
 
 log = logging.getLogger(__name__)
@@ -35,8 +40,6 @@ class ProtobufFileValueParser(ProtobufValueParser):
 
     def parse_one(self, raw: bytes) -> Any:
         if raw[:1] == b"\x00":
-            from rsm.iceberg.values.registry import split_message_indexes, split_wire_format
-
             _, payload = split_wire_format(raw)
             _, raw = split_message_indexes(payload)
         return super().parse_one(raw)
