@@ -11,6 +11,9 @@ exactly as the classic one. The table is then read with pyiceberg (its FileIO on
 record of the tiered segments, no offset twice, the control markers flagged, and the records of the aborted
 transactions flagged where the segment holding the records also holds the ABORT marker.
 
+A further test tiers two topics whose Avro and Protobuf values (through a schema registry) change schema
+version mid-stream: consumers and SQL (pyiceberg, DuckDB) read every record.
+
 The filesystem cells run both transports (sidecar, in-process), the S3 cell the sidecar; about a minute each.
 ``KTS_ICEBERG_BROKER_KAFKA`` picks another Kafka release.
 """
