@@ -256,6 +256,15 @@ def _prune(value: Any, t: pa.DataType) -> Any:
     return value
 
 
+@dataclass
+class _Chunk:
+    """What converting one chunk keeps: rows of incompatible ids, and whether each parser's struct fits the
+    segment's (else its values are pruned)."""
+
+    incompatible: int = 0
+    fits: dict[ValueParser, bool] = field(default_factory=dict)
+
+
 class RegistryValueParser:
     """One topic's values (or keys) in the wire format, into a struct that follows the subject's versions.
 
@@ -352,34 +361,38 @@ class RegistryValueParser:
 
     # --- the values ------------------------------------------------------------------------------------------
 
-    def _value(self, arrow_type: pa.DataType, raw: bytes, incompatible: list[int]) -> Any:
+    def _value(self, arrow_type: pa.DataType, raw: bytes, chunk: _Chunk) -> Any:
         sid, payload = split_wire_format(raw)
-        # An id first met here is merged now: incompatible at once, else its new fields join the next segment.
-        self._merge(sid)
-        with self._lock:
-            if sid in self._incompatible:
-                incompatible[0] += 1
-                return None
-        parser = self._parser(sid, (0,))
+        if sid not in self._merged_ids:
+            # An id first met here is merged now: incompatible at once, else its new fields join the next segment.
+            self._merge(sid)
+        if sid in self._incompatible:
+            chunk.incompatible += 1
+            return None
+        parser = self._parsers.get((sid, (0,))) or self._parser(sid, (0,))
         if isinstance(parser, ProtobufValueParser):
             indexes, payload = split_message_indexes(payload)
             if indexes != [0]:
                 parser = self._parser(sid, tuple(indexes))
         if parser is None:
             return None
+        value = parser.parse_one(payload)
+        fits = chunk.fits.get(parser)
+        if fits is None:
+            try:
+                fits = chunk.fits[parser] = merge_types(arrow_type, parser.arrow_type).equals(arrow_type)
+            except IncompatibleSchema:
+                fits = chunk.fits[parser] = False
         # Fields this segment's struct lacks (a version merged since it was fixed) are left out.
-        return _prune(parser.parse_one(payload), arrow_type)
+        return value if fits else _prune(value, arrow_type)
 
     def convert(self, arrow_type: pa.DataType, raws: Sequence[bytes | None]) -> pa.Array:
         """The chunk's values in ``arrow_type`` (a struct ``column_type`` gave), null where one does not parse."""
-        incompatible = [0]
+        chunk = _Chunk()
         out = to_array(
             arrow_type,
-            (
-                None if raw is None else (lambda raw=raw: self._value(arrow_type, bytes(raw), incompatible))
-                for raw in raws
-            ),
+            (None if raw is None else (lambda raw=raw: self._value(arrow_type, bytes(raw), chunk)) for raw in raws),
         )
-        if incompatible[0]:
-            STATS.add_incompatible(incompatible[0])
+        if chunk.incompatible:
+            STATS.add_incompatible(chunk.incompatible)
         return out
