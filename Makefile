@@ -22,6 +22,8 @@ setup: $(STAMP)
 	bash .ci/install_emulators.sh
 	bash .ci/iceberg_spark_env.sh >/dev/null
 	bash .ci/iceberg_rest_fixture.sh >/dev/null
+	# Apicurio Registry (a real schema registry for the Iceberg value tests), one jar assembled from Maven Central.
+	bash tests/support/apicurio/build.sh
 	# The plugin jar (Maven, against Kafka 3.6's jars), and the shim compiled against the Kafka releases `make test`
 	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
 	bash jvm-shim/build.sh --kafka test

@@ -13,6 +13,7 @@ from rsm.iceberg.config import IcebergConfig
 if TYPE_CHECKING:
     from rsm.iceberg.mode import IcebergMode
     from rsm.iceberg.segment_fetch import RowGroupCache
+    from rsm.metrics.sources import HasStats
 
 
 class IcebergLink:
@@ -42,6 +43,11 @@ class IcebergLink:
                     self.cfg, self.config["storage.backend.class"], self.config.storage, self.config["key.prefix"]
                 )
             return self._mode
+
+    def value_stats(self) -> HasStats | None:
+        """The counters of the mode's value parsing, or None while no topic's values are parsed."""
+        mode = self._mode
+        return mode.value_stats() if mode is not None else None
 
     def row_group_cache(self) -> RowGroupCache | None:
         """The mode's row-group cache, or None while the mode is not built (nothing to report yet)."""

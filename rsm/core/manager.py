@@ -252,6 +252,7 @@ class RemoteStorageManager:
                 limiters,
                 wired.pools.stats,
                 wired.iceberg.row_group_cache,
+                wired.iceberg.value_stats,
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 

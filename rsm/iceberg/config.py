@@ -217,7 +217,7 @@ class IcebergConfig:
     write_batch_bytes: int = 64 << 20
     fetch_cache_bytes: int = 64 << 20
     value_column_factory: str = ""
-    #: The ``iceberg.value.schema.*`` keys as given (read by ``rsm.iceberg.values``).
+    #: The ``iceberg.value.schema.*`` and ``iceberg.key.schema.*`` keys as given (read by ``rsm.iceberg.values``).
     value_schemas: dict[str, Any] = field(default_factory=dict)
     #: Topics with ``iceberg.mode.table.<id>.*`` keys, by topic.
     tables: dict[str, TopicTable] = field(default_factory=dict)
@@ -271,6 +271,8 @@ class IcebergConfig:
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
-            value_schemas={k: v for k, v in raw.items() if k.startswith("iceberg.value.schema.")},
+            value_schemas={
+                k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))
+            },
             tables=topic_tables(raw, values["iceberg.mode.namespace"]),
         )

@@ -42,6 +42,14 @@ class IcebergMode:
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
+    def value_stats(self) -> Any:
+        """The counters of ``rsm.iceberg.values`` (``stats()``), or None where no topic has parsed values."""
+        if not self.cfg.value_schemas:
+            return None
+        from rsm.iceberg.values import STATS
+
+        return STATS
+
     def write_segment(
         self,
         meta: RemoteLogSegmentMetadata,

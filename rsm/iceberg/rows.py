@@ -84,11 +84,11 @@ class _Columns:
             pa.array(self.keys, type=pa.binary()),
             pa.array(self.values, type=pa.binary()),
         ]
-        value_type = None
+        value_type = key_type = None
         if value_column is not None:
-            value_type = value_column.arrow_type
-            arrays.append(value_column.convert(self.values))
-        return pa.Table.from_arrays(arrays, schema=arrow_schema(value_type))
+            parsed, value_type, key_type = value_column.parsed(lambda: self.keys, lambda: self.values)
+            arrays += parsed
+        return pa.Table.from_arrays(arrays, schema=arrow_schema(value_type, key_type))
 
 
 def _aborted_spans(aborted: Sequence[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
@@ -284,14 +284,15 @@ def _buffers_table(
     )
     headers = pa.Array.from_buffers(HEADERS_ARROW_TYPE, rows, [None, _wrap(lists)], children=[entries])
     values = _binary(parts["value"], rows, pa.binary())  # type: ignore[arg-type]
-    arrays = [kafka, headers, _binary(parts["key"], rows, pa.binary()), values]  # type: ignore[arg-type]
-    value_type = None
+    keys = _binary(parts["key"], rows, pa.binary())  # type: ignore[arg-type]
+    arrays = [kafka, headers, keys, values]
+    value_type = key_type = None
     if value_column is not None:
-        value_type = value_column.arrow_type
-        arrays.append(value_column.convert(values.to_pylist()))
+        parsed, value_type, key_type = value_column.parsed(keys.to_pylist, values.to_pylist)
+        arrays += parsed
     if summary.first_offset < 0:
         summary.first_offset = columns["offset"][0].as_py()
-    return pa.Table.from_arrays(arrays, schema=arrow_schema(value_type))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(value_type, key_type))
 
 
 def reference_row_tables(

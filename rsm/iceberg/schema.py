@@ -177,8 +177,9 @@ def kafka_arrow_type() -> pa.StructType:
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
-def arrow_schema(value_type: pa.StructType | None = None) -> pa.Schema:
-    """The Arrow schema of the rows the writer builds (names match ``iceberg_schema``; pyiceberg maps ids)."""
+def arrow_schema(value_type: pa.StructType | None = None, key_type: pa.StructType | None = None) -> pa.Schema:
+    """The Arrow schema of the rows the writer builds (names match ``iceberg_schema``; pyiceberg maps ids); the
+    parsed ``value`` and ``key`` structs last, where the topic has them (the writer adds them to the table)."""
     fields = [
         pa.field("kafka", kafka_arrow_type()),
         pa.field("headers", HEADERS_ARROW_TYPE),
@@ -187,4 +188,6 @@ def arrow_schema(value_type: pa.StructType | None = None) -> pa.Schema:
     ]
     if value_type is not None:
         fields.append(pa.field("value", value_type))
+    if key_type is not None:
+        fields.append(pa.field("key", key_type))
     return pa.schema(fields)

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
-from rsm.iceberg.value_hook import ValueColumn
+from rsm.errors import RemoteStorageException
+from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, merge_types
 
 __all__ = [
     "DICTIONARY_BYTES",
@@ -23,6 +26,7 @@ __all__ = [
     "SMALL_SPLIT_BYTES",
     "SPLIT_BYTES",
     "TABLE_CODEC",
+    "columns_to_add",
     "load_or_create",
     "missing_columns",
     "split_bytes",
@@ -80,13 +84,35 @@ def table_properties(topic: str, segment_bytes: int) -> dict[str, str]:
     }
 
 
-def missing_columns(table: Table, value_column: ValueColumn | None) -> bool:
-    """Whether the table lacks a ``kafka`` field of ``KAFKA_FIELDS`` or the ``value`` column the hook gives."""
+def columns_to_add(table: Table, value_column: ValueColumn | None) -> list[pa.Field]:
+    """The columns to union into the table by name: the ``kafka`` struct when the table lacks a field of
+    ``KAFKA_FIELDS``, and the parsed ``value`` and ``key`` structs the hook gives where the table lacks them or
+    holds an older version (a new schema version adds fields, widens a type or makes a field optional). A hook's
+    struct the table already holds (a broker on an older version) adds nothing. Raises ``IncompatibleSchema``
+    for a struct the table cannot follow."""
     schema = table.schema()
-    have = {f.name for f in schema.find_type("kafka").fields}  # type: ignore[attr-defined]
-    if any(name not in have for name, _, _ in KAFKA_FIELDS):
-        return True
-    return value_column is not None and "value" not in {f.name for f in schema.fields}
+    wanted: list[pa.Field] = []
+    have_kafka = {f.name for f in schema.find_type("kafka").fields}  # type: ignore[attr-defined]
+    if any(name not in have_kafka for name, _, _ in KAFKA_FIELDS):
+        wanted.append(arrow_schema().field("kafka"))
+    if value_column is None:
+        return wanted
+    parsed = [("value", value_column.arrow_type)]
+    if value_column.key is not None:
+        parsed.append(("key", value_column.key.arrow_type))
+    have = {f.name: f.type for f in schema_to_pyarrow(schema)}
+    for name, arrow_type in parsed:
+        if arrow_type is None:
+            continue
+        want = arrow_type if name not in have else merge_types(have[name], arrow_type, name)
+        if name not in have or not want.equals(canonical(have[name])):
+            wanted.append(pa.field(name, want))
+    return wanted
+
+
+def missing_columns(table: Table, value_column: ValueColumn | None) -> bool:
+    """Whether ``columns_to_add`` has anything to add."""
+    return bool(columns_to_add(table, value_column))
 
 
 def load_or_create(
@@ -124,11 +150,19 @@ def load_or_create(
             table = load(ident)
     ident = table.name()  # type: ignore[assignment]
     for attempt in range(retries + 1):
-        if not missing_columns(table, value_column):
+        try:
+            wanted = columns_to_add(table, value_column)
+        except IncompatibleSchema as e:  # an inline schema edited so (a registry's are sorted out before)
+            raise RemoteStorageException(
+                f"table {'.'.join(ident)}: a parsed schema of topic {topic} changed a field the table cannot follow "
+                f"({e}); restore the field's type in iceberg.value.schema.* / iceberg.key.schema.*, Kafka retries "
+                "the copy"
+            ) from e
+        if not wanted:
             break
         try:
             with table.update_schema() as update:
-                update.union_by_name(arrow_schema(value_column.arrow_type if value_column else None))
+                update.union_by_name(pa.schema(wanted))
         except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
             if attempt == retries:
                 raise

@@ -20,6 +20,8 @@ CACHE_TYPES = {"chunk": "chunk-cache-metrics", "manifest": "segment-manifest-cac
 CACHE_TYPES["index"] = "segment-indexes-cache-metrics"
 ICEBERG_CACHE_TYPE = "iceberg-row-group-cache-metrics"
 """Ours: decoded row groups of Iceberg-mode segments (present once Iceberg mode is on)."""
+ICEBERG_VALUES_TYPE = "iceberg-values-metrics"
+"""Ours: the parsed `value` column of Iceberg-mode topics (present once a topic's values are parsed)."""
 SIDECAR_TYPE = "sidecar-metrics"
 """The JVM shim's view of its Python sidecar: kept by the shim (JMX), passed to each sidecar it starts (Prometheus)."""
 BACKEND_BEANS = {
@@ -239,6 +241,17 @@ CACHE_METRICS = (
             (*_CACHE_LEVEL, "gauge"),
             ("cache-weight-total", _CACHE_WEIGHT, "gauge"),
         ]
+    ]
+    + [
+        MetricDecl(
+            f"{DOMAIN}:type={ICEBERG_VALUES_TYPE}",
+            ("incompatible-rows-total",),
+            "total",
+            ("",),
+            "Rows tiered in Iceberg mode whose registry schema id is incompatible with their table's `value` "
+            "struct (a field changed type): `value` stays null, the bytes are in `value_raw`; the log names the id.",
+            ours=True,
+        )
     ]
 )
 

@@ -11,6 +11,9 @@ exactly as the classic one. The table is then read with pyiceberg (its FileIO on
 record of the tiered segments, no offset twice, the control markers flagged, and the records of the aborted
 transactions flagged where the segment holding the records also holds the ABORT marker.
 
+A further test tiers two topics whose Avro and Protobuf values (through a schema registry) change schema
+version mid-stream: consumers and SQL (pyiceberg, DuckDB) read every record.
+
 The filesystem cells run both transports (sidecar, in-process), the S3 cell the sidecar; about a minute each.
 ``KTS_ICEBERG_BROKER_KAFKA`` picks another Kafka release.
 """
@@ -329,3 +332,139 @@ def seaweedfs_checking_signatures(tmp_path: Path) -> Iterator[StoreServer]:
 @pytest.mark.timeout(900)
 def test_iceberg_topic_next_to_classic_on_s3(seaweedfs_checking_signatures: StoreServer, tmp_path: Path) -> None:
     _run(tmp_path, _s3(seaweedfs_checking_signatures, "ice-broker"), "sidecar")
+
+
+# ---------------------------------------------------------------------------- schemas that change mid-stream
+
+EVO_AVRO, EVO_PB = "ice-evo-avro", "ice-evo-pb"
+_AVRO_V1 = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [{"name": "id", "type": "int"}, {"name": "name", "type": "string"}, {"name": "pad", "type": "string"}],
+}
+_AVRO_V2 = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "pad", "type": "string"},
+        {"name": "score", "type": ["null", "double"], "default": None},
+    ],
+}
+_PB_V1 = 'syntax = "proto3";\npackage kts.rb;\nmessage Reading { int32 id = 1; string name = 2; string pad = 3; }\n'
+_PB_V2 = (
+    'syntax = "proto3";\npackage kts.rb;\n'
+    "message Reading { int64 id = 1; string name = 2; string pad = 3; optional double score = 4; }\n"
+)
+
+
+def _evolving_values(registry_url: str) -> dict[str, list[tuple[bytes, dict[str, Any]]]]:
+    """Per topic, each record's value (wire format) and the parsed value expected: the first half written with
+    version 1 of the topic's schema, the rest with version 2 (registered in between: as a producer would)."""
+    from google.protobuf import message_factory
+    from iceberg_testing import avro_bytes
+    from schema_registry import register
+
+    from rsm.iceberg.values import wire_value
+    from rsm.iceberg.values.protobuf import compile_proto
+
+    n, half = 2400, 1200
+    out: dict[str, list[tuple[bytes, dict[str, Any]]]] = {EVO_AVRO: [], EVO_PB: []}
+
+    def datum(i: int, v2: bool) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": i + (2**40 if v2 else 0), "name": f"r{i}", "pad": "x" * (1500 + i % 300)}
+        if v2:
+            d["score"] = None if i % 4 == 0 else i / 8
+        return d
+
+    pb = {
+        v: message_factory.GetMessageClass(
+            compile_proto("r.proto", {"r.proto": t}).pool.FindMessageTypeByName("kts.rb.Reading")
+        )
+        for v, t in (("v1", _PB_V1), ("v2", _PB_V2))
+    }
+    ids = {
+        EVO_AVRO: register(registry_url, f"{EVO_AVRO}-value", json.dumps(_AVRO_V1)),
+        EVO_PB: register(registry_url, f"{EVO_PB}-value", _PB_V1, "PROTOBUF"),
+    }
+    for i in range(n):
+        if i == half:
+            ids[EVO_AVRO] = register(registry_url, f"{EVO_AVRO}-value", json.dumps(_AVRO_V2))
+            ids[EVO_PB] = register(registry_url, f"{EVO_PB}-value", _PB_V2, "PROTOBUF")
+        v2 = i >= half
+        d = datum(i, v2)
+        expected = {**d, "score": d.get("score")}
+        avro = avro_bytes(_AVRO_V2 if v2 else _AVRO_V1, d)
+        out[EVO_AVRO].append((wire_value(ids[EVO_AVRO], avro), expected))
+        msg = pb["v2" if v2 else "v1"](**{k: x for k, x in d.items() if x is not None})
+        out[EVO_PB].append((wire_value(ids[EVO_PB], msg.SerializeToString(), [0]), expected))
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_iceberg_topics_whose_avro_and_protobuf_schemas_change_mid_stream(tmp_path: Path) -> None:
+    """Two Iceberg topics whose values (Avro, Protobuf, through a schema registry) switch to a new schema version
+    half-way (a field added, int widened to long): consumers read every record back byte for byte, and SQL
+    (DuckDB's iceberg extension, pyiceberg) reads every tiered record with its parsed value."""
+    from kafka import KafkaProducer
+    from pyiceberg.catalog.sql import SqlCatalog
+    from schema_registry import fake_registry
+
+    from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
+
+    jt.ensure_built()
+    store = _filesystem(tmp_path)
+    with fake_registry() as registry:
+        plugin = _plugin_lines(store, tmp_path, "sidecar").replace(
+            f"rsm.config.iceberg.mode.topics.regex={ICE}", "rsm.config.iceberg.mode.topics.regex=ice-evo-.*"
+        )
+        plugin += f"rsm.config.iceberg.value.schema.registry.url={registry.url}\n"
+        values = _evolving_values(registry.url)
+        with kd.running_broker(VERSION, tmp_path / "broker", plugin, transport="sidecar") as b:
+            for topic in values:
+                kd.create_topic(b, topic, TOPIC_CONFIG)
+            producer = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=5)
+            for topic, rows in values.items():
+                for i, (raw, _) in enumerate(rows):
+                    producer.send(topic, key=b"k%d" % i, value=raw, partition=0, timestamp_ms=BASE_TS + i)
+            producer.flush()
+            producer.close()
+            for topic in values:
+                local = b.data / f"{topic}-0"
+                kd.wait_while_running(
+                    lambda local=local: kd.tiered_locally(local), 300, f"{topic}'s closed segments are tiered", b
+                )  # type: ignore[misc]
+            for topic, rows in values.items():
+                got = _consume(b.bootstrap, topic, "read_uncommitted")
+                assert [(r.offset, r.value) for r in got] == [(i, raw) for i, (raw, _) in enumerate(rows)], topic
+                sections = [m["iceberg"] for m in _manifests(store, topic)]
+                assert sections and all(sections), f"{topic}: a segment was not tiered as rows"
+                tiered = {o for s in sections for o in range(s["firstOffset"], s["lastOffset"] + 1)}
+                assert max(tiered) >= len(rows) // 2, f"{topic}: no version-2 record was tiered"
+
+                catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{tmp_path / 'catalog.db'}", **store.io)
+                table = catalog.load_table(("kafka", topic))
+                assert [f.name for f in table.schema().find_field("value").field_type.fields] == [
+                    "id",
+                    "name",
+                    "pad",
+                    "score",
+                ]
+                scanned = table.scan().to_arrow().to_pylist()
+                by_offset = {r["kafka"]["offset"]: r for r in scanned}
+                assert set(by_offset) == tiered, topic
+                for o in sorted(tiered):
+                    assert by_offset[o]["value_raw"] == rows[o][0], f"{topic} offset {o}"
+                    assert by_offset[o]["value"] == rows[o][1], f"{topic} offset {o}"
+                count, parsed, ids, v2 = (
+                    duckdb_with_iceberg()
+                    .execute(
+                        "SELECT count(*), count(value), sum(value.id), count(value.score) FROM iceberg_scan(?)",
+                        [table.metadata_location],
+                    )
+                    .fetchone()
+                )
+                assert (count, parsed) == (len(tiered), len(tiered)), topic
+                assert ids == sum(rows[o][1]["id"] for o in tiered), topic
+                assert v2 == sum(1 for o in tiered if rows[o][1]["score"] is not None), topic

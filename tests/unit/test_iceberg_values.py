@@ -1,4 +1,5 @@
-"""rsm.iceberg.values: Avro, JSON Schema and schema-registry values parsed into the Iceberg row's ``value``."""
+"""rsm.iceberg.values: Avro and JSON Schema specifics, the configuration, and the registry's Avro values
+(every source against one table of cases: test_iceberg_value_sources.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import decimal
 import io
 import json
 import struct
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,27 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schema_registry import FakeRegistry, fake_registry, register
 
 from backends.configdef import ConfigException
+from rsm.errors import RemoteStorageException
 from rsm.iceberg.values import (
     AvroValueParser,
+    IncompatibleSchema,
     JsonSchemaValueParser,
     RegistryValueParser,
-    SchemaRegistryClient,
     UnsupportedSchema,
     ValueSchemas,
     arrow_type_from_avro,
     arrow_type_from_json_schema,
+    merge_types,
     parse_values,
+    split_message_indexes,
+    split_wire_format,
     value_column_factory,
+    wire_value,
 )
+from rsm.iceberg.values.registry import message_indexes_bytes
 
 
 def _avro(schema: Any, datum: Any) -> bytes:
@@ -285,7 +291,9 @@ def test_config_inline_file_and_dotted_topic(tmp_path: Path) -> None:
         ({"iceberg.value.schema.t.json": '{"type": 12}'}, "not a valid JSON Schema"),
         ({"iceberg.value.schema.t.topic": "a.b"}, "without a schema"),
         ({"iceberg.value.schema.t.avro": '"long"', "iceberg.value.schema.t.json": "{}"}, "both set"),
-        ({"iceberg.value.schema.t.protobuf": "x"}, "Unknown configuration"),
+        ({"iceberg.value.schema.t.xml": "x"}, "Unknown configuration"),
+        ({"iceberg.value.schema.t.protobuf": "/nonexistent/set.pb"}, "not a readable descriptor set"),
+        ({"iceberg.value.schema.t.protobuf.message": "a.B"}, "without a schema"),
         ({"iceberg.value.schema.registry.t.schema.id": "one"}, "expected an integer"),
     ],
 )
@@ -296,126 +304,188 @@ def test_bad_config_names_the_key(configs: dict[str, str], problem: str) -> None
 
 # ------------------------------------------------------------------------- schema registry over real HTTP
 
-
-class _Registry:
-    """A small HTTP server with the Confluent REST shape ``GET /schemas/ids/{id}``."""
-
-    def __init__(self, schemas: dict[int, Any]) -> None:
-        self.schemas = schemas
-        self.subjects: dict[str, int] = {}
-        self.requests: list[str] = []
-        registry = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                registry.requests.append(self.path)
-                parts = self.path.strip("/").split("/")
-                if len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]:
-                    latest = registry.subjects.get(parts[1])
-                    if latest is not None:
-                        body = json.dumps(
-                            {
-                                "subject": parts[1],
-                                "version": 1,
-                                "id": latest,
-                                "schema": json.dumps(registry.schemas[latest]),
-                            }
-                        ).encode()
-                        self.send_response(200)
-                        self.send_header("Content-Length", str(len(body)))
-                        self.end_headers()
-                        self.wfile.write(body)
-                        return
-                sid = (
-                    int(parts[2]) if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit() else -1
-                )
-                if sid not in registry.schemas:
-                    body = json.dumps({"error_code": 40403, "message": "Schema not found"}).encode()
-                    self.send_response(404)
-                else:
-                    body = json.dumps({"schema": json.dumps(registry.schemas[sid])}).encode()
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+V1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+V2 = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": ["null", "int"], "default": None}],
+}
 
 
 @pytest.fixture
-def registry() -> Iterator[_Registry]:
-    v1 = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
-    v2 = {
-        "type": "record",
-        "name": "User",
-        "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": ["null", "int"], "default": None}],
-    }
-    reg = _Registry({7: v1, 8: v2})
-    reg.thread.start()
-    try:
+def registry() -> Iterator[FakeRegistry]:
+    with fake_registry() as reg:
         yield reg
-    finally:
-        reg.server.shutdown()
-        reg.server.server_close()
-        reg.thread.join(10)
 
 
 def _wire(schema_id: int, schema: Any, datum: Any) -> bytes:
     return bytes([0]) + struct.pack(">I", schema_id) + _avro(schema, datum)
 
 
-def test_registry_wire_format_with_schema_resolution(registry: _Registry) -> None:
-    v1, v2 = registry.schemas[7], registry.schemas[8]
+def test_registry_values_of_every_id_fill_the_merged_struct(registry: FakeRegistry) -> None:
+    # Ids registered under another subject (not <topic>-value): the ids met in values make the struct.
+    v1 = register(registry.url, "other", json.dumps(V1))
+    v2 = register(registry.url, "other", json.dumps(V2))
     schemas = ValueSchemas.from_config({"iceberg.value.schema.registry.url": registry.url})
     parser = schemas.parser_for("users")
     assert isinstance(parser, RegistryValueParser)
     raws = [
-        _wire(7, v1, {"name": "ann"}),
-        _wire(8, v2, {"name": "bob", "age": 41}),  # a newer writer schema, read into the table's (id 7)
-        _wire(99, v1, {"name": "ghost"}),  # an id the registry does not know
+        _wire(v1, V1, {"name": "ann"}),
+        _wire(v2, V2, {"name": "bob", "age": 41}),
+        _wire(99, V1, {"name": "ghost"}),  # an id the registry does not know
         b"plain text",  # not the wire format
-        _wire(7, v1, {"name": "cy"})[:-1],  # truncated
+        _wire(v1, V1, {"name": "cy"})[:-1],  # truncated
         None,
     ]
     arr = parse_values(parser, raws)
     assert arr is not None
-    assert arr.type == pa.struct([pa.field("name", pa.string())])
-    assert arr.to_pylist() == [{"name": "ann"}, {"name": "bob"}, None, None, None, None]
-    assert registry.requests.count("/schemas/ids/7") == 1  # cached
+    assert arr.type == pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32())])
+    assert arr.to_pylist() == [{"name": "ann", "age": None}, {"name": "bob", "age": 41}, None, None, None, None]
+    assert registry.requests.count(f"/schemas/ids/{v1}") == 1  # cached
     assert registry.requests.count("/schemas/ids/99") == 1
 
 
-def test_registry_configured_id_and_no_wire_values(registry: _Registry) -> None:
+def test_registry_configured_id_comes_first(registry: FakeRegistry) -> None:
+    v1 = register(registry.url, "users-value", json.dumps(V1))
+    v2 = register(registry.url, "pinned", json.dumps(V2))
     schemas = ValueSchemas.from_config(
-        {"iceberg.value.schema.registry.url": registry.url, "iceberg.value.schema.registry.users.schema.id": "8"}
+        {"iceberg.value.schema.registry.url": registry.url, "iceberg.value.schema.registry.users.schema.id": str(v2)}
     )
-    parser = schemas.parser_for("users")
-    arr = parse_values(parser, [_wire(7, registry.schemas[7], {"name": "ann"})])
+    arr = parse_values(schemas.parser_for("users"), [_wire(v1, V1, {"name": "ann"})])
     assert arr is not None
     assert arr.to_pylist() == [{"name": "ann", "age": None}]
-    # A topic whose values are not in the wire format at all gets no `value` column.
-    other = schemas.parser_for("logs")
-    assert parse_values(other, [b"hello", None]) is None
+    # A topic whose values are not in the wire format, and no subject: no `value` column.
+    assert parse_values(schemas.parser_for("logs"), [b"hello", None]) is None
 
 
 def test_registry_unreachable_is_an_error_not_a_silent_null() -> None:
-    client = SchemaRegistryClient("http://127.0.0.1:9", timeout_s=2)
+    schemas = ValueSchemas.from_config(
+        {"iceberg.value.schema.registry.url": "http://127.0.0.1:9", "iceberg.value.schema.registry.timeout.ms": "2000"}
+    )
     with pytest.raises(OSError):
-        RegistryValueParser(client).parse([_wire(1, "long", 5)])
+        parse_values(schemas.parser_for("users"), [_wire(1, "long", 5)])
+    factory = value_column_factory(
+        {"iceberg.value.schema.registry.url": "http://127.0.0.1:9", "iceberg.value.schema.registry.timeout.ms": "2000"}
+    )
+    with pytest.raises(RemoteStorageException, match="iceberg.value.schema.registry.url"):
+        factory("users")
 
 
-def test_value_column_factory_takes_the_subjects_latest_schema(registry: _Registry) -> None:
-    registry.subjects["users-value"] = 8
+def test_value_column_factory_follows_the_subjects_versions(registry: FakeRegistry) -> None:
+    v1 = register(registry.url, "users-value", json.dumps(V1))
     factory = value_column_factory({"iceberg.value.schema.registry.url": registry.url})
     column = factory("users")
     assert column is not None
+    assert column.arrow_type == pa.struct([pa.field("name", pa.string())])
+    v2 = register(registry.url, "users-value", json.dumps(V2))
+    column = factory("users")  # the next segment: the new version is in
+    assert column is not None
     assert column.arrow_type == pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32())])
-    got = column.convert([_wire(7, registry.schemas[7], {"name": "ann"}), b"raw"]).to_pylist()
-    assert got == [{"name": "ann", "age": None}, None]
+    got = column.convert([_wire(v1, V1, {"name": "ann"}), _wire(v2, V2, {"name": "b", "age": 3}), b"raw"])
+    assert got.to_pylist() == [{"name": "ann", "age": None}, {"name": "b", "age": 3}, None]
     assert factory("nosubject") is None  # no subject: the table keeps value_raw only
+
+
+# ------------------------------------------------------------------------------------------ schema evolution
+
+
+@pytest.mark.parametrize(
+    "old, new, merged",
+    [
+        (
+            pa.struct([("a", pa.int32())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+        ),
+        (
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            pa.struct([("a", pa.int32())]),
+            pa.struct([("a", pa.int64()), ("b", pa.string())]),
+        ),
+        (
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float32())])))]),
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float64()), ("g", pa.bool_())])))]),
+            pa.struct([("x", pa.list_(pa.struct([("f", pa.float64()), ("g", pa.bool_())])))]),
+        ),
+        (
+            pa.struct([("m", pa.map_(pa.string(), pa.int32()))]),
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+        ),
+        # What pyiceberg gives for a table's struct: large strings, "element" list items.
+        (
+            pa.struct([("s", pa.large_string()), ("l", pa.list_(pa.field("element", pa.int64())))]),
+            pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]),
+            pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]),
+        ),
+    ],
+)
+def test_merge_types_unions_by_name_and_widens(old: pa.DataType, new: pa.DataType, merged: pa.DataType) -> None:
+    assert merge_types(old, new).equals(merged)
+    assert merge_types(merged, new).equals(merged)  # a version already merged changes nothing
+
+
+@pytest.mark.parametrize(
+    "old, new, where",
+    [
+        (pa.struct([("a", pa.string())]), pa.struct([("a", pa.int64())]), "value.a"),
+        (
+            pa.struct([("s", pa.struct([("b", pa.int64())]))]),
+            pa.struct([("s", pa.struct([("b", pa.float64())]))]),
+            "value.s.b",
+        ),
+        (pa.struct([("l", pa.list_(pa.int64()))]), pa.struct([("l", pa.int64())]), "value.l"),
+        (
+            pa.struct([("m", pa.map_(pa.string(), pa.int64()))]),
+            pa.struct([("m", pa.map_(pa.int64(), pa.int64()))]),
+            "value.m",
+        ),
+    ],
+)
+def test_merge_types_names_the_field_it_cannot_follow(old: pa.DataType, new: pa.DataType, where: str) -> None:
+    with pytest.raises(IncompatibleSchema, match=where.replace(".", r"\.")):
+        merge_types(old, new)
+
+
+# ------------------------------------------------------------------------------------ wire format (properties)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.one_of(st.none(), st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=6)),
+    st.binary(max_size=30),
+)
+def test_wire_format_round_trip(schema_id: int, indexes: list[int] | None, payload: bytes) -> None:
+    raw = wire_value(schema_id, payload, indexes)
+    sid, rest = split_wire_format(raw)
+    assert sid == schema_id
+    if indexes is None:
+        assert rest == payload
+    else:
+        assert split_message_indexes(rest) == (indexes, payload)
+
+
+def test_message_indexes_of_the_first_message_are_one_zero_byte() -> None:
+    assert wire_value(1, b"P", [0]) == b"\x00\x00\x00\x00\x01\x00P"
+    assert split_message_indexes(b"\x00P") == ([0], b"P")
+    # Confluent's own encoding of [1, 2]: zigzag varints, count first.
+    assert split_message_indexes(b"\x04\x02\x04P") == ([1, 2], b"P")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40))
+def test_wire_format_parsers_take_any_bytes_or_raise_value_error(raw: bytes) -> None:
+    try:
+        sid, rest = split_wire_format(raw)
+    except ValueError:
+        assert len(raw) < 5 or raw[0] != 0
+        return
+    assert raw == b"\x00" + struct.pack(">I", sid) + rest
+    try:
+        indexes, payload = split_message_indexes(rest)
+    except ValueError:
+        return
+    assert all(i >= 0 for i in indexes) and rest.endswith(payload)
+    # What it read, written again the canonical way, reads back the same.
+    assert split_message_indexes(message_indexes_bytes(indexes) + payload) == (indexes, payload)
