@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
 from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, merge_types
 
 __all__ = [

@@ -55,7 +55,7 @@ def test_files_sharing_a_day_each_get_the_bounds_of_their_own_rows(tmp_path: Pat
     bounds = sorted(exact_bounds(f, table.schema(), "offset") for f in files)  # type: ignore[type-var]
     assert bounds[0][0] == 0 and bounds[-1][1] == 2999  # type: ignore[index]
     assert sum(f.record_count for f in files) == 3000
-    for (_, high), (low, _) in zip(bounds, bounds[1:]):  # type: ignore[misc]
+    for (_, high), (low, _) in itertools.pairwise(bounds):  # type: ignore[misc]
         assert high < low  # each file's own rows: the ranges do not overlap
 
 
