@@ -57,7 +57,7 @@ def gc_command(
     With --bootstrap-server it also reads the cluster's record of tiered segments (__remote_log_metadata and
     the cluster's topic ids) and lists segments of deleted topics, segments whose delete finished, and copies
     started longer ago than --older-than and never finished; segments the cluster believes tiered but the store
-    lacks are reported as data loss (exit code 2). --watch repeats that check without deleting and exports it as
+    lacks are reported as data loss (exit code 3). --watch repeats that check without deleting and exports it as
     Prometheus metrics.
 
     Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
@@ -84,7 +84,7 @@ def gc_command(
         show_lost(lost)
         if not delete:
             stdout.print(f"{len(items)} items, {total:,} bytes; dry run: pass --delete to remove them")
-            return 2 if lost else 0
+            return 3 if lost else 0
         with progress_bar("deleting", total=len(items)) as advance:
             report = delete_garbage(manager, items, progress=lambda item: advance(item.key))
     stdout.print(
@@ -93,4 +93,4 @@ def gc_command(
     )
     for item, why in report.failed:
         click.echo(f"FAILED {item.kind} {item.key}: {why}", err=True)
-    return 1 if report.failed else 2 if lost else 0
+    return 1 if report.failed else 3 if lost else 0

@@ -8,13 +8,15 @@ each) tiering to SeaweedFS's S3 through the fault proxy, with three kinds of dri
 - a tiered segment whose three objects are removed by hand.
 
 The dry run lists the first two (by the cluster's record, not by their shape: the deleted topic's segments are
-complete) and reports the third as data loss (exit code 2); ``--delete`` removes exactly the first two, and every
+complete) and reports the third as data loss (exit code 3); ``--delete`` removes exactly the first two, and every
 other object in the bucket is still there.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from botocore.config import Config
 from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
 from faultproxy import FaultPlan, FaultProxy, object_kind
 
+from rsm.cli.gc_cluster import watch_loop
 from rsm.cli.main import main
 
 pytestmark = pytest.mark.timeout(900)
@@ -169,19 +172,53 @@ def test_gc_reconciles_the_store_with_the_cluster(
     config = str(node.work / "server.properties")
     gc = ["gc", "--config", config, "--bootstrap-server", c.bootstrap, "--older-than", "2s"]
     capsys.readouterr()
-    assert main(gc) == 2  # data loss
+    assert main(gc) == 3  # data loss
     out, err = capsys.readouterr()
     assert "dry run" in out
     assert "dead-topic-segment" in out and "unfinished-copy" in out
     lost_id = lost_manifest.rsplit("-", 1)[1].removesuffix(".rsm-manifest")
     assert "DATA LOSS" in err and lost_id in err, err
     assert keys(s3, bucket, prefix) == before  # a dry run touches nothing
+    # The scheduled check sees the same, as metrics.
+    metrics = watch_metrics(config, c.bootstrap)
+    assert metrics["kts_gc_cluster_lost_segments"] == 1, metrics
+    assert metrics['kts_gc_cluster_garbage_segments{kind="dead-topic-segment"}'] >= 1, metrics
+    assert metrics['kts_gc_cluster_garbage_segments{kind="unfinished-copy"}'] == 1, metrics
+    assert metrics['kts_gc_cluster_garbage_bytes{kind="dead-topic-segment"}'] > 0, metrics
+    assert metrics['kts_gc_cluster_segments{state="COPY_SEGMENT_FINISHED"}'] >= 4, metrics
+    assert keys(s3, bucket, prefix) == before  # nor does the watch
 
     drift.deletes_fail = False
-    assert main([*gc, "--delete"]) == 2  # still lost: kts gc never touches it
+    assert main([*gc, "--delete"]) == 3  # still lost: kts gc never touches it
     out, err = capsys.readouterr()
     assert "failed 0" in out, out + err
     after = keys(s3, bucket, prefix)
     assert after == before - gone - killed_attempt, (sorted(before - after), sorted(after - before))
     assert not objects("gone")
     assert lost_id in err
+
+
+def watch_metrics(config: str, bootstrap: str) -> dict[str, float]:
+    """``kts gc --watch``'s endpoint, scraped once its first check completed (three checks a second apart)."""
+    port = jt.free_ports(1)[0]
+    args = (config, (), 2.0, bootstrap, None, 1.0, port, 3)
+    watcher = threading.Thread(target=watch_loop, args=args, daemon=True)
+    watcher.start()
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                text = ""
+            values = {
+                name: float(value)
+                for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("kts_gc"))
+            }
+            if values.get("kts_gc_cluster_last_success_timestamp_seconds", 0) > 0:
+                return values
+            assert watcher.is_alive(), "kts gc --watch ended before its first check was served"
+            time.sleep(0.3)
+        raise AssertionError("kts gc --watch served no completed check")
+    finally:
+        watcher.join(120)
