@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import click
 
 from rsm.cli.properties import read_properties
 from rsm.errors import RemoteStorageException
-from rsm.kafka.remote_log_metadata import RemoteLogMetadataError, RemoteLogMetadataRecord, decode
+from rsm.kafka.remote_log_metadata import RemoteLogMetadataError, RemoteLogMetadataRecord, decode, uuid_to_str
 
 METADATA_TOPIC = "__remote_log_metadata"
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -142,19 +143,14 @@ def read_cluster(settings: Mapping[str, Any], timeout_s: float = 120) -> Cluster
         raise ClusterReadError(f"cannot read the cluster at {','.join(settings['bootstrap_servers'])}: {e!r}") from e
     topic_ids: dict[str, str] = {}
     for t in topics:
-        raw = t.get("topic_id")
-        if raw is None or getattr(raw, "int", 1) == 0:
+        raw = t.get("topic_id")  # a uuid.UUID, or its str() in kafka-python's JSON-style dicts
+        topic_id = None if raw is None else raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
+        if topic_id is None or topic_id.int == 0:
             raise ClusterReadError(
                 f"the cluster gave no topic id for {t.get('name')!r}; topic ids need Kafka 2.8+ (Metadata v10+)"
             )
-        topic_ids[_uuid_str(raw.bytes)] = t["name"]
+        topic_ids[uuid_to_str(topic_id.bytes)] = t["name"]
     return ClusterView(records, topic_ids)
-
-
-def _uuid_str(raw: bytes) -> str:
-    from rsm.kafka.remote_log_metadata import uuid_to_str
-
-    return uuid_to_str(raw)
 
 
 def _read_metadata_topic(kafka: Any, settings: Mapping[str, Any], timeout_s: float) -> list[RemoteLogMetadataRecord]:

@@ -31,6 +31,7 @@ from faultproxy import FaultPlan, FaultProxy, object_kind
 
 from rsm.cli.gc_cluster import watch_loop
 from rsm.cli.main import main
+from rsm.kafka.remote_log_metadata import decode, encode
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -169,11 +170,18 @@ def test_gc_reconciles_the_store_with_the_cluster(
     time.sleep(3)  # past the grace period below
     before = keys(s3, bucket, prefix)
 
+    # Every record the broker wrote to __remote_log_metadata decodes, and encodes back to the same bytes.
+    values = metadata_values(c.bootstrap)
+    assert len(values) >= 8, len(values)
+    for value in values:
+        assert encode(decode(value)) == value, value
+
     config = str(node.work / "server.properties")
     gc = ["gc", "--config", config, "--bootstrap-server", c.bootstrap, "--older-than", "2s"]
     capsys.readouterr()
-    assert main(gc) == 3  # data loss
+    code = main(gc)
     out, err = capsys.readouterr()
+    assert code == 3, out + err  # data loss
     assert "dry run" in out
     assert "dead-topic-segment" in out and "unfinished-copy" in out
     lost_id = lost_manifest.rsplit("-", 1)[1].removesuffix(".rsm-manifest")
@@ -189,8 +197,9 @@ def test_gc_reconciles_the_store_with_the_cluster(
     assert keys(s3, bucket, prefix) == before  # nor does the watch
 
     drift.deletes_fail = False
-    assert main([*gc, "--delete"]) == 3  # still lost: kts gc never touches it
+    code = main([*gc, "--delete"])
     out, err = capsys.readouterr()
+    assert code == 3, out + err  # still lost: kts gc never touches it
     assert "failed 0" in out, out + err
     after = keys(s3, bucket, prefix)
     assert after == before - gone - killed_attempt, (sorted(before - after), sorted(after - before))
@@ -222,3 +231,24 @@ def watch_metrics(config: str, bootstrap: str) -> dict[str, float]:
         raise AssertionError("kts gc --watch served no completed check")
     finally:
         watcher.join(120)
+
+
+def metadata_values(bootstrap: str) -> list[bytes]:
+    """Every value of ``__remote_log_metadata``, read with kafka-python."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        tps = [
+            TopicPartition("__remote_log_metadata", p) for p in consumer.partitions_for_topic("__remote_log_metadata")
+        ]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        out: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+            out += [m.value for batch in consumer.poll(timeout_ms=1000).values() for m in batch]
+        return out
+    finally:
+        consumer.close()
