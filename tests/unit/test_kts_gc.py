@@ -99,3 +99,11 @@ def test_command_config_maps_kafka_client_properties(tmp_path: Path) -> None:
         client_settings("a:9092", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
     with pytest.raises(ClusterReadError, match="security.protocol 'TLS'"):
         client_settings("a:9092", {"security.protocol": "TLS"})
+
+
+def test_watch_needs_the_cluster_and_never_deletes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = tmp_path / "p.properties"
+    props.write_text(f"storage.backend.class=filesystem\nstorage.root={tmp_path}\n")
+    assert main(["gc", "--config", str(props), "--watch", "1m"]) == 2
+    assert main(["gc", "--config", str(props), "--watch", "1m", "--bootstrap-server", "h:9092", "--delete"]) == 2
+    assert "--watch needs --bootstrap-server and never deletes" in capsys.readouterr().err
