@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 
 from rsm.cli.cluster import client_settings, load_command_config, read_cluster
 from rsm.cli.progress import stdout
@@ -91,21 +90,17 @@ def reconcile_with_cluster(
 
 
 def show_lost(lost: list[LostSegment]) -> None:
+    """One line on stderr per lost segment (greppable, never cut to a terminal's width), then what to do."""
     if not lost:
         return
-    table = Table("topic-partition", "segment", "offsets", "missing", title="DATA LOSS: tiered segments missing")
     for entry in lost:
         meta = entry.segment.metadata
         tip = meta.topic_id_partition
-        table.add_row(
-            f"{tip.topic}-{tip.partition}",
-            meta.remote_log_segment_id.id,
-            f"{meta.start_offset}..{meta.end_offset}",
-            "\n".join(entry.missing),
+        click.echo(
+            f"DATA LOSS {tip.topic}-{tip.partition} segment {meta.remote_log_segment_id.id} offsets "
+            f"{meta.start_offset}..{meta.end_offset}: missing {', '.join(entry.missing)}",
+            err=True,
         )
-    from rich.console import Console
-
-    Console(stderr=True).print(table)
     click.echo(
         f"ERROR: {len(lost)} segments the cluster believes tiered are missing from the store; consumers reading "
         "them will fail. Restore the objects from a backup or versioned bucket; kts gc does not touch them.",

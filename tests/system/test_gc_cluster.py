@@ -184,8 +184,9 @@ def test_gc_reconciles_the_store_with_the_cluster(
     assert code == 3, out + err  # data loss
     assert "dry run" in out
     assert "dead-topic-segment" in out and "unfinished-copy" in out
-    lost_id = lost_manifest.rsplit("-", 1)[1].removesuffix(".rsm-manifest")
-    assert "DATA LOSS" in err and lost_id in err, err
+    lost_id = lost_manifest.removesuffix(".rsm-manifest").rsplit("/", 1)[1].split("-", 1)[1]
+    assert f"DATA LOSS keep-0 segment {lost_id} offsets 0.." in err, err
+    assert all(k in err for k in lost if not k.endswith(".log")), err  # the .log is asked for beside a manifest
     assert keys(s3, bucket, prefix) == before  # a dry run touches nothing
     # The scheduled check sees the same, as metrics.
     metrics = watch_metrics(config, c.bootstrap)
