@@ -17,7 +17,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ import click
 
 from rsm.cli.properties import read_properties
 from rsm.errors import RemoteStorageException
-from rsm.kafka.remote_log_metadata import RemoteLogMetadataError, RemoteLogMetadataRecord, decode, uuid_to_str
+from rsm.kafka.remote_log_metadata import (
+    RemoteLogMetadataError,
+    RemoteLogMetadataRecord,
+    SegmentRecord,
+    decode,
+    uuid_to_str,
+)
 
 METADATA_TOPIC = "__remote_log_metadata"
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -45,6 +51,10 @@ class ClusterView:
 
     records: list[RemoteLogMetadataRecord]
     topic_ids: dict[str, str]
+    undecided: dict[str, str] = field(default_factory=dict)
+    """Topic ids of the record that the cluster's listing lacks but whose deletion it did not confirm (asked by
+    name, it answered with an error other than "unknown topic": no right to describe it, say), with that error.
+    They count as live: nothing of theirs is removed."""
 
 
 def _jaas_credentials(jaas: str, path: str) -> tuple[str, str]:
@@ -136,21 +146,45 @@ def read_cluster(settings: Mapping[str, Any], timeout_s: float = 120) -> Cluster
         records = _read_metadata_topic(kafka, settings, timeout_s)
         admin = kafka.KafkaAdminClient(**settings)
         try:
-            topics = admin.describe_topics()
+            topic_ids = _topic_ids(admin.describe_topics())
+            # A listing of all topics leaves out those the principal may not describe: each topic of the record
+            # the listing lacks is asked for by name, and only "unknown topic" (or another id) proves it deleted.
+            names = {r.metadata.topic_id_partition.topic_id: r.metadata.topic_id_partition.topic for r in records
+                     if isinstance(r, SegmentRecord)}  # fmt: skip
+            missing = {tid: name for tid, name in names.items() if tid not in topic_ids}
+            undecided: dict[str, str] = {}
+            if missing:
+                answers = {t["name"]: t for t in admin.describe_topics(sorted(set(missing.values())))}
+                for tid, name in missing.items():
+                    answer = answers.get(name)
+                    code = None if answer is None else answer.get("error_code", 0)
+                    if code == 0 and _topic_ids([answer]).get(tid) == name:
+                        topic_ids[tid] = name
+                    elif code not in (0, _UNKNOWN_TOPIC):
+                        undecided[tid] = f"{name}: error code {code}"
         finally:
             admin.close()
     except KafkaError as e:
         raise ClusterReadError(f"cannot read the cluster at {','.join(settings['bootstrap_servers'])}: {e!r}") from e
-    topic_ids: dict[str, str] = {}
+    return ClusterView(records, topic_ids, undecided)
+
+
+_UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _topic_ids(topics: list[dict[str, Any]]) -> dict[str, str]:
+    out: dict[str, str] = {}
     for t in topics:
+        if t.get("error_code", 0) != 0:
+            continue
         raw = t.get("topic_id")  # a uuid.UUID, or its str() in kafka-python's JSON-style dicts
         topic_id = None if raw is None else raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
         if topic_id is None or topic_id.int == 0:
             raise ClusterReadError(
                 f"the cluster gave no topic id for {t.get('name')!r}; topic ids need Kafka 2.8+ (Metadata v10+)"
             )
-        topic_ids[uuid_to_str(topic_id.bytes)] = t["name"]
-    return ClusterView(records, topic_ids)
+        out[uuid_to_str(topic_id.bytes)] = t["name"]
+    return out
 
 
 def _read_metadata_topic(kafka: Any, settings: Mapping[str, Any], timeout_s: float) -> list[RemoteLogMetadataRecord]:

@@ -62,8 +62,10 @@ def check(
     """Read the cluster (the record first, then its topic ids), then reconcile the store with it."""
     settings = client_settings(bootstrap_server, load_command_config(command_config))
     view = read_cluster(settings)
+    for why in view.undecided.values():
+        click.echo(f"warning: not listed by the cluster, yet not confirmed deleted ({why}): left alone", err=True)
     segments = segments_from_records(view.records)
-    return reconcile(manager, segments, view.topic_ids, grace), view.topic_ids
+    return reconcile(manager, segments, [*view.topic_ids, *view.undecided], grace), view.topic_ids
 
 
 def reconcile_with_cluster(
