@@ -7,7 +7,7 @@ import re
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsm.kafka.remote_log_metadata import (
@@ -76,11 +76,13 @@ def snapshot_records(draw: st.DrawFn) -> SegmentSnapshotRecord:
 records = segment_records() | update_records() | delete_records() | snapshot_records()
 
 
+@settings(deadline=None)  # a loaded machine must not fail a round trip on time
 @given(records)
 def test_every_record_round_trips(record: object) -> None:
     assert decode(encode(record)) == record  # type: ignore[arg-type]
 
 
+@settings(deadline=None)
 @given(records, st.data())
 def test_a_cut_value_is_an_error_never_a_record(record: object, data: st.DataObject) -> None:
     raw = encode(record)  # type: ignore[arg-type]
@@ -89,6 +91,7 @@ def test_a_cut_value_is_an_error_never_a_record(record: object, data: st.DataObj
         decode(raw[:cut])
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_decode_or_fail_with_the_format_error(raw: bytes) -> None:
     try:
