@@ -11,7 +11,7 @@ import re
 import click
 from rich.table import Table
 
-from rsm.cli.gc_cluster import cluster_options, reconcile_with_cluster, show_lost
+from rsm.cli.gc_cluster import cluster_options, deletes_iceberg_rows, reconcile_with_cluster, show_lost
 from rsm.cli.progress import progress_bar, stdout
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.garbage import delete_garbage, find_garbage, where
@@ -60,7 +60,9 @@ def gc_command(
     lacks are reported as data loss (exit code 3). --watch repeats that check without deleting and exports it as
     Prometheus metrics.
 
-    Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
+    Needs no private key, except to remove the rows of an Iceberg-mode segment
+    (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
+    cache only when its directory exists."""
     grace = parse_duration(older_than)
     if watch is not None:
         from rsm.cli.gc_cluster import watch_loop
@@ -69,7 +71,9 @@ def gc_command(
             raise click.UsageError("--watch needs --bootstrap-server and never deletes (no --delete)")
         return watch_loop(config, sets, grace, bootstrap_server, command_config, parse_duration(watch), metrics_port)
     lost = []
-    with open_manager(config, sets, keys=False, disk_cache=True) as manager:
+    # removing an Iceberg-mode segment's rows reads its manifest's data key: only then is the key ring needed
+    keys = bootstrap_server is not None and delete and deletes_iceberg_rows(config, sets)
+    with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
             items = find_garbage(manager, grace, on_listed=listed)

@@ -19,10 +19,17 @@ import click
 
 from rsm.cli.cluster import client_settings, load_command_config, read_cluster
 from rsm.cli.progress import stdout
-from rsm.cli.settings import open_manager
+from rsm.cli.settings import load_configs, open_manager
 from rsm.core.garbage import GarbageItem
 from rsm.core.object_keys import parse_object_key
-from rsm.core.reconcile import CLUSTER_KINDS, LostSegment, Reconciliation, reconcile, segments_from_records
+from rsm.core.reconcile import (
+    CLUSTER_KINDS,
+    DEAD_TOPIC_ICEBERG,
+    LostSegment,
+    Reconciliation,
+    reconcile,
+    segments_from_records,
+)
 from rsm.errors import RemoteStorageException
 from rsm.metadata import RemoteLogSegmentState
 
@@ -54,6 +61,11 @@ def cluster_options(func: F) -> F:
         help="also reconcile with this cluster's record of tiered segments (__remote_log_metadata, topic ids)",
     )(func)
     return func
+
+
+def deletes_iceberg_rows(config: str | None, sets: tuple[str, ...]) -> bool:
+    """Whether the configuration removes an Iceberg-mode segment's rows with the segment."""
+    return str(load_configs(config, sets).get("iceberg.mode.delete.rows.enabled", "false")).lower() == "true"
 
 
 def check(
@@ -88,6 +100,11 @@ def reconcile_with_cluster(
         f"the cluster has {len(topic_ids)} topics; its record holds segments: {states}; "
         f"{result.unknown_bytes:,} bytes in the store belong to segments it does not know (left alone)"
     )
+    if result.iceberg_rows_kept and any(i.kind == DEAD_TOPIC_ICEBERG for i in result.items):
+        stdout.print(
+            "Iceberg-mode segments of deleted topics are listed: --delete removes their objects, and their rows "
+            "stay in the topic's table (iceberg.mode.delete.rows.enabled is off; set it to remove them too)"
+        )
     return kept + result.items, result.lost
 
 

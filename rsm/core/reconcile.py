@@ -7,7 +7,8 @@ segment the record knows is tied to its objects in the store by its segment id (
 attempt) through the key layout (``parse_object_key``). From that:
 
 - ``dead-topic-segment``: a segment of a topic id the record knows and the cluster no longer has (a topic
-  deleted while the store refused deletes);
+  deleted while the store refused deletes); ``dead-topic-iceberg-segment`` when its manifest says it is an
+  Iceberg-mode segment, whose records are rows of the topic's table;
 - ``deleted-segment``: a segment whose last state is DELETE_SEGMENT_FINISHED but whose objects are still there;
 - ``unfinished-copy``: a segment whose last state is COPY_SEGMENT_STARTED, started longer ago than the grace
   period (a copy killed midway);
@@ -45,9 +46,10 @@ if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
 
 DEAD_TOPIC_SEGMENT = "dead-topic-segment"
+DEAD_TOPIC_ICEBERG = "dead-topic-iceberg-segment"
 DELETED_SEGMENT = "deleted-segment"
 UNFINISHED_COPY = "unfinished-copy"
-CLUSTER_KINDS = (DEAD_TOPIC_SEGMENT, DELETED_SEGMENT, UNFINISHED_COPY)
+CLUSTER_KINDS = (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG, DELETED_SEGMENT, UNFINISHED_COPY)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ class Reconciliation:
     """Bytes of objects of the plugin's layout whose segment the record does not know (another cluster's, or
     newer than the read)."""
 
+    iceberg_rows_kept: bool = False
+    """Whether removing an Iceberg-mode segment leaves its rows in the table (``iceberg.mode.delete.rows.enabled``
+    is off)."""
+
     def bytes_by_kind(self) -> dict[str, int]:
         out = dict.fromkeys(CLUSTER_KINDS, 0)
         for item in self.items:
@@ -138,7 +144,7 @@ def reconcile(
                 stored.setdefault(parsed.segment_id, {})[parsed.suffix] = info
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list {prefix!r} in {manager.backend}: {e}") from e
-    result = Reconciliation()
+    result = Reconciliation(iceberg_rows_kept=not manager.iceberg.cfg.delete_rows)
     for seg in segments.values():
         result.states[seg.state.name] += 1
     for segment_id, objects in sorted(stored.items()):
@@ -152,6 +158,12 @@ def reconcile(
         topic_id = seg.metadata.topic_id_partition.topic_id
         if topic_id not in live and topic_id in known_topics:
             kind = DEAD_TOPIC_SEGMENT
+            if (
+                Suffix.LOG not in objects
+                and Suffix.MANIFEST in objects
+                and _is_iceberg(manager, objects[Suffix.MANIFEST].key)
+            ):
+                kind = DEAD_TOPIC_ICEBERG  # its records are rows of its topic's Iceberg table too
         elif seg.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
             kind = DELETED_SEGMENT
         elif seg.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED and (

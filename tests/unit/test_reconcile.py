@@ -14,6 +14,7 @@ from rsm.cli.main import main
 from rsm.cli.settings import open_manager
 from rsm.core.garbage import delete_garbage
 from rsm.core.reconcile import (
+    DEAD_TOPIC_ICEBERG,
     DEAD_TOPIC_SEGMENT,
     DELETED_SEGMENT,
     UNFINISHED_COPY,
@@ -97,3 +98,30 @@ def test_each_state_gives_its_kind_and_delete_takes_exactly_those(demo: Path) ->
         assert not [n for n in store_files if meta.remote_log_segment_id.id in n], store_files
     for meta in (metas[0], metas[3]):
         assert len([n for n in store_files if meta.remote_log_segment_id.id in n]) == 3
+
+
+def test_an_iceberg_topics_segments_are_named_and_their_rows_go_with_them(tmp_path: Path) -> None:
+    pytest.importorskip("pyiceberg")
+    from rsm.cli import demo_iceberg
+
+    d = tmp_path / "demo"
+    assert main(["demo", "--dir", str(d), "--segments", "2", "--segment-mb", "0.2", "--no-spark"]) == 0
+    props = str(d / "server.properties")
+    long_ago = int(time.time() * 1000) - 2 * HOUR_MS
+    rows_on = ("iceberg.mode.delete.rows.enabled=true",)
+    with open_manager(props, rows_on, keys=True) as manager:  # the rows' offsets are in the encrypted manifest
+        metas = [s.metadata_stub() for s in manager.catalog().segments(demo_iceberg.TOPIC)]
+        assert metas
+        records = [
+            r for m in metas for r in history(m, S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED, at_ms=long_ago)
+        ]
+        time.sleep(0.05)
+        result = reconcile(manager, segments_from_records(records), [], older_than_seconds=0.01)
+        assert {i.kind for i in result.items} == {DEAD_TOPIC_ICEBERG} and len(result.items) == len(metas)
+        assert not result.iceberg_rows_kept
+        table = manager.iceberg.mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
+        assert table.scan().to_arrow().num_rows > 0
+        report = delete_garbage(manager, result.items)
+        assert len(report.deleted) == len(metas) and not report.failed
+        assert not manager.catalog().segments(demo_iceberg.TOPIC)
+        assert table.refresh().scan().to_arrow().num_rows == 0
