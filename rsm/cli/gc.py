@@ -11,6 +11,7 @@ import re
 import click
 from rich.table import Table
 
+from rsm.cli.gc_cluster import cluster_options, deletes_iceberg_rows, reconcile_with_cluster, show_lost
 from rsm.cli.progress import progress_bar, stdout
 from rsm.cli.settings import config_options, open_manager
 from rsm.core.garbage import delete_garbage, find_garbage, where
@@ -36,28 +37,58 @@ def parse_duration(text: str) -> float:
     help="grace period: longer than any copy takes (a copy in progress owns objects without a manifest)",
 )
 @click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
-def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delete: bool) -> int:
+@cluster_options
+def gc_command(
+    config: str | None,
+    sets: tuple[str, ...],
+    older_than: str,
+    delete: bool,
+    bootstrap_server: str | None,
+    command_config: str | None,
+    watch: str | None,
+    metrics_port: int,
+) -> int:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
     multipart uploads, temp files and disk-cache chunks of segments no longer tiered; a dry run unless --delete.
 
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.
 
-    Needs no private key. Looks into the broker's disk chunk cache only when its directory exists."""
+    With --bootstrap-server it also reads the cluster's record of tiered segments (__remote_log_metadata and
+    the cluster's topic ids) and lists segments of deleted topics, segments whose delete finished, and copies
+    started longer ago than --older-than and never finished; segments the cluster believes tiered but the store
+    lacks are reported as data loss (exit code 3). --watch repeats that check without deleting and exports it as
+    Prometheus metrics.
+
+    Needs no private key, except to remove the rows of an Iceberg-mode segment
+    (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
+    cache only when its directory exists."""
     grace = parse_duration(older_than)
-    with open_manager(config, sets, keys=False, disk_cache=True) as manager:
+    if watch is not None:
+        from rsm.cli.gc_cluster import watch_loop
+
+        if delete or bootstrap_server is None:
+            raise click.UsageError("--watch needs --bootstrap-server and never deletes (no --delete)")
+        return watch_loop(config, sets, grace, bootstrap_server, command_config, parse_duration(watch), metrics_port)
+    lost = []
+    # removing an Iceberg-mode segment's rows reads its manifest's data key: only then is the key ring needed
+    keys = bootstrap_server is not None and delete and deletes_iceberg_rows(config, sets)
+    with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
             items = find_garbage(manager, grace, on_listed=listed)
+        if bootstrap_server is not None:
+            items, lost = reconcile_with_cluster(manager, items, grace, bootstrap_server, command_config)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
         for item in items:
             size = "" if item.size is None else f"{item.size:,}"
             table.add_row(item.kind, item.key, f"{item.age_seconds / 3600:.1f} h", size)
         stdout.print(table)
         total = sum(i.size or 0 for i in items)
+        show_lost(lost)
         if not delete:
             stdout.print(f"{len(items)} items, {total:,} bytes; dry run: pass --delete to remove them")
-            return 0
+            return 3 if lost else 0
         with progress_bar("deleting", total=len(items)) as advance:
             report = delete_garbage(manager, items, progress=lambda item: advance(item.key))
     stdout.print(
@@ -66,4 +97,4 @@ def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delet
     )
     for item, why in report.failed:
         click.echo(f"FAILED {item.kind} {item.key}: {why}", err=True)
-    return 1 if report.failed else 0
+    return 1 if report.failed else 3 if lost else 0

@@ -44,6 +44,7 @@ from rsm.core.object_keys import Suffix, parse_object_key
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
 from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.iceberg.config import ICEBERG_DIR
+from rsm.metadata import RemoteLogSegmentMetadata
 
 if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
@@ -66,6 +67,9 @@ class GarbageItem:
     age_seconds: float
     size: int | None = None
     upload: PendingUpload | None = None
+    segment: RemoteLogSegmentMetadata | None = None
+    """Set for the kinds of ``rsm.core.reconcile``: the segment the cluster's record ties the objects to, removed
+    through the plugin's own delete."""
 
 
 @dataclass
@@ -230,6 +234,12 @@ def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]
     if item.kind == CACHE_ENTRY:
         if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
             manager.chunk_cache.forget_segment(item.key)
+        return _DELETED, ""
+    if item.segment is not None:
+        try:
+            manager.delete_log_segment_data(item.segment)
+        except RemoteStorageException as e:
+            return _FAILED, str(e)
         return _DELETED, ""
     prefix = manager.config["key.prefix"]
     parsed = parse_object_key(item.key, prefix)

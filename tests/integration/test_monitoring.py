@@ -40,7 +40,7 @@ from shim_in_jvm import java_data, jvm, shim  # noqa: F401 - jvm is a fixture
 
 from backends.s3 import S3Backend
 from rsm.core.object_keys import segment_keys
-from rsm.metrics.monitoring import ALERT_RULE_TESTS, ALERT_RULES, DASHBOARD
+from rsm.metrics.monitoring import ALERT_RULE_TESTS, ALERT_RULES, DASHBOARD, GC_ALERT_RULE_TESTS, GC_ALERT_RULES
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -77,22 +77,25 @@ def dashboard_expressions(board: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def alert_rules() -> list[dict[str, Any]]:
-    return [rule for group in yaml.safe_load(ALERT_RULES.read_text())["groups"] for rule in group["rules"]]
+def alert_rules(path: Path = ALERT_RULES) -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
 
 
-def test_promtool_checks_and_unit_tests_the_alert_rules() -> None:
+@pytest.mark.parametrize(
+    ("rules_file", "tests_file"), [(ALERT_RULES, ALERT_RULE_TESTS), (GC_ALERT_RULES, GC_ALERT_RULE_TESTS)]
+)
+def test_promtool_checks_and_unit_tests_the_alert_rules(rules_file: Path, tests_file: Path) -> None:
     promtool = _tool(PROMTOOL, "promtool")
-    check = subprocess.run([promtool, "check", "rules", str(ALERT_RULES)], capture_output=True, text=True)
+    check = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    rules = alert_rules()
+    rules = alert_rules(rules_file)
     assert f"SUCCESS: {len(rules)} rules found" in check.stdout, check.stdout
     unit = subprocess.run(
-        [promtool, "test", "rules", ALERT_RULE_TESTS.name], capture_output=True, text=True, cwd=ALERT_RULES.parent
+        [promtool, "test", "rules", tests_file.name], capture_output=True, text=True, cwd=rules_file.parent
     )
     assert unit.returncode == 0 and "SUCCESS" in unit.stdout, unit.stdout + unit.stderr
     # Every alert is unit-tested: some evaluation expects it and some expects it silent.
-    cases = yaml.safe_load(ALERT_RULE_TESTS.read_text())["tests"]
+    cases = yaml.safe_load(tests_file.read_text())["tests"]
     checked = [c for case in cases for c in case["alert_rule_test"]]
     for rule in rules:
         expected = [c["exp_alerts"] for c in checked if c["alertname"] == rule["alert"]]

@@ -12,7 +12,9 @@ times):
 - ``reset-body``: forwards the response head and half of the body, then resets;
 - ``stall``: forwards half of the body, then goes silent past the client's attempt timeout;
 - ``truncate``: half of the body with the original Content-Length, then a clean close;
-- ``truncate-length``: half of the body with Content-Length rewritten to match it, then a clean close.
+- ``truncate-length``: half of the body with Content-Length rewritten to match it, then a clean close;
+- ``hold`` (asked for by name): keeps the request, never sent upstream, for ``stall_s``, then resets (a request in
+  flight when its client is killed).
 
 Distance is a :class:`Link`: every request waits ``delay_s`` before it goes upstream (a cloud store's first-byte
 latency), and bodies are paced to ``bandwidth`` bytes/s per request (a store's per-connection throughput) and to
@@ -108,6 +110,9 @@ class FaultPlan:
     match: Callable[[str, str], bool] | None = None
     limit: int | None = None
     record: bool = True
+    pick: Callable[[str, str], str | None] | None = None
+    """When set, it alone chooses each request's fault (or None), for a test that breaks different requests in
+    different ways at once; ``rate``, ``faults``, ``match`` and ``limit`` are then not used."""
     injected: Counter[str] = field(default_factory=Counter)
     requests: int = 0
     seen: list[tuple[str, str, int | str]] = field(default_factory=list)
@@ -323,6 +328,11 @@ class FaultProxy:
     def _pick(self, method: str, path: str, has_request_body: bool) -> str | None:
         with self._lock:
             self.plan.requests += 1
+            if self.plan.pick is not None:
+                fault = self.plan.pick(method, path)
+                if fault is not None:
+                    self.plan.injected[fault] += 1
+                return fault
             if self.plan.match is not None and not self.plan.match(method, path):
                 return None
             if self.plan.limit is not None and sum(self.plan.injected.values()) >= self.plan.limit:
@@ -443,6 +453,11 @@ class FaultProxy:
             [b"Content-Length: %d" % len(body), b"Connection: close"] if body else [b"Connection: close"],
         )
         fault = self._pick(method, path, bool(body))
+        if fault == "hold":
+            self._record(method, path, fault)
+            await asyncio.sleep(self.plan.stall_s)
+            _reset(client_w)
+            return False, 0
         if fault in _ANSWERED:
             self._record(method, path, int(self._answers[fault][0][:3]))
             client_w.write(self._answer(fault))

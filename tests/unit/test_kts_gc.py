@@ -73,3 +73,37 @@ def test_demo_runs_the_spark_example(tmp_path: Path, capsys: pytest.CaptureFixtu
     records = int(line.split("records read by Spark")[0].strip().replace(",", ""))
     summary = next(line for line in out.splitlines() if line.strip().startswith("records "))
     assert f"{records:,} data records" in summary  # Spark saw exactly the records the catch-up read decoded
+
+
+def test_command_config_maps_kafka_client_properties(tmp_path: Path) -> None:
+    from rsm.cli.cluster import ClusterReadError, client_settings
+
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" password="p\\"w";'
+    props = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": jaas,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/etc/ca.pem",
+        "ssl.endpoint.identification.algorithm": "",
+    }
+    s = client_settings("a:9092,b:9092", props)
+    assert s["bootstrap_servers"] == ["a:9092", "b:9092"] and s["security_protocol"] == "SASL_SSL"
+    assert (s["sasl_mechanism"], s["sasl_plain_username"], s["sasl_plain_password"]) == ("SCRAM-SHA-512", "ops", 'p"w')
+    assert s["ssl_cafile"] == "/etc/ca.pem" and s["ssl_check_hostname"] is False
+    with pytest.raises(ClusterReadError, match="ssl.truststore.location /t.jks is a JKS store"):
+        client_settings("a:9092", {"security.protocol": "SSL", "ssl.truststore.location": "/t.jks"})
+    with pytest.raises(ClusterReadError, match="sasl.mechanism GSSAPI is not supported"):
+        client_settings("a:9092", {"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas})
+    with pytest.raises(ClusterReadError, match="needs sasl.jaas.config"):
+        client_settings("a:9092", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
+    with pytest.raises(ClusterReadError, match="security.protocol 'TLS'"):
+        client_settings("a:9092", {"security.protocol": "TLS"})
+
+
+def test_watch_needs_the_cluster_and_never_deletes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = tmp_path / "p.properties"
+    props.write_text(f"storage.backend.class=filesystem\nstorage.root={tmp_path}\n")
+    assert main(["gc", "--config", str(props), "--watch", "1m"]) == 2
+    assert main(["gc", "--config", str(props), "--watch", "1m", "--bootstrap-server", "h:9092", "--delete"]) == 2
+    assert "--watch needs --bootstrap-server and never deletes" in capsys.readouterr().err
