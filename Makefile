@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/kafka/_batchencode
 setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
+	bash .ci/install_key_services.sh
 	bash .ci/iceberg_spark_env.sh >/dev/null
 	# The plugin jar (Maven, against Kafka 3.6's jars), and the shim compiled against the Kafka releases `make test`
 	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.

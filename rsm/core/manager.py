@@ -27,17 +27,17 @@ from typing import Any, BinaryIO
 from backends.base import BackendCapabilities, RangeReader, StorageBackend
 from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBufferPool
-from encryption.errors import KeyPairError
-from encryption.keyring import RsaKeyPair, RsaKeyRing
+from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_keys, warn_unknown_keys
 from rsm.core.iceberg_link import IcebergLink
+from rsm.core.key_services import build_key_ring
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
 from rsm.core.memory_floor import memory_floor
 from rsm.core.pools import ThreadPools
 from rsm.core.segment_objects import SegmentObjects
-from rsm.errors import ConfigException, RemoteResourceNotFoundException, RemoteStorageException
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache, ChunkCacheSettings
 from rsm.fetch.disk_store import DiskChunkStore
 from rsm.fetch.index_reader import IndexReader
@@ -53,7 +53,7 @@ from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
 from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 from rsm.metrics.config import metrics_config
-from rsm.metrics.recorders import BackendRecorder, RsmRecorder
+from rsm.metrics.recorders import BackendRecorder, KeyServiceRecorder, RsmRecorder
 from rsm.metrics.snapshot import Pulled, as_dict, collect
 from rsm.metrics.sources import fetch_path_sources
 
@@ -113,10 +113,10 @@ class RemoteStorageManager:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
         config = RsmConfig.from_map(configs)
         warn_unknown_keys(configs)
-        key_ring = _key_ring(config)
         metrics_cfg, self.metrics_settings = metrics_config(configs)
-        backend = create_backend(config["storage.backend.class"], config.storage)
         self.metrics_registry = MetricsRegistry(metrics_cfg)
+        key_ring = _key_ring(config, KeyServiceRecorder(self.metrics_registry))
+        backend = create_backend(config["storage.backend.class"], config.storage)
         self.rsm_metrics = RsmRecorder(self.metrics_registry)
         capabilities = BackendCapabilities.of(backend)
         self._instrument(capabilities)
@@ -448,12 +448,10 @@ def _limiter(bytes_per_second: int) -> RateLimiter | None:
     return RateLimiter(bytes_per_second) if bytes_per_second else None
 
 
-def _key_ring(config: RsmConfig) -> RsaKeyRing | None:
-    """The key ring of ``encryption.key.pairs`` when encryption is on; bad key material is a ``ConfigException``."""
-    if not config["encryption.enabled"]:
-        return None
-    try:
-        pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
-        return RsaKeyRing(pairs, config["encryption.key.pair.id"])
-    except KeyPairError as e:
-        raise ConfigException(str(e)) from None
+def _key_ring(config: RsmConfig, recorder: KeyServiceRecorder) -> RsaKeyRing | None:
+    """The key ring of ``encryption.key.pairs`` when encryption is on; bad key material is a ``ConfigException``.
+    Calls to key services are recorded per provider (whose beans exist from the start)."""
+    for pair in config.key_pairs:
+        if pair.provider != "file":
+            recorder.declare(pair.provider)
+    return build_key_ring(config, recorder)
