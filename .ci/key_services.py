@@ -125,16 +125,16 @@ def _pkcsconf(*args: str, check: bool = True, stdin: str | None = None) -> subpr
 
 
 def soft_token_slot() -> int:
-    """The slot of opencryptoki's software token (pkcsconf -s lists each slot and its model)."""
-    out = _pkcsconf("-s").stdout
+    """The slot of opencryptoki's software token (pkcsconf -t lists each token, its slot and its model)."""
+    out = _pkcsconf("-t").stdout
     slot = None
     for line in out.splitlines():
         line = line.strip()
-        if line.startswith("Slot #"):
+        if line.startswith("Token #"):
             slot = int(line.split("#")[1].split()[0])
-        if "Soft" in line and slot is not None:
+        if line.startswith("Model:") and "SoftTok" in line and slot is not None:
             return slot
-    raise SystemExit(f"no opencryptoki software token slot in: {out}")
+    raise SystemExit(f"no opencryptoki software token in: {out}")
 
 
 def pkcs11_token() -> None:
@@ -144,7 +144,7 @@ def pkcs11_token() -> None:
         subprocess.run([slotd], check=True)
     slot = str(soft_token_slot())
     info = _pkcsconf("-t", "-c", slot).stdout
-    if f"Label: {PKCS11_TOKEN_LABEL}" in info.replace("\t", " ") or PKCS11_TOKEN_LABEL in info:
+    if any(line.strip() == f"Label: {PKCS11_TOKEN_LABEL}" for line in info.splitlines()):
         print(slot)
         return
     _pkcsconf("-I", "-c", slot, "-S", _DEFAULT_SO_PIN, stdin=PKCS11_TOKEN_LABEL + "\n")

@@ -210,7 +210,11 @@ class Pkcs11:
                 if not slots:
                     raise KeyServiceError(f"pkcs11: no token in slot {self.slot} of {self.library}")
                 token = slots[0].get_token()
-            self._session = token.open(user_pin=self._pin)
+            try:
+                self._session = token.open(user_pin=self._pin)
+            except self._pkcs11.exceptions.UserAlreadyLoggedIn:
+                # The login is the process's, not the session's: another pair on this token logged in already.
+                self._session = token.open()
         return self._session
 
     def _fail(self, action: str, e: Exception) -> KeyServiceError:

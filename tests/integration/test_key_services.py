@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +191,19 @@ def test_pkcs11_faults(request: pytest.FixtureRequest) -> None:
     pair = _pair(Pkcs11(key, PKCS11_LIBRARY, token_label, None, "12341234"), [])
     field = pair.wrap_field(os.urandom(32))
     scheme, wrapped = field.split(":")[1], base64.b64decode(field.split(":")[2])
-    wrong_pin = _pair(Pkcs11(key, PKCS11_LIBRARY, token_label, None, "00000000"), [])
-    with pytest.raises(KeyServiceError) as got:
-        wrong_pin.unwrap_field(scheme, wrapped)
-    assert got.value.retriable and "access denied" in str(got.value)
-    _assert_names_everything(got.value, "pkcs11", key, "user PIN")
+    # A wrong PIN, in a process of its own (a PKCS#11 login belongs to the process, and this one is logged in).
+    probe = (
+        "import sys; from encryption.providers import Pkcs11; from encryption.keyservice import *; "
+        "from encryption.errors import KeyServiceError\n"
+        f"pair = ServiceKeyPair('kms1', Pkcs11({key!r}, {PKCS11_LIBRARY!r}, {token_label!r}, None, '00000000'), "
+        "DataKeyCache(1, 1))\n"
+        "try:\n    pair.check()\nexcept KeyServiceError as e:\n    print(e.retriable, e)\n    sys.exit(0)\n"
+        "sys.exit('no error')"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True ") and "access denied" in done.stdout, done.stdout
+    _assert_names_everything(Exception(done.stdout), "pkcs11", key, "user PIN")
     gone = _pair(Pkcs11("no-such-label", PKCS11_LIBRARY, token_label, None, "12341234"), [])
     with pytest.raises(KeyServiceError, match="NoSuchKey"):
         gone.check()

@@ -7,6 +7,7 @@ the reason (install them with `make setup`, which runs .ci/install_key_services.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -22,8 +23,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "key_services.py"
-sys.path.insert(0, str(REPO / ".ci"))
-import key_services as ci  # noqa: E402
+_spec = importlib.util.spec_from_file_location("ci_key_services", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+ci = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ci)
 
 PKCS11_LIBRARY = ci.PKCS11_LIBRARY
 PKCS11_TOKEN_LABEL = ci.PKCS11_TOKEN_LABEL
@@ -147,7 +150,11 @@ def pkcs11_rsa_key(bits: int = 2048) -> str:
 
     label = f"kek-{uuid.uuid4().hex[:8]}"
     token = pkcs11.lib(PKCS11_LIBRARY).get_token(token_label=PKCS11_TOKEN_LABEL)
-    with token.open(rw=True, user_pin=PKCS11_USER_PIN) as session:
+    try:
+        opened = token.open(rw=True, user_pin=PKCS11_USER_PIN)
+    except pkcs11.exceptions.UserAlreadyLoggedIn:  # this process's provider sessions logged in already
+        opened = token.open(rw=True)
+    with opened as session:
         session.generate_keypair(
             KeyType.RSA,
             bits,
