@@ -191,6 +191,7 @@ def test_pkcs11_faults(request: pytest.FixtureRequest) -> None:
     pair = _pair(Pkcs11(key, PKCS11_LIBRARY, token_label, None, "12341234"), [])
     field = pair.wrap_field(os.urandom(32))
     scheme, wrapped = field.split(":")[1], base64.b64decode(field.split(":")[2])
+    assert len(pair.unwrap_field(scheme, wrapped)) == 32
     # A wrong PIN, in a process of its own (a PKCS#11 login belongs to the process, and this one is logged in).
     probe = (
         "import sys; from encryption.providers import Pkcs11; from encryption.keyservice import *; "
@@ -322,3 +323,82 @@ def test_rotate_from_files_to_aws_kms_to_vault_transit(
                     assert f.read() == seg.log.read_bytes()
         finally:
             m.close()
+
+
+def _key_service_beans(manager: Any) -> dict[str, dict[str, float]]:
+    return {
+        dict(tags)["provider"]: values
+        for _domain, type_, tags, values in manager.metrics_registry.beans()
+        if type_ == "key-service-metrics"
+    }
+
+
+@pytest.mark.timeout(240)
+def test_one_unwrap_per_segment_read_is_counted_per_provider(
+    request: pytest.FixtureRequest, segment_factory: Any, tmp_path: Path
+) -> None:
+    from rsm import RemoteStorageManager
+
+    kms_srv = request.getfixturevalue("local_kms")
+    seg = segment_factory(target_bytes=40 * 1024, seed=14)
+    pair = pair_configs("svc", "aws-kms", kms_rsa_key(kms_srv), kms_srv, tmp_path)
+    m = RemoteStorageManager()
+    m.configure({**_store(tmp_path), **_ring({"svc": pair}, "svc"), "fetch.manifest.cache.size": "0"})
+    try:
+        assert _key_service_beans(m)["aws-kms"]["calls-total"] == 0  # declared before the first call
+        metas = [seg.to_metadata(TIP) for _ in range(3)]
+        for meta in metas:
+            m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        assert _key_service_beans(m)["aws-kms"]["calls-total"] == 1  # the public key, once: copies wrap locally
+        for _ in range(2):
+            for meta in metas:
+                for position in (0, 8192, 16384):  # several fetches of each segment
+                    with m.fetch_log_segment(meta, position) as f:
+                        assert f.read() == seg.log.read_bytes()[position:]
+        beans = _key_service_beans(m)["aws-kms"]
+        assert beans["calls-total"] == 1 + len(metas), beans  # one unwrap per segment, the rest from the cache
+        assert beans["cache-hits-total"] > 0 and beans["call-errors-total"] == 0, beans
+        assert beans["call-time-max"] > 0
+    finally:
+        m.close()
+
+
+def _broker_file(tmp_path: Path, pairs: dict[str, dict[str, str]], active: str) -> Path:
+    props = {
+        "remote.log.storage.system.enable": "true",
+        **{f"rsm.config.{k}": v for k, v in {**_store(tmp_path), **_ring(pairs, active)}.items()},
+    }
+    (tmp_path / "store").mkdir(exist_ok=True)
+    path = tmp_path / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+@pytest.mark.timeout(240)
+def test_kts_keys_and_config_check_connect_ask_each_service(
+    request: pytest.FixtureRequest, key_pairs: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    kms_srv, bao_srv = request.getfixturevalue("local_kms"), request.getfixturevalue("openbao")
+    kms_key = kms_rsa_key(kms_srv)
+    file_pair = {k: v for k, v in encryption_configs(key_pairs).items() if k.startswith("encryption.key.pairs.")}
+    pairs = {
+        "kek1": file_pair,
+        "kms1": pair_configs("kms1", "aws-kms", kms_key, kms_srv, tmp_path),
+        "vault1": pair_configs("vault1", "vault-transit", "no-such-key", bao_srv, tmp_path),
+    }
+    props = _broker_file(tmp_path, pairs, "kms1")
+    kts = str(Path(sys.executable).parent / "kts")
+    done = subprocess.run([kts, "keys", "--config", str(props)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = {line.lstrip("* ").split()[0]: line for line in done.stdout.splitlines()}
+    assert lines["kms1"].startswith("* kms1") and "aws-kms" in lines["kms1"] and lines["kms1"].endswith("answers")
+    assert "vault-transit" in lines["vault1"] and "DOES NOT ANSWER" in lines["vault1"]
+    assert "file" in lines["kek1"]
+    assert "no-such-key" in done.stderr and "vault-transit" in done.stderr
+    done = subprocess.run(
+        [kts, "config", "check", "--connect", str(props)], capture_output=True, text=True, timeout=120
+    )
+    out = done.stdout + done.stderr
+    assert f"key pair kms1: aws-kms key {kms_key} answers and holds the key" in out, out
+    assert "--connect: key pair vault1:" in out and "no-such-key" in out, out
+    assert done.returncode == 1
