@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from helpers import TIP, encryption_configs
 from key_services import (  # noqa: F401 - fixtures are found by name
     Server,
@@ -30,6 +32,8 @@ from key_services import (  # noqa: F401 - fixtures are found by name
     transit_rsa_key,
     vault_client,
 )
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
 
 from encryption.errors import KeyServiceError
 from encryption.keyservice import CallEvent, DataKeyCache, ServiceKeyPair
@@ -38,6 +42,7 @@ from rsm.core.manifest import SegmentManifest
 from rsm.core.object_keys import segment_keys
 from rsm.core.rotation import rewrap_all
 from rsm.errors import KeyServiceException, RetriableRemoteStorageException
+from rsm.metrics.prometheus import SnapshotCollector
 
 PROVIDERS = ("aws-kms", "vault-transit", "pkcs11")
 
@@ -359,6 +364,14 @@ def test_one_unwrap_per_segment_read_is_counted_per_provider(
         assert beans["calls-total"] == 1 + len(metas), beans  # one unwrap per segment, the rest from the cache
         assert beans["cache-hits-total"] > 0 and beans["call-errors-total"] == 0, beans
         assert beans["call-time-max"] > 0
+        # The alert rule reads these series under the names the sidecar's Prometheus endpoint gives them.
+        registry = CollectorRegistry()
+        registry.register(SnapshotCollector(m.metrics_snapshot))
+        text = generate_latest(registry).decode()
+        rules = yaml.safe_load((Path(__file__).parents[2] / "rsm/metrics/monitoring/prometheus-alerts.yml").read_text())
+        expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r["alert"] == "KtsKeyServiceErrors")
+        for name in set(re.findall(r"\b(kts_[a-z0-9_]+)\b", expr)):
+            assert f'{name}{{provider="aws-kms"}}' in text, (name, text[:2000])
     finally:
         m.close()
 
