@@ -8,7 +8,6 @@ the reason (install them with `make setup`, which runs .ci/install_key_services.
 from __future__ import annotations
 
 import importlib.util
-import os
 import socket
 import subprocess
 import sys
@@ -197,7 +196,3 @@ def pair_configs(key_id: str, provider: str, key: str, server: Server | None, tm
             base + "pkcs11.pin.file": str(pin),
         }
     return out
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI") == "true"
