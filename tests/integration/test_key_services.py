@@ -289,7 +289,7 @@ def test_fetch_fails_retriably_while_the_key_is_disabled_and_copies_go_on(
 
 
 @pytest.mark.timeout(300)
-def test_rotate_from_files_to_aws_kms_to_vault_transit(
+def test_rotate_from_files_to_aws_kms_to_vault_transit_and_back(
     request: pytest.FixtureRequest, segment_factory: Any, key_pairs: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
     kms_srv, bao_srv = request.getfixturevalue("local_kms"), request.getfixturevalue("openbao")
@@ -297,12 +297,18 @@ def test_rotate_from_files_to_aws_kms_to_vault_transit(
 
     seg = segment_factory(target_bytes=20 * 1024, seed=13)
     file_pair = {k: v for k, v in encryption_configs(key_pairs).items() if k.startswith("encryption.key.pairs.")}
+    file_pair2 = {
+        k: v
+        for k, v in encryption_configs(key_pairs, "kek2", ("kek2",)).items()
+        if k.startswith("encryption.key.pairs.")
+    }
     kms = pair_configs("kms1", "aws-kms", kms_rsa_key(kms_srv), kms_srv, tmp_path)
     vault = pair_configs("vault1", "vault-transit", transit_rsa_key(bao_srv), bao_srv, tmp_path)
     stages: list[tuple[str, dict[str, dict[str, str]]]] = [
         ("kek1", {"kek1": file_pair}),
         ("kms1", {"kek1": file_pair, "kms1": kms}),
         ("vault1", {"kms1": kms, "vault1": vault}),
+        ("kek2", {"vault1": vault, "kek2": file_pair2}),  # and back to key files, which Aiven's plugin reads
     ]
     metas = [seg.to_metadata(TIP) for _ in range(3)]
 
