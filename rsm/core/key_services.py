@@ -7,7 +7,9 @@ environment, never from a key file of the pair.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from encryption.keyservice import DataKeyCache, KeyPair, KeyService, Observer, S
 from encryption.providers import AwsKms, Pkcs11, VaultTransit
 from rsm.core.config import CORE, KeyPairSource, RsmConfig, pair_values
 from rsm.errors import ConfigException
+
+log = logging.getLogger(__name__)
 
 
 def _secret(pair: KeyPairSource, file_key: str, env: str, what: str) -> str:
@@ -80,9 +84,22 @@ def build_key_ring(
                 pairs[p.key_id] = RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem)
             else:
                 pairs[p.key_id] = ServiceKeyPair(p.key_id, service_factory(p, timeout_s), cache, observer)
-        return RsaKeyRing(pairs, config["encryption.key.pair.id"])
+        ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
     except KeyPairError as e:
         raise ConfigException(str(e)) from None
+    active = pairs[ring.active_key_id]
+    if isinstance(active, ServiceKeyPair):
+        threading.Thread(target=_pin, args=(active,), name="kts-pin-public-key", daemon=True).start()
+    return ring
+
+
+def _pin(pair: ServiceKeyPair) -> None:
+    """Fetch the active pair's public key in the background, so that even the first copy finds it pinned; a
+    failure is only logged (the first copy asks again, and fails retriably if the service is still away)."""
+    try:
+        pair.public_key()
+    except (KeyServiceError, KeyPairError) as e:
+        log.warning("cannot fetch the public key of %s yet: %s", pair.describe(), e)
 
 
 @dataclass(frozen=True)
