@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml setup.py rsm/kafka/_recordwalk.c rsm/kafka/_batchencode
 setup: $(STAMP)
 	bash .ci/ensure_system_deps.sh
 	bash .ci/install_emulators.sh
+	bash .ci/install_key_services.sh
 	bash .ci/iceberg_spark_env.sh >/dev/null
 	bash .ci/iceberg_rest_fixture.sh >/dev/null
 	# Apicurio Registry (a real schema registry for the Iceberg value tests), one jar assembled from Maven Central.

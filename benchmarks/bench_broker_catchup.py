@@ -65,6 +65,51 @@ from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.pa
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 RECORD_SIZE = 1000
+KMS: tuple[str, str] | None = None  # ours-kms: local-kms's URL and the RSA key's id, set by main()
+METRICS_PORT = 0  # ours-kms: the sidecar's Prometheus port (its key-service call counts)
+
+
+def _start_local_kms(work: Path) -> subprocess.Popen[bytes]:
+    """local-kms on 127.0.0.1 (.ci/key_services.py) with one RSA_2048 key; sets KMS."""
+    global KMS, METRICS_PORT
+    import socket
+
+    import boto3
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    port, METRICS_PORT = ports
+    proc = subprocess.Popen([sys.executable, str(ROOT / ".ci" / "key_services.py"), "local-kms", str(port), str(work)])
+    url = f"http://127.0.0.1:{port}"
+    kms = boto3.session.Session().client(
+        "kms", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            key = kms.create_key(KeySpec="RSA_2048", KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+            break
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.5)
+    KMS = (url, key)
+    return proc
+
+
+def _service_calls() -> float:
+    """calls-total of the sidecar's aws-kms key service, from its Prometheus endpoint."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    found = re.search(r'^kts_key_service_metrics_calls_total\{[^}]*provider="aws-kms"[^}]*\} ([0-9.e+]+)$', text, re.M)
+    if found is None:
+        raise RuntimeError("no kts_key_service_metrics_calls_total for aws-kms on the sidecar's endpoint")
+    return float(found.group(1))
 
 
 def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str:
@@ -88,6 +133,26 @@ def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str
     ]
     if kind == "ours":  # "ours-plain" stores chunks as they are: the transport's cost without the transform's
         lines += [f"rsm.config.{k}={v}" for k, v in encryption_config(work).items()]
+    if kind == "ours-kms":  # zstd + AES as "ours", the data keys wrapped by an AWS KMS key (local-kms)
+        assert KMS is not None
+        url, key = KMS
+        pair = "encryption.key.pairs.kms."
+        lines += [
+            f"rsm.config.{k}={v}"
+            for k, v in {
+                "compression.enabled": "true",
+                "encryption.enabled": "true",
+                "encryption.key.pair.id": "kms",
+                "encryption.key.pairs": "kms",
+                pair + "provider": "aws-kms",
+                pair + "key.id": key,
+                pair + "aws.endpoint.url": url,
+                pair + "aws.region": "us-east-1",
+                pair + "aws.access.key.id": "x",
+                pair + "aws.secret.access.key": "x",
+                "metrics.prometheus.port": str(METRICS_PORT),
+            }.items()
+        ]
     if kind == "ours-iceberg":  # the topic tiered as rows of an Iceberg table (SQLite catalog, same filesystem)
         lines += [
             "rsm.config.iceberg.mode.topics.regex=t",
@@ -183,6 +248,7 @@ class Run(NamedTuple):
     cpu: dict[str, float]
     cores: float
     plugin_ms: dict[str, list[float]] | None = None  # --plugin-time: "segment"/"index" -> each call's ms
+    service_calls: tuple[float, int] | None = None  # ours-kms: (calls to the key service, segments read)
 
 
 def run_one(
@@ -273,12 +339,16 @@ def run_one(
         latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", stdout)
         if re.search(r"\] ERROR ", node.out.read_text(errors="replace")):
             print(f"  note: {kind}: ERROR lines in {node.out}")
+        calls = None
+        if kind == "ours-kms":  # the public key (once, at the first copy) and one unwrap per segment read
+            calls = (_service_calls(), len(list((work / "remote").rglob("*.rsm-manifest"))))
         run = Run(
             float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
             float(fields["fetch.MB.sec"]) * 1.048576,
             float(latency.group(1)) if latency else float("nan"),
             cpu,
             sum(cpu.values()) / elapsed,
+            service_calls=calls,
         )
     finally:
         cluster.stop()
@@ -306,9 +376,10 @@ def main() -> int:
     p.add_argument(
         "--only",
         action="append",
-        choices=["local", "ours", "ours-plain", "ours-iceberg"],
+        choices=["local", "ours", "ours-plain", "ours-iceberg", "ours-kms"],
         help="run only this plugin (repeatable); ours-plain: ours without compression and encryption; "
-        "ours-iceberg: the topic in Iceberg mode (rows of a table, rebuilt into batches on fetch)",
+        "ours-iceberg: the topic in Iceberg mode (rows of a table, rebuilt into batches on fetch); "
+        "ours-kms: ours with the data keys wrapped by an AWS KMS key (local-kms, .ci/key_services.py)",
     )
     p.add_argument("--rounds", type=int, default=1, help="alternate the plugins this many times; medians")
     p.add_argument(
@@ -339,18 +410,23 @@ def main() -> int:
         for transport in (["-"] if kind == "local" else transports)
     ]
     runs: dict[str, list[Run]] = {}
+    kms = _start_local_kms(build / "local-kms") if "ours-kms" in setups_kinds else None
     try:
         for _ in range(args.rounds):  # alternating, so a change in the machine's load hits all alike
             for kind, transport in setups:
                 run = run_one(kind, kafka, args.mb, transport, args.cache, args.pyspy, timed_jar, args.perf)
                 runs.setdefault(_setup_key(kind, transport), []).append(run)
     finally:
+        if kms is not None:
+            kms.terminate()
+            kms.wait(30)
         shutil.rmtree(build, ignore_errors=True)
     labels = {"local": "LocalTieredStorage (plain files)"}
     for transport in transports:
         labels[f"ours/{transport}"] = f"ours ({transport}, zstd + AES, {args.cache} cache)"
         labels[f"ours-plain/{transport}"] = f"ours ({transport}, no transform, {args.cache} cache)"
         labels[f"ours-iceberg/{transport}"] = f"ours ({transport}, Iceberg mode)"
+        labels[f"ours-kms/{transport}"] = f"ours ({transport}, zstd + AES, aws-kms keys)"
 
     def median(kind: str, field: str) -> float:
         return statistics.median(getattr(r, field) for r in runs[kind])
@@ -403,7 +479,20 @@ def main() -> int:
                     f"(per round: {', '.join(f'{x:.2f}' for x in rate)}; fetch-only "
                     f"{median(ice, 'fetch_mbs') / median(classic, 'fetch_mbs'):.2f}x)"
                 )
-    for kind in ("ours", "ours-plain", "ours-iceberg"):
+    for transport in transports:  # aws-kms keys against file keys (issue 46: >= 0.95x; one unwrap per segment)
+        kms_key, files = f"ours-kms/{transport}", f"ours/{transport}"
+        if kms_key in runs:
+            calls = [r.service_calls for r in runs[kms_key] if r.service_calls is not None]
+            per_segment = ", ".join(f"{(c - 1) / n:.2f} ({c:.0f} calls, {n} segments)" for c, n in calls)
+            print(f"  aws-kms calls per segment read, the public key left out: {per_segment}")
+        if kms_key in runs and files in runs:
+            rate = [x.mbs / y.mbs for x, y in zip(runs[kms_key], runs[files], strict=True)]
+            print(
+                f"  aws-kms keys / file keys = {median(kms_key, 'mbs') / median(files, 'mbs'):.2f}x the rate "
+                f"(per round: {', '.join(f'{x:.2f}' for x in rate)}; fetch-only "
+                f"{median(kms_key, 'fetch_mbs') / median(files, 'fetch_mbs'):.2f}x)"
+            )
+    for kind in ("ours", "ours-plain", "ours-iceberg", "ours-kms"):
         a, b = f"{kind}/inprocess", f"{kind}/sidecar"
         if a in runs and b in runs:
             rate = [x.mbs / y.mbs for x, y in zip(runs[a], runs[b], strict=True)]

@@ -19,3 +19,14 @@ class KeyRingError(EncryptionError):
 
 class KeyPairError(EncryptionError):
     """A configured key pair is unusable: bad PEM, mismatched halves, too small for OAEP-SHA3-512, bad id."""
+
+
+class KeyServiceError(KeyRingError):
+    """A key service did not unwrap a data key: unreachable, access denied, key disabled or deleted.
+
+    ``retriable`` is true when the same call may succeed later (the service comes back, a permission is granted,
+    the key is enabled again); false when the service says the ciphertext is not for this key."""
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable

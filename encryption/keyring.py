@@ -9,7 +9,6 @@ manifests remain readable until they are re-wrapped (see ``rsm.core.rotation``).
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +19,7 @@ from Crypto.PublicKey import RSA
 from Crypto.Signature.pss import MGF1
 
 from encryption.errors import KeyPairError, KeyRingError
+from encryption.keyservice import KeyPair
 
 MIN_MODULUS_BITS = 2 * 64 * 8 + 2 * 8 + 32 * 8  # OAEP-SHA3-512 overhead (130 B) + a 32-byte key
 
@@ -63,6 +63,30 @@ class RsaKeyPair:
             )
         return RsaKeyPair(key_id, public, private)
 
+    @property
+    def provider(self) -> str:
+        return "file"
+
+    def describe(self) -> str:
+        return f"key pair {self.key_id!r} (key files)"
+
+    def check(self) -> None:
+        """A file pair answers when it has a private key (the PEM was checked when it was loaded)."""
+        if self.private_key is None:
+            raise KeyRingError(f"key pair {self.key_id!r} has no private key configured")
+
+    def wrap_field(self, data_key: bytes) -> str:
+        """Aiven's ``<id>:<base64>``, byte for byte."""
+        return f"{self.key_id}:{base64.b64encode(self.wrap(data_key)).decode('ascii')}"
+
+    def unwrap_field(self, scheme: str | None, wrapped: bytes) -> bytes:
+        if scheme is not None:
+            raise KeyRingError(
+                f"the data key of key pair {self.key_id!r} was wrapped by a key service ({scheme}), but the pair "
+                f"is configured with key files: set encryption.key.pairs.{self.key_id}.provider"
+            )
+        return self.unwrap(wrapped)
+
     def wrap(self, data_key: bytes) -> bytes:
         return PKCS1_OAEP.new(self.public_key, hashAlgo=SHA3_512, mgfunc=_mgf).encrypt(data_key)
 
@@ -93,9 +117,11 @@ class KeyRing(Protocol):
 
 
 class RsaKeyRing:
-    """The key ring of ``encryption.key.pairs``; data keys are stored as ``<id>:<base64 RSA ciphertext>``."""
+    """The key ring of ``encryption.key.pairs``; data keys are stored as ``<id>:<base64 RSA ciphertext>`` (key files,
+    Aiven's field) or ``<id>:<provider>;<scheme>;<version>:<base64>`` (a key service, see ``encryption.keyservice``).
+    """
 
-    def __init__(self, pairs: Mapping[str, RsaKeyPair], active_key_id: str) -> None:
+    def __init__(self, pairs: Mapping[str, KeyPair], active_key_id: str) -> None:
         if active_key_id not in pairs:
             raise KeyPairError(
                 f"Invalid value {active_key_id!r} for configuration encryption.key.pair.id: "
@@ -112,26 +138,40 @@ class RsaKeyRing:
     def key_ids(self) -> list[str]:
         return list(self._pairs)
 
+    @property
+    def pairs(self) -> dict[str, KeyPair]:
+        return dict(self._pairs)
+
     def wrap(self, data_key: bytes) -> str:
-        wrapped = self._pairs[self._active].wrap(data_key)
-        return f"{self._active}:{base64.b64encode(wrapped).decode('ascii')}"
+        return self._pairs[self._active].wrap_field(data_key)
+
+    @staticmethod
+    def parse(data_key_field: str) -> tuple[str, str | None, bytes]:
+        """``(pair id, scheme or None for key files, wrapped key)`` of a manifest's ``dataKey``."""
+        parts = data_key_field.split(":")
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise KeyRingError(
+                f"malformed dataKey {data_key_field[:40]!r}...: expected '<keyPairId>:<base64>' or "
+                f"'<keyPairId>:<provider>;<scheme>;<version>:<base64>'"
+            )
+        key_id, b64 = parts[0], parts[-1]
+        try:
+            wrapped = base64.b64decode(b64, validate=True)
+        except ValueError as e:  # binascii.Error, or a character outside ASCII
+            raise KeyRingError(f"malformed dataKey for key pair {key_id!r}: bad base64 ({e})") from None
+        return key_id, (parts[1] if len(parts) == 3 else None), wrapped
 
     @staticmethod
     def split(data_key_field: str) -> tuple[str, bytes]:
-        if data_key_field.count(":") != 1:
-            raise KeyRingError(f"malformed dataKey {data_key_field[:40]!r}...: expected '<keyPairId>:<base64>'")
-        key_id, b64 = data_key_field.split(":")
-        try:
-            return key_id, base64.b64decode(b64, validate=True)
-        except binascii.Error as e:
-            raise KeyRingError(f"malformed dataKey for key pair {key_id!r}: bad base64 ({e})") from None
+        key_id, _scheme, wrapped = RsaKeyRing.parse(data_key_field)
+        return key_id, wrapped
 
     def unwrap(self, data_key_field: str) -> bytes:
-        key_id, wrapped = self.split(data_key_field)
+        key_id, scheme, wrapped = self.parse(data_key_field)
         pair = self._pairs.get(key_id)
         if pair is None:
             raise KeyRingError(
                 f"the data key was wrapped with key pair {key_id!r}, which is not on the key ring "
                 f"({', '.join(self._pairs)}); add it to encryption.key.pairs with its private key"
             )
-        return pair.unwrap(wrapped)
+        return pair.unwrap_field(scheme, wrapped)

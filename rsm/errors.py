@@ -34,10 +34,16 @@ class KeyRingException(RemoteStorageException):
     """The data key cannot be unwrapped: the key pair is unknown or is the wrong one."""
 
 
+class KeyServiceException(RetriableRemoteStorageException):
+    """A key service did not unwrap a segment's data key (unreachable, access denied, key disabled or deleted);
+    the fetch is retried later. Copies do not need the service: they wrap data keys locally."""
+
+
 __all__ = [
     "ConfigException",
     "CorruptDataException",
     "KeyRingException",
+    "KeyServiceException",
     "RemoteResourceNotFoundException",
     "RemoteStorageException",
     "RetriableRemoteStorageException",

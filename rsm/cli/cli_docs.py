@@ -13,7 +13,11 @@ def _rows(command: click.Command, path: list[str]) -> list[tuple[str, str]]:
         return []
     if isinstance(command, click.Group):
         ctx = click.Context(command, info_name=" ".join(path))
-        return [row for name in command.list_commands(ctx) for row in _rows(command.commands[name], [*path, name])]
+        rows = [row for name in command.list_commands(ctx) for row in _rows(command.commands[name], [*path, name])]
+        if command.invoke_without_command:  # the group does something of its own too (kts keys lists the pairs)
+            summary = " ".join(inspect.cleandoc(command.help or "").split("\n\n", 1)[0].split())
+            rows.insert(0, (" ".join(path), summary))
+        return rows
     ctx = click.Context(command, info_name=" ".join(path))
     required = [
         f"{p.opts[0]} {p.metavar or str(p.name).upper()}"

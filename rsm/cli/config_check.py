@@ -297,6 +297,22 @@ def connect(props: dict[str, str]) -> str:
     return f"connected to {where}: " + (f"first key {first}" if first else "no object there yet")
 
 
+def _reach_key_services(props: dict[str, str], result: CheckResult) -> None:
+    """--connect: each key pair held by a key service must answer and hold its key (a probe is unwrapped)."""
+    from rsm.core.key_services import key_pair_status
+
+    configs = {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
+    try:
+        statuses = key_pair_status(configs)
+    except ConfigException:
+        return  # already reported by the checks above
+    for s in statuses:
+        if s.answers is True:
+            result.notes.append(f"key pair {s.key_id}: {s.provider} key {s.key} answers and holds the key")
+        elif s.answers is False:
+            result.errors.append(f"--connect: key pair {s.key_id}: {s.detail}")
+
+
 @click.group("config")
 def config_group() -> None:
     """Configuration checks (every key: kts config-docs, docs/configuration.md)."""
@@ -321,6 +337,7 @@ def config_check_command(file: str, reach: bool) -> int:
             result.notes.append(connect(props))
         except (StoreUnavailable, ConfigException, RemoteStorageException) as e:
             result.errors.append(f"--connect: {e.format_message() if isinstance(e, click.ClickException) else e}")
+        _reach_key_services(props, result)
     click.echo(f"honoured ({len(result.honoured)}):")
     for key in result.honoured:
         click.echo(f"  {key}")

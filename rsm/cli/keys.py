@@ -87,9 +87,30 @@ def config_lines(key_id: str, public: Path, private: Path) -> list[str]:
     ]
 
 
-@click.group("keys")
-def keys_group() -> None:
-    """RSA key pairs: generate one, rotate data keys onto one."""
+@click.group("keys", invoke_without_command=True)
+@config_options
+@click.option("--no-connect", is_flag=True, help="list the pairs without asking their key services")
+@click.pass_context
+def keys_group(ctx: click.Context, config: str | None, sets: tuple[str, ...], no_connect: bool) -> int | None:
+    """RSA key pairs: list them with their provider and whether it answers; generate one; rotate data keys onto one.
+
+    Without a subcommand: one line per key pair of encryption.key.pairs (its provider, its key, whether the key
+    service answers and unwraps a probe with it). Exit 1 when one does not answer."""
+    if ctx.invoked_subcommand is not None:
+        return None
+    from rsm.cli.settings import load_configs
+    from rsm.core.key_services import key_pair_status
+
+    statuses = key_pair_status(load_configs(config, sets), connect=not no_connect)
+    if not statuses:
+        click.echo("encryption is not enabled: no key pairs")
+        return 0
+    for s in statuses:
+        answer = {True: "answers", False: "DOES NOT ANSWER", None: "-"}[s.answers]
+        click.echo(f"{'*' if s.active else ' '} {s.key_id}\t{s.provider}\t{s.key}\t{answer}")
+        if s.answers is False:
+            click.echo(f"    {s.detail}", err=True)
+    return 1 if any(s.answers is False for s in statuses) else 0
 
 
 @keys_group.command("generate")

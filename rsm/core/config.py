@@ -18,12 +18,13 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backends.configdef import REQUIRED, ConfigDef, ConfigKey, in_range, in_range_or, one_of
 from backends.registry import ALLOWED_DOC, resolve_backend_class
+from encryption.providers import PROVIDERS as KEY_PROVIDERS
 from rsm.core.aiven_keys import PLUGIN, Support, aiven_differences, aiven_key
 from rsm.core.custom_metadata import FIELDS as CUSTOM_METADATA_FIELDS
 from rsm.errors import ConfigException
@@ -159,6 +160,132 @@ CORE = ConfigDef().extend(
             None,
             "The PEM private key of key pair <id> inline (instead of the .file key).",
             dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.provider",
+            "string",
+            "file",
+            "Where the private key of key pair <id> lives: file (PEM files or inline keys, Aiven's format), aws-kms, "
+            "vault-transit (Vault or OpenBao) or pkcs11 (an HSM). With a key service, copies wrap data keys locally "
+            "with the pair's public key (fetched once) and fetches unwrap them through the service.",
+            validator=one_of(*KEY_PROVIDERS),
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.key.id",
+            "string",
+            None,
+            "The key in the key service: an AWS KMS key id, ARN or alias (an RSA key for ENCRYPT_DECRYPT), a "
+            "Transit key name (rsa-2048/3072/4096) or the label of the RSA key pair on the PKCS#11 token.",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.aws.region",
+            "string",
+            None,
+            "aws-kms: the key's region (unset: the AWS default chain's region).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.aws.endpoint.url",
+            "string",
+            None,
+            "aws-kms: the KMS endpoint (unset: AWS's own for the region).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.aws.access.key.id",
+            "password",
+            None,
+            "aws-kms: a static access key id (unset: the AWS default credential chain, e.g. an instance or pod role).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.aws.secret.access.key",
+            "password",
+            None,
+            "aws-kms: the secret of the static access key id.",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.vault.url",
+            "string",
+            None,
+            "vault-transit: the server's address, e.g. https://vault.example:8200 (unset: $VAULT_ADDR).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.vault.mount",
+            "string",
+            "transit",
+            "vault-transit: the path the Transit engine is mounted at.",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.vault.token.file",
+            "string",
+            None,
+            "vault-transit: a file holding the token (read at start; e.g. written by Vault Agent). Unset: "
+            "$VAULT_TOKEN.",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.vault.namespace",
+            "string",
+            None,
+            "vault-transit: the Vault Enterprise namespace (unset: none).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.pkcs11.library",
+            "string",
+            None,
+            "pkcs11: path of the token's PKCS#11 library (.so).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.pkcs11.token.label",
+            "string",
+            None,
+            "pkcs11: the label of the token holding the key (or give pkcs11.slot).",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.pkcs11.slot",
+            "int",
+            None,
+            "pkcs11: the slot id of the token, when it is not found by label.",
+            validator=in_range(0, None),
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.pairs.<id>.pkcs11.pin.file",
+            "string",
+            None,
+            "pkcs11: a file holding the token's user PIN (read at start). Unset: $KTS_PKCS11_PIN.",
+            dynamic=True,
+        ),
+        ConfigKey(
+            "encryption.key.service.timeout.ms",
+            "long",
+            5000,
+            "How long a call to a key service may take (per attempt) before the fetch fails as retriable.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "encryption.data.key.cache.size",
+            "long",
+            10000,
+            "Data keys unwrapped by a key service kept in memory (never on disk), so a segment costs one call to "
+            "the service. 0 = none kept.",
+            validator=in_range(0, None),
+        ),
+        ConfigKey(
+            "encryption.data.key.cache.ttl.ms",
+            "long",
+            3600000,
+            "How long an unwrapped data key stays in that cache.",
+            validator=in_range(1, None),
         ),
         ConfigKey(
             "custom.metadata.fields.include",
@@ -342,11 +469,46 @@ PREFETCH_LISTING_CACHE_S = 10.0
 FIELD_NAMES = {"REMOTE_SIZE", "OBJECT_PREFIX", "OBJECT_KEY"}
 
 
+SERVICE_PAIR_KEYS = (
+    "key.id",
+    "aws.region",
+    "aws.endpoint.url",
+    "aws.access.key.id",
+    "aws.secret.access.key",
+    "vault.url",
+    "vault.mount",
+    "vault.token.file",
+    "vault.namespace",
+    "pkcs11.library",
+    "pkcs11.token.label",
+    "pkcs11.slot",
+    "pkcs11.pin.file",
+)
+# What each key service needs configured (besides key.id).
+_REQUIRED_BY_PROVIDER = {"aws-kms": (), "vault-transit": (), "pkcs11": ("pkcs11.library",)}
+
+
 @dataclass(frozen=True)
 class KeyPairSource:
     key_id: str
     public_pem: bytes | None
     private_pem: bytes | None
+    provider: str = "file"
+    service: dict[str, Any] = field(default_factory=dict)
+    """The pair's ``encryption.key.pairs.<id>.<name>`` values of ``SERVICE_PAIR_KEYS``, typed (None when unset)."""
+
+
+def pair_values(raw: Mapping[str, Any], key_id: str) -> tuple[str, dict[str, Any]]:
+    """The provider and the typed service settings of key pair ``key_id``; ``ConfigException`` for a bad value."""
+    base = f"encryption.key.pairs.{key_id}."
+    values = {}
+    for name in ("provider", *SERVICE_PAIR_KEYS):
+        decl = CORE.keys[f"encryption.key.pairs.<id>.{name}"]
+        try:
+            values[name] = decl.value_from(raw.get(base + name))
+        except ConfigException as e:
+            raise ConfigException(str(e).replace("<id>", key_id)) from None
+    return values.pop("provider"), values
 
 
 def _read_pem(key: str, path: str) -> bytes:
@@ -379,6 +541,29 @@ def _encryption_problems(values: Mapping[str, Any], raw: Mapping[str, Any]) -> l
         )
     for key_id in ids:
         base = f"encryption.key.pairs.{key_id}."
+        try:
+            provider, service = pair_values(raw, key_id)
+        except ConfigException as e:
+            out.append(str(e))
+            continue
+        if provider != "file":
+            if not service["key.id"]:
+                out.append(
+                    f"Missing configuration {base}key.id (key pair {key_id!r} is held by {provider}): name the key in "
+                    f"the service"
+                )
+            for name in _REQUIRED_BY_PROVIDER[provider]:
+                if not service[name]:
+                    out.append(f"Missing configuration {base}{name} (key pair {key_id!r} is held by {provider})")
+            if provider == "pkcs11" and service["pkcs11.token.label"] is None and service["pkcs11.slot"] is None:
+                out.append(f"Missing configuration {base}pkcs11.token.label or {base}pkcs11.slot (pkcs11 pair)")
+            held = [p for p in ("private.key", "private.key.file") if raw.get(base + p)]
+            if held:
+                out.append(
+                    f"Conflicting configuration for key pair {key_id!r}: it is held by {provider}, so it has no "
+                    f"private key here; remove {', '.join(base + p for p in held)}"
+                )
+            continue
         for part in ("public.key", "private.key"):
             if raw.get(base + part) and raw.get(base + part + ".file"):
                 out.append(
@@ -465,11 +650,14 @@ class RsmConfig:
                     public = _read_pem(base + "public.key.file", str(raw[base + "public.key.file"]))
                 if private is None and raw.get(base + "private.key.file"):
                     private = _read_pem(base + "private.key.file", str(raw[base + "private.key.file"]))
+                provider, service = pair_values(raw, key_id)
                 pairs.append(
                     KeyPairSource(
                         key_id,
                         public.encode() if isinstance(public, str) else public,
                         private.encode() if isinstance(private, str) else private,
+                        provider,
+                        service,
                     )
                 )
         values["fetch.chunk.cache.class"] = "disk" if _is_disk_cache(values["fetch.chunk.cache.class"]) else "memory"

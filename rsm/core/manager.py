@@ -48,7 +48,7 @@ from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
 from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 from rsm.metrics.config import metrics_config
-from rsm.metrics.recorders import BackendRecorder, RsmRecorder
+from rsm.metrics.recorders import BackendRecorder, KeyServiceRecorder, RsmRecorder
 from rsm.metrics.snapshot import Pulled, as_dict, collect
 from rsm.metrics.sources import fetch_path_sources
 
@@ -87,10 +87,10 @@ class RemoteStorageManager:
         """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
         config = RsmConfig.from_map(configs)
         warn_unknown_keys(configs)
-        key_ring = make_key_ring(config)
         metrics_cfg, self.metrics_settings = metrics_config(configs)
-        backend = create_backend(config["storage.backend.class"], config.storage)
         self.metrics_registry = MetricsRegistry(metrics_cfg)
+        key_ring = make_key_ring(config, KeyServiceRecorder(self.metrics_registry))
+        backend = create_backend(config["storage.backend.class"], config.storage)
         self.rsm_metrics = RsmRecorder(self.metrics_registry)
         capabilities = BackendCapabilities.of(backend)
         self._instrument(capabilities)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from backends.base import ConditionalWrites, KeyNotFound, PreconditionFailed, StorageBackend, StorageBackendException
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import ChunkCipher, DataKeyAndAad
-from encryption.errors import KeyRingError
+from encryption.errors import KeyRingError, KeyServiceError
 from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.config import RsmConfig
@@ -24,6 +24,7 @@ from rsm.errors import (
     ConfigException,
     CorruptDataException,
     KeyRingException,
+    KeyServiceException,
     RemoteResourceNotFoundException,
     RemoteStorageException,
     storage_failure,
@@ -190,6 +191,10 @@ class ManifestStore:
             try:
                 data_key = self.key_ring.unwrap(manifest.encryption.data_key)
                 cipher = ChunkCipher(DataKeyAndAad(data_key, manifest.encryption.aad))
+            except KeyServiceError as e:
+                if e.retriable:
+                    raise KeyServiceException(f"cannot read {meta.describe()} now: {e}") from None
+                raise KeyRingException(f"cannot read {meta.describe()}: {e}") from None
             except KeyRingError as e:
                 raise KeyRingException(f"cannot read {meta.describe()}: {e}") from None
             except ValueError as e:  # a key of the wrong length: anyone with the public key can wrap one
@@ -236,6 +241,10 @@ class ManifestStore:
                 )
             try:
                 data_key = self.key_ring.unwrap(manifest.encryption.data_key)
+            except KeyServiceError as e:
+                if e.retriable:
+                    raise KeyServiceException(f"cannot re-wrap {self.show(manifest_key)} now: {e}") from None
+                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
             except KeyRingError as e:
                 raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
             manifest.encryption = EncryptionMetadata(self.key_ring.wrap(data_key), manifest.encryption.aad)

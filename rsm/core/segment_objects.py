@@ -22,6 +22,7 @@ from backends.base import InvalidKey, StorageBackend, StorageBackendException
 from chunking.chunk_index import ChunkIndex
 from chunking.transform import ChunkTransformer, crc32c
 from encryption.aes import OVERHEAD, ChunkCipher, DataKeyAndAad
+from encryption.errors import KeyServiceError
 from encryption.keyring import RsaKeyRing
 from rsm.core.compression_heuristic import should_compress
 from rsm.core.config import RsmConfig
@@ -38,7 +39,7 @@ from rsm.core.manifest import (
 )
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
-from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException, storage_failure
+from rsm.errors import KeyServiceException, RemoteResourceNotFoundException, RemoteStorageException, storage_failure
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader, throttled
 from rsm.iceberg.section import IcebergSection
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
@@ -112,7 +113,10 @@ class SegmentObjects:
             if config["encryption.enabled"]:
                 assert self.key_ring is not None
                 dk = DataKeyAndAad.generate()
-                encryption = EncryptionMetadata(self.key_ring.wrap(dk.data_key), dk.aad)
+                try:
+                    encryption = EncryptionMetadata(self.key_ring.wrap(dk.data_key), dk.aad)
+                except KeyServiceError as e:  # only the first copy asks the service (for its public key)
+                    raise KeyServiceException(f"copy of {meta.describe()} failed: {e}") from None
                 cipher = ChunkCipher(dk)
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
 

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 from backends.base import BackendCapabilities, RangeReader, StorageBackend
 from chunking.buffer_pool import ChunkBufferPool
-from encryption.errors import KeyPairError
-from encryption.keyring import RsaKeyPair, RsaKeyRing
+from encryption.keyring import RsaKeyRing
 from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig
 from rsm.core.iceberg_link import IcebergLink
+from rsm.core.key_services import build_key_ring
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.pools import ThreadPools
 from rsm.core.segment_objects import SegmentObjects
-from rsm.errors import ConfigException
 from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache, ChunkCacheSettings
 from rsm.fetch.disk_store import DiskChunkStore
 from rsm.fetch.index_reader import IndexReader
@@ -23,7 +22,7 @@ from rsm.fetch.next_segment import NextSegmentFinder
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 from rsm.fetch.segment_reader import SegmentReader
-from rsm.metrics.recorders import RsmRecorder
+from rsm.metrics.recorders import KeyServiceRecorder, RsmRecorder
 
 __all__ = ["Wiring", "make_key_ring", "wire"]
 
@@ -130,12 +129,10 @@ def _limiter(bytes_per_second: int) -> RateLimiter | None:
     return RateLimiter(bytes_per_second) if bytes_per_second else None
 
 
-def make_key_ring(config: RsmConfig) -> RsaKeyRing | None:
-    """The key ring of ``encryption.key.pairs`` when encryption is on; bad key material is a ``ConfigException``."""
-    if not config["encryption.enabled"]:
-        return None
-    try:
-        pairs = {p.key_id: RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem) for p in config.key_pairs}
-        return RsaKeyRing(pairs, config["encryption.key.pair.id"])
-    except KeyPairError as e:
-        raise ConfigException(str(e)) from None
+def make_key_ring(config: RsmConfig, recorder: KeyServiceRecorder) -> RsaKeyRing | None:
+    """The key ring of ``encryption.key.pairs`` when encryption is on; bad key material is a ``ConfigException``.
+    Calls to key services are recorded per provider (whose beans exist from the start)."""
+    for pair in config.key_pairs:
+        if pair.provider != "file":
+            recorder.declare(pair.provider)
+    return build_key_ring(config, recorder)

@@ -22,6 +22,9 @@ ICEBERG_CACHE_TYPE = "iceberg-row-group-cache-metrics"
 """Ours: decoded row groups of Iceberg-mode segments (present once Iceberg mode is on)."""
 ICEBERG_VALUES_TYPE = "iceberg-values-metrics"
 """Ours: the parsed `value` column of Iceberg-mode topics (present once a topic's values are parsed)."""
+KEY_SERVICE_TYPE = "key-service-metrics"
+"""Ours: calls to the key services that hold key pairs (AWS KMS, Vault Transit, PKCS#11), tagged by provider."""
+KEY_SERVICE_SENSORS = ("calls", "call-errors", "cache-hits", "call-time")
 SIDECAR_TYPE = "sidecar-metrics"
 """The JVM shim's view of its Python sidecar: kept by the shim (JMX), passed to each sidecar it starts (Prometheus)."""
 BACKEND_BEANS = {
@@ -362,12 +365,44 @@ SIDECAR_METRICS = [
     ]
 ]
 
+KEY_SERVICE_METRICS = [
+    MetricDecl(f"{DOMAIN}:type={KEY_SERVICE_TYPE}", attrs, kind, ("provider",), meaning, ours=True)
+    for attrs, kind, meaning in [
+        (
+            ("calls-rate", "calls-total"),
+            "rate/total",
+            "Calls to the key service: an unwrap per segment read (not in the cache), a public key per process.",
+        ),
+        (("call-time-avg", "call-time-max"), "time (ms)", "Latency of one call, retries of the SDK included."),
+        (_percentiles("call-time"), "time percentiles (ms)", f"Latency of one call. {PERCENTILE_NOTE}"),
+        (
+            ("call-errors-rate", "call-errors-total"),
+            "rate/total",
+            "Failed calls: unreachable, access denied, key disabled or deleted. Fetches of the provider's segments "
+            "fail (retriably) while this grows; copies go on (they wrap locally).",
+        ),
+        (
+            ("cache-hits-rate", "cache-hits-total"),
+            "rate/total",
+            "Data keys served from encryption.data.key.cache instead of a call.",
+        ),
+    ]
+]
+
 LEVELS_NAMED_TOTAL = frozenset(
     a for d in CACHE_METRICS + THREAD_POOL_METRICS if d.kind == "gauge" for a in d.attributes
 )
 """Attributes that end in ``-total`` (Aiven's names) but hold a level that goes up and down: gauges in Prometheus."""
 
-ALL = RSM_METRICS + CACHE_METRICS + THREAD_POOL_METRICS + BACKEND_METRICS + PULLED_OURS + SIDECAR_METRICS
+ALL = (
+    RSM_METRICS
+    + CACHE_METRICS
+    + THREAD_POOL_METRICS
+    + BACKEND_METRICS
+    + PULLED_OURS
+    + SIDECAR_METRICS
+    + KEY_SERVICE_METRICS
+)
 
 
 def metrics_docs_markdown() -> str:

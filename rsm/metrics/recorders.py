@@ -8,9 +8,10 @@ kept, so recording on the hot path is a dict lookup and a few locked additions.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from backends.instrumentation import ERROR_KINDS
-from rsm.metrics.catalog import BACKEND_BEANS, DOMAIN, OBJECT_TYPES, RSM_TYPE
+from rsm.metrics.catalog import BACKEND_BEANS, DOMAIN, KEY_SERVICE_SENSORS, KEY_SERVICE_TYPE, OBJECT_TYPES, RSM_TYPE
 from rsm.metrics.registry import MetricsRegistry, Sensor, Tags
 
 
@@ -147,3 +148,42 @@ class BackendRecorder:
         count.record(n)
         if timer is not None and latency is not None:
             timer.record(latency * 1000)
+
+
+class KeyServiceRecorder:
+    """Calls to the key services (``encryption.keyservice.CallEvent``s) into the ``key-service-metrics`` beans, per
+    provider: calls, their latency, failed calls and data keys served from the cache instead of a call."""
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._sensors: dict[str, dict[str, Sensor]] = {}
+
+    def _for(self, provider: str) -> dict[str, Sensor]:
+        found = self._sensors.get(provider)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._sensors.get(provider)
+            if found is None:
+                r, tags = self.registry, (("provider", provider),)
+                found = {name: r.sensor(f"{KEY_SERVICE_TYPE}|{name}|{provider}") for name in KEY_SERVICE_SENSORS}
+                for name in ("calls", "call-errors", "cache-hits"):
+                    r.meter(DOMAIN, KEY_SERVICE_TYPE, tags, name, found[name])
+                r.time(DOMAIN, KEY_SERVICE_TYPE, tags, "call-time", found["call-time"])
+                self._sensors[provider] = found
+            return found
+
+    def declare(self, provider: str) -> None:
+        """The provider's beans show 0 from the start, before its first call."""
+        self._for(provider)
+
+    def __call__(self, event: Any) -> None:
+        sensors = self._for(event.provider)
+        if event.operation == "cache-hit":
+            sensors["cache-hits"].record(1)
+            return
+        sensors["calls"].record(1)
+        sensors["call-time"].record(event.seconds * 1000)
+        if event.error:
+            sensors["call-errors"].record(1)

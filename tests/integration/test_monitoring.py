@@ -321,6 +321,10 @@ def test_real_prometheus_scrapes_a_sidecar_and_resolves_every_expression(
         empty = []
         sidecar_down = None
         for where, expr in expressions:
+            if where == "alert KtsKeyServiceErrors":
+                # This sidecar holds no key pair of a key service, so these series do not exist here;
+                # tests/integration/test_key_services.py checks the names against one that does.
+                continue
             names, regexes = metric_names(expr)
             assert names <= known, f"{where} reads metrics that do not exist: {sorted(names - known)}"
             for regex in regexes:
