@@ -30,7 +30,13 @@ from chunking.buffer_pool import ChunkBufferPool
 from encryption.errors import KeyPairError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
-from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig, register_known_keys, warn_unknown_keys
+from rsm.core.config import (
+    PREFETCH_LISTING_CACHE_S,
+    RsmConfig,
+    refuse_unknown_keys,
+    register_known_keys,
+    warn_aiven_differences,
+)
 from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
@@ -110,9 +116,11 @@ class RemoteStorageManager:
         return memory_floor(configs)
 
     def configure(self, configs: Mapping[str, Any]) -> None:
-        """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
+        """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend. A key nothing
+        reads fails it, naming the closest known key."""
+        refuse_unknown_keys(configs)
         config = RsmConfig.from_map(configs)
-        warn_unknown_keys(configs)
+        warn_aiven_differences(configs)
         key_ring = _key_ring(config)
         metrics_cfg, self.metrics_settings = metrics_config(configs)
         backend = create_backend(config["storage.backend.class"], config.storage)
