@@ -5,7 +5,7 @@
 #                                    optional compiled record walk)
 # apt-get (Debian, Ubuntu), microdnf (Red Hat UBI: Strimzi's images) and apk (Alpine: Apache's image); `make
 # deploy-image-check` runs each branch (the last two on stand-ins: deploy/standin/package-manager.sh).
-# The interpreter's path goes to /tmp/kts-python for the next step of the build.
+# The interpreter's path goes to /tmp/kts-python (or $KTS_PYTHON_FILE) for the next step of the build.
 set -eu
 mode="${1:?usage: install-os-packages.sh runtime|build}"
 case "$mode" in runtime | build) ;; *) echo "install-os-packages.sh: unknown mode $mode" >&2; exit 2 ;; esac
@@ -40,5 +40,5 @@ fi
     echo "install-os-packages.sh: $python is older than 3.11" >&2
     exit 2
 }
-echo "$python" > /tmp/kts-python
+echo "$python" > "${KTS_PYTHON_FILE:-/tmp/kts-python}"
 echo "install-os-packages.sh: $mode: $("$python" --version) at $python via $manager"

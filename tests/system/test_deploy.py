@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -557,3 +558,38 @@ def test_the_package_manager_stand_in_takes_the_scripts_command_lines(manager: s
         bad = subprocess.run([str(tool), "add", "gcc"], env=env, capture_output=True, text=True)
         assert bad.returncode == 1 and "--no-cache" in bad.stderr
     assert list(lists.iterdir()) == []  # nothing of the lists left in the image
+
+
+@pytest.mark.parametrize("manager, python", [("microdnf", "/usr/bin/python3.11"), ("apk", "/usr/bin/python3")])
+def test_each_branch_of_the_install_script_runs_with_its_package_manager(
+    manager: str, python: str, tmp_path: Path
+) -> None:
+    """The script itself, in both modes, where only ``manager`` is on the PATH (the stand-in, recording what it
+    would install): the branch is taken, its commands pass, and the interpreter it names is written out."""
+    if not Path(python).is_file():
+        pytest.skip(f"{python} is not on this host")
+    path = tmp_path / "bin"
+    path.mkdir()
+    for tool in ("sh", "basename", "rm"):
+        (path / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
+    (path / manager).symlink_to(DEPLOY / "standin/package-manager.sh")
+    record = tmp_path / "apt-calls"
+    recorder = tmp_path / "apt-get"
+    recorder.write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
+    recorder.chmod(0o755)
+    (tmp_path / "lists").mkdir()
+    env = {
+        "PATH": str(path),
+        "KTS_STANDIN_APT": str(recorder),
+        "KTS_STANDIN_APT_LISTS": str(tmp_path / "lists"),
+        "KTS_PYTHON_FILE": str(tmp_path / "kts-python"),
+    }
+    for mode in ("runtime", "build"):
+        done = subprocess.run(
+            ["sh", str(DEPLOY / "install-os-packages.sh"), mode], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().endswith(f"at {python} via {manager}"), done.stdout
+        assert (tmp_path / "kts-python").read_text().strip() == python
+    installs = [line for line in record.read_text().splitlines() if line.startswith("install")]
+    assert len(installs) == 2 and "openjdk-17-jdk-headless" not in installs[0] and "gcc" in installs[1]
