@@ -593,3 +593,15 @@ def test_each_branch_of_the_install_script_runs_with_its_package_manager(
         assert (tmp_path / "kts-python").read_text().strip() == python
     installs = [line for line in record.read_text().splitlines() if line.startswith("install")]
     assert len(installs) == 2 and "openjdk-17-jdk-headless" not in installs[0] and "gcc" in installs[1]
+
+
+def test_the_docs_say_how_to_pin_strimzis_base_by_digest() -> None:
+    """Strimzi's base is pinned by tag (no registry here to read its digest): docs/kubernetes.md says how to pin
+    the very image the Containerfile names."""
+    args = [a[1] for a in stages(CONTAINERFILES["strimzi"])[0] if a[0] == "ARG" and "=" in a[1]]
+    base = dict(a.split("=", 1) for a in args)["KAFKA_IMAGE"]
+    text = (REPO / "docs/kubernetes.md").read_text()
+    if "@sha256:" not in base:
+        section = text.split("**Pinning Strimzi's base.**", 1)[1].split("\n- **", 1)[0]
+        assert f"docker://{base}" in section and f"KAFKA_IMAGE={base}@sha256:<digest>" in section
+        assert "docs/kubernetes.md" in CONTAINERFILES["strimzi"].read_text()
