@@ -605,3 +605,20 @@ def test_the_docs_say_how_to_pin_strimzis_base_by_digest() -> None:
         section = text.split("**Pinning Strimzi's base.**", 1)[1].split("\n- **", 1)[0]
         assert f"docker://{base}" in section and f"KAFKA_IMAGE={base}@sha256:<digest>" in section
         assert "docs/kubernetes.md" in CONTAINERFILES["strimzi"].read_text()
+
+
+def test_the_jobs_memory_limit_holds_what_kts_holds() -> None:
+    """`kts` in the Job reads through a memory chunk cache (the broker's disk cache is not its to fill): sized as
+    the broker's memory tier, not as the 4 GiB disk cache, so `kts verify` of a large topic stays under the
+    Job's limit, with room for Python and its libraries."""
+    from rsm.cli.settings import tool_configs
+    from rsm.core.memory_floor import memory_floor
+
+    job = next(d for d in yaml_docs(STRIMZI / "kts-job.yaml") if d["kind"] == "Job")
+    limit = _bytes(job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
+    config = _cache_config("kts-job.yaml", job)
+    assert int(config["fetch.chunk.cache.size"]) > limit  # the broker's disk cache alone would not fit
+    tool = tool_configs(config)
+    assert tool["fetch.chunk.cache.class"] == "memory"
+    held = sum(n for _, n in memory_floor(tool))
+    assert held + (256 << 20) <= limit, held
