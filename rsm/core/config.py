@@ -486,8 +486,9 @@ log = logging.getLogger(__name__)
 
 # Keys of the JVM shim (rsm.jvm.config, a layer above this one): the Java side reads and validates them itself.
 OWNED_ELSEWHERE_PREFIXES = ("jvm.", "python.")
-# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id; some builds cluster.id).
-BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "cluster.id"})
+# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id, node.id on Kafka 4.x;
+# some builds cluster.id).
+BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "node.id", "cluster.id"})
 _REGISTERED: list[tuple[str, ConfigDef]] = []
 
 
