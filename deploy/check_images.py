@@ -13,6 +13,11 @@ apache, strimzi):
 3. a memory limit too small for the heap plus the sidecar, then a /dev/shm too small for the shared region:
    the broker stops with the sidecar's start-up error naming the setting, and is not OOM-killed.
 
+Before the images, the two branches of deploy/install-os-packages.sh that the Debian stand-ins do not take
+(``KTS_BRANCHES``: microdnf for UBI, apk for Alpine) run in both modes on the Debian stand-in with the package
+manager's stand-in (deploy/standin/package-manager.sh): their command lines, package names and the interpreter
+they name are checked, not the real distributions' packages.
+
 Podman's settings for this kind of host come from demo/stack-check (its containers.conf and base image).
 Skips with one line, exit 0, where podman, runc, mmdebstrap or mvn is missing. ``KEEP=1`` keeps the work folder.
 """
@@ -36,6 +41,8 @@ REPO = HERE.parent
 VENV_BIN = Path(sys.executable).parent
 KAFKA_VERSION = os.environ.get("KTS_STANDIN_KAFKA_VERSION", "4.1.1")
 IMAGES = os.environ.get("KTS_IMAGES", "apache strimzi").split()
+# install-os-packages.sh's branches other than apt-get (the stand-ins are Debian), each on a stand-in of its base
+BRANCHES = os.environ.get("KTS_BRANCHES", "microdnf apk").split()
 USERS = {"apache": "1000", "strimzi": "1001"}
 TOPIC = "tiered"
 RECORDS = int(os.environ.get("RECORDS", "50000"))
@@ -124,6 +131,22 @@ class Check:
         )  # fmt: skip
         say(f"{which}: built {image} from deploy/{which}-kafka.Containerfile in {time.monotonic() - started:.0f} s")
         return image
+
+    def os_packages_branch(self, manager: str, base: str) -> None:
+        """deploy/install-os-packages.sh's microdnf or apk branch, both modes, on a stand-in of its base
+        (deploy/standin/os-packages.Containerfile); the apt-get branch is the one the images above are built with."""
+        context = self.work / f"branch-{manager}"
+        context.mkdir()
+        shutil.copy(HERE / "install-os-packages.sh", context)
+        shutil.copy(HERE / "standin/package-manager.sh", context)
+        started = time.monotonic()
+        self.podman(
+            "build", "-q", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"MANAGER={manager}",
+            "-f", str(HERE / "standin/os-packages.Containerfile"), "-t", f"localhost/kts-standin/branch-{manager}",
+            str(context),
+        )  # fmt: skip
+        say(f"install-os-packages.sh: the {manager} branch ran in runtime and build modes on its stand-in "
+            f"({time.monotonic() - started:.0f} s)")  # fmt: skip
 
     def image_facts(self, which: str, image: str) -> None:
         user = self.podman("image", "inspect", image, "--format", "{{.Config.User}}").stdout.strip()
@@ -363,6 +386,8 @@ def main() -> int:
         s3 = start_seaweedfs(work / "seaweedfs")
         say(f"SeaweedFS on the host: {s3.endpoint}, bucket {s3.bucket}")
         check = Check(work, env, log, kafka, s3)
+        for manager in BRANCHES:
+            check.os_packages_branch(manager, base)
         for which in IMAGES:
             image = check.build(which, base)
             check.image_facts(which, image)
@@ -384,7 +409,7 @@ def main() -> int:
             s3.stop()
     if os.environ.get("KEEP") != "1":
         shutil.rmtree(work, ignore_errors=True)
-    say(f"PASS: {', '.join(IMAGES)} in {time.monotonic() - began:.0f} s")
+    say(f"PASS: {', '.join(IMAGES + [f'{m} branch' for m in BRANCHES])} in {time.monotonic() - began:.0f} s")
     return 0
 
 

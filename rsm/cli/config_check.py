@@ -3,9 +3,10 @@
 Every problem in one run, not the first one: each invalid value (type, range, allowed values) of the core, the
 chosen backend, the metrics and the JVM shim; the required keys of the chosen backend; the rules between keys;
 key files that do not hold a usable pair; an interpreter (``python.executable``) that does not exist, is too old
-or cannot import the package; every key nothing reads, with the closest known key; every key of Aiven's that is
-honoured differently or not at all (``rsm.core.aiven_keys``), with what to use instead. ``--connect`` also reaches
-the store and lists one key. The check itself creates nothing.
+or cannot import the package; every key nothing reads, with the closest known key (an error: the plugin's
+``configure()`` refuses it too); every key of Aiven's that is honoured differently or not at all
+(``rsm.core.aiven_keys``), with what to use instead. ``--connect`` also reaches the store and lists one key. The
+check itself creates nothing.
 
 An Aiven user keeps the ``rsm.config.*`` keys we share (same names, same storage back-ends, Aiven's class names
 accepted); the plugin's two broker lines change: the class path and the class name.
@@ -245,8 +246,10 @@ def _value_notes(configs: Mapping[str, Any], notes: list[str]) -> None:
 
 def check_broker_properties(props: dict[str, str]) -> CheckResult:
     """Everything a file can be checked for wherever it is read (see ``check_interpreter_here`` for the rest)."""
+    from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
+
     configs = {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
-    unknown = {u.key: u for u in unknown_keys(configs)}
+    unknown = {u.key: u for u in unknown_keys(configs, SHIM_CONFIG_DEF)}
     differences = aiven_differences(configs, PLUGIN)
     different = {d.key for d in differences}
     result = CheckResult(
@@ -254,7 +257,7 @@ def check_broker_properties(props: dict[str, str]) -> CheckResult:
         ignored=[f"{BROKER_PREFIX}{u.key}: {u.message()}" for u in unknown.values()],
         aiven=[d.message() for d in differences],
         changes=[],
-        errors=[],
+        errors=[u.error() for u in unknown.values()],  # the plugin's configure() refuses them too
         notes=[],
     )
     if props.get("remote.log.storage.system.enable", "false").strip().lower() != "true":

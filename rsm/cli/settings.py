@@ -23,7 +23,7 @@ import click
 from backends.base import StorageBackendException
 from backends.registry import SHORT_NAMES, resolve_backend_class
 from rsm.cli.properties import BROKER_PREFIX, read_broker_file, rsm_configs
-from rsm.core.config import RsmConfig
+from rsm.core.config import CORE, RsmConfig
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import ConfigException
 
@@ -130,11 +130,16 @@ def store_label(config: RsmConfig | Mapping[str, Any]) -> str:
 
 def tool_configs(configs: Mapping[str, str], keys: bool = True, disk_cache: bool = False) -> dict[str, str]:
     """The plugin's configuration as a command uses it: no prefetch, a memory chunk cache (``disk_cache``: the
-    broker's disk cache when its directory exists), no sweep of temp files; ``keys=False`` drops the key ring,
-    for commands that read only manifests."""
+    broker's disk cache when its directory exists; else, for a broker's disk cache, the size of its memory tier,
+    so a command in a pod with a small memory limit does not fill RAM up to the disk cache's size), no sweep of
+    temp files; ``keys=False`` drops the key ring, for commands that read only manifests."""
     out = dict(configs)
     path = out.get("fetch.chunk.cache.path")
     if not (disk_cache and path and Path(path).is_dir()):
+        if "disk" in str(out.get("fetch.chunk.cache.class", "")).lower():
+            # the broker's disk cache is not used: hold only as much RAM as its memory tier, not its disk size
+            tier = CORE.keys["fetch.chunk.cache.memory.size"]
+            out["fetch.chunk.cache.size"] = str(out.get("fetch.chunk.cache.memory.size") or tier.default)
         out["fetch.chunk.cache.class"] = "memory"
     out["fetch.chunk.cache.prefetch.max.size"] = "0"
     if backend_short_name(str(out.get("storage.backend.class") or "filesystem")) == "filesystem":

@@ -668,14 +668,15 @@ class RsmConfig:
         return RsmConfig(values, storage, pairs, raw)
 
 
-# --- unknown keys: one WARN each, as Kafka's AbstractConfig.logUnused does ------------------------------------------
+# --- unknown keys: configure() and `kts config check` refuse them, naming the closest known key -------------------
 
 log = logging.getLogger(__name__)
 
 # Keys of the JVM shim (rsm.jvm.config, a layer above this one): the Java side reads and validates them itself.
 OWNED_ELSEWHERE_PREFIXES = ("jvm.", "python.")
-# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id; some builds cluster.id).
-BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "cluster.id"})
+# Keys the broker itself adds to the map (RemoteLogManager.configureRSM puts broker.id, node.id on Kafka 4.x;
+# some builds cluster.id).
+BROKER_SUPPLIED_KEYS = frozenset({"broker.id", "node.id", "cluster.id"})
 _REGISTERED: list[tuple[str, ConfigDef]] = []
 
 
@@ -723,6 +724,16 @@ class UnknownKey:
             return f"{text} It is a key of the {self.other_backend} backend, not of the configured one."
         return f"{text} Did you mean '{self.closest}'?" if self.closest else text
 
+    def error(self) -> str:
+        """The same, as a refusal that says what to do."""
+        if self.other_backend:
+            fix = f"remove it, or set storage.backend.class={self.other_backend} if that is the store meant"
+        elif self.closest:
+            fix = f"rename it to rsm.config.{self.closest} if that is what was meant, or remove it"
+        else:
+            fix = "remove it (docs/configuration.md lists every key)"
+        return f"rsm.config.{self.key}: {self.message()} The plugin would go on without it: {fix}"
+
 
 def closest_name(key: str, names: Iterable[str]) -> str | None:
     """The name most like ``key`` (difflib, the bar at 0.6), for "did you mean" hints; None when none is close."""
@@ -730,16 +741,21 @@ def closest_name(key: str, names: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
-    """The supplied keys nothing reads, each with the closest known key (difflib) where one is close."""
+def unknown_keys(configs: Mapping[str, Any], shim: ConfigDef | None = None) -> list[UnknownKey]:
+    """The supplied keys nothing reads, each with the closest known key (difflib) where one is close. The JVM
+    shim's ``jvm.*``/``python.*`` keys pass unless ``shim``, their declarations, is given."""
     backend_class = str(configs.get("storage.backend.class") or CORE.keys["storage.backend.class"].default)
     names = known_key_names(backend_class)
+    if shim is not None:
+        names += list(shim.keys)
     patterns = [_name_pattern(n) for n in names if "<id>" in n or "<property>" in n]
     exact = {n for n in names if "<id>" not in n and "<property>" not in n}
     custom_backend = backend_config_def(backend_class) is None
     out: list[UnknownKey] = []
     for key in map(str, configs):
-        if key in exact or key in BROKER_SUPPLIED_KEYS or key.startswith(OWNED_ELSEWHERE_PREFIXES):
+        if key in exact or key in BROKER_SUPPLIED_KEYS:
+            continue
+        if shim is None and key.startswith(OWNED_ELSEWHERE_PREFIXES):
             continue
         if any(p.match(key) for p in patterns):
             continue
@@ -756,15 +772,23 @@ def unknown_keys(configs: Mapping[str, Any]) -> list[UnknownKey]:
     return out
 
 
+def refuse_unknown_keys(configs: Mapping[str, Any], shim: ConfigDef | None = None) -> None:
+    """Raise ``ConfigException`` naming every supplied key nothing reads: a misspelt ``key.prefix`` would
+    otherwise put every object under the default prefix."""
+    found = unknown_keys(configs, shim)
+    if found:
+        raise ConfigException("; ".join(u.error() for u in found))
+
+
 def configuration_warnings(configs: Mapping[str, Any]) -> list[str]:
-    """What the plugin warns about at startup: each key nothing reads (with the closest known key), and each of
-    Aiven's keys that is honoured differently or not at all here (with what to use instead)."""
-    return [u.message() for u in unknown_keys(configs)] + [d.message() for d in aiven_differences(configs, PLUGIN)]
+    """What the plugin warns about at startup: each of Aiven's keys that is honoured differently or not at all
+    here (with what to use instead). Unknown keys are refused instead (``refuse_unknown_keys``)."""
+    return [d.message() for d in aiven_differences(configs, PLUGIN)]
 
 
-def warn_unknown_keys(configs: Mapping[str, Any]) -> list[str]:
-    """Log one WARN per ``configuration_warnings`` line: a copied ``rsm.config.storage.key.prefix`` or an Aiven
-    proxy key must not pass in silence."""
+def warn_aiven_differences(configs: Mapping[str, Any]) -> list[str]:
+    """Log one WARN per ``configuration_warnings`` line: an Aiven key that behaves differently here must not pass
+    in silence."""
     found = configuration_warnings(configs)
     for line in found:
         log.warning("%s", line)

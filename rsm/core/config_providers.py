@@ -7,7 +7,7 @@ A broker file may hold ``${provider:[path:]key}`` in any value, with the provide
     config.providers.dir.class=org.apache.kafka.common.config.provider.DirectoryConfigProvider
     config.providers.env.class=org.apache.kafka.common.config.provider.EnvVarConfigProvider
     config.providers.env.param.allowlist.pattern=^KTS_
-    rsm.config.storage.s3.secret.access.key=${file:/etc/kafka/secrets/s3.properties:secret}
+    rsm.config.storage.aws.secret.access.key=${file:/etc/kafka/secrets/s3.properties:secret}
     rsm.config.storage.azure.account.key=${dir:/var/run/secrets/azure:account-key}
     rsm.config.storage.gcs.credentials.json=${env:GCS_CREDENTIALS}
 

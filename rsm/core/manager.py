@@ -27,7 +27,7 @@ from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBufferPool
 from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
-from rsm.core.config import RsmConfig, register_known_keys, warn_unknown_keys
+from rsm.core.config import RsmConfig, refuse_unknown_keys, register_known_keys, warn_aiven_differences
 from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
@@ -84,9 +84,11 @@ class RemoteStorageManager:
         return memory_floor(configs)
 
     def configure(self, configs: Mapping[str, Any]) -> None:
-        """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend."""
+        """Validate the configuration (``rsm.config.`` already stripped) and connect to the backend. A key nothing
+        reads fails it, naming the closest known key."""
+        refuse_unknown_keys(configs)
         config = RsmConfig.from_map(configs)
-        warn_unknown_keys(configs)
+        warn_aiven_differences(configs)
         metrics_cfg, self.metrics_settings = metrics_config(configs)
         self.metrics_registry = MetricsRegistry(metrics_cfg)
         key_ring = make_key_ring(config, KeyServiceRecorder(self.metrics_registry))

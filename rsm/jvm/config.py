@@ -7,6 +7,7 @@ of docs/configuration.md (``kts config-docs``) documents them; the defaults must
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Mapping
 
@@ -14,6 +15,8 @@ from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from rsm._version import __version__
 
 _GROUP = "jvm"
+
+SHARED_DIR_KEY = "jvm.sidecar.shared.memory.dir"
 
 SHIM_VERSION_KEY = "jvm.shim.version"
 """The key the shim jar adds to the configuration it hands Python: its own release version."""
@@ -150,6 +153,17 @@ CONFIG_DEF = ConfigDef().extend(
             group=_GROUP,
         ),
         ConfigKey(
+            SHARED_DIR_KEY,
+            "string",
+            "/dev/shm",
+            "Folder the sidecar makes its shared memory (jvm.sidecar.shared.memory.bytes) in, as a file the shim maps "
+            "and then unlinks. Use it where /dev/shm cannot grow: under Strimzi, which mounts extra volumes only "
+            "under /mnt, an emptyDir with medium: Memory and a sizeLimit mounted at e.g. /mnt/kts-shm. It should be "
+            "a tmpfs (on a disk the region's pages are written back to it); the start-up check reads its free "
+            "space as it does /dev/shm's.",
+            group=_GROUP,
+        ),
+        ConfigKey(
             "jvm.inprocess.buffer.memory.bytes",
             "long",
             128 * 1024 * 1024,
@@ -219,3 +233,18 @@ def version_skew(config: Mapping[str, str]) -> str | None:
         f"Either `{install}` into that interpreter, or put the jar of {__version__} on the broker's class path "
         f"(`kts plugin-path` prints where it is)"
     )
+
+
+def unknown_shim_keys(config: Mapping[str, object]) -> list[str]:
+    """A refusal for each ``jvm.*``/``python.*`` key nothing declares, with the closest declared one; the plugin's
+    ``configure()`` checks every other key."""
+    out = []
+    for key in map(str, config):
+        if key.startswith(("jvm.", "python.")) and key not in CONFIG_DEF.keys:
+            close = difflib.get_close_matches(key, list(CONFIG_DEF.keys), n=1, cutoff=0.6)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            out.append(
+                f"rsm.config.{key}: The configuration '{key}' was supplied but isn't a known config.{hint} The shim "
+                f"would go on without it: correct or remove it"
+            )
+    return out

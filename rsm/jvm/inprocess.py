@@ -41,6 +41,7 @@ from rsm.errors import ConfigException
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
+from rsm.jvm import startup_check
 from rsm.jvm.config import version_skew
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.metadata import LogSegmentData
@@ -90,11 +91,18 @@ class InProcessBuffers:
 
 def default_manager_factory(config: Mapping[str, str]) -> Any:
     """Instantiate ``python.manager.class`` (default ``rsm:RemoteStorageManager``) and configure it, decoding into
-    :class:`InProcessBuffers` when the manager takes a transport's buffers."""
-    from rsm.jvm.config import CONFIG_DEF
+    :class:`InProcessBuffers` when the manager takes a transport's buffers. First, as the sidecar does: refuse
+    unknown ``jvm.*``/``python.*`` keys, and check that the buffers and what the manager holds fit under the
+    container's memory limit beside the broker's heap (``startup_check.check_in_process``)."""
+    from rsm.jvm.config import CONFIG_DEF, unknown_shim_keys
 
     settings = CONFIG_DEF.parse(dict(config))
-    manager = wire.load_manager_class(settings["python.manager.class"])()
+    unknown = unknown_shim_keys(config)
+    if unknown:
+        raise ConfigException("; ".join(unknown))
+    cls = wire.load_manager_class(settings["python.manager.class"])
+    startup_check.check_in_process(config, settings["jvm.inprocess.buffer.memory.bytes"], cls)
+    manager = cls()
     takes_buffers = ManagerCapabilities.of(manager).chunk_buffers
     if takes_buffers is not None:
         takes_buffers.use_chunk_buffers(InProcessBuffers(settings["jvm.inprocess.buffer.memory.bytes"]))

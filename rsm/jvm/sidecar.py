@@ -327,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"CONFIG-ERROR cannot read the configuration from stdin: {e}")
         return 4
 
-    from rsm.jvm.config import CONFIG_DEF, version_skew
+    from rsm.jvm.config import CONFIG_DEF, SHARED_DIR_KEY, unknown_shim_keys, version_skew
 
     level = str(config.get("python.log.level", "INFO")).upper()
     logging.basicConfig(
@@ -337,6 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = CONFIG_DEF.parse(config)
     except ValueError as e:
         _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
+        return 4
+    unknown = unknown_shim_keys(config)
+    if unknown:
+        _say(f"CONFIG-ERROR ConfigException: {'; '.join(unknown)}")
         return 4
     skew = version_skew(config)
     if skew is not None:
@@ -354,13 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     manager = cls()
     capabilities = ManagerCapabilities.of(manager)
+    shm_dir = Path(settings[SHARED_DIR_KEY])
     try:
-        startup_check.check(config, settings["jvm.sidecar.shared.memory.bytes"], args.parent_pid, cls)
+        startup_check.check(config, settings["jvm.sidecar.shared.memory.bytes"], args.parent_pid, cls, shm_dir)
     except ValueError as e:
         _say(f"CONFIG-ERROR {type(e).__name__}: {e}")
         return 4
     # The region goes in before configure(), which builds the read path on it (for a manager that takes one).
-    shared = SharedRegionBuffers(settings["jvm.sidecar.shared.memory.bytes"])
+    shared = SharedRegionBuffers(settings["jvm.sidecar.shared.memory.bytes"], shm_dir)
     if capabilities.chunk_buffers is not None:
         capabilities.chunk_buffers.use_chunk_buffers(shared)
     try:

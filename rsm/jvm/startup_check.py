@@ -1,7 +1,8 @@
 """The sidecar's start-up check: does the container have the shared memory and the memory it is configured to use?
 
-Run by ``rsm.jvm.sidecar`` before the shared region is made and before ``configure()``. A ``/dev/shm`` with less
-free space than ``jvm.sidecar.shared.memory.bytes``, or a container memory limit (cgroup v1 or v2) that the
+Run by ``rsm.jvm.sidecar`` before the shared region is made and before ``configure()``, and (``check_in_process``)
+by the in-process transport before its ``configure()``. A ``/dev/shm`` (or ``jvm.sidecar.shared.memory.dir``) with
+less free space than ``jvm.sidecar.shared.memory.bytes``, or a container memory limit (cgroup v1 or v2) that the
 broker's heap, the sidecar as it stands and what the sidecar is configured to hold cannot fit in, stops the
 start with a ``ConfigException`` naming the setting to raise or lower. The broker's ``configure()`` then fails
 with that message, instead of the kernel's OOM killer ending the broker later under load.
@@ -30,6 +31,8 @@ _UNLIMITED = 1 << 60
 _XMX = re.compile(r"^-Xmx(\d+)([kKmMgGtT]?)$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 SHARED_KEY = "jvm.sidecar.shared.memory.bytes"
+SHARED_DIR_KEY = "jvm.sidecar.shared.memory.dir"
+INPROCESS_KEY = "jvm.inprocess.buffer.memory.bytes"
 
 
 def mib(n: int) -> str:
@@ -158,39 +161,76 @@ def own_rss(status: Path = Path("/proc/self/status")) -> int:
 
 
 def problems(
-    needs: Needs, shm: int | None, limit: MemoryLimit | None, heap: int | None, rss: int, shared_bytes: int
+    needs: Needs,
+    shm: int | None,
+    limit: MemoryLimit | None,
+    heap: int | None,
+    rss: int,
+    shared_bytes: int,
+    shm_dir: Path = SHM_DIR,
+    region_key: str = SHARED_KEY,
 ) -> list[str]:
-    """What does not fit, each naming the setting to change; empty when everything fits."""
+    """What does not fit, each naming the setting to change; empty when everything fits. ``shm`` is the free
+    space of ``shm_dir``, where the region is a file (None: not a file, as the in-process transport's);
+    ``rss`` is what this process holds beside the broker's heap (0 where it is the broker itself)."""
     found = []
     if needs.shared and shm is not None and shm < needs.shared:
         found.append(
-            f"{SHM_DIR} has {mib(shm)} free but {SHARED_KEY}={shared_bytes} needs {mib(needs.shared)}: give the "
-            f"container a larger {SHM_DIR} (Kubernetes: an emptyDir with medium: Memory and a sizeLimit of at least "
-            f"{mib(needs.shared)} mounted at {SHM_DIR}; podman/docker: --shm-size) or lower {SHARED_KEY} "
-            f"(0 turns shared memory off)"
+            f"{shm_dir} has {mib(shm)} free but {region_key}={shared_bytes} needs {mib(needs.shared)}: give the "
+            f"container a larger {shm_dir} (Kubernetes: an emptyDir with medium: Memory and a sizeLimit of at least "
+            f"{mib(needs.shared)} mounted at {shm_dir}, or at a folder named by {SHARED_DIR_KEY}; podman/docker: "
+            f"--shm-size) or lower {region_key} (0 turns shared memory off)"
         )
     if limit is not None:
-        # what is in use now, or what the broker's heap and this sidecar will hold, whichever is larger
+        # what is in use now, or what the broker's heap and this process will hold, whichever is larger
         held = max(limit.usage, (heap or 0) + rss)
         left = limit.limit - held
         if needs.total > left:
-            parts = [f"{SHARED_KEY} {mib(needs.shared)} on {SHM_DIR}"] + [f"{k} {mib(n)}" for k, n in needs.parts]
+            where = f" on {shm_dir}" if shm is not None else ""
+            parts = [f"{region_key} {mib(needs.shared)}{where}"] + [f"{k} {mib(n)}" for k, n in needs.parts]
             biggest = max(needs.parts, key=lambda p: p[1])[0].split()[0] if needs.parts else None
-            lower = f"{SHARED_KEY} or {biggest}" if biggest else SHARED_KEY
+            lower = f"{region_key} or {biggest}" if biggest else region_key
             heap_text = f"the broker's heap (-Xmx {mib(heap)}) and " if heap else ""
+            now = f"in use now {mib(limit.usage)}, this sidecar {mib(rss)}" if rss else f"in use now {mib(limit.usage)}"
+            who = "the sidecar" if rss else "the plugin in the broker's process"
             found.append(
                 f"the container's memory limit is {mib(limit.limit)} ({limit.source}); {heap_text}the processes "
-                f"as they stand (in use now {mib(limit.usage)}, this sidecar {mib(rss)}) leave {mib(max(left, 0))}, "
-                f"but the sidecar is configured to hold {mib(needs.total)} ({', '.join(parts)}): raise the "
-                f"container's memory limit (Kubernetes: resources.limits.memory; podman/docker: --memory) to at "
-                f"least {mib(held + needs.total)}, or lower {lower}"
+                f"as they stand ({now}) leave {mib(max(left, 0))}, but {who} is configured to hold "
+                f"{mib(needs.total)} ({', '.join(parts)}): raise the container's memory limit (Kubernetes: "
+                f"resources.limits.memory; podman/docker: --memory) to at least {mib(held + needs.total)}, or lower "
+                f"{lower}"
             )
     return found
 
 
-def check(config: Mapping[str, Any], shared_bytes: int, parent_pid: int = 0, manager_class: Any = None) -> None:
+def check(
+    config: Mapping[str, Any],
+    shared_bytes: int,
+    parent_pid: int = 0,
+    manager_class: Any = None,
+    shm_dir: Path = SHM_DIR,
+) -> None:
     """Raise ``ConfigException`` when this container cannot give the sidecar what ``config`` asks for."""
     needs = needs_of(config, shared_bytes, manager_class)
-    found = problems(needs, shm_free(), memory_limit(), heap_max(parent_pid), own_rss(), shared_bytes)
+    found = problems(needs, shm_free(shm_dir), memory_limit(), heap_max(parent_pid), own_rss(), shared_bytes, shm_dir)
     if found:
         raise ConfigException("the sidecar does not fit in this container: " + "; and ".join(found))
+
+
+def check_in_process(
+    config: Mapping[str, Any],
+    buffer_bytes: int,
+    manager_class: Any = None,
+    cgroup_root: Path = CGROUP_ROOT,
+    proc_cgroup: Path = Path("/proc/self/cgroup"),
+) -> None:
+    """The same check for the in-process transport, run in the broker's own JVM before ``configure()``: its chunk
+    buffers (``jvm.inprocess.buffer.memory.bytes``, no file) and what the manager holds, against the container's
+    memory limit beside this JVM's heap. Raises ``ConfigException`` naming what to change."""
+    needs = needs_of(config, buffer_bytes, manager_class)
+    found = problems(
+        needs, None, memory_limit(cgroup_root, proc_cgroup), heap_max(os.getpid()), 0, buffer_bytes,
+        region_key=INPROCESS_KEY,
+    )  # fmt: skip
+    if found:
+        raise ConfigException("the plugin does not fit in this container: " + "; and ".join(found))

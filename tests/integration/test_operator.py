@@ -373,9 +373,10 @@ def test_config_check_reports_every_problem_in_one_run(tmp_path: Path, capsys: p
         "rsm.config.compresion.enabled=true\n"
     )
     rc, out, err = kts(["config", "check", str(f)], capsys)
-    assert rc == 1 and out.rstrip().endswith("8 error(s)")
+    assert rc == 1 and out.rstrip().endswith("9 error(s)")
     errors = [line for line in err.splitlines() if line.startswith("ERROR: ")]
     assert [e.split(": ", 2)[1] for e in errors] == [
+        "rsm.config.compresion.enabled",  # a key nothing reads: the plugin's configure() refuses it too
         "Invalid value '0' for configuration chunk.size",
         "Invalid value '0' for configuration fetch.chunk.cache.retention.ms",
         "Invalid value true for configuration compression.heuristic.enabled",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import zipfile
@@ -19,6 +18,7 @@ from rsm.cli.properties import read_properties
 from rsm.cli.settings import env_configs, load_configs
 from rsm.core.config import unknown_keys
 from rsm.core.manager import RemoteStorageManager
+from rsm.errors import ConfigException
 
 
 @pytest.fixture(scope="module")
@@ -264,9 +264,7 @@ def test_errors_name_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert rc == 2 and "chunk.size" in err and err.count("\n") == 1
 
 
-def test_unknown_keys_warn_once_each_with_the_closest_known_key(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_unknown_keys_fail_configure_each_with_the_closest_known_key(tmp_path: Path) -> None:
     configs = {
         "chunk.size": "1024",
         "storage.root": str(tmp_path),
@@ -277,15 +275,18 @@ def test_unknown_keys_warn_once_each_with_the_closest_known_key(
         "broker.id": 3,  # Kafka's RemoteLogManager adds it to the plugin's map
         "encryption.key.pairs.old.public.key.file": "/k",  # dynamic keys match their pattern
     }
-    with caplog.at_level(logging.WARNING, logger="rsm.core.config"), RemoteStorageManager() as manager:
+    with RemoteStorageManager() as manager, pytest.raises(ConfigException) as info:
         manager.configure(configs)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
-        "The configuration 'storage.key.prefix' was supplied but isn't a known config. Did you mean 'key.prefix'?",
-        "The configuration 'compresion.enabled' was supplied but isn't a known config. "
-        "Did you mean 'compression.enabled'?",
-        "The configuration 'storage.s3.bucket.name' was supplied but isn't a known config. "
-        "It is a key of the s3 backend, not of the configured one.",
+    assert str(info.value).split("; ") == [
+        "rsm.config.storage.key.prefix: The configuration 'storage.key.prefix' was supplied but isn't a known "
+        "config. Did you mean 'key.prefix'? The plugin would go on without it: rename it to rsm.config.key.prefix "
+        "if that is what was meant, or remove it",
+        "rsm.config.compresion.enabled: The configuration 'compresion.enabled' was supplied but isn't a known "
+        "config. Did you mean 'compression.enabled'? The plugin would go on without it: rename it to "
+        "rsm.config.compression.enabled if that is what was meant, or remove it",
+        "rsm.config.storage.s3.bucket.name: The configuration 'storage.s3.bucket.name' was supplied but isn't a "
+        "known config. It is a key of the s3 backend, not of the configured one. The plugin would go on without "
+        "it: remove it, or set storage.backend.class=s3 if that is the store meant",
     ]
     assert [
         u.key for u in unknown_keys({"chunk.size": "1", "storage.backend.class": "s3", "storage.s3.region": "x"})
@@ -316,7 +317,8 @@ def test_config_check_of_an_aiven_file(
     f = tmp_path / "server.properties"
     f.write_text(AIVEN_FILE)
     rc, out, err = _run(["config", "check", str(f)], capsys)
-    assert rc == 0, err
+    assert rc == 1 and out.rstrip().endswith("1 error(s)"), err  # the misspelt prefix: configure() refuses it too
+    assert err.startswith("ERROR: rsm.config.storage.key.prefix: ") and "Did you mean 'key.prefix'?" in err
     honoured = out.split("honoured (", 1)[1].split("ignored", 1)[0]
     assert "rsm.config.storage.s3.bucket.name" in honoured and "rsm.config.chunk.size" in honoured
     assert "ignored (1):\n  rsm.config.storage.key.prefix:" in out and "Did you mean 'key.prefix'?" in out

@@ -152,3 +152,102 @@ def test_a_real_sidecar_refuses_a_region_dev_shm_cannot_hold(tmp_path: Path) -> 
     assert p.returncode == 4, out
     assert out.startswith("CONFIG-ERROR ConfigException: the sidecar does not fit in this container")
     assert f"jvm.sidecar.shared.memory.bytes={asked}" in out and "--shm-size" in out
+
+
+def test_the_in_process_transport_checks_the_limit_too(tmp_path: Path) -> None:
+    """Its buffers and what the manager holds, beside the JVM's heap and what the broker uses now (the plugin runs
+    in the broker's own process: no sidecar of its own to count)."""
+    cfg = {"chunk.size": str(4 * MiB)}  # 128 MiB memory cache + 16 MiB read-ahead by default
+    root, proc = _cgroup_v2(tmp_path, str(256 * MiB), str(100 * MiB))
+    with pytest.raises(sc.ConfigException) as info:
+        sc.check_in_process(cfg, 128 * MiB, RemoteStorageManager, root, proc)
+    text = str(info.value)
+    assert text.startswith("the plugin does not fit in this container: the container's memory limit is 256.0 MiB")
+    assert "the plugin in the broker's process is configured to hold 272.0 MiB" in text
+    assert "jvm.inprocess.buffer.memory.bytes 128.0 MiB, fetch.chunk.cache.size 128.0 MiB" in text
+    assert "on /dev/shm" not in text and "this sidecar" not in text
+    assert text.endswith("or lower jvm.inprocess.buffer.memory.bytes or fetch.chunk.cache.size")
+    roomy, proc = _cgroup_v2(tmp_path / "roomy", str(1024 * MiB), str(100 * MiB))
+    sc.check_in_process(cfg, 128 * MiB, RemoteStorageManager, roomy, proc)
+    sc.check_in_process(cfg, 128 * MiB, RemoteStorageManager, tmp_path / "none", tmp_path / "missing")  # no limit
+
+
+def test_the_in_process_factory_refuses_before_configuring(tmp_path: Path) -> None:
+    from rsm.jvm.inprocess import default_manager_factory
+
+    cfg = jt.base_config(tmp_path / "store", **{"jvm.inprocess.buffer.memory.byte": "1"})
+    with pytest.raises(sc.ConfigException, match="Did you mean 'jvm.inprocess.buffer.memory.bytes'"):
+        default_manager_factory(cfg)
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_small_shared_memory_dir_names_the_dir_and_the_key() -> None:
+    n = sc.needs_of({"chunk.size": str(4 * MiB)}, 128 * MiB, RemoteStorageManager)
+    found = sc.problems(n, 64 * MiB, None, None, 0, 128 * MiB, shm_dir=Path("/mnt/kts-shm"))
+    assert len(found) == 1 and found[0].startswith("/mnt/kts-shm has 64.0 MiB free")
+    assert "jvm.sidecar.shared.memory.dir" in found[0]
+
+
+def _sidecar(tmp_path: Path, cfg: dict[str, str]) -> subprocess.Popen[bytes]:
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(tmp_path / "s.sock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert p.stdin is not None
+    p.stdin.write(jt.sidecar_config_payload(cfg))
+    p.stdin.flush()
+    return p
+
+
+def test_a_real_sidecar_makes_its_region_in_the_shared_memory_dir(tmp_path: Path) -> None:
+    shm = tmp_path / "kts-shm"
+    shm.mkdir()
+    cfg = jt.base_config(
+        tmp_path / "store",
+        **{
+            "chunk.size": str(MiB),
+            "jvm.sidecar.shared.memory.bytes": str(4 * MiB),
+            "jvm.sidecar.shared.memory.dir": str(shm),
+        },
+    )
+    p = _sidecar(tmp_path, cfg)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline().decode()
+        assert line.startswith("READY "), line
+        region = Path(line.split(" shm=", 1)[1].split()[0])
+        assert region.parent == shm and region.name.startswith("kts-sidecar-")
+        assert region.stat().st_size == 4 * MiB
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()  # the sidecar stops when its broker's end of stdin closes
+        p.wait(timeout=60)
+    assert list(shm.iterdir()) == []  # its name removed on the way out
+
+
+def test_a_real_sidecar_refuses_a_region_its_shared_memory_dir_cannot_hold(tmp_path: Path) -> None:
+    shm = tmp_path / "kts-shm"
+    shm.mkdir()
+    free = sc.shm_free(shm)
+    assert free is not None
+    asked = free + 8 * MiB
+    cfg = jt.base_config(
+        tmp_path / "store",
+        **{
+            "chunk.size": str(MiB),
+            "jvm.sidecar.shared.memory.bytes": str(asked),
+            "jvm.sidecar.shared.memory.dir": str(shm),
+        },
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "rsm.jvm.sidecar", "--socket", str(tmp_path / "s.sock")],
+        input=jt.sidecar_config_payload(cfg),
+        capture_output=True,
+        timeout=60,
+    )
+    out = p.stdout.decode()
+    assert p.returncode == 4, out
+    assert out.startswith(f"CONFIG-ERROR ConfigException: the sidecar does not fit in this container: {shm} has ")
+    assert f"jvm.sidecar.shared.memory.bytes={asked}" in out and list(shm.iterdir()) == []
