@@ -135,7 +135,7 @@ CONFIG_DEF = ConfigDef().extend(
             "string",
             None,
             "The table's partition spec, comma-separated: hour, day or month (of kafka.timestamp) and any of "
-            "identity(<column>), bucket[<n>](<column>), truncate[<width>](<column>) of a column such as "
+            "`identity(<column>)`, `bucket[<n>](<column>)`, `truncate[<width>](<column>)` of a column such as "
             "value.country; none: unpartitioned. Unset: day for a new table, an existing one kept as it is. A "
             "change evolves the table's spec: new data only.",
             dynamic=True,
