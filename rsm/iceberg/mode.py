@@ -51,7 +51,7 @@ class IcebergMode:
         """The segment's rows, committed; ``NotRepresentable`` when it must be tiered classic instead."""
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
         tip = meta.topic_id_partition
-        seg = SegmentToWrite(tip.topic, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
+        seg = SegmentToWrite(tip.topic, tip.topic_id, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
         try:
             return self.writer.write(seg, meta.describe())
         except (RemoteStorageException, NotRepresentable):

@@ -33,11 +33,20 @@ _TS_US_MIN = -(1 << 63) // 1000 + 1
 # Every record of a batch is a row: offsets and timestamps over all of int64.
 _ALL_ROWS = (-(1 << 63), (1 << 63) - 1, None, None)
 
-__all__ = ["NotRepresentable", "SegmentSummary", "reference_row_tables", "segment_row_tables"]
+__all__ = ["NotRepresentable", "RowOrigin", "SegmentSummary", "reference_row_tables", "segment_row_tables"]
 
 
 class NotRepresentable(Exception):
     """The segment holds something the table cannot give back byte-for-byte as Kafka's records."""
+
+
+@dataclass(frozen=True)
+class RowOrigin:
+    """What every row of a segment carries about who wrote it: Kafka Uuid strings of the topic and of the remote
+    log segment (``kafka.topic_id``, ``kafka.segment_id``)."""
+
+    topic_id: str
+    segment_id: str
 
 
 @dataclass
@@ -105,10 +114,12 @@ def segment_row_tables(
     max_bytes: int,
     summary: SegmentSummary,
     value_column: ValueColumn | None = None,
+    *,
+    origin: RowOrigin,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the segment's rows, each from at most about ``max_bytes`` of the segment."""
     if not COMPILED_WALK:  # pragma: no cover - the package was installed without a C compiler
-        yield from reference_row_tables(path, partition, aborted, max_bytes, summary, value_column)
+        yield from reference_row_tables(path, partition, aborted, max_bytes, summary, value_column, origin=origin)
         return
     spans = _aborted_spans(aborted)
     decoder = LogBatchDecoder(ReadBounds())  # its zstd context inflates every batch
@@ -155,14 +166,14 @@ def segment_row_tables(
             summary.size = header.end_position
             held += header.size
             if held >= max_bytes:
-                yield _buffers_table(builder.take(), batches, partition, summary, value_column)
+                yield _buffers_table(builder.take(), batches, partition, origin, summary, value_column)
                 batches = _BatchColumns()
                 held = 0
     except KafkaFormatError as e:
         raise NotRepresentable(str(e)) from None
     summary.crc32c = crc
     if len(builder):
-        yield _buffers_table(builder.take(), batches, partition, summary, value_column)
+        yield _buffers_table(builder.take(), batches, partition, origin, summary, value_column)
 
 
 class _BatchColumns:
@@ -232,6 +243,7 @@ def _buffers_table(
     parts: dict[str, object],
     batches: _BatchColumns,
     partition: int,
+    origin: RowOrigin,
     summary: SegmentSummary,
     value_column: ValueColumn | None,
 ) -> pa.Table:
@@ -260,6 +272,8 @@ def _buffers_table(
         "is_control": repeat(batches.control, "is_control"),
         "control_type": repeat(batches.control_type, "control_type"),
         "aborted": repeat(batches.aborted, "aborted"),
+        "segment_id": pa.repeat(pa.scalar(origin.segment_id, pa.string()), rows),
+        "topic_id": pa.repeat(pa.scalar(origin.topic_id, pa.string()), rows),
     }
     kafka = pa.StructArray.from_arrays([columns[f.name] for f in k], fields=list(k))
     lists, names, hvalues, count = parts["headers"]  # type: ignore[misc]
@@ -286,6 +300,8 @@ def reference_row_tables(
     max_bytes: int,
     summary: SegmentSummary,
     value_column: ValueColumn | None = None,
+    *,
+    origin: RowOrigin,
 ) -> Iterator[pa.Table]:
     """``segment_row_tables`` by the Python walk: a ``Record`` per record, appended field by field."""
     spans = _aborted_spans(aborted)
@@ -335,6 +351,8 @@ def reference_row_tables(
                 k["is_control"].append(header.is_control)
                 k["control_type"].append(control_type)
                 k["aborted"].append(aborted_batch)
+                k["segment_id"].append(origin.segment_id)
+                k["topic_id"].append(origin.topic_id)
                 cols.headers.append([{"key": name, "value": value} for name, value in r.headers])
                 cols.keys.append(r.key)
                 cols.values.append(r.value)

@@ -62,6 +62,9 @@ KAFKA_FIELDS: tuple[tuple[str, object, str], ...] = (
     ("is_control", BooleanType(), "a control record (transaction marker): not data"),
     ("control_type", IntegerType(), "a control record's type: 0 ABORT, 1 COMMIT (null for data records)"),
     ("aborted", BooleanType(), "in a transaction the segment's transaction index names as aborted"),
+    # Which incarnation wrote the row (null in rows written before these fields: unknown, go by offsets).
+    ("segment_id", StringType(), "Kafka Uuid of the remote log segment whose copy wrote the row"),
+    ("topic_id", StringType(), "Kafka Uuid of the topic (a topic created again under the same name has another)"),
 )
 
 _KAFKA_ID = 1
@@ -125,10 +128,12 @@ _ARROW_KAFKA_TYPES = {
     "LongType": pa.int64(),
     "BooleanType": pa.bool_(),
     "TimestamptzType": pa.timestamp("us", tz="UTC"),
+    "StringType": pa.string(),
 }
 
 
 def kafka_arrow_type() -> pa.StructType:
+    """The ``kafka`` struct as Arrow (names and order of ``KAFKA_FIELDS``)."""
     return pa.struct([pa.field(name, _ARROW_KAFKA_TYPES[type(typ).__name__]) for name, typ, _ in KAFKA_FIELDS])
 
 

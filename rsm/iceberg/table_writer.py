@@ -38,8 +38,8 @@ from pyiceberg.types import IntegerType, LongType
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
-from rsm.iceberg.rows import NotRepresentable, SegmentSummary, segment_row_tables
-from rsm.iceberg.schema import arrow_schema, iceberg_schema, partition_spec
+from rsm.iceberg.rows import NotRepresentable, RowOrigin, SegmentSummary, segment_row_tables
+from rsm.iceberg.schema import KAFKA_FIELDS, arrow_schema, iceberg_schema, partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import AbortedTxn
@@ -188,9 +188,19 @@ def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpress
     )
 
 
+def _missing_columns(table: Table, value_column: ValueColumn | None) -> bool:
+    """Whether the table lacks a ``kafka`` field of ``KAFKA_FIELDS`` or the ``value`` column the hook gives."""
+    schema = table.schema()
+    have = {f.name for f in schema.find_type("kafka").fields}  # type: ignore[union-attr]
+    if any(name not in have for name, _, _ in KAFKA_FIELDS):
+        return True
+    return value_column is not None and "value" not in {f.name for f in schema.fields}
+
+
 @dataclass(frozen=True)
 class SegmentToWrite:
     topic: str
+    topic_id: str
     partition: int
     segment_id: str
     log_path: Path
@@ -212,7 +222,8 @@ class TableWriter:
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
         """The topic's table, created (partitioned by day) when missing, its read splits sized for segments of
-        ``segment_bytes``; a ``value`` column the hook now gives is added to an existing table."""
+        ``segment_bytes``; a ``value`` column the hook now gives, and ``kafka`` fields added since the table was
+        made (old rows read them as null), are added to an existing table."""
         catalog = self.handle.catalog
         ident = self.handle.table_identifier(topic)
         try:
@@ -244,11 +255,11 @@ class TableWriter:
             except TableAlreadyExistsError:  # another writer created it in between
                 table = catalog.load_table(ident)
         for attempt in range(self.commit_retries + 1):
-            if value_column is None or "value" in {f.name for f in table.schema().fields}:
+            if not _missing_columns(table, value_column):
                 break
             try:
                 with table.update_schema() as update:
-                    update.union_by_name(arrow_schema(value_column.arrow_type))
+                    update.union_by_name(arrow_schema(value_column.arrow_type if value_column else None))
             except CommitFailedException:  # another broker changed the schema first (most likely, the same way)
                 if attempt == self.commit_retries:
                     raise
@@ -266,7 +277,13 @@ class TableWriter:
         # of the way (or any other failure) deletes the files written so far; nothing is committed. The table
         # is loaded (or created) only once the first chunk is built, so a segment refused there touches nothing.
         chunks = segment_row_tables(
-            seg.log_path, seg.partition, seg.aborted, self.write_batch_bytes, summary, value_column
+            seg.log_path,
+            seg.partition,
+            seg.aborted,
+            self.write_batch_bytes,
+            summary,
+            value_column,
+            origin=RowOrigin(seg.topic_id, seg.segment_id),
         )
         first = next(chunks, None)
         if first is None:

@@ -186,6 +186,48 @@ def test_a_retried_copy_and_an_overlapping_segment_leave_no_duplicates(tmp_path:
         m.close()
 
 
+def test_rows_name_their_segment_and_topic_and_old_tables_get_the_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every row carries ``kafka.segment_id`` and ``kafka.topic_id``; a table made before those fields gets them
+    when a copy loads it, its old rows read them as null, and both segments still fetch byte-identical."""
+    from rsm.iceberg import rows, schema, table_writer
+
+    def segment(name: str) -> Any:
+        entries = [build_batch([(1_700_000_000_000 + i, b"k", b"v%d" % i, [])], base_offset=i) for i in range(20)]
+        return write_entries_segment(tmp_path / name, entries)
+
+    old_fields = tuple(f for f in schema.KAFKA_FIELDS if f[0] not in ("segment_id", "topic_id"))
+    assert len(old_fields) == len(schema.KAFKA_FIELDS) - 2
+    old_seg, new_seg = segment("old"), segment("new")
+    old_meta = old_seg.to_metadata(TopicIdPartition(TIP.topic_id, "orders", 1))
+    new_meta = new_seg.to_metadata(TopicIdPartition(TIP.topic_id, "orders", 2))
+    with monkeypatch.context() as before:  # the writer as it was: a table without the fields
+        for module in (schema, rows, table_writer):
+            before.setattr(module, "KAFKA_FIELDS", old_fields)
+        m = _manager(_configs(tmp_path))
+        try:
+            m.copy_log_segment_data(old_meta, old_seg.to_log_segment_data())
+            assert "segment_id" not in _table(m).column("kafka").type.names
+        finally:
+            m.close()
+    m = _manager(_configs(tmp_path))
+    try:
+        m.copy_log_segment_data(new_meta, new_seg.to_log_segment_data())
+        kafka = _table(m).column("kafka")
+        found = set(
+            zip(
+                *(pc.struct_field(kafka, f).to_pylist() for f in ("partition", "segment_id", "topic_id")),
+                strict=True,
+            )
+        )
+        assert found == {(1, None, None), (2, new_meta.remote_log_segment_id.id, TIP.topic_id)}
+        for meta, seg in ((old_meta, old_seg), (new_meta, new_seg)):
+            assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
+    finally:
+        m.close()
+
+
 def test_partitions_committing_at_once_all_land(tmp_path: Path) -> None:
     m = _manager(_configs(tmp_path, **{"iceberg.mode.commit.retries": "50"}))
     errors: list[BaseException] = []

@@ -10,11 +10,18 @@ from pathlib import Path
 
 import crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rsm.iceberg.rows import NotRepresentable, SegmentSummary, reference_row_tables, segment_row_tables
+from rsm.iceberg.rows import (
+    NotRepresentable,
+    RowOrigin,
+    SegmentSummary,
+    reference_row_tables,
+    segment_row_tables,
+)
 from rsm.kafka.indexes import AbortedTxn
 from rsm.kafka.records import BATCH_HEADER_SIZE, ControlRecordType
 from rsm.kafka.writer import build_batch, build_control_batch
@@ -87,12 +94,15 @@ def _segment(batches: list[dict[str, object]]) -> tuple[list[bytes], list[Aborte
     return entries, aborted
 
 
+_ORIGIN = RowOrigin(topic_id="LA1sCgeCRnGhPvNPHYSiVw", segment_id="9ZlSVN2VQPGMqyBk7S7ZBw")
+
+
 def _rows(
     fn: Callable[..., Iterator[pa.Table]], path: Path, aborted: list[AbortedTxn], max_bytes: int
 ) -> tuple[list[pa.Table], SegmentSummary]:
     """The tables ``fn`` gives for the segment at ``path`` (as partition 5), and its summary."""
     summary = SegmentSummary()
-    tables = list(fn(path, 5, aborted, max_bytes, summary))
+    tables = list(fn(path, 5, aborted, max_bytes, summary, origin=_ORIGIN))
     return tables, summary
 
 
@@ -103,7 +113,7 @@ def test_compiled_rows_are_the_reference_rows(
 ) -> None:
     """Random segments (every codec, transactions committed, aborted and open, control batches, headers, null keys
     and values, LogAppendTime, timestamps outside what the table's timestamp holds): the same tables, cut at the
-    same batches, and the same summary."""
+    same batches, the same summary, and every row names the segment and topic that wrote it."""
     entries, aborted = _segment(batches)
     path = tmp_path_factory.mktemp("rows") / "00000000000000000007.log"
     path.write_bytes(b"".join(entries))
@@ -115,6 +125,10 @@ def test_compiled_rows_are_the_reference_rows(
         assert g.to_pylist() == w.to_pylist()
         assert g.equals(w)
     assert got_summary == want_summary
+    for t in got:
+        kafka = t.column("kafka")
+        assert set(pc.struct_field(kafka, "segment_id").to_pylist()) == {_ORIGIN.segment_id}
+        assert set(pc.struct_field(kafka, "topic_id").to_pylist()) == {_ORIGIN.topic_id}
 
 
 def _reference_outcome(path: Path) -> object:
