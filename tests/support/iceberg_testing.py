@@ -4,6 +4,7 @@ and benchmarks of the Iceberg readers."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -193,3 +194,39 @@ def spark_jdbc_catalog(uri: str, warehouse: str, name: str = "kafka_tiered", **j
 
 def iter_rows(table: Any) -> Iterator[dict[str, Any]]:
     yield from table.scan().to_arrow().to_pylist()
+
+
+SPARK_MAINTAIN = (
+    SPARK_SESSION
+    + """
+import time
+catalog, namespace, name = sys.argv[3].split(".", 2)
+ident = f"{namespace}.`{name}`"
+table = f"{catalog}.{ident}"
+spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536')")
+out = {}
+time.sleep(1.5)  # the files the copies wrote are older than the cut-off below
+out["rewrite"] = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{ident}', strategy => 'sort', "
+                           "sort_order => 'kafka.partition ASC NULLS FIRST, kafka.offset ASC NULLS FIRST', "
+                           "options => map('rewrite-all', 'true'))").collect()[0].asDict()
+time.sleep(1.5)  # the rewritten files too
+now = spark.sql("SELECT current_timestamp() AS t").collect()[0]["t"]
+out["expire"] = spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{ident}', "
+                          f"older_than => TIMESTAMP '{now}', retain_last => 1)").collect()[0].asDict()
+out["orphans"] = len(spark.sql(f"CALL {catalog}.system.remove_orphan_files(table => '{ident}', "
+                               f"older_than => TIMESTAMP '{now}')").collect())
+out["rows"] = spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]
+print(json.dumps(out, default=str))
+spark.stop()
+"""
+)
+"""Runs Spark's maintenance on ``sys.argv[3]`` (catalog.namespace.table): prints what each procedure returned."""
+
+
+def spark_maintain(sqlite_path: str, warehouse: str, table: str = "kafka_tiered.kafka.orders") -> dict[str, Any]:
+    """Spark's rewrite_data_files (sorted by partition and offset, every file), expire_snapshots and
+    remove_orphan_files (both older than now) on the plugin's table, through Iceberg's JDBC catalog over the
+    plugin's SQLite file; what the procedures returned and the table's row count after."""
+    settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
+    out = run_iceberg_spark(SPARK_MAINTAIN, json.dumps(settings), table)
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
