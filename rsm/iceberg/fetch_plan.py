@@ -7,9 +7,10 @@ So a fetch plans a scan of the current snapshot for the segment's partition and 
 ``kafka.segment_id`` where the rows have one: rows of a later segment that overlaps these offsets carry that
 segment's batch positions), and pyiceberg's planning skips manifests and data files by their bounds.
 
-The loaded table is kept per table for ``iceberg.mode.fetch.table.refresh.ms`` (and reloaded at once when a
-planned file is missing); a plan is kept per segment and snapshot. When the catalog does not answer, the last
-loaded table state serves; with none, the manifest's own files, while they are still there.
+The loaded table is kept per table for ``iceberg.mode.fetch.table.refresh.ms``, and loaded again at once when a
+planned file is missing or when it predates the segment's commit; a plan is kept per segment and snapshot. When
+the catalog does not answer, the last loaded table state serves; with none, the manifest's own files, while they
+are still there.
 """
 
 from __future__ import annotations
@@ -87,16 +88,36 @@ class FetchPlanner:
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], tuple[float, Table]] = {}
         self._plans: OrderedDict[tuple[str, int], SegmentRows] = OrderedDict()
+        self._expired: set[int] = set()
 
-    def _table(self, ident: tuple[str, str], refresh: bool) -> Table:
+    def _table(self, ident: tuple[str, str], refresh: bool) -> tuple[Table, bool]:
+        """The table state and whether it was loaded just now."""
         now = self._clock()
         with self._lock:
             cached = self._tables.get(ident)
         if cached is not None and not refresh and now - cached[0] < self.refresh_s:
-            return cached[1]
+            return cached[1], False
         table = self.handle.catalog.load_table(ident)
         with self._lock:
             self._tables[ident] = (now, table)
+        return table, True
+
+    def _state_with(self, ident: tuple[str, str], section: IcebergSection, refresh: bool) -> Table:
+        """The table state, loaded again when it predates the segment's commit (a segment copied since): the
+        commit's snapshot is not in it. A snapshot found expired on a fresh load is remembered, so it costs one
+        load, not one per fetch."""
+        table, fresh = self._table(ident, refresh)
+        if fresh or table.snapshot_by_id(section.snapshot_id) is not None:
+            return table
+        with self._lock:
+            if section.snapshot_id in self._expired:
+                return table
+        table, _ = self._table(ident, True)
+        if table.snapshot_by_id(section.snapshot_id) is None:
+            with self._lock:
+                if len(self._expired) >= _MAX_PLANS:
+                    self._expired.clear()
+                self._expired.add(section.snapshot_id)
         return table
 
     def rows(
@@ -106,7 +127,7 @@ class FetchPlanner:
         file was missing)."""
         ident = table_identifier(self.handle, section, topic)
         try:
-            table = self._table(ident, refresh)
+            table = self._state_with(ident, section, refresh)
         except NoSuchTableError:
             raise RemoteResourceNotFoundException(
                 f"{what}: its table {'.'.join(ident)} is gone from the {self.handle.describe()} (dropped or "

@@ -135,7 +135,10 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
         [str(python), "-c", script, jars, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
-        raise AssertionError(f"Spark script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        causes = [line for line in proc.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
+        raise AssertionError(
+            f"Spark script failed ({proc.returncode}):\n" + "\n".join(causes[:12]) + f"\n...\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
