@@ -206,7 +206,10 @@ import time
 catalog, namespace, name = sys.argv[3].split(".", 2)
 ident = f"{namespace}.`{name}`"
 table = f"{catalog}.{ident}"
-spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536')")
+# Java's Parquet writer refuses the plugin's write.parquet.dict-size-bytes=1 ("maxCapacityHint can't be less
+# than initialSlabSize 64 1"): Spark's writes need a size of at least 64 bytes.
+spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536', "
+          "'write.parquet.dict-size-bytes'='64')")
 out = {}
 time.sleep(1.5)  # the files the copies wrote are older than the cut-off below
 out["rewrite"] = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{ident}', strategy => 'sort', "
@@ -216,20 +219,26 @@ time.sleep(1.5)  # the rewritten files too
 now = spark.sql("SELECT current_timestamp() AS t").collect()[0]["t"]
 out["expire"] = spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{ident}', "
                           f"older_than => TIMESTAMP '{now}', retain_last => 1)").collect()[0].asDict()
-out["orphans"] = len(spark.sql(f"CALL {catalog}.system.remove_orphan_files(table => '{ident}', "
-                               f"older_than => TIMESTAMP '{now}')").collect())
+# The procedure refuses a cut-off under 24 hours; its action (what the procedure runs) takes any.
+jvm = spark._jvm
+iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+cutoff = spark.sql(f"SELECT unix_millis(TIMESTAMP '{now}') AS ms").collect()[0]["ms"]
+result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+          .deleteOrphanFiles(iceberg_table).olderThan(cutoff).execute())
+out["orphans"] = len(list(result.orphanFileLocations()))
 out["rows"] = spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]
 print(json.dumps(out, default=str))
 spark.stop()
 """
 )
-"""Runs Spark's maintenance on ``sys.argv[3]`` (catalog.namespace.table): prints what each procedure returned."""
+"""Runs Spark's maintenance on ``sys.argv[3]`` (catalog.namespace.table): prints what each step returned."""
 
 
 def spark_maintain(sqlite_path: str, warehouse: str, table: str = "kafka_tiered.kafka.orders") -> dict[str, Any]:
     """Spark's rewrite_data_files (sorted by partition and offset, every file), expire_snapshots and
-    remove_orphan_files (both older than now) on the plugin's table, through Iceberg's JDBC catalog over the
-    plugin's SQLite file; what the procedures returned and the table's row count after."""
+    orphan-file removal (its action: the procedure refuses a cut-off under 24 hours), both older than now, on
+    the plugin's table through Iceberg's JDBC catalog over the plugin's SQLite file; what each step returned
+    and the table's row count after."""
     settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
     out = run_iceberg_spark(SPARK_MAINTAIN, json.dumps(settings), table)
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
