@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from iceberg_testing import iceberg_config, load_table, spark_maintain
+from iceberg_testing import iceberg_config, load_table, spark_maintain, spark_sql_statements
 
 from rsm import RemoteStorageManager, RetriableRemoteStorageException
 from rsm.kafka.records import batch_view, decode_records, iter_batches
@@ -129,6 +129,27 @@ def _offsets(data: bytes) -> list[list[int]]:
     return [[r.offset for r in decode_records(body)] for _h, body in iter_batches(data, verify=True)]
 
 
+def _assert_gap(got: bytes, original: bytes, lo: int, hi: int) -> None:
+    """``got`` holds the batches of ``original`` without the records of offsets ``lo..hi``: base offset,
+    lastOffsetDelta and attributes kept, the record count that of the records left, every CRC right; a batch
+    with no record left is not there."""
+    want = []
+    for h, body in iter_batches(original):
+        kept = [r for r in decode_records(body) if not lo <= r.offset <= hi]
+        if kept:
+            want.append((h, kept))
+    got_batches = list(iter_batches(got, verify=True))  # every CRC checks
+    assert [[r.offset for r in decode_records(b)] for _h, b in got_batches] == [[r.offset for r in k] for _h, k in want]
+    for (gh, gb), (wh, kept) in zip(got_batches, want, strict=True):
+        assert (gh.base_offset, gh.last_offset_delta, gh.attributes, gh.records_count) == (
+            wh.base_offset,
+            wh.last_offset_delta,
+            wh.attributes,
+            len(kept),
+        )
+        assert [(r.key, r.value) for r in decode_records(gb)] == [(r.key, r.value) for r in kept]
+
+
 def test_rows_deleted_by_sql_leave_the_gap_a_compacted_topic_shows(tmp_path: Path) -> None:
     """A batch that lost some records comes back with the rest (base offset, lastOffsetDelta and codec kept, CRC
     of the new contents); a batch that lost all is skipped; the other batches are untouched."""
@@ -158,26 +179,10 @@ def test_rows_deleted_by_sql_leave_the_gap_a_compacted_topic_shows(tmp_path: Pat
         table.overwrite(rows.filter(pc.invert(hit)))
         for meta, original, hs, (lo, hi), (a, b) in zip(metas, originals, headers, ranges, picks, strict=True):
             for position in (0, hs[a + 1].position, hs[b + 1].position):
-                got = m.fetch_log_segment(meta, position).read()
-                want = []
-                for h, body in iter_batches(original[position:]):
-                    kept = [r for r in decode_records(body) if not lo <= r.offset <= hi]
-                    if kept:
-                        want.append((h, kept))
-                got_batches = list(iter_batches(got, verify=True))  # every CRC checks
-                assert [[r.offset for r in decode_records(b)] for _h, b in got_batches] == [
-                    [r.offset for r in k] for _h, k in want
-                ]
-                for (gh, gb), (wh, kept) in zip(got_batches, want, strict=True):
-                    assert (gh.base_offset, gh.last_offset_delta, gh.attributes, gh.records_count) == (
-                        wh.base_offset,
-                        wh.last_offset_delta,
-                        wh.attributes,
-                        len(kept),
-                    )
-                    assert [(r.key, r.value) for r in decode_records(gb)] == [(r.key, r.value) for r in kept]
-                # a batch wholly deleted is not there at all
-                assert hs[a + 1].base_offset not in {h.base_offset for h, _ in got_batches}
+                _assert_gap(m.fetch_log_segment(meta, position).read(), original[position:], lo, hi)
+            # a batch wholly deleted is not there at all
+            got = m.fetch_log_segment(meta, 0).read()
+            assert hs[a + 1].base_offset not in {h.base_offset for h, _ in iter_batches(got)}
     finally:
         m.close()
 
@@ -237,5 +242,32 @@ def test_spark_rewrite_expire_and_orphan_removal_keep_every_fetch_byte_identical
         _assert_reads(m, metas, segments)
         with _manager(config) as fresh:
             _assert_reads(fresh, metas, segments, every=2)
+    finally:
+        m.close()
+
+
+@pytest.mark.timeout(1200)
+def test_a_merge_on_read_delete_by_spark_leaves_the_same_gap(tmp_path: Path) -> None:
+    """Spark's DELETE on a merge-on-read table writes delete files beside the data files: a fetch applies them
+    (reading such a file through pyiceberg) and shows the gap."""
+    config = iceberg_config(tmp_path, **{"iceberg.mode.fetch.table.refresh.ms": "0"})
+    segments = _segments(tmp_path)[:1]
+    m = _manager(config)
+    try:
+        metas = _tier(m, segments)
+        original = segments[0][1].log.read_bytes()
+        hs = [h for h, _ in iter_batches(original)]
+        lo, hi = hs[4].base_offset + 1, hs[7].base_offset
+        sql = [
+            "ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read', "
+            "'write.parquet.dict-size-bytes'='64')",
+            f"DELETE FROM {{table}} WHERE kafka.partition = 0 AND kafka.offset BETWEEN {lo} AND {hi}",
+        ]
+        out = spark_sql_statements(config["iceberg.mode.catalog.sqlite.path"], config["iceberg.mode.warehouse"], sql)
+        assert out["rows"] == sum(1 for h in hs for _ in range(h.records_count)) - (hi - lo + 1), out
+        tasks = list(load_table(config).scan().plan_files())
+        assert any(t.delete_files for t in tasks), "Spark wrote no delete file"
+        for position in (0, hs[5].position):
+            _assert_gap(m.fetch_log_segment(metas[0], position).read(), original[position:], lo, hi)
     finally:
         m.close()

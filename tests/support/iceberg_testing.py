@@ -242,3 +242,26 @@ def spark_maintain(sqlite_path: str, warehouse: str, table: str = "kafka_tiered.
     settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
     out = run_iceberg_spark(SPARK_MAINTAIN, json.dumps(settings), table)
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+SPARK_STATEMENTS = (
+    SPARK_SESSION
+    + """
+catalog, namespace, name = sys.argv[3].split(".", 2)
+table = f"{catalog}.{namespace}.`{name}`"
+for statement in json.loads(sys.argv[4]):
+    spark.sql(statement.format(table=table)).collect()
+print(json.dumps({"rows": spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]}))
+spark.stop()
+"""
+)
+
+
+def spark_sql_statements(
+    sqlite_path: str, warehouse: str, statements: Sequence[str], table: str = "kafka_tiered.kafka.orders"
+) -> dict[str, Any]:
+    """Run ``statements`` (``{table}`` stands for the table) in Spark over the plugin's catalog; the row count
+    after."""
+    settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
+    out = run_iceberg_spark(SPARK_STATEMENTS, json.dumps(settings), table, json.dumps(list(statements)))
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
