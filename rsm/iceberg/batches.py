@@ -1,6 +1,9 @@
 """Rows of the table turned back into Kafka v2 record batches: one batch per original batch, with its offsets,
 timestamps, attributes, producer fields and codec, the CRC-32C computed. Uncompressed batches come out byte for
-byte as they were; a compressed one holds the same records, compressed again with the same codec."""
+byte as they were; a compressed one holds the same records, compressed again with the same codec.
+
+A batch some of whose rows were deleted (SQL) comes back as a compacted topic's batch does: the records left,
+its base offset, lastOffsetDelta and codec kept, the record count and CRC those of the records left."""
 
 from __future__ import annotations
 
@@ -49,10 +52,10 @@ def _batch_bounds(rows: pa.Table) -> list[int]:
 
 
 def encode_row_batches(rows: pa.Table, what: str) -> Iterator[tuple[int, bytes]]:
-    """``(original position, batch bytes)`` for the batches of ``rows``, which hold whole batches sorted by
-    position and offset. A batch whose rows are not all there is damage (``CorruptDataException`` naming
-    ``what``): the rows come from the segment's own data files, which hold every record. Rows become Python
-    values a slice of whole batches at a time, as the batches are taken."""
+    """``(original position, batch bytes)`` for the batches of ``rows``, which hold whole batches (every row of
+    each that the table still has) sorted by position and offset. A batch with more rows than its header's record
+    count is damage (``CorruptDataException`` naming ``what``); one with fewer lost rows to a delete and holds the
+    records left. Rows become Python values a slice of whole batches at a time, as the batches are taken."""
     if rows.num_rows == 0:
         return
     bounds = _batch_bounds(rows)
@@ -78,7 +81,7 @@ def _encode_slice(rows: pa.Table, bounds: list[int], what: str) -> Iterator[tupl
         i, j = bounds[k] - first, bounds[k + 1] - first
         position = batch["batch_byte_offset"][k]
         count = batch["batch_record_count"][k]
-        if j - i != count:
+        if j - i > count:
             raise CorruptDataException(
                 f"{what}: the batch at position {position} has {j - i} rows in the table's data files, its header "
                 f"says {count} records"
@@ -103,4 +106,4 @@ def _encode_slice(rows: pa.Table, bounds: list[int], what: str) -> Iterator[tupl
             values[i:j],
             headers[i:j],
         )
-        yield position, encode_batch_payload(fields, records, count)
+        yield position, encode_batch_payload(fields, records, j - i)

@@ -177,6 +177,17 @@ CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.mode.fetch.table.refresh.ms",
+            "long",
+            5000,
+            "How long a fetch of an Iceberg-mode segment uses the table state (current snapshot) it loaded before "
+            "loading it again from the catalog. Rows that SQL deleted stop being served to Kafka within this time; "
+            "a data file found missing (a compaction and orphan removal) reloads the table at once. While the "
+            "catalog does not answer, the last loaded state serves.",
+            validator=in_range(0, None),
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.mode.value.column.factory",
             "string",
             "",
@@ -216,6 +227,7 @@ class IcebergConfig:
     commit_retries: int = 10
     write_batch_bytes: int = 64 << 20
     fetch_cache_bytes: int = 64 << 20
+    fetch_table_refresh_ms: int = 5000
     value_column_factory: str = ""
     #: The ``iceberg.value.schema.*`` and ``iceberg.key.schema.*`` keys as given (read by ``rsm.iceberg.values``).
     value_schemas: dict[str, Any] = field(default_factory=dict)
@@ -270,6 +282,7 @@ class IcebergConfig:
             commit_retries=values["iceberg.mode.commit.retries"],
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
+            fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))

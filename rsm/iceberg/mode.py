@@ -1,7 +1,8 @@
 """Iceberg mode as the plugin sees it: write a segment into its table, open a fetch of one, delete its rows.
 
 ``IcebergMode`` is built once per plugin, on first use (a broker whose topics are all classic never imports
-pyiceberg); it holds the catalog handle, the table writer and the FileIO that fetches read data files with.
+pyiceberg); it holds the catalog handle, the table writer, the fetch planner (which finds a segment's rows through
+the table's current snapshot) and the row-group cache of fetches.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rsm.errors import RemoteStorageException
+from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
+from rsm.iceberg.fetch_plan import FetchPlanner
 from rsm.iceberg.rows import NotRepresentable
 from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream
@@ -40,6 +42,7 @@ class IcebergMode:
 
             factory = value_column_factory(cfg.value_schemas)
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
+        self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
 
     def value_stats(self) -> Any:
@@ -78,7 +81,17 @@ class IcebergMode:
             raise RemoteStorageException(
                 f"start position {start} is past the end of {meta.describe()}, which has {section.segment_size} bytes"
             )
-        stream = open_segment_stream(self.handle.io, section, start, end, meta.describe(), self.row_groups)
+        what = meta.describe()
+        segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
+        rows = self.planner.rows(section, segment_id, topic, what)
+        try:
+            stream = open_segment_stream(rows, start, end, what, self.row_groups)
+        except RemoteResourceNotFoundException:
+            if rows.snapshot_id is None:
+                raise
+            # A planned file is gone: the table was maintained since it was loaded. Plan again on a fresh load.
+            rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
+            stream = open_segment_stream(rows, start, end, what, self.row_groups)
         return stream  # type: ignore[return-value]
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:

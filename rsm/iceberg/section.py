@@ -1,9 +1,10 @@
 """The Iceberg part of a segment's manifest: which table holds the segment's rows and in which data files.
 
-A manifest with this section is an Iceberg-mode segment: its ``.log`` object does not exist; a fetch reads the
-data files listed here (they are never rewritten: a later commit that replaces rows writes new files and leaves
-these in place for the segments that list them). Plain JSON, no pyiceberg: ``rsm.core.manifest`` parses it
-wherever the plugin runs.
+A manifest with this section is an Iceberg-mode segment: its ``.log`` object does not exist. A fetch finds the
+rows through the table's current snapshot by partition and offsets (``rsm.iceberg.fetch_plan``): a compaction
+may move them into other files and snapshot expiry delete the files listed here. The file list is what the copy
+wrote; a fetch reads it only while the catalog does not answer and the files are still there. Plain JSON, no
+pyiceberg: ``rsm.core.manifest`` parses it wherever the plugin runs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def _str(obj: Any, name: str) -> str:
 
 @dataclass(frozen=True)
 class DataFileRef:
-    """One Parquet data file holding rows of the segment (only rows of this segment)."""
+    """One Parquet data file the copy wrote with rows of the segment (only rows of this segment)."""
 
     path: str
     rows: int
@@ -49,7 +50,7 @@ class DataFileRef:
 @dataclass(frozen=True)
 class IcebergSection:
     """Where an Iceberg-mode segment's rows are: ``table`` (namespace.name), the commit that added them, the
-    data files, and the segment's offset and batch-position ranges."""
+    data files it wrote, and the segment's offset and batch-position ranges."""
 
     table: str
     snapshot_id: int

@@ -1,16 +1,21 @@
 """A fetch of an Iceberg-mode segment: from a batch position, the segment's batches rebuilt from its rows.
 
-Only the data files the segment's manifest lists are read (never the catalog: a fetch works while the catalog
-is down), and of them only the row groups that can hold batches at or after the start position (Parquet's
-min/max statistics of ``kafka.batch_byte_offset``), one row group at a time: a broker reading 1 MiB of a
-1 GiB segment reads about that much. Rows of one batch may lie in several files (a segment spans days, and the
-table is partitioned by day), so rows are merged by position before they become batches.
+The rows are found through the table's current snapshot (``rsm.iceberg.fetch_plan``): the data files that may
+hold the segment's partition and offsets, whichever writer or compaction made them. Of those files only the row
+groups whose statistics (``kafka.partition``, ``kafka.offset``, ``kafka.segment_id``, ``kafka.batch_byte_offset``)
+can hold the segment's batches at or after the start position are read, one at a time: a broker reading 1 MiB of
+a 1 GiB segment reads about that much. A compacted file holds rows of many segments and partitions, sorted by
+partition and offset; a segment's own files hold only its rows, one file per day. Row groups are taken in offset
+order and a batch is rebuilt once no later row group can hold rows of it.
+
+Rows deleted by SQL leave a gap, as a compacted topic does: a batch comes back without them (its base offset and
+lastOffsetDelta kept), and a batch with no row left is skipped.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,29 +27,38 @@ from pyiceberg.io import FileIO
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
-from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.fetch_plan import SegmentRows
 
+_PARTITION_PATH = "kafka.partition"
+_OFFSET_PATH = "kafka.offset"
 _POSITION_PATH = "kafka.batch_byte_offset"
+_SEGMENT_ID_PATH = "kafka.segment_id"
+_NO_LOW = -(1 << 63)
+_NO_HIGH = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
 class _RowGroup:
+    #: Lowest offset the row group may hold (what orders row groups).
     low: int
-    high: int
     file: int
+    #: The row group's index in its file; -1: the whole file, read through pyiceberg (it has delete files).
     index: int
+    #: Every row is the segment's own (no filter needed).
+    own: bool
 
 
 class RowGroupCache:
     """Row groups already read, as Arrow tables, and the footers of data files, least recently used dropped
     first (two ``TimedLru``, so concurrent fetches of a cold row group read it once). A broker catching up
     fetches a segment 1 MiB at a time from successive positions; each fetch would otherwise read and decode the
-    same row group again. Data files are never rewritten (a commit that replaces rows writes new files), so an
-    entry never goes stale. Thread-safe."""
+    same row group again. A row group shared by several segments (a compacted file) is kept per segment, holding
+    only that segment's rows. A data file is never changed in place (a compaction writes new files), so an entry
+    never goes stale. Thread-safe."""
 
     def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024) -> None:
         # A row group over half the budget is served but not kept: it would push everything else out.
-        self._groups: TimedLru[tuple[str, int], pa.Table] = TimedLru(
+        self._groups: TimedLru[Hashable, pa.Table] = TimedLru(
             "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
         )
         self._footers: TimedLru[str, pq.FileMetaData] = TimedLru("iceberg-footers", max_footers, None)
@@ -52,8 +66,8 @@ class RowGroupCache:
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
         return self._footers.get_or_load(path, load, None, f"footer of {path}")
 
-    def row_group(self, path: str, index: int, load: Callable[[], pa.Table]) -> pa.Table:
-        return self._groups.get_or_load((path, index), load, None, f"row group {index} of {path}")
+    def row_group(self, key: Hashable, load: Callable[[], pa.Table]) -> pa.Table:
+        return self._groups.get_or_load(key, load, None, f"row group {key}")
 
     @property
     def held_bytes(self) -> int:
@@ -70,31 +84,81 @@ def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
         return pq.ParquetFile(file_io.new_input(path).open(seekable=True))
     except FileNotFoundError:
         raise RemoteResourceNotFoundException(
-            f"{what}: its data file {path} is gone (snapshot expiry or orphan-file removal must keep the data "
-            f"files of segments Kafka still has)"
+            f"{what}: its data file {path} is gone (the table changed since the fetch was planned, or the file "
+            "was removed while a snapshot still names it)"
         ) from None
     except OSError as e:
         raise RemoteStorageException(f"{what}: cannot read its data file {path}: {e}") from e
 
 
-def _row_groups(footers: list[pq.FileMetaData], start: int, end: int | None) -> list[_RowGroup]:
+def _columns(meta: pq.FileMetaData) -> dict[str, int]:
+    wanted = (_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH, _SEGMENT_ID_PATH)
+    return {p: i for i in range(meta.num_columns) if (p := meta.schema.column(i).path) in wanted}
+
+
+def _bounds(rg: Any, column: int | None) -> tuple[Any, Any, bool] | None:
+    """(min, max, has nulls) of a row group's column; None when the statistics do not say."""
+    if column is None:
+        return None
+    stats = rg.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return None
+    return stats.min, stats.max, not stats.has_null_count or stats.null_count > 0
+
+
+def _row_groups(footers: list[pq.FileMetaData], rows: SegmentRows, start: int, end: int | None) -> list[_RowGroup]:
+    """The row groups that may hold the segment's batches at positions ``start..end``, in offset order."""
     out: list[_RowGroup] = []
     for f_index, meta in enumerate(footers):
-        column = next(
-            (i for i in range(meta.num_columns) if meta.schema.column(i).path == _POSITION_PATH),
-            None,
-        )
-        for rg in range(meta.num_row_groups):
-            stats = meta.row_group(rg).column(column).statistics if column is not None else None
-            if stats is None or not stats.has_min_max:
-                low, high = 0, (1 << 31) - 1
-            else:
-                low, high = int(stats.min), int(stats.max)
-            if high < start or (end is not None and low > end):
+        cols = _columns(meta)
+        for index in range(meta.num_row_groups):
+            rg = meta.row_group(index)
+            if rg.num_rows == 0:
                 continue
-            out.append(_RowGroup(low, high, f_index, rg))
+            part = _bounds(rg, cols.get(_PARTITION_PATH))
+            offs = _bounds(rg, cols.get(_OFFSET_PATH))
+            pos = _bounds(rg, cols.get(_POSITION_PATH))
+            sid = _bounds(rg, cols.get(_SEGMENT_ID_PATH))
+            if part is not None and not part[0] <= rows.partition <= part[1]:
+                continue
+            if offs is not None and (offs[1] < rows.first_offset or offs[0] > rows.last_offset):
+                continue
+            if pos is not None and (pos[1] < start or (end is not None and pos[0] > end)):
+                continue
+            if (
+                rows.segment_id is not None
+                and sid is not None
+                and not sid[2]
+                and not str(sid[0]) <= rows.segment_id <= str(sid[1])
+            ):
+                continue
+            own = (
+                part is not None
+                and not part[2]
+                and part[0] == part[1] == rows.partition
+                and offs is not None
+                and not offs[2]
+                and offs[0] >= rows.first_offset
+                and offs[1] <= rows.last_offset
+                and (rows.segment_id is None or (sid is not None and sid[0] == sid[1] == rows.segment_id))
+            )
+            out.append(_RowGroup(int(offs[0]) if offs is not None else _NO_LOW, f_index, index, own))
     out.sort(key=lambda g: (g.low, g.file, g.index))
     return out
+
+
+def _own_rows(t: pa.Table, rows: SegmentRows) -> pa.Table:
+    """The rows of ``t`` that are the segment's: its partition and offsets, and its segment id where set."""
+    kafka = t.column("kafka")
+    offsets = pc.struct_field(kafka, "offset")
+    mask = pc.and_kleene(
+        pc.equal(pc.struct_field(kafka, "partition"), rows.partition),
+        pc.and_kleene(pc.greater_equal(offsets, rows.first_offset), pc.less_equal(offsets, rows.last_offset)),
+    )
+    if rows.segment_id is not None and "segment_id" in {f.name for f in kafka.type}:
+        ids = pc.struct_field(kafka, "segment_id")
+        mask = pc.and_kleene(mask, pc.or_kleene(pc.is_null(ids), pc.equal(ids, rows.segment_id)))
+    return t.filter(pc.fill_null(mask, False))
 
 
 def _non_decreasing(a: pa.ChunkedArray) -> bool:
@@ -106,26 +170,44 @@ def _count(mask: pa.ChunkedArray) -> int:
     return int(pc.sum(mask).as_py() or 0)
 
 
-def _sorted_split(
-    rows: pa.Table, start: int, end: int | None, frontier: int | None
-) -> tuple[pa.Table, list[pa.Table]] | None:
-    """For rows already sorted by position and offset: the rows to encode now (position in ``[start, end]`` and
-    before ``frontier``) and the rows to hold for later (at or after ``frontier``), as slices. None when the rows
-    are not sorted (rows of several data files interleave)."""
+def _batch_last_offsets(rows: pa.Table) -> pa.ChunkedArray:
+    """Each row's batch's last offset (base offset + lastOffsetDelta)."""
+    kafka = rows.column("kafka")
+    return pc.add(
+        pc.struct_field(kafka, "batch_base_offset"),
+        pc.cast(pc.struct_field(kafka, "batch_last_offset_delta"), pa.int64()),
+    )
+
+
+def _split(rows: pa.Table, start: int, end: int | None, frontier: int | None) -> tuple[pa.Table, list[pa.Table]]:
+    """The rows to encode now (position in ``[start, end]``, their batch complete: its last offset before
+    ``frontier``), sorted by position and offset; and the rows to hold for later."""
     pos = row_positions(rows)
-    if not (_non_decreasing(pos) and _non_decreasing(pc.struct_field(rows.column("kafka"), "offset"))):
-        return None
     n = rows.num_rows
-    lo = _count(pc.less(pos, start))
-    cut = n if frontier is None else _count(pc.less(pos, frontier))
-    hi = cut if end is None else min(cut, _count(pc.less_equal(pos, end)))
-    held = [rows.slice(cut)] if cut < n else []
-    return rows.slice(lo, max(0, hi - lo)), held
+    if _non_decreasing(pos) and _non_decreasing(pc.struct_field(rows.column("kafka"), "offset")):
+        # Rows in segment order (the usual case): slices, no copies.
+        cut = n if frontier is None else _count(pc.less(_batch_last_offsets(rows), frontier))
+        lo = _count(pc.less(pos, start))
+        hi = cut if end is None else min(cut, _count(pc.less_equal(pos, end)))
+        return rows.slice(lo, max(0, hi - lo)), ([rows.slice(cut)] if cut < n else [])
+    keep = pc.greater_equal(pos, start)
+    if end is not None:
+        keep = pc.and_(keep, pc.less_equal(pos, end))
+    held: list[pa.Table] = []
+    if frontier is not None:
+        complete = pc.less(_batch_last_offsets(rows), frontier)
+        held = [rows.filter(pc.and_(pc.invert(complete), keep))]
+        keep = pc.and_(keep, complete)
+    ready = rows.filter(keep)
+    order = pc.sort_indices(
+        pa.table({"p": row_positions(ready), "o": pc.struct_field(ready.column("kafka"), "offset")}),
+        sort_keys=[("p", "ascending"), ("o", "ascending")],
+    )
+    return ready.take(order), held
 
 
 def iter_segment_batches(
-    file_io: FileIO,
-    section: IcebergSection,
+    rows: SegmentRows,
     start: int,
     end: int | None,
     what: str,
@@ -137,56 +219,49 @@ def iter_segment_batches(
 
     def parquet(path: str) -> pq.ParquetFile:
         if path not in opened:
-            opened[path] = _open_parquet(file_io, path, what)
+            opened[path] = _open_parquet(rows.io, path, what)
         return opened[path]
 
-    paths = [f.path for f in section.files]
-    footers = [cache.footer(p, lambda p=p: parquet(p).metadata) for p in paths]  # type: ignore[misc]
-    groups = _row_groups(footers, start, end)
+    plain = [p for p in rows.files if p not in rows.merge_on_read]
+    footers = [cache.footer(p, lambda p=p: parquet(p).metadata) for p in plain]  # type: ignore[misc]
+    groups = _row_groups(footers, rows, start, end)
+    # Files with delete files: read whole (pyiceberg applies the deletes), before every row group.
+    groups[:0] = [_RowGroup(_NO_LOW, -1 - i, -1, False) for i in range(len(rows.merge_on_read))]
+    whole = list(rows.merge_on_read.items())
+    selection = (rows.partition, rows.first_offset, rows.last_offset, rows.segment_id)
+
+    def load(group: _RowGroup) -> pa.Table:
+        if group.index < 0:
+            path, read = whole[-1 - group.file]
+            return cache.row_group(
+                (path, -1, selection, rows.snapshot_id), lambda: _own_rows(read().select(FETCH_COLUMNS), rows)
+            )
+        path = plain[group.file]
+        if group.own:
+            return cache.row_group(
+                (path, group.index),
+                lambda: parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS),
+            )
+        return cache.row_group(
+            (path, group.index, selection),
+            lambda: _own_rows(parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS), rows),
+        )
+
     held: list[pa.Table] = []
-    g = 0
-    while g < len(groups) or held:
-        if g < len(groups):
-            group = groups[g]
-            path = paths[group.file]
-            t = cache.row_group(
-                path,
-                group.index,
-                lambda path=path, index=group.index: parquet(path).read_row_group(index, columns=FETCH_COLUMNS),  # type: ignore[misc]
-            )
+    for g, group in enumerate(groups):
+        t = load(group)
+        if t.num_rows:
             held.append(t)
-            g += 1
-            # Batches before the next row group's lowest position are complete: no later row group holds them.
-            frontier = groups[g].low if g < len(groups) else None
-            if frontier is not None and frontier <= group.low:
-                continue
-        else:
-            frontier = None
-        rows = pa.concat_tables(held)
-        split = _sorted_split(rows, start, end, frontier)
-        if split is not None:  # rows in segment order (one data file's): slices, no copies
-            ready, held = split
-            for _position, batch in encode_row_batches(ready, what):
-                yield batch
-            continue
-        pos = row_positions(rows)
-        keep = pc.greater_equal(pos, start)
-        if end is not None:
-            keep = pc.and_(keep, pc.less_equal(pos, end))
-        if frontier is not None:
-            ready_mask = pc.less(pos, frontier)
-            ready = rows.filter(pc.and_(keep, ready_mask))
-            held = [rows.filter(pc.invert(ready_mask))]
-        else:
-            ready = rows.filter(keep)
-            held = []
-        if ready.num_rows:
-            order = pc.sort_indices(
-                pa.table({"p": row_positions(ready), "o": pc.struct_field(ready.column("kafka"), "offset")}),
-                sort_keys=[("p", "ascending"), ("o", "ascending")],
-            )
-            for _position, batch in encode_row_batches(ready.take(order), what):
-                yield batch
+        frontier = groups[g + 1].low if g + 1 < len(groups) else None
+        if not held or (frontier is not None and frontier <= group.low):
+            continue  # nothing new is complete before the next row group
+        ready, held = _split(pa.concat_tables(held), start, end, frontier)
+        for _position, batch in encode_row_batches(ready, what):
+            yield batch
+    if held:
+        ready, _ = _split(pa.concat_tables(held), start, end, None)
+        for _position, batch in encode_row_batches(ready, what):
+            yield batch
 
 
 class BatchStream(io.RawIOBase):
@@ -230,8 +305,7 @@ class _BatchReader(io.BufferedReader):
 
 
 def open_segment_stream(
-    file_io: FileIO,
-    section: IcebergSection,
+    rows: SegmentRows,
     start: int,
     end: int | None,
     what: str,
@@ -240,7 +314,7 @@ def open_segment_stream(
     """The stream of a fetch; the first batch is built before it returns, so a missing file fails the call."""
     if start < 0:
         raise RemoteStorageException(f"{what}: start position {start} is negative")
-    batches = iter_segment_batches(file_io, section, start, end, what, cache)
+    batches = iter_segment_batches(rows, start, end, what, cache)
     first = next(batches, None)
 
     def chained() -> Iterator[bytes]:

@@ -179,9 +179,14 @@ def test_a_retried_copy_and_an_overlapping_segment_leave_no_duplicates(tmp_path:
         assert sorted(_offsets(table)) == list(range(70))
         values = dict(zip(_offsets(table), table.column("value_raw").to_pylist(), strict=True))
         assert values[29] == b"old29" and values[30] == b"new0" and values[69] == b"new39"
-        # each segment still serves its own batches to Kafka, read from its own data files
-        assert [r.value for _, rs in _fetched_view(m.fetch_log_segment(meta_old, 0).read()) for r in rs][-1] == b"old49"
-        assert _fetched_view(m.fetch_log_segment(meta_new, 0).read())[0][1][0].value == b"new0"
+        # Kafka reads each segment from the table as it is now: the old one (its retried copy) keeps the offsets
+        # the new one did not replace (never the new one's rows: they carry the new segment's positions), the new
+        # one all of its own; the copy the retry replaced has no rows left
+        old_values = [r.value for _, rs in _fetched_view(m.fetch_log_segment(retry, 0).read()) for r in rs]
+        assert old_values == [b"old%d" % i for i in range(30)]
+        assert m.fetch_log_segment(meta_old, 0).read() == b""
+        new_values = [r.value for _, rs in _fetched_view(m.fetch_log_segment(meta_new, 0).read()) for r in rs]
+        assert new_values == [b"new%d" % i for i in range(40)]
     finally:
         m.close()
 

@@ -4,6 +4,7 @@ and benchmarks of the Iceberg readers."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -134,7 +135,10 @@ def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
         [str(python), "-c", script, jars, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
-        raise AssertionError(f"Spark script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        causes = [line for line in proc.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
+        raise AssertionError(
+            f"Spark script failed ({proc.returncode}):\n" + "\n".join(causes[:12]) + f"\n...\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -193,3 +197,71 @@ def spark_jdbc_catalog(uri: str, warehouse: str, name: str = "kafka_tiered", **j
 
 def iter_rows(table: Any) -> Iterator[dict[str, Any]]:
     yield from table.scan().to_arrow().to_pylist()
+
+
+SPARK_MAINTAIN = (
+    SPARK_SESSION
+    + """
+import time
+catalog, namespace, name = sys.argv[3].split(".", 2)
+ident = f"{namespace}.`{name}`"
+table = f"{catalog}.{ident}"
+# Java's Parquet writer refuses the plugin's write.parquet.dict-size-bytes=1 ("maxCapacityHint can't be less
+# than initialSlabSize 64 1"): Spark's writes need a size of at least 64 bytes.
+spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536', "
+          "'write.parquet.dict-size-bytes'='64')")
+out = {}
+time.sleep(1.5)  # the files the copies wrote are older than the cut-off below
+out["rewrite"] = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{ident}', strategy => 'sort', "
+                           "sort_order => 'kafka.partition ASC NULLS FIRST, kafka.offset ASC NULLS FIRST', "
+                           "options => map('rewrite-all', 'true'))").collect()[0].asDict()
+time.sleep(1.5)  # the rewritten files too
+now = spark.sql("SELECT current_timestamp() AS t").collect()[0]["t"]
+out["expire"] = spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{ident}', "
+                          f"older_than => TIMESTAMP '{now}', retain_last => 1)").collect()[0].asDict()
+# The procedure refuses a cut-off under 24 hours; its action (what the procedure runs) takes any.
+jvm = spark._jvm
+iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+cutoff = spark.sql(f"SELECT unix_millis(TIMESTAMP '{now}') AS ms").collect()[0]["ms"]
+result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+          .deleteOrphanFiles(iceberg_table).olderThan(cutoff).execute())
+out["orphans"] = len(list(result.orphanFileLocations()))
+out["rows"] = spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]
+print(json.dumps(out, default=str))
+spark.stop()
+"""
+)
+"""Runs Spark's maintenance on ``sys.argv[3]`` (catalog.namespace.table): prints what each step returned."""
+
+
+def spark_maintain(sqlite_path: str, warehouse: str, table: str = "kafka_tiered.kafka.orders") -> dict[str, Any]:
+    """Spark's rewrite_data_files (sorted by partition and offset, every file), expire_snapshots and
+    orphan-file removal (its action: the procedure refuses a cut-off under 24 hours), both older than now, on
+    the plugin's table through Iceberg's JDBC catalog over the plugin's SQLite file; what each step returned
+    and the table's row count after."""
+    settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
+    out = run_iceberg_spark(SPARK_MAINTAIN, json.dumps(settings), table)
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+SPARK_STATEMENTS = (
+    SPARK_SESSION
+    + """
+catalog, namespace, name = sys.argv[3].split(".", 2)
+table = f"{catalog}.{namespace}.`{name}`"
+for statement in json.loads(sys.argv[4]):
+    spark.sql(statement.format(table=table)).collect()
+print(json.dumps({"rows": spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]}))
+spark.stop()
+"""
+)
+
+
+def spark_sql_statements(
+    sqlite_path: str, warehouse: str, statements: Sequence[str], table: str = "kafka_tiered.kafka.orders"
+) -> dict[str, Any]:
+    """Run ``statements`` (``{table}`` stands for the table) in Spark over the plugin's catalog; the row count
+    after."""
+    settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
+    out = run_iceberg_spark(SPARK_STATEMENTS, json.dumps(settings), table, json.dumps(list(statements)))
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -7,7 +7,8 @@ keys and values, headers, explicit timestamps, and transactions (committed and a
 written in between), in 1 MiB segments. Once every closed segment is tiered and deleted locally, both topics are
 read from offset 0 with read_uncommitted and read_committed: every record (offset, timestamp, key, value,
 headers) must be what was produced, aborted ones only where read_uncommitted, and the Iceberg topic must read
-exactly as the classic one. The table is then read with pyiceberg (its FileIO on the same store): one row per
+exactly as the classic one (and, in one cell, again after Spark's table maintenance). The table is then read
+with pyiceberg (its FileIO on the same store): one row per
 record of the tiered segments, no offset twice, the control markers flagged, and the records of the aborted
 transactions flagged where the segment holding the records also holds the ABORT marker.
 
@@ -32,6 +33,7 @@ import kafka_dist as kd
 import pyarrow.compute as pc
 import pytest
 from emulators import StoreServer, fresh_store, serving, start_seaweedfs
+from iceberg_testing import spark_maintain
 
 from rsm.core.object_keys import parse_object_key
 
@@ -272,7 +274,9 @@ def _check_table(store: Store, tmp: Path, sent: list[Sent], sections: list[dict[
         assert [(h["key"], h["value"]) for h in headers[r] or ()] == list(s.headers), f"headers of offset {o}"
 
 
-def _run(tmp: Path, store: Store, transport: str) -> None:
+def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> None:
+    """``maintain``: then Spark's rewrite_data_files, expire_snapshots and remove_orphan_files run on the table
+    (the broker still up, its fetches planned on the table before), and a consumer reads it all again."""
     jt.ensure_built()
     plugin = _plugin_lines(store, tmp, transport)
     with kd.running_broker(VERSION, tmp / "broker", plugin, transport=transport) as b:
@@ -310,6 +314,16 @@ def _run(tmp: Path, store: Store, transport: str) -> None:
         sections = [m["iceberg"] for m in ice]
         assert max(s["lastOffset"] for s in sections) == active_from - 1
         _check_table(store, tmp, sent, sections)
+        if maintain:
+            warehouse = (tmp / "remote" / "iceberg").as_uri()
+            out = spark_maintain(str(tmp / "catalog.db"), warehouse, f"kafka_tiered.kafka.{ICE}")
+            assert out["rewrite"]["rewritten_data_files_count"] > 0, out
+            assert out["expire"]["deleted_data_files_count"] + out["orphans"] > 0, out
+            for isolation, expected in (("read_uncommitted", everything), ("read_committed", committed)):
+                again = _consume(b.bootstrap, ICE, isolation)
+                assert again == got[(ICE, isolation)], f"{isolation}: the Iceberg topic reads otherwise after Spark"
+                assert [r.offset for r in again] == [e.offset for e in expected], isolation
+            _check_table(store, tmp, sent, sections)
         log = b.log()
     configured = "in-process" if transport == "inprocess" else transport
     assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log
@@ -319,6 +333,14 @@ def _run(tmp: Path, store: Store, transport: str) -> None:
 @pytest.mark.parametrize("transport", ["sidecar", "inprocess"])
 def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_path: Path) -> None:
     _run(tmp_path, _filesystem(tmp_path), transport)
+
+
+@pytest.mark.timeout(1500)  # and a JVM with Iceberg's Spark runtime
+def test_iceberg_topic_reads_the_same_after_spark_maintenance(tmp_path: Path) -> None:
+    """Spark's rewrite_data_files (every file, sorted by partition and offset), expire_snapshots and
+    remove_orphan_files (older than now) on the Iceberg topic's table: a consumer then reads it from offset 0 as
+    before, from data files the copies never wrote."""
+    _run(tmp_path, _filesystem(tmp_path), "sidecar", maintain=True)
 
 
 @pytest.fixture
