@@ -259,8 +259,7 @@ def test_a_merge_on_read_delete_by_spark_leaves_the_same_gap(tmp_path: Path) -> 
         hs = [h for h, _ in iter_batches(original)]
         lo, hi = hs[4].base_offset + 1, hs[7].base_offset
         sql = [
-            "ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read', "
-            "'write.parquet.dict-size-bytes'='64')",
+            "ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')",
             f"DELETE FROM {{table}} WHERE kafka.partition = 0 AND kafka.offset BETWEEN {lo} AND {hi}",
         ]
         out = spark_sql_statements(config["iceberg.mode.catalog.sqlite.path"], config["iceberg.mode.warehouse"], sql)

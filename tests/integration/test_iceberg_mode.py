@@ -940,7 +940,7 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
             "write.parquet.compression-codec": "snappy",
             "write.parquet.row-group-limit": str(tables.ROW_GROUP_ROWS),
             "write.parquet.page-row-limit": "1024",
-            "write.parquet.dict-size-bytes": "1",
+            "write.parquet.dict-size-bytes": "64",
             "commit.manifest-merge.enabled": "true",
             "read.split.adaptive-size.enabled": "false",
             "read.split.target-size": str(64 << 20),  # a small first segment: small data files

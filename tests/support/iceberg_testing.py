@@ -206,10 +206,7 @@ import time
 catalog, namespace, name = sys.argv[3].split(".", 2)
 ident = f"{namespace}.`{name}`"
 table = f"{catalog}.{ident}"
-# Java's Parquet writer refuses the plugin's write.parquet.dict-size-bytes=1 ("maxCapacityHint can't be less
-# than initialSlabSize 64 1"): Spark's writes need a size of at least 64 bytes.
-spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536', "
-          "'write.parquet.dict-size-bytes'='64')")
+spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.parquet.row-group-size-bytes'='65536')")
 out = {}
 time.sleep(1.5)  # the files the copies wrote are older than the cut-off below
 out["rewrite"] = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{ident}', strategy => 'sort', "

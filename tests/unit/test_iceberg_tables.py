@@ -14,7 +14,7 @@ from pyiceberg.types import NestedField, StructType
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.replace import Replacer, RowSelection
 from rsm.iceberg.schema import KAFKA_FIELDS, iceberg_schema, partition_spec
-from rsm.iceberg.tables import load_or_create, missing_columns, split_bytes, table_properties
+from rsm.iceberg.tables import DICTIONARY_BYTES, load_or_create, missing_columns, split_bytes, table_properties
 
 
 def test_a_new_table_is_partitioned_by_day_with_the_plugins_properties(tmp_path: Path) -> None:
@@ -55,3 +55,23 @@ def test_a_table_made_before_the_id_fields_gets_them_and_old_rows_read_null(tmp_
     table = load_or_create(catalog, ("kafka", "orders"), "orders", None, 1 << 20, 3)
     assert not missing_columns(table, None)
     assert table_rows(table) == [(0, o, None, None) for o in range(5)]
+
+
+def test_a_table_made_with_one_byte_dictionaries_gets_what_java_writers_take(tmp_path: Path) -> None:
+    """Java's Parquet writer (Spark's rewrite_data_files) refuses dict-size-bytes below 64; tables an earlier
+    release made with 1 get 64 on load, and a property an operator set otherwise is left alone."""
+    catalog = sql_catalog(tmp_path)
+    schema = iceberg_schema()
+    properties = {**table_properties("orders", 1 << 20), "write.parquet.dict-size-bytes": "1"}
+    catalog.create_table(
+        ("kafka", "orders"), schema=schema, partition_spec=partition_spec(schema), properties=properties
+    )
+    table = load_or_create(catalog, ("kafka", "orders"), "orders", None, 1 << 20, 3)
+    assert table.properties["write.parquet.dict-size-bytes"] == str(DICTIONARY_BYTES) == "64"
+    assert catalog.load_table(("kafka", "orders")).properties["write.parquet.dict-size-bytes"] == "64"
+    mine = {**properties, "write.parquet.dict-size-bytes": "4096"}
+    catalog.create_table(("kafka", "mine"), schema=schema, partition_spec=partition_spec(schema), properties=mine)
+    assert (
+        load_or_create(catalog, ("kafka", "mine"), "mine", None, 1 << 20, 3).properties["write.parquet.dict-size-bytes"]
+        == "4096"
+    )
