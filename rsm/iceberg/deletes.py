@@ -9,22 +9,11 @@ created again under the same name keeps the old topic's rows apart. Rows written
 
 from __future__ import annotations
 
-from rsm.iceberg.replace import Replacer, RowSelection
-from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.replace import Replacer
+from rsm.iceberg.section import IcebergSection, section_identifier
+from rsm.iceberg.selection import RowSelection
 
-__all__ = ["delete_segment_rows", "section_identifier", "segment_selection"]
-
-
-def section_identifier(table: str, topic: str) -> tuple[str, str]:
-    """The (namespace, name) of ``table``, the ``namespace.name`` a manifest section records. A topic's name may
-    hold dots: when ``table`` ends with ``.<topic>`` the rest is the namespace; otherwise the last dot splits."""
-    suffix = "." + topic
-    if table.endswith(suffix) and len(table) > len(suffix):
-        return table[: -len(suffix)], topic
-    namespace, _, name = table.rpartition(".")
-    if not namespace or not name:
-        raise ValueError(f"table {table!r} of the segment's manifest is not namespace.name")
-    return namespace, name
+__all__ = ["delete_segment_rows", "segment_selection"]
 
 
 def segment_selection(section: IcebergSection, topic_id: str, segment_id: str) -> RowSelection:

@@ -26,13 +26,6 @@ import pyarrow as pa
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import (
     AlwaysTrue,
-    And,
-    BooleanExpression,
-    EqualTo,
-    GreaterThanOrEqual,
-    IsNull,
-    LessThanOrEqual,
-    Or,
 )
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan
@@ -40,7 +33,9 @@ from pyiceberg.table import FileScanTask, Table
 
 from rsm.errors import RemoteResourceNotFoundException, RetriableRemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
-from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.schema import has_field
+from rsm.iceberg.section import IcebergSection, section_identifier
+from rsm.iceberg.selection import RowSelection
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +60,6 @@ class SegmentRows:
     snapshot_id: int | None
     #: Files with delete files (merge-on-read deletes): read whole through pyiceberg, which applies them.
     merge_on_read: dict[str, Callable[[], pa.Table]] = field(default_factory=dict)
-
-
-def table_identifier(handle: CatalogHandle, section: IcebergSection, topic: str) -> tuple[str, str]:
-    """The table a section names (``namespace.name``; topic names may hold dots, so the topic is split off)."""
-    ident = handle.table_identifier(topic)
-    if section.table == ".".join(ident):
-        return ident
-    if section.table.endswith("." + topic):
-        return (section.table[: -len(topic) - 1], topic)
-    namespace, _, name = section.table.rpartition(".")
-    return (namespace, name)
 
 
 class FetchPlanner:
@@ -125,7 +109,7 @@ class FetchPlanner:
     ) -> SegmentRows:
         """The rows of the segment as the table holds them now; ``refresh``: reload the table first (a planned
         file was missing)."""
-        ident = table_identifier(self.handle, section, topic)
+        ident = section_identifier(section.table, topic)
         try:
             table = self._state_with(ident, section, refresh)
         except NoSuchTableError:
@@ -157,16 +141,9 @@ class FetchPlanner:
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
-        has_id = _has_field(table, SEGMENT_ID_FIELD)
-        row_filter: BooleanExpression = And(
-            EqualTo("kafka.partition", section.partition),
-            And(
-                GreaterThanOrEqual("kafka.offset", section.first_offset),
-                LessThanOrEqual("kafka.offset", section.last_offset),
-            ),
-        )
-        if has_id:
-            row_filter = And(row_filter, Or(IsNull(SEGMENT_ID_FIELD), EqualTo(SEGMENT_ID_FIELD, segment_id)))
+        has_id = has_field(table.schema(), SEGMENT_ID_FIELD)
+        selection = RowSelection(section.partition, section.first_offset, section.last_offset, segment_id=segment_id)
+        row_filter = selection.expression(table.schema())
         tasks = list(table.scan(row_filter=row_filter).plan_files()) if snapshot is not None else []
         merge_on_read = {t.file.file_path: _whole_file_reader(table, t) for t in tasks if t.delete_files}
         plan = SegmentRows(
@@ -212,14 +189,6 @@ class FetchPlanner:
             segment_id=None,
             snapshot_id=None,
         )
-
-
-def _has_field(table: Table, name: str) -> bool:
-    try:
-        table.schema().find_field(name)
-    except ValueError:
-        return False
-    return True
 
 
 def _exists(io: FileIO, path: str) -> bool:

@@ -19,29 +19,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.expressions import (
     AlwaysTrue,
-    And,
-    BooleanExpression,
-    EqualTo,
-    GreaterThanOrEqual,
-    IsNull,
-    LessThanOrEqual,
-    Or,
 )
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.data_files import delete_data_files, exact_bounds, write_data_files
+from rsm.iceberg.data_files import delete_data_files, write_data_files
+from rsm.iceberg.selection import RowSelection, offset_range_filter
 
 log = logging.getLogger(__name__)
 
@@ -56,69 +47,6 @@ _READ_BACK_ATTEMPTS = 3
 class CommitOutcomeUnknown(RemoteStorageException):
     """A commit failed in a way that leaves open whether it landed, and the table could not be read back to tell:
     the files it would add are left in place (deleting them could break a committed snapshot)."""
-
-
-def offset_range_filter(partition: int, first: int, last: int) -> BooleanExpression:
-    """The rows of ``partition`` with offsets ``first..last``."""
-    return And(
-        EqualTo("kafka.partition", partition),
-        And(GreaterThanOrEqual("kafka.offset", first), LessThanOrEqual("kafka.offset", last)),
-    )
-
-
-@dataclass(frozen=True)
-class RowSelection:
-    """Rows of ``partition`` with offsets ``first..last``, written by topic ``topic_id`` and segment
-    ``segment_id`` when those are given. A row whose ``kafka.topic_id`` or ``kafka.segment_id`` is null (written
-    before rows carried them) is selected by its offset alone."""
-
-    partition: int
-    first: int
-    last: int
-    topic_id: str | None = None
-    segment_id: str | None = None
-
-    def _ids(self, fields: Sequence[str]) -> list[tuple[str, str]]:
-        """The ids to match, of those among the ``kafka`` ``fields`` (a table made before them has none)."""
-        given = (("topic_id", self.topic_id), ("segment_id", self.segment_id))
-        return [(n, v) for n, v in given if v is not None and n in fields]
-
-    def expression(self, schema: Schema) -> BooleanExpression:
-        """The selection as an Iceberg filter on a table of ``schema`` (what planning prunes data files by)."""
-        expr = offset_range_filter(self.partition, self.first, self.last)
-        for name, value in self._ids(_kafka_fields(schema)):
-            expr = And(expr, Or(EqualTo(f"kafka.{name}", value), IsNull(f"kafka.{name}")))
-        return expr
-
-    def mask(self, rows: pa.Table) -> pa.Array:
-        """True for each selected row of ``rows`` (the table's Arrow schema), false for the others."""
-        kafka = rows.column("kafka")
-        offsets = pc.struct_field(kafka, "offset")
-        hit = pc.and_kleene(
-            pc.equal(pc.struct_field(kafka, "partition"), self.partition),
-            pc.and_kleene(pc.greater_equal(offsets, self.first), pc.less_equal(offsets, self.last)),
-        )
-        hit = pc.fill_null(hit, False)
-        for name, value in self._ids(kafka.type.names):
-            column = pc.struct_field(kafka, name)
-            hit = pc.and_(hit, pc.or_(pc.is_null(column), pc.fill_null(pc.equal(column, value), False)))
-        return hit
-
-    def covers(self, f: DataFile, table: Table) -> bool:
-        """Whether the file's bounds say every one of its rows is selected (then it goes without being read)."""
-        schema = table.schema()
-        partition = exact_bounds(f, schema, "partition")
-        offsets = exact_bounds(f, schema, "offset")
-        if partition is None or offsets is None or partition != (self.partition, self.partition):
-            return False
-        if not (self.first <= offsets[0] and offsets[1] <= self.last):  # type: ignore[operator]
-            return False
-        ids = self._ids(_kafka_fields(schema))
-        return all(exact_bounds(f, schema, name) == (value, value) for name, value in ids)
-
-
-def _kafka_fields(schema: Schema) -> list[str]:
-    return [f.name for f in schema.find_type("kafka").fields]  # type: ignore[attr-defined]
 
 
 def stale_files(table: Table, selection: RowSelection) -> tuple[list[DataFile], list[DataFile]]:

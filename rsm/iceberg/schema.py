@@ -191,3 +191,12 @@ def arrow_schema(value_type: pa.StructType | None = None, key_type: pa.StructTyp
     if key_type is not None:
         fields.append(pa.field("key", key_type))
     return pa.schema(fields)
+
+
+def has_field(schema: Schema, name: str) -> bool:
+    """Whether ``schema`` has the (dotted) field ``name``; a table made before a field was added has not."""
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    return True

@@ -97,3 +97,15 @@ class IcebergSection:
             segment_size=_int(obj, "segmentSize", 0, (1 << 31) - 1),
             files=tuple(DataFileRef.from_json(f) for f in files),
         )
+
+
+def section_identifier(table: str, topic: str) -> tuple[str, str]:
+    """The (namespace, name) of ``table``, the ``namespace.name`` a manifest section records. A topic's name may
+    hold dots: when ``table`` ends with ``.<topic>`` the rest is the namespace; otherwise the last dot splits."""
+    suffix = "." + topic
+    if table.endswith(suffix) and len(table) > len(suffix):
+        return table[: -len(suffix)], topic
+    namespace, _, name = table.rpartition(".")
+    if not namespace or not name:
+        raise ValueError(f"table {table!r} of the segment's manifest is not namespace.name")
+    return namespace, name

@@ -33,7 +33,7 @@ from rsm.iceberg.data_files import delete_data_files, evolve_spec, spec_matches,
 from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.replace import CommitOutcomeUnknown, Replacer, RowSelection, offset_range_filter
 from rsm.iceberg.rows import NotRepresentable, RowOrigin, SegmentSummary, segment_row_tables
-from rsm.iceberg.schema import partition_spec
+from rsm.iceberg.schema import has_field, partition_spec
 from rsm.iceberg.section import DataFileRef, IcebergSection
 from rsm.iceberg.tables import load_or_create, split_bytes
 from rsm.iceberg.topic_tables import PartitionTerm
@@ -43,14 +43,6 @@ from rsm.kafka.indexes import AbortedTxn
 log = logging.getLogger(__name__)
 
 __all__ = ["NotRepresentable", "SegmentToWrite", "TableWriter", "offset_range_filter", "split_bytes"]
-
-
-def _has_column(schema: Schema, name: str) -> bool:
-    try:
-        schema.find_field(name)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -136,7 +128,7 @@ class TableWriter:
         """The spec a new table is created with: the configured fields of columns it has from the start; those
         of ``value`` are added once the value column is (the table's second spec)."""
         if terms is not None:
-            terms = tuple(t for t in terms if _has_column(schema, t.source))
+            terms = tuple(t for t in terms if has_field(schema, t.source))
         try:
             return partition_spec(schema, terms)
         except ValueError as e:

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from iceberg_tables import kafka_rows, sql_catalog, table_rows, topic_table
 
 from rsm.iceberg.data_files import write_data_files
-from rsm.iceberg.deletes import delete_segment_rows, section_identifier
+from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.replace import Replacer, RowSelection
-from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.section import IcebergSection, section_identifier
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
 OLD, NEW = "oldsegmentxxxxxxxxxxxx", "newsegmentxxxxxxxxxxxx"
