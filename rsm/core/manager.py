@@ -203,6 +203,7 @@ class RemoteStorageManager:
         wired = self._wired
         if wired is None:
             return
+        wired.iceberg.close()
         wired.pools.close()
         wired.chunks.memory.clear()
         if wired.chunks.disk is not None:
@@ -345,6 +346,7 @@ class RemoteStorageManager:
                 limiters,
                 wired.pools.stats,
                 wired.iceberg.row_group_cache,
+                wired.iceberg.maintenance_stats,
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 

@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
+from rsm.iceberg.maintainer import Maintainer
 from rsm.iceberg.rows import NotRepresentable
 from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream
@@ -41,6 +42,15 @@ class IcebergMode:
             factory = value_column_factory(cfg.value_schemas)
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
+        self.maintainer: Maintainer | None = None
+        if cfg.maintenance_enabled:
+            self.maintainer = Maintainer(
+                lambda: self.handle.catalog,
+                cfg.namespace,
+                cfg.maintenance,
+                cfg.maintenance_interval_s,
+                cfg.orphan_interval_s,
+            )
 
     def write_segment(
         self, meta: RemoteLogSegmentMetadata, log_path: Path, transaction_index: Path | None
@@ -49,8 +59,15 @@ class IcebergMode:
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
         tip = meta.topic_id_partition
         seg = SegmentToWrite(tip.topic, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
+        if self.maintainer is not None:
+            self.maintainer.start()  # a broker that copies maintains; a CLI or a reader never starts it
         try:
-            return self.writer.write(seg, meta.describe())
+            if self.maintainer is None:
+                return self.writer.write(seg, meta.describe())
+            with self.maintainer.gate(tip.topic).copying():
+                section = self.writer.write(seg, meta.describe())
+            self.maintainer.note_commit(tip.topic)
+            return section
         except (RemoteStorageException, NotRepresentable):
             raise
         except Exception as e:
@@ -78,6 +95,11 @@ class IcebergMode:
             raise
         except Exception as e:
             raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
+
+    def close(self) -> None:
+        """Stop the maintenance thread (a pass under way ends after its current table step)."""
+        if self.maintainer is not None:
+            self.maintainer.close()
 
     def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
         """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from rsm.metrics.catalog import CACHE_DOMAIN, CACHE_TYPES, DOMAIN, ICEBERG_CACHE_TYPE, THREAD_POOL_DOMAIN
+from rsm.metrics.catalog import (
+    CACHE_DOMAIN,
+    CACHE_TYPES,
+    DOMAIN,
+    ICEBERG_CACHE_TYPE,
+    ICEBERG_MAINTENANCE_TYPE,
+    THREAD_POOL_DOMAIN,
+)
 from rsm.metrics.registry import Tags
 from rsm.metrics.snapshot import Pulled
 
@@ -26,8 +33,10 @@ def fetch_path_sources(
     rate_limiters: Mapping[str, HasStats | None],
     thread_pools: Callable[[], Mapping[str, Mapping[str, Any]]],
     iceberg_row_groups: Callable[[], HasStats | None] = lambda: None,
+    iceberg_maintenance: Callable[[], HasStats | None] = lambda: None,
 ) -> list[Pulled]:
-    """``iceberg_row_groups`` gives Iceberg mode's row-group cache once the mode is built, else None."""
+    """``iceberg_row_groups`` gives Iceberg mode's row-group cache once the mode is built, else None;
+    ``iceberg_maintenance`` its maintenance counters (None also when maintenance is off)."""
 
     def caches() -> Iterable[Row]:
         for kind, cache in (("chunk", chunk_cache), ("manifest", manifest_cache), ("index", index_cache)):
@@ -52,4 +61,9 @@ def fetch_path_sources(
         for name, values in thread_pools().items():
             yield THREAD_POOL_DOMAIN, f"{name}-thread-pool-metrics", (), {k: float(v) for k, v in values.items()}
 
-    return [caches, prefetch, limiters, pools]
+    def maintenance() -> Iterable[Row]:
+        stats = iceberg_maintenance()
+        if stats is not None:
+            yield DOMAIN, ICEBERG_MAINTENANCE_TYPE, (), stats.stats()
+
+    return [caches, prefetch, limiters, pools, maintenance]
