@@ -7,8 +7,8 @@ maintenance thread runs beside the copies (every ``--interval`` seconds), as on 
 (the default ``snapshot.max.keep``), not by age.
 
 Prints the median copy time of the first 20 copies (around the 10th) and of the last 20 (around the
-``--commits``-th), their ratio (target <= 1.5), and at every tenth of the run the table's shape: snapshots,
-metadata JSON size, data manifests of the current snapshot, live data files.
+``--commits``-th), their ratio (target <= 1.5), and every ``--every`` commits the median of the last 20 and
+the table's shape: snapshots, metadata JSON size, data manifests of the current snapshot, live data files.
 
     .venv/bin/python benchmarks/bench_iceberg_age.py [--commits 10000] [--records 200] [--interval 5]
 """
@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=10_000)
     ap.add_argument("--records", type=int, default=200, help="records per segment")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between maintenance passes")
+    ap.add_argument("--every", type=int, default=500, help="print the table's shape every this many commits")
     ap.add_argument("--no-maintenance", action="store_true", help="the same run with maintenance off")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-age-"))
@@ -88,10 +89,11 @@ def main() -> None:
                 m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())  # type: ignore[attr-defined]
                 times.append(time.perf_counter() - t0)
                 shutil.rmtree(d)
-                if (n + 1) % max(1, args.commits // 10) == 0:
+                if (n + 1) % args.every == 0 or n + 1 == args.commits:
                     recent = statistics.median(times[-20:])
                     print(
-                        f"commit {n + 1}: median of last 20 {recent * 1000:.1f} ms; {shape(m)}; "
+                        f"commit {n + 1}: median of last 20 {recent * 1000:.1f} ms "
+                        f"({recent / statistics.median(times[:20]):.2f}x the first 20); {shape(m)}; "
                         f"{time.monotonic() - started:.0f} s; load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )

@@ -147,7 +147,7 @@ CONFIG_DEF = ConfigDef().extend(
             True,
             "Run table maintenance inside the plugin: a background thread takes each Iceberg-mode table in turn "
             "(one broker at a time per table, by a lease kept as a table property) and expires snapshots, merges "
-            "manifests, compacts small data files and removes orphan files (docs/iceberg.md, \"Maintenance\"). "
+            'manifests, compacts small data files and removes orphan files (docs/iceberg.md, "Maintenance"). '
             "false: schedule `kts iceberg maintain` instead.",
             group="iceberg",
         ),
@@ -182,8 +182,8 @@ CONFIG_DEF = ConfigDef().extend(
             10,
             "Snapshots past the newest this many are expired however young (checked after every half as many "
             "commits of this broker): a commit copies and rewrites the table's metadata, which lists them all, "
-            "several times, so its cost grows with every snapshot kept (docs/benchmarks.md, \"Iceberg mode: "
-            "cost in table age\"). Raise it for longer time travel in SQL.",
+            'several times, so its cost grows with every snapshot kept (docs/benchmarks.md, "Iceberg mode: '
+            'cost in table age"). Raise it for longer time travel in SQL.',
             validator=in_range(1, None),
             group="iceberg",
         ),
@@ -241,6 +241,7 @@ CONFIG_DEF = ConfigDef().extend(
     ]
 )
 
+
 @dataclass(frozen=True)
 class MaintenanceSettings:
     """What a maintenance run does (the ``iceberg.mode.maintenance.*`` keys; defaults as theirs)."""
@@ -252,7 +253,6 @@ class MaintenanceSettings:
     target_file_bytes: int = 128 << 20
     min_input_files: int = 4
     orphan_grace_s: float = 3 * 86400.0
-
 
 
 def mode_on(configs: Mapping[str, Any]) -> bool:

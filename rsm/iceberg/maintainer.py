@@ -223,6 +223,7 @@ class Maintainer:
         interval_s: float,
         orphan_interval_s: float,
         owner: str | None = None,
+        warehouse: str | None = None,
     ) -> None:
         self.catalog = catalog
         self.namespace = namespace
@@ -230,6 +231,7 @@ class Maintainer:
         self.interval_s = interval_s
         self.orphan_interval_s = orphan_interval_s
         self.owner = owner or f"{uuid.uuid4()}"
+        self.warehouse = warehouse
         self.stats = MaintenanceStats()
         self._last_orphans: dict[tuple[str, ...], float] = {}
         self._stop = threading.Event()
@@ -292,7 +294,9 @@ class Maintainer:
                 self.run_pass()
             except Exception as e:  # the next pass tries again; the catalog may be down for a while
                 self.stats.count("errors-total")
-                log.warning("Iceberg maintenance pass failed (the next starts in %.0f s): %s", self.interval_s, e, exc_info=True)
+                log.warning(
+                    "Iceberg maintenance pass failed (the next starts in %.0f s): %s", self.interval_s, e, exc_info=True
+                )
 
     def _expire(self, tables: set[str]) -> None:
         """Expiry alone on ``tables`` (those whose lease this broker gets)."""
@@ -330,7 +334,14 @@ class Maintainer:
             try:
                 others = _locations(catalog, ident) if orphans else None
                 gate = self.gate(ident[-1])
-                results = maintain(leased, self.settings, orphans=orphans, others=others, guard=gate.exclusive)
+                results = maintain(
+                    leased,
+                    self.settings,
+                    orphans=orphans,
+                    others=others,
+                    guard=gate.exclusive,
+                    warehouse=self.warehouse,
+                )
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg maintenance of %s failed (next pass retries): %s", ".".join(ident), e)

@@ -16,17 +16,24 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.conversions import from_bytes
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ValidationException,
+)
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
@@ -35,7 +42,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import IntegerType, LongType
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import MaintenanceSettings
+from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.table_writer import _add_kafka_bounds, _dataframe_to_data_files, offset_range_filter
 
@@ -248,7 +255,9 @@ def _sorted_rows(table: Table, b: CompactionBin) -> pa.Table:
 
 
 def _live_in_range(table: Table, b: CompactionBin) -> set[str]:
-    return {t.file.file_path for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()}
+    return {
+        t.file.file_path for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()
+    }
 
 
 def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard = nullcontext) -> bool:
@@ -264,8 +273,9 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
             f"says {expected}; nothing was changed, check the data files"
         )
     new = list(
-        _dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=uuid.uuid4(),
-                                 counter=itertools.count(0))
+        _dataframe_to_data_files(
+            table_metadata=table.metadata, df=rows, io=table.io, write_uuid=uuid.uuid4(), counter=itertools.count(0)
+        )
     )
     _add_kafka_bounds(table, rows, new)
     paths = {f.task.file.file_path for f in b.files}
@@ -278,7 +288,9 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
                 if _live_in_range(current, b) != paths:
                     break
                 txn = current.transaction()
-                with txn.update_snapshot(snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}).overwrite() as ow:
+                with txn.update_snapshot(
+                    snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
+                ).overwrite() as ow:
                     for f in b.files:
                         ow.delete_data_file(f.task.file)
                     for f in new:
@@ -379,24 +391,25 @@ def referenced_files(table: Table) -> set[str]:
                 continue
             seen.add(manifest.manifest_path)
             refs.add(_normal(manifest.manifest_path))
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            # A DELETED entry is a file its snapshot removed: not part of it (an older snapshot that has the
+            # file lists it as live).
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 refs.add(_normal(entry.data_file.file_path))
     return refs
 
 
-def find_orphans(table: Table, grace_s: float, others: list[str] | None = None) -> list[OrphanFile]:
+def find_orphans(
+    table: Table, grace_s: float, others: list[str] | None = None, warehouse: str | None = None
+) -> list[OrphanFile]:
     """Files under the table's ``data/`` and ``metadata/`` that no snapshot references and that are older than
-    ``grace_s``; none of a table that is not ours. ``others``: locations of other tables, whose files are left
-    alone even when they lie under this table's location."""
-    if not is_ours(table):
-        return []
+    ``grace_s``; none of a table that is not ours or (``warehouse`` given) lies outside the warehouse.
+    ``others``: locations of other tables, whose files are left alone even when under this table's location."""
     location = table.location().rstrip("/")
+    if not is_ours(table) or (warehouse and not _normal(location).startswith(_normal(warehouse).rstrip("/") + "/")):
+        return []
     now = time.time()
     listed = [
-        f
-        for sub in ("data", "metadata")
-        for f in list_files(table.io, f"{location}/{sub}/")
-        if now - f[2] > grace_s
+        f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/") if now - f[2] > grace_s
     ]
     if not listed:
         return []
@@ -412,10 +425,14 @@ def find_orphans(table: Table, grace_s: float, others: list[str] | None = None) 
 
 
 def remove_orphans(
-    table: Table, settings: MaintenanceSettings, dry_run: bool = False, others: list[str] | None = None
+    table: Table,
+    settings: MaintenanceSettings,
+    dry_run: bool = False,
+    others: list[str] | None = None,
+    warehouse: str | None = None,
 ) -> StepResult:
     result = StepResult("remove-orphans")
-    orphans = find_orphans(table, settings.orphan_grace_s, others)
+    orphans = find_orphans(table, settings.orphan_grace_s, others, warehouse)
     result.count = len(orphans)
     result.bytes = sum(o.size for o in orphans)
     result.details = [o.path for o in orphans]
@@ -434,6 +451,7 @@ def _delete(io: FileIO, paths: list[str]) -> None:
 
 # --- a run ------------------------------------------------------------------------------------------------------
 
+
 def maintain(
     table: Table,
     settings: MaintenanceSettings,
@@ -442,6 +460,7 @@ def maintain(
     others: list[str] | None = None,
     guard: Guard = nullcontext,
     attempts: int = 3,
+    warehouse: str | None = None,
 ) -> list[StepResult]:
     """Every step once on ``table`` (ours only; another table gives nothing). Compaction comes before the
     manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry.
@@ -459,7 +478,7 @@ def maintain(
         ("rewrite-manifests", lambda t: rewrite_manifests(t, settings, dry_run), True),
     ]
     if orphans:
-        steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others), False))
+        steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
     for name, step, guarded in steps:
         started = time.monotonic()
         result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
@@ -476,3 +495,57 @@ def maintain(
         if not dry_run:
             table = table.catalog.load_table(table.name())
     return results
+
+
+# --- the plugin's tables, for tools --------------------------------------------------------------------------
+
+
+def open_existing_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog | None:
+    """The catalog the keys name, or None when it holds nothing yet (no SQLite file, no namespace): opened
+    without creating anything, for tools that must not."""
+    uri = props.get("uri", "")
+    if props.get("type") == "sql" and uri.startswith("sqlite:///") and not Path(urlparse(uri).path).is_file():
+        return None
+    catalog = load_catalog(cfg.catalog_name, **dict(props))
+    return catalog if catalog.namespace_exists(cfg.namespace) else None
+
+
+def plugin_tables(catalog: Catalog, namespace: str) -> tuple[list[Table], dict[str, str]]:
+    """The namespace's tables the plugin made, and the location of every table of the namespace by name."""
+    ours, locations = [], {}
+    for ident in catalog.list_tables(namespace):
+        try:
+            table = catalog.load_table(ident)
+        except NoSuchTableError:
+            continue
+        locations[ident[-1]] = table.location()
+        if is_ours(table):
+            ours.append(table)
+    return ours, locations
+
+
+def all_orphans(catalog: Catalog, namespace: str, grace_s: float, warehouse: str) -> list[OrphanFile]:
+    """The orphan files of every table of the plugin in ``namespace`` whose location is inside ``warehouse``."""
+    ours, locations = plugin_tables(catalog, namespace)
+    out = []
+    for table in ours:
+        name = table.name()[-1]
+        out += find_orphans(table, grace_s, [loc for n, loc in locations.items() if n != name], warehouse)
+    return out
+
+
+def delete_if_orphans(
+    catalog: Catalog, namespace: str, paths: list[str], warehouse: str
+) -> tuple[list[str], list[str]]:
+    """Delete those of ``paths`` that are still orphans now (no grace: they were found older than it before);
+    (deleted, kept: referenced meanwhile or no longer under a table of the plugin)."""
+    still = {_normal(o.path) for o in all_orphans(catalog, namespace, 0.0, warehouse)}
+    deleted, kept = [], []
+    io = catalog.load_table(catalog.list_tables(namespace)[0]).io if paths and still else None
+    for path in paths:
+        if _normal(path) in still and io is not None:
+            _delete(io, [path])
+            deleted.append(path)
+        else:
+            kept.append(path)
+    return deleted, kept

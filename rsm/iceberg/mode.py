@@ -50,6 +50,7 @@ class IcebergMode:
                 cfg.maintenance,
                 cfg.maintenance_interval_s,
                 cfg.orphan_interval_s,
+                warehouse=self.properties.get("warehouse"),
             )
 
     def write_segment(
