@@ -38,7 +38,8 @@ def parse_duration(text: str) -> float:
 @click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
 def gc_command(config: str | None, sets: tuple[str, ...], older_than: str, delete: bool) -> int:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
-    multipart uploads, temp files and disk-cache chunks of segments no longer tiered; a dry run unless --delete.
+    multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
+    Iceberg tables that no snapshot references; a dry run unless --delete.
 
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.
