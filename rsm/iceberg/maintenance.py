@@ -172,6 +172,10 @@ class _Small:
     def size(self) -> int:
         return int(self.task.file.file_size_in_bytes)
 
+    @property
+    def rows(self) -> int:
+        return int(self.task.file.record_count)
+
 
 @dataclass(frozen=True)
 class CompactionBin:
@@ -212,11 +216,14 @@ def _bounds(f: DataFile, ids: tuple[int, int]) -> tuple[int, int, int] | None:
 
 
 def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[CompactionBin]:
-    """The bins worth rewriting: per Kafka partition and day, the files under the target size, in offset order,
-    packed up to the target size. A bin is rewritten when it has at least ``min_input_files`` files and its
-    largest file is at most half its bytes, so a compacted file is read again only once as much new data joined
-    it (each byte is rewritten a few times at most, not at every run). Files with delete files attached, of
-    another partition spec, or without the plugin's bounds are left alone."""
+    """The bins worth rewriting: per Kafka partition and day, in offset order, runs of consecutive files under
+    the target size and of about the same size (the most rows under twice the fewest: bytes would not tell a
+    small compacted file from its inputs, a Parquet file's footer weighs as much as its rows), up to the target
+    size.
+    A run of at least ``min_input_files`` files becomes a bin (size-tiered, as an LSM tree: the files of
+    ``min_input_files`` copies become one, ``min_input_files`` of those one larger, ...), so a partition-day keeps
+    a few files per size tier, and each byte is rewritten once per tier, not at every run. Files with delete
+    files attached, of another partition spec, or without the plugin's bounds are left alone."""
     if table.current_snapshot() is None:
         return []
     schema, spec = table.schema(), table.spec()
@@ -233,17 +240,21 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
             continue
         p, first, last = bounds
         groups.setdefault((p, f.partition[0]), []).append(_Small(task, f.partition[0], p, first, last))
+    fan_in = max(2, settings.min_input_files)
     bins: list[CompactionBin] = []
     for (p, day), files in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        current: list[_Small] = []
+        run: list[_Small] = []
         for small in [*sorted(files, key=lambda s: s.first), None]:
-            if small is None or (current and sum(s.size for s in current) + small.size > settings.target_file_bytes):
-                b = CompactionBin(p, day, tuple(current))
-                if len(current) >= max(2, settings.min_input_files) and 2 * max(s.size for s in current) <= b.bytes:
-                    bins.append(b)
-                current = []
+            if run and (
+                small is None
+                or sum(s.size for s in run) + small.size > settings.target_file_bytes
+                or max(small.rows, *(s.rows for s in run)) >= 2 * min(small.rows, *(s.rows for s in run))
+            ):
+                if len(run) >= fan_in:
+                    bins.append(CompactionBin(p, day, tuple(run)))
+                run = []
             if small is not None:
-                current.append(small)
+                run.append(small)
     return bins
 
 

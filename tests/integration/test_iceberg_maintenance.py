@@ -140,6 +140,22 @@ def test_compaction_rewrites_small_files_sorted_with_bounds_and_removes_exactly_
     assert plan_compaction(table, SETTINGS) == []
 
 
+def test_compaction_is_size_tiered_a_compacted_file_waits_for_files_of_its_size(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=4)
+    settings = MaintenanceSettings(min_input_files=4)
+    compact(load_table(cfg), settings)
+    (big,) = [t.file.file_path for t in load_table(cfg).scan().plan_files()]
+    tip = new_tip()
+    for i in range(4, 8):
+        tier(cfg, tip, [segment_of(tmp_path / f"more{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+    (b,) = plan_compaction(load_table(cfg), settings)
+    assert len(b.files) == 4 and big not in {f.task.file.file_path for f in b.files}
+    assert (b.first, b.last) == (4 * SEGMENT_RECORDS, 8 * SEGMENT_RECORDS - 1)
+    compact(load_table(cfg), settings)
+    assert len(list(load_table(cfg).scan().plan_files())) == 2  # two files of the same size: fewer than 4
+    assert _offsets(load_table(cfg)) == list(range(8 * SEGMENT_RECORDS))
+
+
 def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=4)
     table = load_table(cfg)
