@@ -200,7 +200,8 @@ def test_orphans_only_ours_only_old_and_never_a_referenced_file(tmp_path: Path) 
         if p.is_file() and p != young_orphan:
             _age(p, 7200)
     refs = referenced_files(table)
-    found = find_orphans(table, 3600)
+    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}") == []  # not under the warehouse
+    found = find_orphans(table, 3600, warehouse=cfg["iceberg.mode.warehouse"])
     assert [Path(o.path.removeprefix("file://")) for o in found] == [old_orphan]
     assert all(o.path not in refs for o in found)
     assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600)).count == 1
