@@ -49,7 +49,8 @@ def gc_command(
     metrics_port: int,
 ) -> int:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
-    multipart uploads, temp files and disk-cache chunks of segments no longer tiered; a dry run unless --delete.
+    multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
+    Iceberg tables that no snapshot references; a dry run unless --delete.
 
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.

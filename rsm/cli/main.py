@@ -18,6 +18,7 @@ from rsm._version import __version__
 from rsm.cli.browse import cat_command, inspect_command, ls_command
 from rsm.cli.config_check import config_group
 from rsm.cli.gc import gc_command
+from rsm.cli.iceberg_maintain import iceberg_group
 from rsm.cli.keys import keys_generate, keys_group, keys_rotate
 from rsm.cli.scrub import verify_command
 
@@ -97,6 +98,7 @@ cli.add_command(cat_command)
 cli.add_command(verify_command)
 cli.add_command(config_group)
 cli.add_command(gc_command)
+cli.add_command(iceberg_group)
 
 
 def _hidden_alias(command: click.Command, name: str, current: str) -> click.Command:

@@ -6,8 +6,8 @@ plugin's object layout (``rsm.core.object_keys.parse_object_key``). Another appl
 
 These kinds of garbage can outlive the copy that made it:
 
-Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are never garbage here: their catalog
-owns them (an Iceberg-mode segment's own objects are its manifest and ``.indexes``).
+Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garbage only as ``iceberg-orphan``
+(an Iceberg-mode segment's own objects are its manifest and ``.indexes``).
 
 - ``orphan-object``: a ``.log`` or ``.indexes`` object whose segment has no manifest. A copy writes its manifest
   last, so a copy that died (or whose cleanup failed) leaves these; a copy still running does too, which is why
@@ -21,6 +21,9 @@ owns them (an Iceberg-mode segment's own objects are its manifest and ``.indexes
   object is left) is safe. An Iceberg-mode segment has no ``.log`` by design: a manifest beside its ``.indexes``
   only is read, and kept when it says so.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
+- ``iceberg-orphan``: a file under the location of one of the plugin's Iceberg tables (property ``kafka.topic``,
+  inside the plugin's warehouse) that no snapshot of its table references: a copy killed before its commit, or
+  a file of an expired snapshot. Deletion checks again, against the tables as they are then.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
@@ -36,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackend, StorageBackendException
 from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
@@ -54,6 +57,7 @@ MULTIPART_UPLOAD = "multipart-upload"
 TEMP_FILE = "temp-file"
 CACHE_ENTRY = "cache-entry"
 MANIFEST_WITHOUT_DATA = "manifest-without-data"
+ICEBERG_ORPHAN = "iceberg-orphan"
 _DATA_SUFFIXES = (Suffix.LOG, Suffix.INDEXES)
 
 
@@ -155,9 +159,34 @@ def find_garbage(
                 if now - upload.started > older_than_seconds:
                     items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
         items.extend(_stale_cache_entries(manager, concurrency))
+        items.extend(_iceberg_orphans(manager, older_than_seconds))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
+
+
+def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
+    """The plugin's Iceberg catalog and warehouse when Iceberg mode is on and its namespace exists (nothing is
+    created), else None."""
+    link = manager.iceberg
+    if not link.cfg.enabled:
+        return None
+    from rsm.iceberg.maintenance import open_existing_catalog
+
+    mode = link.mode()
+    catalog = open_existing_catalog(link.cfg, mode.properties)
+    return None if catalog is None else (catalog, mode.properties.get("warehouse", ""))
+
+
+def _iceberg_orphans(manager: RemoteStorageManager, older_than_seconds: float) -> list[GarbageItem]:
+    opened = _iceberg_catalog(manager)
+    if opened is None:
+        return []
+    from rsm.iceberg.maintenance import all_orphans
+
+    catalog, warehouse = opened
+    found = all_orphans(catalog, manager.iceberg.cfg.namespace, older_than_seconds, warehouse)
+    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size) for o in found]
 
 
 def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
@@ -207,6 +236,11 @@ def delete_garbage(
     deleted. A failure on one item is recorded and the others still go.
     """
     report = GarbageReport()
+    items = list(items)
+    orphans = [i for i in items if i.kind == ICEBERG_ORPHAN]
+    if orphans:
+        items = [i for i in items if i.kind != ICEBERG_ORPHAN]
+        _remove_iceberg_orphans(manager, orphans, report, progress)
     for outcome in ordered_map(lambda item: _remove(manager, item), items, concurrency, "kts-gc-delete"):
         item = outcome.item
         if isinstance(outcome.error, StorageBackendException):
@@ -226,6 +260,31 @@ def delete_garbage(
 
 
 _DELETED, _SKIPPED, _FAILED = "deleted", "skipped", "failed"
+
+
+def _remove_iceberg_orphans(
+    manager: RemoteStorageManager,
+    items: list[GarbageItem],
+    report: GarbageReport,
+    progress: Callable[[GarbageItem], None] | None,
+) -> None:
+    """Delete the Iceberg orphans that are orphans still (a table's snapshots are read again first)."""
+    opened = _iceberg_catalog(manager)
+    if opened is None:
+        report.skipped += [(i, "Iceberg mode is off or its namespace is gone") for i in items]
+        return
+    from rsm.iceberg.maintenance import delete_if_orphans
+
+    catalog, warehouse = opened
+    deleted, _kept = delete_if_orphans(catalog, manager.iceberg.cfg.namespace, [i.key for i in items], warehouse)
+    gone = set(deleted)
+    for item in items:
+        if item.key in gone:
+            report.deleted.append(item)
+        else:
+            report.skipped.append((item, "a snapshot references it now"))
+        if progress is not None:
+            progress(item)
 
 
 def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]:

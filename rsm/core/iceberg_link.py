@@ -11,6 +11,7 @@ from rsm.errors import ConfigException
 from rsm.iceberg.config import IcebergConfig
 
 if TYPE_CHECKING:
+    from rsm.iceberg.maintainer import MaintenanceStats
     from rsm.iceberg.mode import IcebergMode
     from rsm.iceberg.segment_fetch import RowGroupCache
     from rsm.metrics.sources import HasStats
@@ -48,6 +49,17 @@ class IcebergLink:
         """The counters of the mode's value parsing, or None while no topic's values are parsed."""
         mode = self._mode
         return mode.value_stats() if mode is not None else None
+
+    def close(self) -> None:
+        """Stop the mode's background maintenance, if the mode was built."""
+        mode = self._mode
+        if mode is not None:
+            mode.close()
+
+    def maintenance_stats(self) -> MaintenanceStats | None:
+        """The mode's maintenance counters, or None while the mode is not built or maintenance is off."""
+        mode = self._mode
+        return mode.maintainer.stats if mode is not None and mode.maintainer is not None else None
 
     def row_group_cache(self) -> RowGroupCache | None:
         """The mode's row-group cache, or None while the mode is not built (nothing to report yet)."""

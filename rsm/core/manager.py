@@ -112,6 +112,7 @@ class RemoteStorageManager:
         wired = self._wired
         if wired is None:
             return
+        wired.iceberg.close()
         wired.pools.close()
         wired.chunks.memory.clear()
         if wired.chunks.disk is not None:
@@ -255,6 +256,7 @@ class RemoteStorageManager:
                 wired.pools.stats,
                 wired.iceberg.row_group_cache,
                 wired.iceberg.value_stats,
+                wired.iceberg.maintenance_stats,
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 

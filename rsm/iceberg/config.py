@@ -188,6 +188,94 @@ CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.mode.maintenance.enabled",
+            "boolean",
+            True,
+            "Run table maintenance inside the plugin: a background thread takes each Iceberg-mode table in turn "
+            "(one broker at a time per table, by a lease kept as a table property) and expires snapshots, merges "
+            'manifests, compacts small data files and removes orphan files (docs/iceberg.md, "Maintenance"). '
+            "false: schedule `kts iceberg maintain` instead.",
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.interval.ms",
+            "long",
+            60_000,
+            "Pause between two maintenance passes over the tables of this broker's Iceberg-mode topics.",
+            validator=in_range(1000, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.snapshot.max.age.ms",
+            "long",
+            3_600_000,
+            "Snapshots older than this are expired (unless among the newest "
+            "iceberg.mode.maintenance.snapshot.min.keep). A SQL reader can time-travel this far back.",
+            validator=in_range(0, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.snapshot.min.keep",
+            "int",
+            5,
+            "The newest snapshots that are never expired, however old.",
+            validator=in_range(1, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.snapshot.max.keep",
+            "int",
+            10,
+            "Snapshots past the newest this many are expired however young (checked after every half as many "
+            "commits of this broker): a commit copies and rewrites the table's metadata, which lists them all, "
+            'several times, so its cost grows with every snapshot kept (docs/benchmarks.md, "Iceberg mode: '
+            'cost in table age"). Raise it for longer time travel in SQL.',
+            validator=in_range(1, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.manifests.max",
+            "int",
+            8,
+            "Data manifests of the current snapshot above which they are merged (every commit reads them all).",
+            validator=in_range(1, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.compaction.target.bytes",
+            "long",
+            128 << 20,
+            "Small data files of one Kafka partition and one day are rewritten into files of up to this size, "
+            "rows sorted by (partition, offset).",
+            validator=in_range(1 << 20, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.compaction.min.files",
+            "int",
+            4,
+            "Small files of one partition and day that must pile up before they are compacted.",
+            validator=in_range(2, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.orphan.grace.ms",
+            "long",
+            3 * 86_400_000,
+            "Files under a table's location that no snapshot references are deleted once older than this: "
+            "longer than any copy, any other engine's write and any reader of an expired snapshot takes.",
+            validator=in_range(3_600_000, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.maintenance.orphan.interval.ms",
+            "long",
+            3_600_000,
+            "Pause between two orphan-file passes over a table (each lists the table's location).",
+            validator=in_range(1000, None),
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.mode.value.column.factory",
             "string",
             "",
@@ -198,6 +286,19 @@ CONFIG_DEF = ConfigDef().extend(
         ),
     ]
 )
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """What a maintenance run does (the ``iceberg.mode.maintenance.*`` keys; defaults as theirs)."""
+
+    snapshot_max_age_s: float = 3600.0
+    snapshot_min_keep: int = 5
+    snapshot_max_keep: int = 10
+    manifests_max: int = 8
+    target_file_bytes: int = 128 << 20
+    min_input_files: int = 4
+    orphan_grace_s: float = 3 * 86400.0
 
 
 def mode_on(configs: Mapping[str, Any]) -> bool:
@@ -229,6 +330,10 @@ class IcebergConfig:
     fetch_cache_bytes: int = 64 << 20
     fetch_table_refresh_ms: int = 5000
     value_column_factory: str = ""
+    maintenance_enabled: bool = True
+    maintenance_interval_s: float = 60.0
+    orphan_interval_s: float = 3600.0
+    maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     #: The ``iceberg.value.schema.*`` and ``iceberg.key.schema.*`` keys as given (read by ``rsm.iceberg.values``).
     value_schemas: dict[str, Any] = field(default_factory=dict)
     #: Topics with ``iceberg.mode.table.<id>.*`` keys, by topic.
@@ -284,6 +389,18 @@ class IcebergConfig:
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
+            maintenance_enabled=values["iceberg.mode.maintenance.enabled"],
+            maintenance_interval_s=values["iceberg.mode.maintenance.interval.ms"] / 1000,
+            orphan_interval_s=values["iceberg.mode.maintenance.orphan.interval.ms"] / 1000,
+            maintenance=MaintenanceSettings(
+                snapshot_max_age_s=values["iceberg.mode.maintenance.snapshot.max.age.ms"] / 1000,
+                snapshot_min_keep=values["iceberg.mode.maintenance.snapshot.min.keep"],
+                snapshot_max_keep=values["iceberg.mode.maintenance.snapshot.max.keep"],
+                manifests_max=values["iceberg.mode.maintenance.manifests.max"],
+                target_file_bytes=values["iceberg.mode.maintenance.compaction.target.bytes"],
+                min_input_files=values["iceberg.mode.maintenance.compaction.min.files"],
+                orphan_grace_s=values["iceberg.mode.maintenance.orphan.grace.ms"] / 1000,
+            ),
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))
             },

@@ -16,8 +16,9 @@ from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
 from rsm.iceberg.fetch_plan import FetchPlanner
+from rsm.iceberg.maintainer import Maintainer
 from rsm.iceberg.rows import NotRepresentable
-from rsm.iceberg.section import IcebergSection
+from rsm.iceberg.section import IcebergSection, section_identifier
 from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream
 from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
 from rsm.iceberg.value_hook import load_factory
@@ -44,6 +45,16 @@ class IcebergMode:
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
         self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
+        self.maintainer: Maintainer | None = None
+        if cfg.maintenance_enabled:
+            self.maintainer = Maintainer(
+                lambda: self.handle.catalog,
+                cfg.namespace,
+                cfg.maintenance,
+                cfg.maintenance_interval_s,
+                cfg.orphan_interval_s,
+                warehouse=self.properties.get("warehouse"),
+            )
 
     def value_stats(self) -> Any:
         """The counters of ``rsm.iceberg.values`` (``stats()``), or None where no topic has parsed values."""
@@ -65,8 +76,16 @@ class IcebergMode:
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
         tip = meta.topic_id_partition
         seg = SegmentToWrite(tip.topic, tip.topic_id, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
+        if self.maintainer is not None:
+            self.maintainer.start()  # a broker that copies maintains; a CLI or a reader never starts it
         try:
-            return self.writer.write(seg, meta.describe(), before_commit)
+            if self.maintainer is None:
+                return self.writer.write(seg, meta.describe(), before_commit)
+            # The maintainer knows tables by their name in the namespace (not the topic's name: dots are mapped).
+            with self.maintainer.gate(self.handle.table_identifier(tip.topic)[1]).copying():
+                section = self.writer.write(seg, meta.describe(), before_commit)
+            self.maintainer.note_commit(section_identifier(section.table, tip.topic)[1])
+            return section
         except (RemoteStorageException, NotRepresentable):
             raise
         except Exception as e:
@@ -103,6 +122,11 @@ class IcebergMode:
             raise
         except Exception as e:
             raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
+
+    def close(self) -> None:
+        """Stop the maintenance thread (a pass under way ends after its current table step)."""
+        if self.maintainer is not None:
+            self.maintainer.close()
 
     def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
         """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does

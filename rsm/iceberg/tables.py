@@ -20,6 +20,7 @@ from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, m
 
 __all__ = [
     "DICTIONARY_BYTES",
+    "METADATA_PROPERTIES",
     "PAGE_ROWS",
     "ROW_GROUP_ROWS",
     "SMALL_SEGMENT_BYTES",
@@ -62,6 +63,15 @@ SMALL_SEGMENT_BYTES = 32 << 20
 """First segments below this size give a table ``SMALL_SPLIT_BYTES``."""
 
 
+METADATA_PROPERTIES = {
+    # pyiceberg (as Java Iceberg) then deletes metadata JSON files past the newest N after each commit.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
+"""Table properties that bound the metadata files a table keeps; set on the tables we create and on ours at
+each maintenance run (an operator's own value of either is left as it is)."""
+
+
 def split_bytes(segment_bytes: int) -> int:
     """The split size of a new table whose first segment has ``segment_bytes``."""
     return SMALL_SPLIT_BYTES if segment_bytes < SMALL_SEGMENT_BYTES else SPLIT_BYTES
@@ -83,6 +93,7 @@ def table_properties(topic: str, segment_bytes: int) -> dict[str, str]:
         # as plain Parquet. Fixed splits instead, sized from the first segment (docs/benchmarks.md, "Iceberg mode").
         "read.split.adaptive-size.enabled": "false",
         "read.split.target-size": str(split_bytes(segment_bytes)),
+        **METADATA_PROPERTIES,
     }
 
 

@@ -25,6 +25,9 @@ ICEBERG_VALUES_TYPE = "iceberg-values-metrics"
 KEY_SERVICE_TYPE = "key-service-metrics"
 """Ours: calls to the key services that hold key pairs (AWS KMS, Vault Transit, PKCS#11), tagged by provider."""
 KEY_SERVICE_SENSORS = ("calls", "call-errors", "cache-hits", "call-time")
+ICEBERG_MAINTENANCE_TYPE = "iceberg-maintenance-metrics"
+"""Ours: the passes of Iceberg mode's table maintenance on this broker (present once a segment was copied in
+Iceberg mode with maintenance on)."""
 SIDECAR_TYPE = "sidecar-metrics"
 """The JVM shim's view of its Python sidecar: kept by the shim (JMX), passed to each sidecar it starts (Prometheus)."""
 BACKEND_BEANS = {
@@ -258,6 +261,42 @@ CACHE_METRICS = (
     ]
 )
 
+ICEBERG_MAINTENANCE_METRICS = [
+    MetricDecl(f"{DOMAIN}:type={ICEBERG_MAINTENANCE_TYPE}", (name,), kind, ("",), meaning, ours=True)
+    for name, kind, meaning in [
+        (
+            "passes-total",
+            "total",
+            "Maintenance passes over the tables completed (each table whose lease this "
+            "broker holds is maintained; the others are left to the broker holding theirs).",
+        ),
+        ("errors-total", "total", "Tables whose maintenance failed, and passes that failed (catalog down)."),
+        (
+            "conflicts-total",
+            "total",
+            "Steps that gave up some work because the table changed under them (left for the next pass).",
+        ),
+        ("snapshots-expired-total", "total", "Snapshots expired."),
+        ("files-compacted-total", "total", "Small data files rewritten into larger ones."),
+        ("bytes-compacted-total", "total", "Bytes of the small data files rewritten."),
+        ("manifests-rewritten-total", "total", "Data manifests merged."),
+        ("orphan-files-removed-total", "total", "Files no snapshot referenced, older than the grace period, deleted."),
+        ("orphan-bytes-removed-total", "total", "Bytes of those files."),
+        ("expire-snapshots-time-ms-total", "total", "Time spent expiring snapshots."),
+        ("compaction-time-ms-total", "total", "Time spent compacting."),
+        ("rewrite-manifests-time-ms-total", "total", "Time spent merging manifests."),
+        ("remove-orphans-time-ms-total", "total", "Time spent finding and deleting orphan files."),
+        (
+            "seconds-since-last-pass",
+            "gauge",
+            "Seconds since the last completed pass (NaN before the first): "
+            "grows without bound when passes fail or hang.",
+        ),
+        ("table-snapshots-max", "gauge", "The most snapshots any table maintained in the last pass kept."),
+        ("table-data-manifests-max", "gauge", "The most manifests of any current snapshot after the last pass."),
+    ]
+]
+
 PULLED_OURS = [
     MetricDecl(
         f"{DOMAIN}:type=prefetch-metrics",
@@ -400,6 +439,7 @@ ALL = (
     + THREAD_POOL_METRICS
     + BACKEND_METRICS
     + PULLED_OURS
+    + ICEBERG_MAINTENANCE_METRICS
     + SIDECAR_METRICS
     + KEY_SERVICE_METRICS
 )

@@ -11,6 +11,7 @@ from rsm.metrics.catalog import (
     CACHE_TYPES,
     DOMAIN,
     ICEBERG_CACHE_TYPE,
+    ICEBERG_MAINTENANCE_TYPE,
     ICEBERG_VALUES_TYPE,
     THREAD_POOL_DOMAIN,
 )
@@ -34,9 +35,11 @@ def fetch_path_sources(
     thread_pools: Callable[[], Mapping[str, Mapping[str, Any]]],
     iceberg_row_groups: Callable[[], HasStats | None] = lambda: None,
     iceberg_values: Callable[[], HasStats | None] = lambda: None,
+    iceberg_maintenance: Callable[[], HasStats | None] = lambda: None,
 ) -> list[Pulled]:
     """``iceberg_row_groups`` gives Iceberg mode's row-group cache once the mode is built, else None;
-    ``iceberg_values`` its value parsing's counters once a topic's values are parsed, else None."""
+    ``iceberg_values`` its value parsing's counters once a topic's values are parsed, else None;
+    ``iceberg_maintenance`` its maintenance counters (None also when maintenance is off)."""
 
     def caches() -> Iterable[Row]:
         for kind, cache in (("chunk", chunk_cache), ("manifest", manifest_cache), ("index", index_cache)):
@@ -66,4 +69,9 @@ def fetch_path_sources(
         if parsing is not None:
             yield DOMAIN, ICEBERG_VALUES_TYPE, (), parsing.stats()
 
-    return [caches, prefetch, limiters, pools, values]
+    def maintenance() -> Iterable[Row]:
+        stats = iceberg_maintenance()
+        if stats is not None:
+            yield DOMAIN, ICEBERG_MAINTENANCE_TYPE, (), stats.stats()
+
+    return [caches, prefetch, limiters, pools, values, maintenance]

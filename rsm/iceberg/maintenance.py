@@ -1,0 +1,552 @@
+"""Maintenance of the plugin's Iceberg tables, each step on its own: snapshot expiry, old metadata files,
+manifest merging, compaction of small data files, removal of orphan files.
+
+Only tables the plugin made are touched (``kafka.topic`` is set, by the writer, on every table it creates), and
+only files under such a table's location. Every step is safe beside Kafka's copies and beside other engines'
+maintenance (Spark's procedures): expiry only drops snapshots from the metadata (their files go later, as
+orphans); compaction commits an overwrite that removes exactly the files it read, and gives up on a table that
+changed under it; a file is an orphan only when no snapshot references it and it is older than the grace period,
+so a copy or a rewrite still in flight (its files not yet committed) is never hit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ValidationException,
+)
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
+from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.types import IntegerType, LongType
+
+from rsm.errors import RemoteStorageException
+from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
+from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.schema import partition_spec
+from rsm.iceberg.selection import offset_range_filter
+from rsm.iceberg.tables import METADATA_PROPERTIES
+
+log = logging.getLogger(__name__)
+
+OWNER_PROPERTY = "kafka.topic"
+"""Set by the writer on every table it creates: the mark of a table whose files maintenance may touch."""
+COMPACTION_SNAPSHOT_PROPERTY = "kafka.maintenance"
+Guard = Callable[[], AbstractContextManager[object]]
+
+
+@dataclass
+class StepResult:
+    """What one step did (or, in a dry run, would do)."""
+
+    step: str
+    count: int = 0
+    bytes: int = 0
+    details: list[str] = field(default_factory=list)
+    skipped: str = ""
+    seconds: float = 0.0
+
+
+def is_ours(table: Table) -> bool:
+    return OWNER_PROPERTY in table.properties
+
+
+# --- metadata files ---------------------------------------------------------------------------------------------
+
+
+def set_metadata_properties(table: Table, dry_run: bool = False) -> StepResult:
+    """Give the table the properties that make each commit delete old metadata files (unless set already)."""
+    result = StepResult("metadata-properties")
+    missing = {k: v for k, v in METADATA_PROPERTIES.items() if k not in table.properties}
+    result.count = len(missing)
+    result.details = [f"set {k}={v}" for k, v in missing.items()]
+    if missing and not dry_run:
+        with table.transaction() as txn:
+            txn.set_properties(missing)
+    return result
+
+
+# --- snapshots --------------------------------------------------------------------------------------------------
+
+
+def snapshots_to_expire(table: Table, settings: MaintenanceSettings, now_ms: int) -> list[int]:
+    """Snapshots older than the max age or past the newest ``snapshot_max_keep``, never the newest
+    ``snapshot_min_keep`` nor any branch or tag head."""
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    newest_first = sorted(table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))[::-1]
+    cutoff = now_ms - int(settings.snapshot_max_age_s * 1000)
+    expired = []
+    for rank, snap in enumerate(newest_first):
+        if rank < settings.snapshot_min_keep or snap.snapshot_id in protected:
+            continue
+        if snap.timestamp_ms < cutoff or rank >= settings.snapshot_max_keep:
+            expired.append(snap.snapshot_id)
+    return expired
+
+
+def expire_snapshots(table: Table, settings: MaintenanceSettings, dry_run: bool = False) -> StepResult:
+    """Drop old snapshots from the table's metadata. Their files are left: the orphan step removes them once no
+    remaining snapshot references them and the grace period has passed (a reader of an expired snapshot that
+    started before has that long to finish)."""
+    result = StepResult("expire-snapshots")
+    ids = snapshots_to_expire(table, settings, int(time.time() * 1000))
+    result.count = len(ids)
+    if ids and not dry_run:
+        table.maintenance.expire_snapshots().by_ids(ids).commit()
+    return result
+
+
+# --- manifests --------------------------------------------------------------------------------------------------
+
+
+def rewrite_manifests(table: Table, settings: MaintenanceSettings, dry_run: bool = False) -> StepResult:
+    """Merge the current snapshot's data manifests when there are more than ``manifests_max`` (each commit that
+    replaces files adds some; planning a scan or a commit reads every one).
+
+    pyiceberg 0.12 has no rewrite-manifests action; its merging append does the same when given no files:
+    one commit whose manifests hold the same live files, merged up to ``commit.manifest.target-size-bytes``.
+    The minimum count to merge is lowered inside the same transaction only, so the table keeps its own."""
+    result = StepResult("rewrite-manifests")
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return result
+    manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA]
+    result.details = [f"{len(manifests)} data manifests"]
+    if len(manifests) <= settings.manifests_max:
+        return result
+    result.count = len(manifests)
+    if dry_run:
+        return result
+    temporary = {"commit.manifest.min-count-to-merge": "2", "commit.manifest-merge.enabled": "true"}
+    txn = table.transaction()
+    txn.set_properties(temporary)
+    with txn.update_snapshot(snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "rewrite-manifests"}).merge_append():
+        pass
+    kept = {k: table.properties[k] for k in temporary if k in table.properties}
+    if kept:
+        txn.set_properties(kept)
+    if len(kept) < len(temporary):
+        txn.remove_properties(*(k for k in temporary if k not in kept))
+    txn.commit_transaction()
+    return result
+
+
+# --- compaction -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Small:
+    task: FileScanTask
+    day: object
+    partition: int
+    first: int
+    last: int
+
+    @property
+    def size(self) -> int:
+        return int(self.task.file.file_size_in_bytes)
+
+    @property
+    def rows(self) -> int:
+        return int(self.task.file.record_count)
+
+
+@dataclass(frozen=True)
+class CompactionBin:
+    """Small files of one Kafka partition and one day, contiguous in offsets, to become one file."""
+
+    partition: int
+    day: object
+    files: tuple[_Small, ...]
+
+    @property
+    def first(self) -> int:
+        return min(f.first for f in self.files)
+
+    @property
+    def last(self) -> int:
+        return max(f.last for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def describe(self) -> str:
+        return (
+            f"partition {self.partition} day {self.day}: {len(self.files)} files, {self.bytes:,} bytes, "
+            f"offsets {self.first}-{self.last}"
+        )
+
+
+def _bounds(f: DataFile, ids: tuple[int, int]) -> tuple[int, int, int] | None:
+    """(partition, first offset, last offset) when the file's bounds say it holds one partition's rows."""
+    lower, upper, nulls = f.lower_bounds or {}, f.upper_bounds or {}, f.null_value_counts or {}
+    if any(i not in lower or i not in upper or nulls.get(i) != 0 for i in ids):
+        return None
+    p_lo, p_hi = (from_bytes(IntegerType(), b[ids[0]]) for b in (lower, upper))
+    if p_lo != p_hi:
+        return None
+    return int(p_lo), int(from_bytes(LongType(), lower[ids[1]])), int(from_bytes(LongType(), upper[ids[1]]))
+
+
+def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[CompactionBin]:
+    """The bins worth rewriting: per Kafka partition and day, in offset order, runs of consecutive files under
+    the target size and of about the same size (the most rows under twice the fewest: bytes would not tell a
+    small compacted file from its inputs, a Parquet file's footer weighs as much as its rows), up to the target
+    size.
+    A run of at least ``min_input_files`` files becomes a bin (size-tiered, as an LSM tree: the files of
+    ``min_input_files`` copies become one, ``min_input_files`` of those one larger, ...), so a partition-day keeps
+    a few files per size tier, and each byte is rewritten once per tier, not at every run. Files with delete
+    files attached, of another partition spec, or without the plugin's bounds are left alone."""
+    if table.current_snapshot() is None:
+        return []
+    schema, spec = table.schema(), table.spec()
+    if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
+        return []
+    ids = (schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id)
+    groups: dict[tuple[int, object], list[_Small]] = {}
+    for task in table.scan().plan_files():
+        f = task.file
+        if task.delete_files or f.spec_id != spec.spec_id or f.file_size_in_bytes >= settings.target_file_bytes:
+            continue
+        bounds = _bounds(f, ids)
+        if bounds is None:
+            continue
+        p, first, last = bounds
+        groups.setdefault((p, f.partition[0]), []).append(_Small(task, f.partition[0], p, first, last))
+    fan_in = max(2, settings.min_input_files)
+    bins: list[CompactionBin] = []
+    for (p, day), files in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        run: list[_Small] = []
+        for small in [*sorted(files, key=lambda s: s.first), None]:
+            if run and (
+                small is None
+                or sum(s.size for s in run) + small.size > settings.target_file_bytes
+                or max(small.rows, *(s.rows for s in run)) >= 2 * min(small.rows, *(s.rows for s in run))
+            ):
+                if len(run) >= fan_in:
+                    bins.append(CompactionBin(p, day, tuple(run)))
+                run = []
+            if small is not None:
+                run.append(small)
+    return bins
+
+
+def _sorted_rows(table: Table, b: CompactionBin) -> pa.Table:
+    rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[f.task for f in b.files])
+    kafka = rows.column("kafka")
+    keys = pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")})
+    return rows.take(pc.sort_indices(keys, sort_keys=[("p", "ascending"), ("o", "ascending")]))
+
+
+def _live_in_range(table: Table, b: CompactionBin) -> set[str]:
+    return {
+        t.file.file_path for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()
+    }
+
+
+def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard = nullcontext) -> bool:
+    """Rewrite one bin's files as one, sorted by (partition, offset), and commit an overwrite that removes
+    exactly those files. Before each attempt the table is read again: if the files holding the bin's offsets are
+    no longer exactly the bin's (a copy replaced some, another engine rewrote them), the bin is given up and the
+    new file deleted. False: given up (nothing changed)."""
+    rows = _sorted_rows(table, b)
+    expected = sum(f.task.file.record_count for f in b.files)
+    if rows.num_rows != expected:
+        raise RemoteStorageException(
+            f"compaction of {table.name()} {b.describe()}: read {rows.num_rows} rows where the files' metadata "
+            f"says {expected}; nothing was changed, check the data files"
+        )
+    new = write_data_files(table, rows, uuid.uuid4(), itertools.count(0))
+    paths = {f.task.file.file_path for f in b.files}
+    current = table
+    for attempt in range(attempts):
+        try:
+            with guard():
+                if attempt:
+                    current = table.catalog.load_table(table.name())
+                if _live_in_range(current, b) != paths:
+                    break
+                txn = current.transaction()
+                with txn.update_snapshot(
+                    snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
+                ).overwrite() as ow:
+                    for f in b.files:
+                        ow.delete_data_file(f.task.file)
+                    for f in new:
+                        ow.append_data_file(f)
+                txn.commit_transaction()
+            return True
+        except (CommitFailedException, ValidationException) as e:
+            log.debug("compaction of %s %s: conflict (attempt %d): %s", table.name(), b.describe(), attempt + 1, e)
+        except CommitStateUnknownException:
+            # It may have landed: the new file stays (the orphan step removes it later if it did not).
+            raise
+        except BaseException:
+            _delete(table.io, [f.file_path for f in new])
+            raise
+    _delete(table.io, [f.file_path for f in new])
+    return False
+
+
+def compact(
+    table: Table, settings: MaintenanceSettings, dry_run: bool = False, guard: Guard = nullcontext
+) -> StepResult:
+    result = StepResult("compaction")
+    bins = plan_compaction(table, settings)
+    result.details = [b.describe() for b in bins]
+    if dry_run:
+        result.count = sum(len(b.files) for b in bins)
+        result.bytes = sum(b.bytes for b in bins)
+        return result
+    given_up = 0
+    for b in bins:
+        if compact_bin(table, b, guard=guard):
+            result.count += len(b.files)
+            result.bytes += b.bytes
+        else:
+            given_up += 1
+        table = table.catalog.load_table(table.name())
+    if given_up:
+        result.skipped = f"{given_up} bins changed meanwhile (left for the next run)"
+    return result
+
+
+# --- orphan files -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OrphanFile:
+    path: str
+    size: int
+    age_s: float
+
+
+def _normal(uri: str) -> str:
+    """A location as a comparable string: ``file:/x``, ``file:///x`` and ``/x`` are the same file."""
+    u = urlparse(uri)
+    if u.scheme in ("", "file"):
+        return "file://" + os.path.normpath(u.path)
+    return f"{u.scheme}://{u.netloc}{u.path}"
+
+
+def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:
+    """(URI, size, modified epoch seconds) of every file under ``location`` (nothing when it does not exist)."""
+    u = urlparse(location)
+    scheme = u.scheme or "file"
+    if isinstance(io, PyArrowFileIO):
+        _, netloc, path = io.parse_location(location)
+        fs = io.fs_by_scheme(scheme, netloc)
+        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
+        for info in infos:
+            if info.type == pafs.FileType.File:
+                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+                yield (f"file://{info.path}" if scheme == "file" else f"{scheme}://{info.path}"), info.size or 0, mtime
+        return
+    get_fs = getattr(io, "get_fs", None)
+    if get_fs is None:
+        raise RemoteStorageException(
+            f"cannot list {location}: the FileIO {type(io).__name__} lists no files; orphan files are not removed"
+        )
+    fs = get_fs(scheme)
+    root = location.split("://", 1)[-1].rstrip("/")
+    for path, info in fs.find(root, detail=True).items():
+        modified = info.get("last_modified") or info.get("mtime") or info.get("LastModified") or time.time()
+        epoch = modified.timestamp() if isinstance(modified, datetime) else float(modified)
+        yield f"{scheme}://{path}", int(info.get("size") or 0), epoch
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file any snapshot of the table needs: metadata files, manifest lists, manifests, data and delete
+    files, statistics."""
+    meta = table.metadata
+    refs = {_normal(table.metadata_location)} | {_normal(e.metadata_file) for e in meta.metadata_log}
+    refs |= {_normal(s.statistics_path) for s in meta.statistics}
+    refs |= {_normal(s.statistics_path) for s in meta.partition_statistics}
+    seen: set[str] = set()
+    for snap in meta.snapshots:
+        refs.add(_normal(snap.manifest_list))
+        for manifest in snap.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            refs.add(_normal(manifest.manifest_path))
+            # A DELETED entry is a file its snapshot removed: not part of it (an older snapshot that has the
+            # file lists it as live).
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                refs.add(_normal(entry.data_file.file_path))
+    return refs
+
+
+def find_orphans(
+    table: Table, grace_s: float, others: list[str] | None = None, warehouse: str | None = None
+) -> list[OrphanFile]:
+    """Files under the table's ``data/`` and ``metadata/`` that no snapshot references and that are older than
+    ``grace_s``; none of a table that is not ours or (``warehouse`` given) lies outside the warehouse.
+    ``others``: locations of other tables, whose files are left alone even when under this table's location."""
+    location = table.location().rstrip("/")
+    if not is_ours(table) or (warehouse and not _normal(location).startswith(_normal(warehouse).rstrip("/") + "/")):
+        return []
+    now = time.time()
+    listed = [
+        f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/") if now - f[2] > grace_s
+    ]
+    if not listed:
+        return []
+    refs = referenced_files(table)
+    nested = [_normal(o).rstrip("/") + "/" for o in others or [] if _normal(o).startswith(_normal(location) + "/")]
+    orphans = []
+    for path, size, mtime in listed:
+        p = _normal(path)
+        if p in refs or any(p.startswith(n) for n in nested):
+            continue
+        orphans.append(OrphanFile(path, size, now - mtime))
+    return orphans
+
+
+def remove_orphans(
+    table: Table,
+    settings: MaintenanceSettings,
+    dry_run: bool = False,
+    others: list[str] | None = None,
+    warehouse: str | None = None,
+) -> StepResult:
+    result = StepResult("remove-orphans")
+    orphans = find_orphans(table, settings.orphan_grace_s, others, warehouse)
+    result.count = len(orphans)
+    result.bytes = sum(o.size for o in orphans)
+    result.details = [o.path for o in orphans]
+    if not dry_run:
+        _delete(table.io, [o.path for o in orphans])
+    return result
+
+
+def _delete(io: FileIO, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            pass
+
+
+# --- a run ------------------------------------------------------------------------------------------------------
+
+
+def maintain(
+    table: Table,
+    settings: MaintenanceSettings,
+    dry_run: bool = False,
+    orphans: bool = True,
+    others: list[str] | None = None,
+    guard: Guard = nullcontext,
+    attempts: int = 3,
+    warehouse: str | None = None,
+) -> list[StepResult]:
+    """Every step once on ``table`` (ours only; another table gives nothing). Compaction comes before the
+    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry.
+
+    ``guard``: held around each commit (the plugin's copies to the same table wait meanwhile, so a commit of
+    maintenance is not starved by a table that commits without pause). A step whose commit loses to another
+    writer is tried again on the table as it is then, ``attempts`` times, and otherwise left for the next run."""
+    if not is_ours(table):
+        return []
+    results = []
+    steps: list[tuple[str, Callable[[Table], StepResult], bool]] = [
+        ("metadata-properties", lambda t: set_metadata_properties(t, dry_run), True),
+        ("expire-snapshots", lambda t: expire_snapshots(t, settings, dry_run), True),
+        ("compaction", lambda t: compact(t, settings, dry_run, guard), False),
+        ("rewrite-manifests", lambda t: rewrite_manifests(t, settings, dry_run), True),
+    ]
+    if orphans:
+        steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
+    for name, step, guarded in steps:
+        started = time.monotonic()
+        result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
+        for attempt in range(attempts):
+            try:
+                with guard() if guarded and not dry_run else nullcontext():
+                    result = step(table)
+                break
+            except (CommitFailedException, ValidationException) as e:
+                log.debug("maintenance of %s, %s: conflict (attempt %d): %s", table.name(), name, attempt + 1, e)
+                table = table.catalog.load_table(table.name())
+        result.seconds = time.monotonic() - started
+        results.append(result)
+        if not dry_run:
+            table = table.catalog.load_table(table.name())
+    return results
+
+
+# --- the plugin's tables, for tools --------------------------------------------------------------------------
+
+
+def open_existing_catalog(cfg: IcebergConfig, props: Mapping[str, str]) -> Catalog | None:
+    """The catalog the keys name, or None when it holds nothing yet (no SQLite file, no namespace): opened
+    without creating anything, for tools that must not."""
+    uri = props.get("uri", "")
+    if props.get("type") == "sql" and uri.startswith("sqlite:///") and not Path(urlparse(uri).path).is_file():
+        return None
+    catalog = load_catalog(cfg.catalog_name, **dict(props))
+    return catalog if catalog.namespace_exists(cfg.namespace) else None
+
+
+def plugin_tables(catalog: Catalog, namespace: str) -> tuple[list[Table], dict[str, str]]:
+    """The namespace's tables the plugin made, and the location of every table of the namespace by name."""
+    ours, locations = [], {}
+    for ident in catalog.list_tables(namespace):
+        try:
+            table = catalog.load_table(ident)
+        except NoSuchTableError:
+            continue
+        locations[ident[-1]] = table.location()
+        if is_ours(table):
+            ours.append(table)
+    return ours, locations
+
+
+def all_orphans(catalog: Catalog, namespace: str, grace_s: float, warehouse: str) -> list[OrphanFile]:
+    """The orphan files of every table of the plugin in ``namespace`` whose location is inside ``warehouse``."""
+    ours, locations = plugin_tables(catalog, namespace)
+    out = []
+    for table in ours:
+        name = table.name()[-1]
+        out += find_orphans(table, grace_s, [loc for n, loc in locations.items() if n != name], warehouse)
+    return out
+
+
+def delete_if_orphans(
+    catalog: Catalog, namespace: str, paths: list[str], warehouse: str
+) -> tuple[list[str], list[str]]:
+    """Delete those of ``paths`` that are still orphans now (no grace: they were found older than it before);
+    (deleted, kept: referenced meanwhile or no longer under a table of the plugin)."""
+    still = {_normal(o.path) for o in all_orphans(catalog, namespace, 0.0, warehouse)}
+    deleted, kept = [], []
+    io = catalog.load_table(catalog.list_tables(namespace)[0]).io if paths and still else None
+    for path in paths:
+        if _normal(path) in still and io is not None:
+            _delete(io, [path])
+            deleted.append(path)
+        else:
+            kept.append(path)
+    return deleted, kept

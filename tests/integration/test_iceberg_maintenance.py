@@ -1,0 +1,412 @@
+"""Iceberg mode's table maintenance (rsm.iceberg.maintenance, rsm.iceberg.maintainer) on real tables: segments
+tiered through the plugin into a SQLite catalog on the filesystem, each step alone, the lease between brokers,
+the plugin's thread, `kts iceberg maintain`, and `kts gc` after copies killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of, tier
+from pyiceberg.conversions import from_bytes
+from pyiceberg.types import IntegerType, LongType
+
+from rsm import RemoteStorageManager
+from rsm.cli.main import cli
+from rsm.core.garbage import ICEBERG_ORPHAN, delete_garbage, find_garbage
+from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
+from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
+from rsm.iceberg.maintenance import (
+    METADATA_PROPERTIES,
+    compact,
+    compact_bin,
+    expire_snapshots,
+    find_orphans,
+    maintain,
+    plan_compaction,
+    referenced_files,
+    remove_orphans,
+    rewrite_manifests,
+    set_metadata_properties,
+)
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+SEGMENT_RECORDS = 40
+SETTINGS = MaintenanceSettings(
+    snapshot_max_age_s=3600, snapshot_min_keep=2, snapshot_max_keep=4, manifests_max=2, min_input_files=2
+)
+
+
+def _tiered(tmp_path: Path, segments: int = 8, **extra: str) -> dict[str, str]:
+    cfg = iceberg_config(tmp_path, **extra)
+    tip = new_tip()
+    segs = [
+        segment_of(tmp_path / f"seg{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS)) for i in range(segments)
+    ]
+    for s in segs:
+        tier(cfg, tip, [s])
+    return cfg
+
+
+def _offsets(table: Any) -> list[int]:
+    return sorted(pc.struct_field(table.scan().to_arrow().column("kafka"), "offset").to_pylist())
+
+
+def _rows(table: Any) -> list[dict[str, Any]]:
+    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["kafka"]["offset"])
+
+
+def _data_files(cfg: dict[str, str]) -> set[Path]:
+    return set((Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "kafka" / "orders" / "data").rglob("*"))
+
+
+def _age(path: Path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_expiry_keeps_the_newest_and_drops_the_rest_by_count_and_age(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=8)
+    table = load_table(cfg)
+    before = _rows(table)
+    newest = [s.snapshot_id for s in table.metadata.snapshots][-4:]
+    assert expire_snapshots(table, SETTINGS, dry_run=True).count == 4
+    assert len(load_table(cfg).metadata.snapshots) == 8  # a dry run changes nothing
+    assert expire_snapshots(table, SETTINGS).count == 4
+    table = load_table(cfg)
+    assert [s.snapshot_id for s in table.metadata.snapshots] == newest
+    assert _rows(table) == before
+    # by age: all older than 0 s, but the newest min.keep stay
+    aged = MaintenanceSettings(snapshot_max_age_s=0, snapshot_min_keep=2, snapshot_max_keep=100)
+    assert expire_snapshots(table, aged).count == 2
+    assert [s.snapshot_id for s in load_table(cfg).metadata.snapshots] == newest[-2:]
+
+
+def test_metadata_properties_bound_the_metadata_files(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=2)
+    table = load_table(cfg)
+    assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES  # a new table has them
+    with table.transaction() as txn:  # as a table made before the writer set them
+        txn.remove_properties(*METADATA_PROPERTIES)
+    table = load_table(cfg)
+    assert set_metadata_properties(table).count == 2
+    assert set_metadata_properties(load_table(cfg)).count == 0  # set once; an operator's value is kept
+    tier(cfg, new_tip(), [segment_of(tmp_path / f"more{i}", order_records(1000 + i * 10, 10)) for i in range(14)])
+    table = load_table(cfg)
+    assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES
+    kept = int(METADATA_PROPERTIES["write.metadata.previous-versions-max"])
+    metadata_dir = Path(table.metadata_location.removeprefix("file://")).parent
+    assert len(table.metadata.metadata_log) == kept
+    # those dropped from the log before the properties were set go as orphans, once past the grace
+    for p in metadata_dir.iterdir():
+        _age(p, 7200)
+    remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
+    assert len(list(metadata_dir.glob("*.metadata.json"))) == kept + 1
+
+
+def test_compaction_rewrites_small_files_sorted_with_bounds_and_removes_exactly_what_it_read(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=8)
+    table = load_table(cfg)
+    before = _rows(table)
+    old = {t.file.file_path for t in table.scan().plan_files()}
+    assert len(old) == 8
+    dry = compact(table, SETTINGS, dry_run=True)
+    assert dry.count == 8 and load_table(cfg).metadata_location == table.metadata_location
+    assert compact(table, SETTINGS).count == 8
+    table = load_table(cfg)
+    files = [t.file for t in table.scan().plan_files()]
+    assert len(files) == 1 and files[0].file_path not in old
+    assert _rows(table) == before
+    ids = [table.schema().find_field(f"kafka.{n}").field_id for n in ("partition", "offset")]
+    f = files[0]
+    assert from_bytes(IntegerType(), f.lower_bounds[ids[0]]) == 0 == from_bytes(IntegerType(), f.upper_bounds[ids[0]])
+    assert from_bytes(LongType(), f.lower_bounds[ids[1]]) == 0
+    assert from_bytes(LongType(), f.upper_bounds[ids[1]]) == 8 * SEGMENT_RECORDS - 1
+    written = pq.read_table(f.file_path.removeprefix("file://"))
+    offsets = pc.struct_field(written.column("kafka"), "offset").to_pylist()
+    assert offsets == sorted(offsets)
+    assert table.current_snapshot().summary["kafka.maintenance"] == "compaction"  # type: ignore[union-attr]
+    # a compacted file is not read again until as much new data joined it
+    assert plan_compaction(table, SETTINGS) == []
+
+
+def test_compaction_is_size_tiered_a_compacted_file_waits_for_files_of_its_size(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=4)
+    settings = MaintenanceSettings(min_input_files=4)
+    compact(load_table(cfg), settings)
+    (big,) = [t.file.file_path for t in load_table(cfg).scan().plan_files()]
+    tip = new_tip()
+    for i in range(4, 8):
+        tier(cfg, tip, [segment_of(tmp_path / f"more{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+    (b,) = plan_compaction(load_table(cfg), settings)
+    assert len(b.files) == 4 and big not in {f.task.file.file_path for f in b.files}
+    assert (b.first, b.last) == (4 * SEGMENT_RECORDS, 8 * SEGMENT_RECORDS - 1)
+    compact(load_table(cfg), settings)
+    assert len(list(load_table(cfg).scan().plan_files())) == 2  # two files of the same size: fewer than 4
+    assert _offsets(load_table(cfg)) == list(range(8 * SEGMENT_RECORDS))
+
+
+def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=4)
+    table = load_table(cfg)
+    (b,) = plan_compaction(table, SETTINGS)
+    # A new leader copies an overlapping segment (offsets 20..59) after the plan, before the commit.
+    tier(cfg, new_tip(), [segment_of(tmp_path / "overlap", order_records(20, 40))])
+    after_copy = _rows(load_table(cfg))
+    data_before = _data_files(cfg)
+    assert compact_bin(table, b) is False
+    table = load_table(cfg)
+    assert _rows(table) == after_copy  # nothing lost, nothing twice
+    assert _offsets(table) == list(range(4 * SEGMENT_RECORDS))
+    assert _data_files(cfg) == data_before  # the rewritten file was deleted
+
+
+def test_rewrite_manifests_merges_them_and_keeps_every_file(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=6)  # a manifest per copy: merged by the writer only past 100
+    table = load_table(cfg)
+    files = {t.file.file_path for t in table.scan().plan_files()}
+    before = len(table.current_snapshot().manifests(table.io))  # type: ignore[union-attr]
+    assert before > SETTINGS.manifests_max
+    assert rewrite_manifests(table, SETTINGS).count == before
+    table = load_table(cfg)
+    assert len(table.current_snapshot().manifests(table.io)) < before  # type: ignore[union-attr]
+    assert {t.file.file_path for t in table.scan().plan_files()} == files
+    assert "commit.manifest.min-count-to-merge" not in table.properties
+
+
+def test_orphans_only_ours_only_old_and_never_a_referenced_file(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=3)
+    table = load_table(cfg)
+    data = Path(table.location().removeprefix("file://")) / "data"
+    old_orphan, young_orphan = data / "old-orphan.parquet", data / "young-orphan.parquet"
+    pq.write_table(pa.table({"x": [1]}), old_orphan)
+    pq.write_table(pa.table({"x": [1]}), young_orphan)
+    _age(old_orphan, 7200)
+    foreign = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "someone-else" / "f.parquet"
+    foreign.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), foreign)
+    _age(foreign, 7200)
+    for p in Path(table.location().removeprefix("file://")).rglob("*"):
+        if p.is_file() and p != young_orphan:
+            _age(p, 7200)
+    refs = referenced_files(table)
+    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}") == []  # not under the warehouse
+    found = find_orphans(table, 3600, warehouse=cfg["iceberg.mode.warehouse"])
+    assert [Path(o.path.removeprefix("file://")) for o in found] == [old_orphan]
+    assert all(o.path not in refs for o in found)
+    assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600)).count == 1
+    assert not old_orphan.exists() and young_orphan.exists() and foreign.exists()
+    assert _offsets(load_table(cfg)) == list(range(3 * SEGMENT_RECORDS))
+    # a table the plugin did not make is never looked into
+    table.transaction().remove_properties("kafka.topic").commit_transaction()
+    _age(young_orphan, 7200)
+    assert find_orphans(load_table(cfg), 3600) == []
+
+
+def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=8)
+    before = _rows(load_table(cfg))
+    for p in Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")).rglob("*"):
+        if p.is_file():
+            _age(p, 7200)
+    settings = MaintenanceSettings(
+        snapshot_max_age_s=0, snapshot_min_keep=1, snapshot_max_keep=1, min_input_files=2, orphan_grace_s=3600
+    )
+    steps = {r.step: r for r in maintain(load_table(cfg), settings)}
+    assert steps["compaction"].count == 8 and steps["expire-snapshots"].count == 7
+    # The small files are still referenced by the snapshot before the compaction (kept: min.keep counts it
+    # only after the next expiry); a second run expires it and, past the grace, removes them.
+    for p in Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")).rglob("*"):
+        if p.is_file():
+            _age(p, 7200)
+    steps = {r.step: r for r in maintain(load_table(cfg), settings)}
+    table = load_table(cfg)
+    assert len(table.metadata.snapshots) == 1
+    assert _rows(table) == before
+    live = {Path(t.file.file_path.removeprefix("file://")) for t in table.scan().plan_files()}
+    assert {p for p in _data_files(cfg) if p.is_file()} == live
+
+
+@given(owner=st.text(min_size=1, max_size=40), expiry=st.integers(0, 2**62))
+def test_lease_text_round_trips(owner: str, expiry: int) -> None:
+    assert Lease.parse(str(Lease(owner, expiry))) == Lease(owner, expiry)
+
+
+@pytest.mark.parametrize("text", ["", "no-separator", "a;b", ";"])
+def test_lease_text_that_is_not_one_is_no_lease(text: str) -> None:
+    assert Lease.parse(text) is None
+
+
+def test_one_broker_holds_a_tables_lease_until_it_expires_or_is_released(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1)
+    table = load_table(cfg)
+    now = int(time.time() * 1000)
+    assert take_lease(table, "a", 60, now) is not None
+    assert take_lease(load_table(cfg), "b", 60, now) is None
+    assert take_lease(load_table(cfg), "b", 60, now + 61_000) is not None  # expired: taken over
+    assert Lease.parse(load_table(cfg).properties[LEASE_PROPERTY]).owner == "b"  # type: ignore[union-attr]
+    release_lease(load_table(cfg), "a")  # not a's any more: nothing happens
+    assert LEASE_PROPERTY in load_table(cfg).properties
+    release_lease(load_table(cfg), "b")
+    assert LEASE_PROPERTY not in load_table(cfg).properties
+
+
+def test_of_two_brokers_taking_a_free_lease_at_once_one_wins(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1)
+    seen_by_a, seen_by_b = load_table(cfg), load_table(cfg)  # both read the table with no lease
+    assert take_lease(seen_by_a, "a", 60) is not None
+    assert take_lease(seen_by_b, "b", 60) is None
+    assert Lease.parse(load_table(cfg).properties[LEASE_PROPERTY]).owner == "a"  # type: ignore[union-attr]
+
+
+def test_the_plugins_thread_maintains_its_tables_and_counts_it(tmp_path: Path) -> None:
+    cfg = iceberg_config(
+        tmp_path,
+        **{
+            "iceberg.mode.maintenance.interval.ms": "1000",
+            "iceberg.mode.maintenance.snapshot.max.keep": "2",
+            "iceberg.mode.maintenance.snapshot.min.keep": "1",
+            "iceberg.mode.maintenance.compaction.min.files": "2",
+        },
+    )
+    tip = new_tip()
+    with RemoteStorageManager() as m:
+        m.configure(cfg)
+        for i in range(6):
+            s = segment_of(tmp_path / f"s{i}", order_records(i * 20, 20))
+            m.copy_log_segment_data(s.to_metadata(tip), s.to_log_segment_data())
+        stats = m.iceberg.maintenance_stats()
+        assert stats is not None
+        deadline = time.monotonic() + 60
+        while stats.stats()["files-compacted-total"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        values = stats.stats()
+        assert values["files-compacted-total"] >= 2 and values["passes-total"] >= 1
+        assert values["snapshots-expired-total"] >= 1
+        rows = m.metrics()
+        assert any("iceberg-maintenance-metrics" in bean for bean in rows)
+    table = load_table(cfg)
+    assert _offsets(table) == list(range(120))
+    assert Lease.parse(table.properties.get(LEASE_PROPERTY)) is not None
+
+
+def test_maintenance_off_starts_no_thread(tmp_path: Path) -> None:
+    cfg = iceberg_config(tmp_path, **{"iceberg.mode.maintenance.enabled": "false"})
+    tier(cfg, new_tip(), [segment_of(tmp_path / "s", order_records(0, 10))])
+    assert not IcebergConfig.from_map(cfg).maintenance_enabled
+    assert LEASE_PROPERTY not in load_table(cfg).properties
+
+
+def test_a_maintainer_pass_skips_tables_of_others_and_of_another_lease(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=3)
+    other = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="other")
+    other.run_pass()
+    mine = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="mine")
+    before = load_table(cfg).metadata_location
+    mine.run_pass()
+    assert load_table(cfg).metadata_location == before  # other's lease: untouched
+    assert mine.stats.stats()["passes-total"] == 1
+
+
+# --- kts iceberg maintain -------------------------------------------------------------------------------------
+
+
+def _props_file(tmp_path: Path, cfg: dict[str, str]) -> Path:
+    path = tmp_path / "plugin.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()))
+    return path
+
+
+def test_kts_iceberg_maintain_dry_run_changes_nothing_then_a_run_does(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    cfg["iceberg.mode.maintenance.compaction.min.files"] = "2"
+    path = _props_file(tmp_path, cfg)
+    before = load_table(cfg).metadata_location
+    runner = CliRunner()
+    out = runner.invoke(cli, ["iceberg", "maintain", "--config", str(path), "--dry-run"])
+    assert out.exit_code == 0, out.output
+    assert "compaction" in out.output and "orders" in out.output
+    assert load_table(cfg).metadata_location == before
+    out = runner.invoke(cli, ["iceberg", "maintain", "--config", str(path), "--table", "orders"])
+    assert out.exit_code == 0, out.output
+    table = load_table(cfg)
+    assert len(list(table.scan().plan_files())) == 1
+    assert _offsets(table) == list(range(6 * SEGMENT_RECORDS))
+
+
+def test_kts_iceberg_maintain_refuses_a_scope_that_matches_nothing_and_creates_nothing(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["iceberg", "maintain", "--config", str(_props_file(tmp_path, cfg)), "--table", "nope"])
+    assert out.exit_code != 0 and "no table nope" in out.output
+    empty = iceberg_config(tmp_path / "empty")
+    out = runner.invoke(cli, ["iceberg", "maintain", "--config", str(_props_file(tmp_path, empty)), "--dry-run"])
+    assert out.exit_code != 0 and "no namespace" in out.output
+    assert not (tmp_path / "empty").exists()
+
+
+# --- kts gc after killed copies ----------------------------------------------------------------------------------
+
+
+def _kill_copy(cfg: dict[str, str], seg: Any, meta: Any, tmp_path: Path, data_dir: Path, delay: float) -> None:
+    job = tmp_path / "crash-job.pickle"
+    job.write_bytes(pickle.dumps({"configs": cfg, "meta": meta, "data": seg.to_log_segment_data()}))
+    before = set(data_dir.rglob("*.parquet")) if data_dir.exists() else set()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen([sys.executable, str(SUPPORT / "crash_child.py"), str(job)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while child.poll() is None and time.monotonic() < deadline:
+            if data_dir.exists() and set(data_dir.rglob("*.parquet")) - before:
+                time.sleep(delay)
+                break
+            time.sleep(0.002)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(30)
+
+
+def test_copies_killed_midway_leave_nothing_kts_gc_delete_does_not_remove(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1, **{"iceberg.mode.maintenance.enabled": "false"})
+    table = load_table(cfg)
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    warehouse = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://"))
+    foreign = warehouse / "kafka" / "orders-of-someone" / "data" / "x.parquet"
+    foreign.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), foreign)
+    rng = random.Random(7)
+    tip = new_tip()
+    for i in range(12):
+        seg = segment_of(tmp_path / f"k{i}", order_records(1000 + i * 500, 500), per_batch=5)
+        _kill_copy(cfg, seg, seg.to_metadata(tip), tmp_path, data_dir, rng.choice([0, 0.005, 0.02, 0.05]))
+    table = load_table(cfg)
+    refs = referenced_files(table)
+    unreferenced = [p for p in data_dir.rglob("*") if p.is_file() and f"file://{p}" not in refs]
+    with RemoteStorageManager() as m:
+        m.configure(cfg)
+        found = [i for i in find_garbage(m, 0) if i.kind == ICEBERG_ORPHAN]
+        assert {Path(i.key.removeprefix("file://")) for i in found} >= set(unreferenced)
+        report = delete_garbage(m, found)
+        assert not report.failed
+    refs = referenced_files(load_table(cfg))
+    left = [p for p in data_dir.rglob("*") if p.is_file() and f"file://{p}" not in refs]
+    assert left == []
+    assert foreign.exists()
+    assert all(Path(r.removeprefix("file://")).exists() for r in refs if "/data/" in r)
+    # and through the command
+    out = CliRunner().invoke(cli, ["gc", "--config", str(_props_file(tmp_path, cfg)), "--older-than", "0s"])
+    assert out.exit_code == 0, out.output
