@@ -51,9 +51,9 @@ SETTINGS = MaintenanceSettings(
 )
 
 
-def _tiered(tmp_path: Path, segments: int = 8, **extra: str) -> dict[str, str]:
+def _tiered(tmp_path: Path, segments: int = 8, tip: Any = None, **extra: str) -> dict[str, str]:
     cfg = iceberg_config(tmp_path, **extra)
-    tip = new_tip()
+    tip = tip or new_tip()
     segs = [
         segment_of(tmp_path / f"seg{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS)) for i in range(segments)
     ]
@@ -161,11 +161,12 @@ def test_compaction_is_size_tiered_a_compacted_file_waits_for_files_of_its_size(
 
 
 def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tmp_path: Path) -> None:
-    cfg = _tiered(tmp_path, segments=4)
+    tip = new_tip()
+    cfg = _tiered(tmp_path, segments=4, tip=tip)
     table = load_table(cfg)
     (b,) = plan_compaction(table, SETTINGS)
     # A new leader copies an overlapping segment (offsets 20..59) after the plan, before the commit.
-    tier(cfg, new_tip(), [segment_of(tmp_path / "overlap", order_records(20, 40))])
+    tier(cfg, tip, [segment_of(tmp_path / "overlap", order_records(20, 40))])
     after_copy = _rows(load_table(cfg))
     data_before = _data_files(cfg)
     assert compact_bin(table, b) is False
