@@ -343,12 +343,18 @@ class OrphanFile:
     age_s: float
 
 
+_AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
+
+
 def _normal(uri: str) -> str:
-    """A location as a comparable string: ``file:/x``, ``file:///x`` and ``/x`` are the same file."""
+    """A location as a comparable string: ``file:/x``, ``file:///x`` and ``/x`` are the same file, and so are
+    Azure's ``abfs://container@account.dfs.core.windows.net/x`` (what tables reference) and
+    ``abfs://container/x`` (what listing the container gives)."""
     u = urlparse(uri)
     if u.scheme in ("", "file"):
         return "file://" + os.path.normpath(u.path)
-    return f"{u.scheme}://{u.netloc}{u.path}"
+    netloc = u.netloc.split("@", 1)[0] if u.scheme in _AZURE_SCHEMES else u.netloc
+    return f"{u.scheme}://{netloc}{u.path}"
 
 
 def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:

@@ -32,6 +32,7 @@ from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
 from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
+    _normal,
     compact,
     compact_bin,
     expire_snapshots,
@@ -411,3 +412,11 @@ def test_copies_killed_midway_leave_nothing_kts_gc_delete_does_not_remove(tmp_pa
     # and through the command
     out = CliRunner().invoke(cli, ["gc", "--config", str(_props_file(tmp_path, cfg)), "--older-than", "0s"])
     assert out.exit_code == 0, out.output
+
+
+def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> None:
+    """Tables reference abfs://container@account.../path; listing the container gives abfs://container/path.
+    Compared as different, every live data file on Azure was an orphan (caught by the Azurite cloud test)."""
+    referenced = "abfs://kts@acct.dfs.core.windows.net/p/iceberg/kafka/orders/data/x.parquet"
+    assert _normal(referenced) == _normal("abfs://kts/p/iceberg/kafka/orders/data/x.parquet")
+    assert _normal(referenced) != _normal("abfs://other/p/iceberg/kafka/orders/data/x.parquet")

@@ -69,7 +69,7 @@ def segment_of(directory: Path, recs: list[Rec], per_batch: int = 10, codec: str
 
 
 def iceberg_config(work: Path, topics: str = "orders", **extra: str) -> dict[str, str]:
-    return {
+    config = {
         "chunk.size": str(4 << 20),
         "storage.backend.class": "filesystem",
         "storage.root": str(work / "store"),
@@ -79,6 +79,9 @@ def iceberg_config(work: Path, topics: str = "orders", **extra: str) -> dict[str
         "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
         **extra,
     }
+    if config["storage.backend.class"] != "filesystem":  # the filesystem backend's keys: others refuse them
+        del config["storage.root"], config["storage.fsync.enabled"]
+    return config
 
 
 def tier(config: Mapping[str, str], tip: TopicIdPartition, segments: list[SegmentFiles]) -> None:
