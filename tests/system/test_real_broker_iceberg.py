@@ -316,7 +316,7 @@ def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> Non
         _check_table(store, tmp, sent, sections)
         if maintain:
             warehouse = (tmp / "remote" / "iceberg").as_uri()
-            out = spark_maintain(str(tmp / "catalog.db"), warehouse, f"kafka_tiered.kafka.{ICE}")
+            out = spark_maintain(str(tmp / "catalog.db"), warehouse, f"kafka_tiered.{sections[0]['table']}")
             assert out["rewrite"]["rewritten_data_files_count"] > 0, out
             assert out["expire"]["deleted_data_files_count"] + out["orphans"] > 0, out
             for isolation, expected in (("read_uncommitted", everything), ("read_committed", committed)):
@@ -466,7 +466,8 @@ def test_iceberg_topics_whose_avro_and_protobuf_schemas_change_mid_stream(tmp_pa
                 assert max(tiered) >= len(rows) // 2, f"{topic}: no version-2 record was tiered"
 
                 catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{tmp_path / 'catalog.db'}", **store.io)
-                table = catalog.load_table(("kafka", topic))
+                assert {s["table"] for s in sections} == {f"kafka.{topic.replace('-', '_')}"}
+                table = catalog.load_table(sections[0]["table"])
                 assert [f.name for f in table.schema().find_field("value").field_type.fields] == [
                     "id",
                     "name",
