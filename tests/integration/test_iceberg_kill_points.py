@@ -36,6 +36,16 @@ FOREIGN_OBJECT = "other-app/00000000000000000000.indexes"  # another application
 # What the dead process got done: did its commit land (its rows in the table), which store objects it left.
 LANDED = {"after-catalog-commit", "after-indexes-upload", "after-segment-manifest"}
 LANDED |= {"delete-after-catalog-commit", "delete-after-segment-manifest"}
+DATA, MANIFESTS, METADATA = ".parquet", ".avro", ".metadata.json"
+LEFT = {  # the kinds of file under the table that no version of it references, right after the kill
+    "mid-data-file": {DATA},
+    "after-data-files": {DATA},
+    "after-manifests-and-list": {DATA, MANIFESTS},
+    "after-metadata-file": {DATA, MANIFESTS, METADATA},
+    "delete-after-rewritten-file": {DATA},
+    "delete-after-manifests-and-list": {DATA, MANIFESTS},
+    "delete-after-metadata-file": {DATA, MANIFESTS, METADATA},
+}
 
 
 def _config(tmp_path: Path) -> dict[str, str]:
@@ -79,6 +89,11 @@ def _table_files(cfg: dict[str, str]) -> tuple[set[str], set[str]]:
     location = table.location().rstrip("/")
     listed = {_normal(f[0]) for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/")}
     return listed, referenced_files(table)
+
+
+def _unreferenced_kinds(cfg: dict[str, str]) -> set[str]:
+    listed, refs = _table_files(cfg)
+    return {kind for path in listed - refs for kind in (DATA, MANIFESTS, METADATA) if path.endswith(kind)}
 
 
 def _store_objects(cfg: dict[str, str]) -> set[str]:
@@ -139,11 +154,10 @@ def test_a_copy_killed_at_each_point_leaves_nothing_kts_gc_delete_does_not_remov
     # the table is whole: the dead copy's rows are there all or not at all, the others read back
     landed = list(range(80, 380)) if point in LANDED else []
     assert _offsets(cfg) == list(range(80)) + landed
-    if point == "mid-data-file":
-        listed, refs = _table_files(cfg)
-        assert any(p.endswith(".parquet") for p in listed - refs)  # the half-written file is there
-    if point == "after-indexes-upload":
-        assert len(_store_objects(cfg) - before) == 1  # its .indexes, no manifest
+    assert _unreferenced_kinds(cfg) == LEFT.get(point, set())
+    left_in_store = _store_objects(cfg) - before
+    stored = {"after-indexes-upload": [".indexes"], "after-segment-manifest": [".indexes", ".rsm-manifest"]}
+    assert sorted(Path(k).suffix for k in left_in_store) == stored.get(point, [])
     with RemoteStorageManager() as m:
         m.configure(cfg)
         _reads_back(m, live)
@@ -165,8 +179,12 @@ def test_a_retention_delete_killed_at_each_point_leaves_nothing_kts_gc_delete_do
     _kill(cfg, point, "delete", gone_meta, None, tmp_path)
 
     assert _offsets(cfg) == (list(range(40, 80)) if point in LANDED else list(range(80)))
+    assert _unreferenced_kinds(cfg) == LEFT.get(point, set())
     with RemoteStorageManager() as m:
         m.configure(cfg)
+        keys = m.manifests.keys(gone_meta)
+        left = {keys.indexes} if point == "delete-after-segment-manifest" else {keys.manifest, keys.indexes}
+        assert {keys.manifest, keys.indexes} & _store_objects(cfg) == left
         _reads_back(m, [kept] if point in LANDED else live)
         # Kafka deletes the segment again: its rows go, the other segment's stay and read back
         m.delete_log_segment_data(gone_meta)
