@@ -27,6 +27,12 @@ POINTS: dict[str, tuple[str, str, str, Callable[..., bool] | None]] = {
     "after-manifests-and-list": ("pyiceberg.table", "Transaction.commit_transaction", "before", None),
     "after-metadata-file": ("pyiceberg.catalog.sql", "SqlCatalog._write_metadata", "after", None),
     "after-catalog-commit": ("pyiceberg.catalog.sql", "SqlCatalog.commit_table", "after", None),
+    "mid-indexes-upload": (
+        "backends.filesystem",
+        "FileSystemBackend._write_all",
+        "after",
+        lambda _self, _out, _data, key: key.endswith(".indexes"),
+    ),
     "after-indexes-upload": ("rsm.core.segment_objects", "SegmentObjects._upload_indexes", "after", None),
     "after-segment-manifest": ("rsm.core.segment_objects", "SegmentObjects.copy", "after", None),
     # a retention delete with iceberg.mode.delete.rows.enabled (of rows sharing a file with others)
