@@ -5,8 +5,9 @@ Only tables the plugin made are touched (``kafka.topic`` is set, by the writer, 
 only files under such a table's location. Every step is safe beside Kafka's copies and beside other engines'
 maintenance (Spark's procedures): expiry only drops snapshots from the metadata (their files go later, as
 orphans); compaction commits an overwrite that removes exactly the files it read, and gives up on a table that
-changed under it; a file is an orphan only when no snapshot references it and it is older than the grace period,
-so a copy or a rewrite still in flight (its files not yet committed) is never hit.
+changed under it; a file is an orphan only when no snapshot references it, of the current metadata file or of
+one still in the metadata log, and it is older than the grace period, so a copy or a rewrite still in flight (its
+files not yet committed) and a reader of an earlier version of the table are never hit.
 """
 
 from __future__ import annotations
