@@ -34,7 +34,7 @@ COPY_POINTS = [p for p in POINTS if not p.startswith("delete-")]
 DELETE_POINTS = [p for p in POINTS if p.startswith("delete-")]
 FOREIGN_OBJECT = "other-app/00000000000000000000.indexes"  # another application's object in the store
 
-# What the dead process got done: did its commit land (its rows in the table), which store objects it left.
+# Where the dead process had committed: its rows are in the table (a delete: its rows are gone).
 LANDED = {"after-catalog-commit", "mid-indexes-upload", "after-indexes-upload", "after-segment-manifest"}
 LANDED |= {"delete-after-catalog-commit", "delete-after-segment-manifest"}
 DATA, MANIFESTS, METADATA = ".parquet", ".avro", ".metadata.json"
