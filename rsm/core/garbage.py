@@ -22,8 +22,9 @@ Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garba
   only is read, and kept when it says so.
 - ``temp-file``: a filesystem backend's temp file of an upload whose process was killed.
 - ``iceberg-orphan``: a file under the location of one of the plugin's Iceberg tables (property ``kafka.topic``,
-  inside the plugin's warehouse) that no snapshot of its table references: a copy killed before its commit, or
-  a file of an expired snapshot. Deletion checks again, against the tables as they are then.
+  inside the plugin's warehouse) that no snapshot of its table references, neither in the current metadata file
+  nor in one still in its metadata log: the data, manifest and metadata files of a copy killed before its
+  commit's swap, or a file of an expired snapshot. Deletion checks again, against the tables as they are then.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 

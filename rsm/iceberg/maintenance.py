@@ -5,8 +5,9 @@ Only tables the plugin made are touched (``kafka.topic`` is set, by the writer, 
 only files under such a table's location. Every step is safe beside Kafka's copies and beside other engines'
 maintenance (Spark's procedures): expiry only drops snapshots from the metadata (their files go later, as
 orphans); compaction commits an overwrite that removes exactly the files it read, and gives up on a table that
-changed under it; a file is an orphan only when no snapshot references it and it is older than the grace period,
-so a copy or a rewrite still in flight (its files not yet committed) is never hit.
+changed under it; a file is an orphan only when no snapshot references it, of the current metadata file or of
+one still in the metadata log, and it is older than the grace period, so a copy or a rewrite still in flight (its
+files not yet committed) and a reader of an earlier version of the table are never hit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
 from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IntegerType, LongType
 
 from rsm.errors import RemoteStorageException
@@ -384,25 +387,48 @@ def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Every file any snapshot of the table needs: metadata files, manifest lists, manifests, data and delete
-    files, statistics."""
+    """Every file the table's metadata needs: the metadata files of its log, and what any snapshot of the current
+    metadata file or of one still in the log references (manifest lists, manifests, data and delete files,
+    statistics). A reader that loaded an earlier version of the table (a scan under way, a Kafka fetch's cached
+    plan) thus keeps its files until that version leaves the log (``write.metadata.previous-versions-max``)."""
     meta = table.metadata
     refs = {_normal(table.metadata_location)} | {_normal(e.metadata_file) for e in meta.metadata_log}
-    refs |= {_normal(s.statistics_path) for s in meta.statistics}
-    refs |= {_normal(s.statistics_path) for s in meta.partition_statistics}
-    seen: set[str] = set()
-    for snap in meta.snapshots:
-        refs.add(_normal(snap.manifest_list))
-        for manifest in snap.manifests(table.io):
-            if manifest.manifest_path in seen:
+    seen_lists: set[str] = set()
+    seen_manifests: set[str] = set()
+    for version in [meta, *_previous_versions(table)]:
+        refs |= {_normal(s.statistics_path) for s in version.statistics}
+        refs |= {_normal(s.statistics_path) for s in version.partition_statistics}
+        for snap in version.snapshots:
+            if snap.manifest_list in seen_lists:
                 continue
-            seen.add(manifest.manifest_path)
-            refs.add(_normal(manifest.manifest_path))
-            # A DELETED entry is a file its snapshot removed: not part of it (an older snapshot that has the
-            # file lists it as live).
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                refs.add(_normal(entry.data_file.file_path))
+            seen_lists.add(snap.manifest_list)
+            refs.add(_normal(snap.manifest_list))
+            for manifest in snap.manifests(table.io):
+                if manifest.manifest_path in seen_manifests:
+                    continue
+                seen_manifests.add(manifest.manifest_path)
+                refs.add(_normal(manifest.manifest_path))
+                # A DELETED entry is a file its snapshot removed: not part of it (an older snapshot that has the
+                # file lists it as live).
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    refs.add(_normal(entry.data_file.file_path))
     return refs
+
+
+def _previous_versions(table: Table) -> Iterator[TableMetadata]:
+    """The metadata files the table's metadata log lists, read; one already deleted (by the writer, past
+    ``previous-versions-max``, or by hand) references nothing any more and is skipped."""
+    for entry in table.metadata.metadata_log:
+        try:
+            yield FromInputFile.table_metadata(table.io.new_input(entry.metadata_file))
+        except FileNotFoundError:
+            log.debug("table %s: metadata file %s of its log is gone", table.name(), entry.metadata_file)
+        except Exception as e:
+            raise RemoteStorageException(
+                f"cannot read {entry.metadata_file}, a metadata file in the log of table {'.'.join(table.name())}: "
+                f"{type(e).__name__}: {e}; no orphan file of the table is removed while it cannot tell what that "
+                "version references (check the warehouse, or drop the entry by committing to the table)"
+            ) from e
 
 
 def find_orphans(

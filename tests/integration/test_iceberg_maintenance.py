@@ -1,15 +1,10 @@
 """Iceberg mode's table maintenance (rsm.iceberg.maintenance, rsm.iceberg.maintainer) on real tables: segments
 tiered through the plugin into a SQLite catalog on the filesystem, each step alone, the lease between brokers,
-the plugin's thread, `kts iceberg maintain`, and `kts gc` after copies killed with SIGKILL."""
+the plugin's thread, `kts iceberg maintain`. Copies killed at each point, then `kts gc`: test_iceberg_kill_points."""
 
 from __future__ import annotations
 
 import os
-import pickle
-import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +22,7 @@ from pyiceberg.types import IntegerType, LongType
 
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
-from rsm.core.garbage import ICEBERG_ORPHAN, delete_garbage, find_garbage
+from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
 from rsm.iceberg.maintenance import (
@@ -231,16 +226,31 @@ def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Pat
     steps = {r.step: r for r in maintain(load_table(cfg), settings)}
     assert steps["compaction"].count == 8 and steps["expire-snapshots"].count == 7
     # The small files are still referenced by the snapshot before the compaction (kept: min.keep counts it
-    # only after the next expiry); a second run expires it and, past the grace, removes them.
-    for p in Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")).rglob("*"):
-        if p.is_file():
-            _age(p, 7200)
+    # only after the next expiry); a second run expires it.
+    _age_all(cfg)
     steps = {r.step: r for r in maintain(load_table(cfg), settings)}
     table = load_table(cfg)
     assert len(table.metadata.snapshots) == 1
     assert _rows(table) == before
     live = {Path(t.file.file_path.removeprefix("file://")) for t in table.scan().plan_files()}
+    small = {p for p in _data_files(cfg) if p.is_file()} - live
+    # Versions of the table still in its metadata log reference them: a reader of such a version keeps its files.
+    assert len(small) == 8 and {f"file://{p}" for p in small} <= referenced_files(table)
+    # Once those versions leave the log, past the grace, orphan removal takes them.
+    with table.transaction() as txn:
+        txn.set_properties({"write.metadata.previous-versions-max": "1"})
+    with load_table(cfg).transaction() as txn:
+        txn.set_properties({"kafka.test": "one more commit"})
+    _age_all(cfg)
+    assert remove_orphans(load_table(cfg), settings).count >= 8
     assert {p for p in _data_files(cfg) if p.is_file()} == live
+    assert _rows(load_table(cfg)) == before
+
+
+def _age_all(cfg: dict[str, str]) -> None:
+    for p in Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")).rglob("*"):
+        if p.is_file():
+            _age(p, 7200)
 
 
 @given(owner=st.text(min_size=1, max_size=40), expiry=st.integers(0, 2**62))
@@ -361,57 +371,22 @@ def test_kts_iceberg_maintain_refuses_a_scope_that_matches_nothing_and_creates_n
     assert not (tmp_path / "empty").exists()
 
 
-# --- kts gc after killed copies ----------------------------------------------------------------------------------
+# --- orphan files and the metadata log ---------------------------------------------------------------------
 
 
-def _kill_copy(cfg: dict[str, str], seg: Any, meta: Any, tmp_path: Path, data_dir: Path, delay: float) -> None:
-    job = tmp_path / "crash-job.pickle"
-    job.write_bytes(pickle.dumps({"configs": cfg, "meta": meta, "data": seg.to_log_segment_data()}))
-    before = set(data_dir.rglob("*.parquet")) if data_dir.exists() else set()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    child = subprocess.Popen([sys.executable, str(SUPPORT / "crash_child.py"), str(job)], env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while child.poll() is None and time.monotonic() < deadline:
-            if data_dir.exists() and set(data_dir.rglob("*.parquet")) - before:
-                time.sleep(delay)
-                break
-            time.sleep(0.002)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.wait(30)
-
-
-def test_copies_killed_midway_leave_nothing_kts_gc_delete_does_not_remove(tmp_path: Path) -> None:
-    cfg = _tiered(tmp_path, segments=1, **{"iceberg.mode.maintenance.enabled": "false"})
+def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=3, **{"iceberg.mode.maintenance.enabled": "false"})
     table = load_table(cfg)
-    data_dir = Path(table.location().removeprefix("file://")) / "data"
-    warehouse = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://"))
-    foreign = warehouse / "kafka" / "orders-of-someone" / "data" / "x.parquet"
-    foreign.parent.mkdir(parents=True)
-    pq.write_table(pa.table({"x": [1]}), foreign)
-    rng = random.Random(7)
-    tip = new_tip()
-    for i in range(12):
-        seg = segment_of(tmp_path / f"k{i}", order_records(1000 + i * 500, 500), per_batch=5)
-        _kill_copy(cfg, seg, seg.to_metadata(tip), tmp_path, data_dir, rng.choice([0, 0.005, 0.02, 0.05]))
-    table = load_table(cfg)
-    refs = referenced_files(table)
-    unreferenced = [p for p in data_dir.rglob("*") if p.is_file() and f"file://{p}" not in refs]
-    with RemoteStorageManager() as m:
-        m.configure(cfg)
-        found = [i for i in find_garbage(m, 0) if i.kind == ICEBERG_ORPHAN]
-        assert {Path(i.key.removeprefix("file://")) for i in found} >= set(unreferenced)
-        report = delete_garbage(m, found)
-        assert not report.failed
-    refs = referenced_files(load_table(cfg))
-    left = [p for p in data_dir.rglob("*") if p.is_file() and f"file://{p}" not in refs]
-    assert left == []
-    assert foreign.exists()
-    assert all(Path(r.removeprefix("file://")).exists() for r in refs if "/data/" in r)
-    # and through the command
-    out = CliRunner().invoke(cli, ["gc", "--config", str(_props_file(tmp_path, cfg)), "--older-than", "0s"])
-    assert out.exit_code == 0, out.output
+    orphan = Path(table.location().removeprefix("file://")) / "data" / "orphan.parquet"
+    pq.write_table(pa.table({"x": [1]}), orphan)
+    _age(orphan, 7200)
+    previous = Path(table.metadata.metadata_log[-1].metadata_file.removeprefix("file://"))
+    previous.write_bytes(b"{not json")
+    with pytest.raises(RemoteStorageException, match=previous.name):
+        remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
+    assert orphan.exists()
+    previous.unlink()  # gone: it references nothing any more
+    assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
 
 
 def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> None:
