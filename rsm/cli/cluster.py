@@ -7,13 +7,17 @@ cluster has (Metadata API v10+). The order matters: a topic created between the 
 record, so it can never be taken for a deleted one.
 
 The client is kafka-python (the ``cluster`` extra). Kafka's client properties map to its settings as below; a
-property that would change how the connection is secured and that kafka-python cannot honour (a JKS or PKCS12
-store, GSSAPI, OAUTHBEARER) is an error naming it, never ignored. Other properties are ignored with a warning.
+property that would change how the connection is secured and that kafka-python cannot honour (a JKS store, a
+PKCS12 keystore, GSSAPI, OAUTHBEARER) is an error naming it and the conversion, never ignored. A PKCS12
+truststore is read here (``cryptography``) and handed to kafka-python as an SSL context. Other properties are
+ignored with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import ssl
 import time
 import uuid
 from collections.abc import Mapping
@@ -78,26 +82,33 @@ def client_settings(bootstrap: str, props: Mapping[str, str], path: str = "--com
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise ClusterReadError(f"{path}: security.protocol {protocol!r} is not one of Kafka's four")
     settings["security_protocol"] = protocol
-    for store in ("truststore", "keystore"):
-        kind = unused.pop(f"ssl.{store}.type", "JKS" if f"ssl.{store}.location" in props else "PEM").upper()
-        location = unused.pop(f"ssl.{store}.location", None)
-        if location is not None and kind != "PEM":
-            raise ClusterReadError(
-                f"{path}: ssl.{store}.location {location} is a {kind} store, which kafka-python cannot read; "
-                f"convert it to PEM and set ssl.{store}.type=PEM"
-            )
-        if location is not None:
-            settings["ssl_cafile" if store == "truststore" else "ssl_certfile"] = location
-            if store == "keystore":
-                settings["ssl_keyfile"] = location  # a PEM keystore holds the key and the certificate chain
+    truststore = _truststore(unused, props, path)
+    keystore_kind = unused.pop("ssl.keystore.type", "JKS" if "ssl.keystore.location" in props else "PEM").upper()
+    keystore = unused.pop("ssl.keystore.location", None)
+    if keystore is not None and keystore_kind != "PEM":
+        raise ClusterReadError(
+            f"{path}: ssl.keystore.location {keystore} is a {keystore_kind} store; kafka-python reads a PEM "
+            "keystore only: export the key and its certificate chain to one PEM file (openssl pkcs12 -nodes for "
+            "PKCS12; keytool -importkeystore to PKCS12 first for JKS) and set ssl.keystore.type=PEM"
+        )
     if unused.pop("ssl.truststore.certificates", None) or unused.pop("ssl.keystore.key", None):
         raise ClusterReadError(f"{path}: inline PEM stores are not supported; put them in files (ssl.*.location)")
+    key_password = None
     for name in ("ssl.key.password", "ssl.keystore.password"):
         if name in unused:
-            settings["ssl_password"] = unused.pop(name)
-    unused.pop("ssl.truststore.password", None)  # a PEM truststore has none
-    if unused.pop("ssl.endpoint.identification.algorithm", "https").strip() == "":
-        settings["ssl_check_hostname"] = False
+            key_password = unused.pop(name)
+    check_hostname = unused.pop("ssl.endpoint.identification.algorithm", "https").strip() != ""
+    if isinstance(truststore, bytes):  # certificates read from a PKCS12 store: a context of our own
+        settings["ssl_context"] = _ssl_context(truststore, keystore, key_password, check_hostname)
+    else:
+        if truststore is not None:
+            settings["ssl_cafile"] = truststore
+        if keystore is not None:  # a PEM keystore holds the key and the certificate chain
+            settings["ssl_certfile"] = settings["ssl_keyfile"] = keystore
+        if key_password is not None:
+            settings["ssl_password"] = key_password
+        if not check_hostname:
+            settings["ssl_check_hostname"] = False
     if protocol.startswith("SASL"):
         mechanism = unused.pop("sasl.mechanism", "GSSAPI").upper()
         if mechanism not in _SASL_MECHANISMS:
@@ -117,6 +128,50 @@ def client_settings(bootstrap: str, props: Mapping[str, str], path: str = "--com
         if name not in _IGNORED:
             click.echo(f"warning: {path}: {name} is not used by kts (kafka-python)", err=True)
     return settings
+
+
+def _truststore(unused: dict[str, str], props: Mapping[str, str], path: str) -> str | bytes | None:
+    """The truststore: a PEM file's path, the PEM certificates of a PKCS12 store, or None (the system's CAs)."""
+    kind = unused.pop("ssl.truststore.type", "JKS" if "ssl.truststore.location" in props else "PEM").upper()
+    location = unused.pop("ssl.truststore.location", None)
+    password = unused.pop("ssl.truststore.password", None)
+    if location is None:
+        return None
+    if kind == "PEM":
+        return location
+    if kind == "PKCS12":
+        from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
+
+        try:
+            store = pkcs12.load_pkcs12(Path(location).read_bytes(), password.encode() if password else None)
+        except (OSError, ValueError) as e:
+            raise ClusterReadError(
+                f"{path}: ssl.truststore.location {location}: cannot read it as PKCS12 with the given "
+                f"ssl.truststore.password ({e}); check the file and the password"
+            ) from e
+        certs = [c.certificate for c in store.additional_certs]
+        certs += [store.cert.certificate] if store.cert is not None else []
+        if not certs:
+            raise ClusterReadError(f"{path}: ssl.truststore.location {location} holds no certificate")
+        return b"".join(c.public_bytes(Encoding.PEM) for c in certs)
+    convert = (
+        f"keytool -importkeystore -srckeystore {location} -srcstoretype {kind} -destkeystore truststore.p12 "
+        "-deststoretype PKCS12"
+    )
+    raise ClusterReadError(
+        f"{path}: ssl.truststore.location {location} is a {kind} store, which kafka-python cannot read; convert "
+        f"it (`{convert}`) and set ssl.truststore.type=PKCS12, or give the CA certificates as PEM "
+        "(ssl.truststore.type=PEM)"
+    )
+
+
+def _ssl_context(cadata: bytes, keystore: str | None, password: str | None, check_hostname: bool) -> ssl.SSLContext:
+    """What kafka-python builds from ssl_cafile and the rest, with the CA certificates given as data."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=cadata.decode("ascii"))
+    context.check_hostname = check_hostname
+    if keystore is not None:
+        context.load_cert_chain(keystore, keystore, password)
+    return context
 
 
 def load_command_config(path: str | None) -> dict[str, str]:
@@ -142,6 +197,8 @@ def read_cluster(settings: Mapping[str, Any], timeout_s: float = 120) -> Cluster
     kafka = _kafka()
     from kafka.errors import KafkaError
 
+    causes = _Causes()
+    logging.getLogger("kafka").addHandler(causes)
     try:
         records = _read_metadata_topic(kafka, settings, timeout_s)
         admin = kafka.KafkaAdminClient(**settings)
@@ -165,8 +222,51 @@ def read_cluster(settings: Mapping[str, Any], timeout_s: float = 120) -> Cluster
         finally:
             admin.close()
     except KafkaError as e:
-        raise ClusterReadError(f"cannot read the cluster at {','.join(settings['bootstrap_servers'])}: {e!r}") from e
+        raise ClusterReadError(_unreadable(settings, e, causes.seen)) from e
+    finally:
+        logging.getLogger("kafka").removeHandler(causes)
     return ClusterView(records, topic_ids, undecided)
+
+
+class _Causes(logging.Handler):
+    """The errors kafka-python logs while it retries: a failed bootstrap ends in a timeout naming none of them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.seen += [a for a in args if isinstance(a, BaseException)]
+
+
+def _unreadable(settings: Mapping[str, Any], error: Exception, seen: list[BaseException]) -> str:
+    """What went wrong, from the most telling cause kafka-python logged, and the setting to look at."""
+    from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
+
+    where = f"cannot read the cluster at {','.join(settings['bootstrap_servers'])}"
+    for cause in seen:
+        if isinstance(cause, SaslAuthenticationFailedError):
+            return (
+                f"{where}: SASL authentication failed for user {settings.get('sasl_plain_username')!r} with "
+                f"{settings.get('sasl_mechanism')} ({cause}); check the user name and password in "
+                "sasl.jaas.config (--command-config) and that the user has credentials for that mechanism"
+            )
+    for cause in seen:
+        # kafka-python raises a failed TLS handshake again as KafkaConnectionError("Handshake failed: ...")
+        if isinstance(cause, ssl.SSLError) or "Handshake failed" in str(cause):
+            return (
+                f"{where}: the TLS handshake failed ({cause}); check that ssl.truststore.location holds the CA "
+                "that signed the broker's certificate, that the certificate names the host in --bootstrap-server "
+                "(or set ssl.endpoint.identification.algorithm= to skip that check), and that the listener "
+                "speaks TLS"
+            )
+    others = [cause for cause in seen if not isinstance(cause, KafkaTimeoutError)]
+    last = f"; last error: {others[-1]}" if others else ""
+    return (
+        f"{where}: {error}{last}; check that the address is a listener of the cluster and that security.protocol "
+        "(--command-config) is the one that listener takes"
+    )
 
 
 _UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION

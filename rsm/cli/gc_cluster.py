@@ -9,7 +9,6 @@ a store of 10,000 segments has no place on a broker's copy or fetch path. One pr
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from rsm.core.reconcile import (
 )
 from rsm.errors import RemoteStorageException
 from rsm.metadata import RemoteLogSegmentState
+from rsm.metrics.catalog import GC_CLUSTER_METRICS, GC_CLUSTER_SUBSYSTEM
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -127,9 +127,6 @@ def show_lost(lost: list[LostSegment]) -> None:
     )
 
 
-_SUBSYSTEM = "kts_gc_cluster"
-
-
 def watch_loop(
     config: str | None,
     sets: tuple[str, ...],
@@ -145,15 +142,16 @@ def watch_loop(
     from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
     registry = CollectorRegistry()
-    gauge = functools.partial(Gauge, registry=registry)
-    segments = gauge(f"{_SUBSYSTEM}_segments", "segments in the cluster's record, by last state", ["state"])
-    garbage = gauge(f"{_SUBSYSTEM}_garbage_segments", "segments the record ties to nothing live, by kind", ["kind"])
-    garbage_bytes = gauge(f"{_SUBSYSTEM}_garbage_bytes", "bytes of those segments, by kind", ["kind"])
-    lost = gauge(f"{_SUBSYSTEM}_lost_segments", "tiered segments (per the cluster) whose objects are missing")
-    unaccounted = gauge(f"{_SUBSYSTEM}_unaccounted_bytes", "bytes in the store no live tiered segment accounts for")
-    unknown = gauge(f"{_SUBSYSTEM}_unknown_bytes", "bytes of segments the cluster's record does not know")
-    last = gauge(f"{_SUBSYSTEM}_last_success_timestamp_seconds", "when the last check completed")
-    failures = Counter(f"{_SUBSYSTEM}_check_failures", "checks that failed", registry=registry)
+    kinds = {"gauge": Gauge, "counter": Counter}
+    family = {
+        d.name.removeprefix(f"{GC_CLUSTER_SUBSYSTEM}_"): kinds[d.kind](
+            d.name, d.meaning, list(d.labels), registry=registry
+        )
+        for d in GC_CLUSTER_METRICS
+    }
+    segments, garbage, garbage_bytes = family["segments"], family["garbage_segments"], family["garbage_bytes"]
+    lost, unaccounted, unknown = family["lost_segments"], family["unaccounted_bytes"], family["unknown_bytes"]
+    last, failures = family["last_success_timestamp_seconds"], family["check_failures"]
     server, _thread = start_http_server(port, addr="0.0.0.0", registry=registry)
     stdout.print(f"serving the reconciliation on :{port}/metrics, every {interval:.0f} s")
     done = 0

@@ -126,13 +126,15 @@ def config_docs_command(check: str | None, write: str | None) -> int:
 
 
 @cli.command("metrics-docs")
-@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current metrics table")
-@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current metrics tables")
+@click.option("--write", metavar="FILE", help="replace the tables between their markers in FILE")
 def metrics_docs_command(check: str | None, write: str | None) -> int:
-    """Print the table of every metric (JMX bean, attribute, type, tags, meaning) from the declarations."""
-    from rsm.metrics.catalog import metrics_docs_markdown
+    """Print the tables of every metric from the declarations: the plugin's (JMX bean, attribute, type, tags,
+    meaning) and those `kts gc --watch` serves."""
+    from rsm.metrics.catalog import gc_cluster_docs_markdown, metrics_docs_markdown
 
-    return _generated_tables({"metrics-table": metrics_docs_markdown()}, "metrics-docs", check, write)
+    tables = {"metrics-table": metrics_docs_markdown(), "gc-cluster-table": gc_cluster_docs_markdown()}
+    return _generated_tables(tables, "metrics-docs", check, write)
 
 
 @cli.command("cli-docs")

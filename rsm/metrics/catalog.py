@@ -453,3 +453,67 @@ def metrics_docs_markdown() -> str:
         meaning = d.meaning + (" *(ours)*" if d.ours else "")
         rows.append(f"| `{d.bean}` | {', '.join(f'`{a}`' for a in d.attributes)} | {d.kind} | {tags} | {meaning} |")
     return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class SeriesDecl:
+    """A Prometheus family served by a ``kts`` command (not a bean of the plugin): name, type, labels, meaning."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    meaning: str
+
+    @property
+    def exposed(self) -> str:
+        """The name a scrape shows: prometheus_client adds ``_total`` to a counter."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
+GC_CLUSTER_SUBSYSTEM = "kts_gc_cluster"
+GC_CLUSTER_METRICS = tuple(
+    SeriesDecl(f"{GC_CLUSTER_SUBSYSTEM}_{name}", kind, labels, meaning)
+    for name, kind, labels, meaning in [
+        ("segments", "gauge", ("state",), "Segments in the cluster's record, by last state."),
+        (
+            "garbage_segments",
+            "gauge",
+            ("kind",),
+            "Segments the record ties to nothing live, by kind: dead-topic-segment, dead-topic-iceberg-segment, "
+            "deleted-segment, unfinished-copy.",
+        ),
+        ("garbage_bytes", "gauge", ("kind",), "Bytes in the store of those segments, by kind."),
+        (
+            "lost_segments",
+            "gauge",
+            (),
+            "Segments the cluster believes tiered whose objects are missing from the store (data loss).",
+        ),
+        (
+            "unaccounted_bytes",
+            "gauge",
+            (),
+            "Bytes in the store no live tiered segment accounts for: the kinds above, copies and deletes in "
+            "progress, segments the record does not know.",
+        ),
+        ("unknown_bytes", "gauge", (), "Bytes of segments the cluster's record does not know (left alone)."),
+        ("last_success_timestamp_seconds", "gauge", (), "Unix time when the last check completed."),
+        (
+            "check_failures",
+            "counter",
+            (),
+            "Checks that failed (cluster or store unreachable, access refused); each prints its cause on stderr "
+            "and the gauges keep their last values.",
+        ),
+    ]
+)
+"""``kts gc --bootstrap-server ... --watch``: the cluster's record held against the store, on a schedule."""
+
+
+def gc_cluster_docs_markdown() -> str:
+    """The table of the ``kts gc --watch`` families (docs/metrics.md holds it between markers)."""
+    rows = ["| Series | Type | Labels | Meaning |", "|---|---|---|---|"]
+    for d in GC_CLUSTER_METRICS:
+        labels = ", ".join(f"`{label}`" for label in d.labels) or "none"
+        rows.append(f"| `{d.exposed}` | {d.kind} | {labels} | {d.meaning} |")
+    return "\n".join(rows)

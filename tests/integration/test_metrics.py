@@ -38,9 +38,10 @@ from rsm import (
 from rsm.cli.main import main as kts_main
 from rsm.core.config import unknown_keys
 from rsm.core.object_keys import segment_keys
+from rsm.core.reconcile import CLUSTER_KINDS
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition
-from rsm.metrics.catalog import BACKEND_BEANS
+from rsm.metrics.catalog import BACKEND_BEANS, GC_CLUSTER_METRICS
 from rsm.metrics.histogram import TIME_MS, LogBuckets
 from rsm.metrics.prometheus import serve
 from rsm.metrics.registry import PERCENTILES, MetricsConfig, MetricsRegistry
@@ -441,11 +442,17 @@ def test_metrics_docs_are_current(tmp_path: Path) -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
     assert kts_main(["metrics-docs", "--check", str(docs)]) == 0
     stale = tmp_path / "metrics.md"
-    stale.write_text("<!-- metrics-table:begin -->\n| old |\n<!-- metrics-table:end -->\n")
+    markers = ("metrics-table", "gc-cluster-table")
+    stale.write_text("".join(f"<!-- {m}:begin -->\n| old |\n<!-- {m}:end -->\n" for m in markers))
     assert kts_main(["metrics-docs", "--check", str(stale)]) == 1
     assert kts_main(["metrics-docs", "--write", str(stale)]) == 0
     assert kts_main(["metrics-docs", "--check", str(stale)]) == 0
-    assert "`segment-fetch-requested-bytes-rate`" in stale.read_text()
+    text = stale.read_text()
+    assert "`segment-fetch-requested-bytes-rate`" in text
+    assert "`kts_gc_cluster_check_failures_total` | counter" in text
+    # kts gc --watch's families: each kind of garbage it counts is named in their reference
+    kinds = next(d for d in GC_CLUSTER_METRICS if d.name == "kts_gc_cluster_garbage_segments").meaning
+    assert all(kind in kinds for kind in CLUSTER_KINDS), kinds
 
 
 @pytest.mark.parametrize("flavour", ["gcs-fake", "azure-azurite"])

@@ -91,7 +91,9 @@ def test_command_config_maps_kafka_client_properties(tmp_path: Path) -> None:
     assert s["bootstrap_servers"] == ["a:9092", "b:9092"] and s["security_protocol"] == "SASL_SSL"
     assert (s["sasl_mechanism"], s["sasl_plain_username"], s["sasl_plain_password"]) == ("SCRAM-SHA-512", "ops", 'p"w')
     assert s["ssl_cafile"] == "/etc/ca.pem" and s["ssl_check_hostname"] is False
-    with pytest.raises(ClusterReadError, match="ssl.truststore.location /t.jks is a JKS store"):
+    with pytest.raises(
+        ClusterReadError, match="ssl.truststore.location /t.jks is a JKS store.*keytool -importkeystore"
+    ):
         client_settings("a:9092", {"security.protocol": "SSL", "ssl.truststore.location": "/t.jks"})
     with pytest.raises(ClusterReadError, match="sasl.mechanism GSSAPI is not supported"):
         client_settings("a:9092", {"security.protocol": "SASL_PLAINTEXT", "sasl.jaas.config": jaas})
@@ -99,6 +101,42 @@ def test_command_config_maps_kafka_client_properties(tmp_path: Path) -> None:
         client_settings("a:9092", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
     with pytest.raises(ClusterReadError, match="security.protocol 'TLS'"):
         client_settings("a:9092", {"security.protocol": "TLS"})
+
+
+def test_command_config_reads_a_pkcs12_truststore(tmp_path: Path) -> None:
+    """A PKCS12 truststore (Java's kind, trusted certificate entries) becomes an SSL context with its CA; a wrong
+    password and a PKCS12 keystore are refused by name."""
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    from cryptography.x509.oid import NameOID
+
+    from rsm.cli.cluster import ClusterReadError, client_settings
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unit-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    ca = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256())
+    )  # fmt: skip
+    store = tmp_path / "truststore.p12"
+    trusted = pkcs12.PKCS12Certificate(ca, b"ca")
+    store.write_bytes(pkcs12.serialize_java_truststore([trusted], serialization.BestAvailableEncryption(b"secret")))
+    props = {"security.protocol": "SSL", "ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(store)}
+    s = client_settings("a:9092", {**props, "ssl.truststore.password": "secret"})
+    context = s["ssl_context"]
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname and "ssl_cafile" not in s
+    assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "unit-ca"),),)]
+    with pytest.raises(ClusterReadError, match="cannot read it as PKCS12 with the given ssl.truststore.password"):
+        client_settings("a:9092", {**props, "ssl.truststore.password": "wrong"})
+    with pytest.raises(ClusterReadError, match="ssl.keystore.location /k.p12 is a PKCS12 store"):
+        client_settings("a:9092", {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/k.p12"})
 
 
 def test_watch_needs_the_cluster_and_never_deletes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
