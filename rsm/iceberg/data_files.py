@@ -92,7 +92,10 @@ def _only_partition(spec: PartitionSpec, schema: Schema, rows: pa.Table) -> Part
     for field in spec.fields:
         source = schema.find_field(field.source_id)
         column = schema.find_column_name(field.source_id)
-        assert column is not None
+        if column is None:
+            raise ValueError(
+                f"the table's partition field {field.name} has no source column (field id {field.source_id})"
+            )
         unique = pc.unique(
             field.transform.pyarrow_transform(source.field_type)(_get_field_from_arrow_table(rows, column))
         )
