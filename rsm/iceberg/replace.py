@@ -91,7 +91,7 @@ def stale_files(table: Table, selection: RowSelection) -> tuple[list[DataFile], 
 class CachedTransaction(Transaction):
     """pyiceberg's ``Transaction``, its ``table_metadata`` derived once per change staged. pyiceberg derives it
     again, a deep copy of the table's whole metadata, each time its snapshot producer reads it: about 15 times a
-    commit, half of the commit's time. The metadata is a frozen model and the producer only reads it."""
+    commit, 10-50% of its time. The metadata is a frozen model and the producer only reads it."""
 
     _derived: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
 
