@@ -18,16 +18,26 @@ runtime loads into (.ci/iceberg_spark_env.sh makes it):
 
     .venv-iceberg-spark/bin/python benchmarks/bench_iceberg.py [--segments 4] [--segment-mib 16] [--codec zstd]
         [--reps 3]
+
+``--copy`` measures only the copies, without Spark (any venv with pyiceberg): each rep copies every segment into
+a fresh catalog and classic root, and the medians of all copies after each rep's first (which creates the table)
+are printed as MB/s and s/segment for the classic copy, the Iceberg copy and its phases (rows, Parquet encode,
+commit, other), and for pyarrow's bare ``pq.write_table`` of the Arrow tables the copy built (pyarrow's defaults,
+and the table's Parquet properties):
+
+    .venv/bin/python benchmarks/bench_iceberg.py --copy [--segments 4] [--segment-mib 16] [--reps 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +87,13 @@ def main() -> None:
         help="also read the data files of the table (and of each --variant) with Spark's Parquet reader, not "
         "Iceberg's: what the file layout costs apart from Iceberg's reader",
     )
+    ap.add_argument("--copy", action="store_true", help="measure only the copies (no Spark); see the docstring")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-iceberg-") as tmp:
-        _run(args, Path(tmp))
+        if args.copy:
+            _copy_bench(args, Path(tmp))
+        else:
+            _run(args, Path(tmp))
 
 
 def _copy_all(config: dict[str, str], tip: TopicIdPartition, segs: list[Any]) -> list[float]:
@@ -91,6 +105,156 @@ def _copy_all(config: dict[str, str], tip: TopicIdPartition, segs: list[Any]) ->
             m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
             secs.append(time.perf_counter() - t)
     return secs
+
+
+def _segments(args: argparse.Namespace, work: Path) -> list[Any]:
+    return [
+        write_large_segment(
+            work / f"s{i}", args.segment_mib << 20, seed=i, base_offset=i * 10_000_000, codec=args.codec
+        )
+        for i in range(args.segments)
+    ]
+
+
+class _Phases:
+    """Seconds spent in each phase of the Iceberg copies, per copy: the functions ``TableWriter.write`` calls,
+    wrapped where it looks them up. Phases that overlap (a pipelined copy) can add up to more than the copy."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self.tables: list[Any] = []  # the Arrow tables of the rows, of the last copy
+        self.keep_tables = False
+
+    def _add(self, phase: str, secs: float) -> None:
+        self.current[phase] = self.current.get(phase, 0.0) + secs
+
+    def install(self) -> Callable[[], None]:
+        from rsm.iceberg import replace, table_writer
+
+        rows, encode, commit = table_writer.segment_row_tables, table_writer.write_data_files, replace.Replacer.replace
+
+        def timed_rows(*a: Any, **kw: Any) -> Iterator[Any]:
+            it = rows(*a, **kw)
+            while True:
+                t = time.perf_counter()
+                chunk = next(it, None)
+                self._add("rows", time.perf_counter() - t)
+                if chunk is None:
+                    return
+                if self.keep_tables:
+                    self.tables.append(chunk)
+                yield chunk
+
+        def timed(phase: str, f: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*a: Any, **kw: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return f(*a, **kw)
+                finally:
+                    self._add(phase, time.perf_counter() - t)
+
+            return run
+
+        table_writer.segment_row_tables = timed_rows  # type: ignore[assignment]
+        table_writer.write_data_files = timed("encode", encode)  # type: ignore[assignment]
+        replace.Replacer.replace = timed("commit", commit)  # type: ignore[method-assign]
+
+        def uninstall() -> None:
+            table_writer.segment_row_tables = rows  # type: ignore[assignment]
+            table_writer.write_data_files = encode  # type: ignore[assignment]
+            replace.Replacer.replace = commit  # type: ignore[method-assign]
+
+        return uninstall
+
+
+def _copy_bench(args: argparse.Namespace, work: Path) -> None:
+    """The copies alone (``--copy``): classic, Iceberg with its phases, and pyarrow's bare write of the rows."""
+    import pyarrow.parquet as pq
+
+    from rsm.iceberg import tables
+
+    segs = _segments(args, work)
+    seg_bytes = [f.size for f in segs]
+    tip = TopicIdPartition(random_kafka_uuid(), "bench", 0)
+    phases = _Phases()
+    uninstall = phases.install()
+    classic: list[float] = []
+    iceberg: list[float] = []
+    split: dict[str, list[float]] = {"rows": [], "encode": [], "commit": [], "other": []}
+    try:
+        for rep in range(args.reps):
+            root = work / f"rep{rep}"
+            config = _classic_config(root / "classic")
+            classic += _copy_all(config, tip, segs)[1:]
+            times: list[float] = []
+            with RemoteStorageManager() as m:
+                m.configure(_iceberg_config(config, root))
+                for n, files in enumerate(segs):
+                    phases.current = {}
+                    phases.keep_tables = rep == 0 and n > 0
+                    t = time.perf_counter()
+                    m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())
+                    times.append(time.perf_counter() - t)
+                    if n:
+                        for name in ("rows", "encode", "commit"):
+                            split[name].append(phases.current.get(name, 0.0))
+                        split["other"].append(times[-1] - sum(phases.current.values()))
+            iceberg += times[1:]
+    finally:
+        uninstall()
+    bare: dict[str, list[float]] = {"pyarrow defaults": [], "the table's properties": []}
+    table_options = {
+        "compression": tables.TABLE_CODEC,
+        "row_group_size": tables.ROW_GROUP_ROWS,
+        "write_batch_size": tables.PAGE_ROWS,
+        "dictionary_pagesize_limit": tables.DICTIONARY_BYTES,
+    }
+    per_segment = len(phases.tables) // max(1, len(segs) - 1)
+    for _ in range(args.reps):
+        for i in range(0, len(phases.tables), max(1, per_segment)):
+            for name, options in (("pyarrow defaults", {}), ("the table's properties", table_options)):
+                t = time.perf_counter()
+                for chunk in phases.tables[i : i + per_segment]:
+                    pq.write_table(chunk, work / "bare.parquet", **options)  # type: ignore[arg-type]
+                bare[name].append(time.perf_counter() - t)
+    mb = statistics.median(seg_bytes[1:] or seg_bytes) / 1e6
+    rows = sum(t.num_rows for t in phases.tables) // max(1, len(segs) - 1)
+    print(
+        f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}, {rows:,} rows a segment; medians "
+        f"of {len(iceberg)} copies ({args.reps} reps, each rep's first Iceberg copy left out); load "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(f"{'':<40} {'s/segment':>9} {'MB/s':>8}")
+
+    def line(name: str, samples: list[float]) -> None:
+        s = statistics.median(samples)
+        print(f"{name:<40} {s:>9.3f} {mb / s if s > 0 else float('inf'):>8.1f}")
+
+    line("classic copy", classic)
+    line("iceberg copy", iceberg)
+    for name, samples in split.items():
+        line(f"  {name}", samples)
+    for name, samples in bare.items():
+        line(f"pyarrow pq.write_table, {name}", samples)
+
+
+def _classic_config(root: Path) -> dict[str, str]:
+    return {
+        "chunk.size": str(4 << 20),
+        "storage.backend.class": "filesystem",
+        "storage.root": str(root),
+        "storage.fsync.enabled": "false",
+    }
+
+
+def _iceberg_config(classic: dict[str, str], work: Path) -> dict[str, str]:
+    return {
+        **classic,
+        "storage.root": str(work / "iceberg"),
+        "iceberg.mode.topics.regex": "bench",
+        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
+        "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
+    }
 
 
 def _run(args: argparse.Namespace, work: Path) -> None:

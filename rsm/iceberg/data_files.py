@@ -18,8 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import _determine_partitions, bin_pack_arrow_table, pyarrow_to_schema, write_file
+from pyiceberg.io.pyarrow import (
+    _determine_partitions,
+    _get_field_from_arrow_table,
+    bin_pack_arrow_table,
+    pyarrow_to_schema,
+    write_file,
+)
 from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, WriteTask
 from pyiceberg.table.metadata import TableMetadata
@@ -53,8 +60,11 @@ def _tasks(metadata: TableMetadata, rows: pa.Table, write_uuid: uuid.UUID, count
         rows.schema, name_mapping=metadata.schema().name_mapping, format_version=metadata.format_version
     )
     spec = metadata.spec()
+    groups: list[tuple[object, pa.Table]]
     if spec.is_unpartitioned():
-        groups: list[tuple[object, pa.Table]] = [(None, rows)]
+        groups = [(None, rows)]
+    elif (key := _only_partition(spec, metadata.schema(), rows)) is not None:
+        groups = [(key, rows)]
     else:
         groups = [
             (p.partition_key, p.arrow_table_partition)
@@ -71,6 +81,28 @@ def _tasks(metadata: TableMetadata, rows: pa.Table, write_uuid: uuid.UUID, count
         for key, part in groups
         for batches in bin_pack_arrow_table(part, target)
     ]
+
+
+def _only_partition(spec: PartitionSpec, schema: Schema, rows: pa.Table) -> PartitionKey | None:
+    """The partition key of ``rows`` when they all fall in one partition (a segment's rows usually do), else None.
+
+    ``_determine_partitions`` filters and then copies the rows of every partition, one partition too; this takes
+    the same transforms of the same columns and keeps the rows as they are when there is only one."""
+    values = []
+    for field in spec.fields:
+        source = schema.find_field(field.source_id)
+        column = schema.find_column_name(field.source_id)
+        if column is None:
+            raise ValueError(
+                f"the table's partition field {field.name} has no source column (field id {field.source_id})"
+            )
+        unique = pc.unique(
+            field.transform.pyarrow_transform(source.field_type)(_get_field_from_arrow_table(rows, column))
+        )
+        if len(unique) != 1:
+            return None
+        values.append(PartitionFieldValue(field=field, value=unique[0].as_py()))
+    return PartitionKey(field_values=values, partition_spec=spec, schema=schema)
 
 
 def write_data_files(table: Table, rows: pa.Table, write_uuid: uuid.UUID, counter: Iterator[int]) -> list[DataFile]:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from iceberg_tables import kafka_rows, sql_catalog, topic_table
+from pyiceberg.io.pyarrow import _determine_partitions
 
 from rsm.iceberg.data_files import BOUNDED_FIELDS, delete_data_files, exact_bounds, write_data_files
 
@@ -43,6 +44,41 @@ def test_each_file_gets_the_exact_bounds_of_its_rows(
         for name in BOUNDED_FIELDS:
             values = kafka.combine_chunks().field(name).to_pylist()
             assert exact_bounds(f, schema, name) == (min(values), max(values))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(days=st.lists(st.integers(0, 3), min_size=1, max_size=4), spread=st.booleans())
+def test_files_get_the_partitions_pyiceberg_gives_their_rows(
+    days: list[int], spread: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # One day takes the short way (the rows as they are), several pyiceberg's; both must agree with pyiceberg.
+    table = topic_table(sql_catalog(tmp_path_factory.mktemp("parts")))
+    rows = pa.concat_tables(
+        [
+            kafka_rows(0, range(i * 10, i * 10 + 10), "A" * 22, "s" * 22, day if spread else days[0])
+            for i, day in enumerate(days)
+        ]
+    )
+    if not spread:  # a null timestamp (out of range) is a partition of its own
+        rows = rows if len(days) % 2 else _null_timestamps(rows)
+    files = write_data_files(table, rows, uuid.uuid4(), itertools.count())
+    expected = sorted(
+        (str(p.partition_key.partition), p.arrow_table_partition.num_rows)
+        for p in _determine_partitions(table.spec(), table.schema(), rows)
+    )
+    assert sorted((str(f.partition), f.record_count) for f in files) == expected
+    for f in files:
+        on_disk = pq.read_table(urlparse(f.file_path).path)
+        assert on_disk.num_rows == f.record_count
+
+
+def _null_timestamps(rows: pa.Table) -> pa.Table:
+    kafka = rows.column("kafka").combine_chunks()
+    fields = [kafka.field(i) for i in range(kafka.type.num_fields)]
+    at = kafka.type.get_field_index("timestamp")
+    fields[at] = pa.nulls(len(kafka), kafka.type.field(at).type)
+    struct = pa.StructArray.from_arrays(fields, fields=list(kafka.type))
+    return rows.set_column(rows.schema.get_field_index("kafka"), "kafka", struct)
 
 
 def test_files_sharing_a_day_each_get_the_bounds_of_their_own_rows(tmp_path: Path) -> None:

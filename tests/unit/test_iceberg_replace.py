@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from rsm.errors import RemoteStorageException
 from rsm.iceberg import replace as replace_module
 from rsm.iceberg.data_files import write_data_files
-from rsm.iceberg.replace import COMMIT_ID, CommitOutcomeUnknown, Replacer, RowSelection
+from rsm.iceberg.replace import COMMIT_ID, CachedTransaction, CommitOutcomeUnknown, Replacer, RowSelection
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"  # topic ids
 S1, S2 = "segment1xxxxxxxxxxxxxx", "segment2xxxxxxxxxxxxxx"
@@ -247,3 +247,18 @@ def test_a_hook_that_raises_before_the_commit_commits_nothing(tmp_path: Path) ->
         replacer.replace(ident, RowSelection(0, 5, 9, A), [], {}, "t", "c", before_commit=cancelled)
     assert table.refresh().current_snapshot().snapshot_id == before
     assert set(data_dir.rglob("*.parquet")) == files_before  # its rewrite of the first file is deleted
+
+
+def test_the_cached_transaction_metadata_follows_each_staged_change(tmp_path: Path) -> None:
+    table = topic_table(sql_catalog(tmp_path))
+    txn = CachedTransaction(table)
+    first = txn.table_metadata
+    assert txn.table_metadata is first  # derived once while nothing changes
+    txn.set_properties({"kafka.test": "1"})
+    assert txn.table_metadata.properties["kafka.test"] == "1"
+    with txn.update_snapshot().fast_append() as append:
+        for f in _files(table, kafka_rows(0, range(5), A, S1)):
+            append.append_data_file(f)
+    committed = txn.commit_transaction()
+    assert committed.properties["kafka.test"] == "1"
+    assert len(table_rows(committed)) == 5
