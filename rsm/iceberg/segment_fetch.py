@@ -15,7 +15,7 @@ lastOffsetDelta kept), and a batch with no row left is skipped.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +206,20 @@ def _split(rows: pa.Table, start: int, end: int | None, frontier: int | None) ->
     return ready.take(order), held
 
 
-def iter_segment_batches(
+def iter_segment_rows(
     rows: SegmentRows,
     start: int,
     end: int | None,
     what: str,
     cache: RowGroupCache | None = None,
-) -> Iterator[bytes]:
-    """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
+    columns: Sequence[str] = FETCH_COLUMNS,
+) -> Iterator[pa.Table]:
+    """The rows of the segment's batches whose original position is in ``[start, end]`` (``end`` None: to the
+    end), whole batches at a time, sorted by position and offset: ``columns`` of the table (``kafka`` always)."""
     cache = cache if cache is not None else RowGroupCache(0, 0)
+    wanted = ["kafka", *(c for c in FETCH_COLUMNS if c != "kafka" and c in columns)]
+    # The broker's fetches read every fetch column; another choice is cached apart.
+    variant: tuple[str, ...] = () if wanted == FETCH_COLUMNS else tuple(wanted)
     opened: dict[str, pq.ParquetFile] = {}
 
     def parquet(path: str) -> pq.ParquetFile:
@@ -234,17 +239,17 @@ def iter_segment_batches(
         if group.index < 0:
             path, read = whole[-1 - group.file]
             return cache.row_group(
-                (path, -1, selection, rows.snapshot_id), lambda: _own_rows(read().select(FETCH_COLUMNS), rows)
+                (path, -1, selection, rows.snapshot_id, *variant), lambda: _own_rows(read().select(wanted), rows)
             )
         path = plain[group.file]
         if group.own:
             return cache.row_group(
-                (path, group.index),
-                lambda: parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS),
+                (path, group.index, *variant),
+                lambda: parquet(path).read_row_group(group.index, columns=wanted),
             )
         return cache.row_group(
-            (path, group.index, selection),
-            lambda: _own_rows(parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS), rows),
+            (path, group.index, selection, *variant),
+            lambda: _own_rows(parquet(path).read_row_group(group.index, columns=wanted), rows),
         )
 
     held: list[pa.Table] = []
@@ -256,10 +261,23 @@ def iter_segment_batches(
         if not held or (frontier is not None and frontier <= group.low):
             continue  # nothing new is complete before the next row group
         ready, held = _split(pa.concat_tables(held), start, end, frontier)
-        for _position, batch in encode_row_batches(ready, what):
-            yield batch
+        if ready.num_rows:
+            yield ready
     if held:
         ready, _ = _split(pa.concat_tables(held), start, end, None)
+        if ready.num_rows:
+            yield ready
+
+
+def iter_segment_batches(
+    rows: SegmentRows,
+    start: int,
+    end: int | None,
+    what: str,
+    cache: RowGroupCache | None = None,
+) -> Iterator[bytes]:
+    """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
+    for ready in iter_segment_rows(rows, start, end, what, cache):
         for _position, batch in encode_row_batches(ready, what):
             yield batch
 
