@@ -212,10 +212,12 @@ class RemoteStorageManager:
         start_position: int,
         end_position: int | None = None,
         columns: Sequence[str] = ("kafka", "headers", "key_raw", "value_raw"),
+        kafka_fields: Sequence[str] | None = None,
     ) -> Iterator[pa.Table]:
         """An Iceberg-mode segment's rows as its table holds them now (not rebuilt into batches): those of the
         batches at positions ``[start_position, end_position]``, whole batches at a time in segment order, with
-        ``columns`` of the table (``kafka`` always). For readers that want records, not Kafka's bytes (Spark's
+        ``columns`` of the table (``kafka`` always; only ``kafka_fields`` of it, besides those that select the
+        rows, when given: null where a data file has none). For readers that want records, not Kafka's bytes (Spark's
         ``kafka-tiered`` source); a classic segment raises ``RemoteStorageException``."""
         wired = self._ready(opening=True)
         _src, manifest = wired.manifests.opened(meta)
@@ -223,7 +225,9 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"{meta.describe()} is a classic segment, not rows of an Iceberg table: read it with fetch_log_segment"
             )
-        return wired.iceberg.mode().open_rows(meta, manifest.iceberg, start_position, end_position, columns)
+        return wired.iceberg.mode().open_rows(
+            meta, manifest.iceberg, start_position, end_position, columns, kafka_fields
+        )
 
     def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
         """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same

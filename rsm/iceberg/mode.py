@@ -122,15 +122,17 @@ class IcebergMode:
         start: int,
         end: int | None,
         columns: Sequence[str],
+        kafka_fields: Sequence[str] | None = None,
     ) -> Iterator[pa.Table]:
         """The segment's rows themselves (what ``open_fetch`` rebuilds batches from): those of batches at positions
-        ``start..end``, found as a fetch finds them, whole batches at a time in segment order."""
+        ``start..end``, found as a fetch finds them, whole batches at a time in segment order (``columns`` and
+        ``kafka_fields``: see ``iter_segment_rows``)."""
         if end is not None and end < start:
             raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
         what = meta.describe()
         segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
         rows = self.planner.rows(section, segment_id, topic, what)
-        tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns)
+        tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
         try:
             first = next(tables, None)
         except RemoteResourceNotFoundException:
@@ -138,7 +140,7 @@ class IcebergMode:
                 raise
             # A planned file is gone: the table was maintained since it was loaded. Plan again on a fresh load.
             rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
-            tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns)
+            tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
             first = next(tables, None)
         if first is not None:
             yield first

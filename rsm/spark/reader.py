@@ -7,7 +7,9 @@ plain dicts for a quick look): "the records of orders/3 between these offsets" i
 A slice is read through ``RemoteStorageManager.fetch_log_segment`` from its start position, so only the chunks
 under it are fetched and decrypted, and decoded by :class:`rsm.kafka.columnar.LogBatchDecoder` into columns: Arrow
 buffers written by the compiled record walk, which become record batches without a copy (lists where the
-compiled walk is not built).
+compiled walk is not built). An Iceberg-mode segment's slice is read as its table's rows instead
+(``RemoteStorageManager.fetch_segment_rows``, found as a broker fetch finds them) and converted column by column,
+no batch rebuilt or decoded (``icebergRead=batches`` keeps the old way).
 Damage is reported as :class:`rsm.errors.CorruptDataException` naming topic, partition, segment and byte
 position. One manager per process and configuration is kept (executors reuse Python workers across tasks).
 """
@@ -363,6 +365,19 @@ def read_slice_batches(
         yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
 
 
+#: The fields of the rows' ``kafka`` struct the conversion uses (only these are read from the files).
+_KAFKA_FIELDS = (
+    "offset",
+    "timestamp_ms",
+    "batch_timestamp_type",
+    "batch_max_timestamp",
+    "is_control",
+    "is_transactional",
+    "batch_producer_id",
+    "batch_base_offset",
+)
+
+
 def _kept_rows(t: pa.Table, piece: SegmentSlice, opts: TieredReadOptions, bounds: ReadBounds) -> pa.Table:
     """The rows of ``t`` a consumer would get within ``bounds``: no control records and, read_committed, none of
     the slice's aborted transactions; the same rows the batch decoder keeps."""
@@ -448,7 +463,7 @@ def _iceberg_batches(
     read += ["headers"] if HEADERS_COLUMN in wanted else []
     seg = piece.segment
     end = None if piece.end_position is None else piece.end_position - 1  # slices end before end_position
-    tables = manager.fetch_segment_rows(seg.metadata_stub(), piece.start_position, end, read)
+    tables = manager.fetch_segment_rows(seg.metadata_stub(), piece.start_position, end, read, _KAFKA_FIELDS)
     try:
         for t in tables:
             if t.num_rows and _first_offset(t) > bounds.last_offset:
