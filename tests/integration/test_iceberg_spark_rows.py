@@ -211,3 +211,13 @@ def test_spark_reads_the_same_records_both_ways(spark: Any, tiered: Any) -> None
     some = spark.read.format("kafka-tiered").schema("offset long, value binary").options(**config, topic="orders")
     got = sorted((r.offset, r.value) for r in some.load().collect())
     assert got == sorted((r[3], r[1]) for r in _spark_rows(spark, config, "batches"))
+
+
+def test_the_iceberg_read_option(tmp_path: Path) -> None:
+    from rsm.spark.options import ReadOptionsError, TieredReadOptions
+
+    base = {**iceberg_config(tmp_path), "topic": "orders"}
+    assert TieredReadOptions.from_options(base).iceberg_rows
+    assert not TieredReadOptions.from_options({**base, "ICEBERGREAD": " Batches"}).iceberg_rows
+    with pytest.raises(ReadOptionsError, match="icebergRead must be rows .* or batches .*got 'decoded'"):
+        TieredReadOptions.from_options({**base, "icebergRead": "decoded"})
