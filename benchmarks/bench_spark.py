@@ -26,13 +26,18 @@ filesystem backend):
   Queries: ``count(*) + sum(length(value))`` (every row and every value byte), ``count(distinct key)``, and
   ``nothing`` (a pushed ``offset < 0`` that prunes every segment and every row group: the fixed cost of a query).
 
+With ``--iceberg`` the segments are tiered in Iceberg mode (a SQLite catalog and a filesystem warehouse), and the
+run also times the two ways ``kafka-tiered`` reads them, bare and in Spark: ``rows`` (the default, the table's
+rows converted to the source's columns) and ``batches`` (``icebergRead=batches``: Kafka batches rebuilt from the
+rows, then decoded, as before), printing seconds, MB/s of segment bytes and their ratio.
+
 Prints which record walk read the batches, then seconds and records/s with the ratios the issue sets, all
 measured in this run: Spark / bare reader
 (targets: >= 0.5 uncompressed, >= 0.85 zstd), also net of the fixed cost of a query (the per-row cost), and
 each source against the Parquet copy (target for kafka-tiered: >= 0.5).
 
     .venv/bin/python benchmarks/bench_spark.py [--segments 4] [--segment-mib 16] [--codec zstd] [--reps 3]
-        [--rows-per-batch N] [--pruned]
+        [--rows-per-batch N] [--pruned] [--iceberg]
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows-per-batch", type=int, default=None, help="kafka-tiered's rowsPerBatch (default its own)")
     ap.add_argument("--pruned", action="store_true", help="also time kafka-tiered given only the query's columns")
+    ap.add_argument("--iceberg", action="store_true", help="tier in Iceberg mode; time rows against rebuilt batches")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:  # ~130 MB of segments and store, + copies
@@ -169,6 +175,10 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         "storage.root": str(work / "store"),
         "storage.fsync.enabled": "false",
     }
+    if args.iceberg:
+        config["iceberg.mode.topics.regex"] = "bench"
+        config["iceberg.mode.catalog.sqlite.path"] = str(work / "catalog.db")
+        config["iceberg.mode.warehouse"] = f"file://{work / 'warehouse'}"
     tip = TopicIdPartition(random_kafka_uuid(), "bench", 0)
     logs: list[Path] = []
     total_bytes = 0
@@ -233,12 +243,18 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     def bare_arrow() -> int:
         return sum(to_record_batch(c, p.topic, p.partition).num_rows for p, c in reader.columns())
 
+    rows_reader = TieredReader(options)  # Iceberg-mode segments as rows (record_batches; columns() decodes)
+
+    def bare_rows() -> int:
+        return sum(b.num_rows for b in rows_reader.record_batches())
+
     results: dict[str, tuple[float, int]] = {}
     for name, fn in [
         ("raw parser", raw_parser),
         ("fetch path", fetch_path),
         ("bare reader", bare),
         ("bare + arrow", bare_arrow),
+        *([("bare rows", bare_rows)] if args.iceberg else []),
     ]:
         results[name] = _best(args.reps, fn)
     records = results["raw parser"][1]
@@ -264,6 +280,9 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         "arrow floor": spark.read.format(FLOOR_FORMAT).option("path", str(floor_dir)).load(),
         "decode floor": spark.read.format(FLOOR_FORMAT).options(**options, path=str(floor_dir), decode="true").load(),
     }
+    if args.iceberg:
+        batches = spark.read.format("kafka-tiered").options(**options, icebergRead="batches").load()
+        sources["kafka-tiered batches"] = batches
     spark_secs: dict[tuple[str, str], float] = {}
     for query, exprs in QUERIES.items():
         frames = dict(sources)
@@ -299,6 +318,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         rate = "" if name == "fetch path" else f"{records / secs:>12,.0f}"
         print(f"{name:<16} {secs:>8.2f} {rate:>12} {mb / secs:>8.1f}")
     t = {k: v[0] for k, v in results.items()}
+    if args.iceberg:
+        print("  (Iceberg mode: bare reader and bare + arrow rebuild batches and decode them; bare rows reads rows)")
     print(f"bare reader / raw parser (records/s) = {t['raw parser'] / t['bare reader']:.2f}")
     print(f"bare reader / fetch path (MB/s)      = {t['fetch path'] / t['bare reader']:.2f}")
     print()
@@ -325,6 +346,19 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         print(f"spark / parquet copy ({query}) = {parquet / spark_secs[(query, 'kafka-tiered')]:.2f}  (target >= 0.5)")
         others = ["arrow floor", "decode floor"] + (["kafka-tiered pruned"] if args.pruned else [])
         print("  " + "; ".join(f"{k} / parquet = {parquet / spark_secs[(query, k)]:.2f}" for k in others))
+    if args.iceberg:
+        print()
+        print("Iceberg-mode segments, rows against rebuilt batches (MB of segment bytes per second; speed-up):")
+        pairs = [("bare reader, to Arrow", t["bare + arrow"], t["bare rows"])]
+        for query in (q1, q2):
+            pairs.append(
+                (f"Spark, {query}", spark_secs[(query, "kafka-tiered batches")], spark_secs[(query, "kafka-tiered")])
+            )
+        for what, old, new in pairs:
+            print(
+                f"  {what:<40} batches {old:>6.2f} s {mb / old:>7.1f} MB/s   rows {new:>6.2f} s {mb / new:>7.1f} MB/s"
+                f"   x{old / new:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from backends.base import BackendCapabilities, StorageBackend
 from backends.registry import create_backend
@@ -51,6 +51,9 @@ from rsm.metrics.config import metrics_config
 from rsm.metrics.recorders import BackendRecorder, KeyServiceRecorder, RsmRecorder
 from rsm.metrics.snapshot import Pulled, as_dict, collect
 from rsm.metrics.sources import fetch_path_sources
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 register_known_keys(METRICS_CONFIG_DEF)
@@ -202,6 +205,29 @@ class RemoteStorageManager:
         if manifest.iceberg is not None:
             return wired.iceberg.mode().open_fetch(meta, manifest.iceberg, start_position, end_position)
         return wired.segments.open(meta, start_position, end_position, src)  # type: ignore[return-value]
+
+    def fetch_segment_rows(
+        self,
+        meta: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+        columns: Sequence[str] = ("kafka", "headers", "key_raw", "value_raw"),
+        kafka_fields: Sequence[str] | None = None,
+    ) -> Iterator[pa.Table]:
+        """An Iceberg-mode segment's rows as its table holds them now (not rebuilt into batches): those of the
+        batches at positions ``[start_position, end_position]``, whole batches at a time in segment order, with
+        ``columns`` of the table (``kafka`` always; only ``kafka_fields`` of it, besides those that select the
+        rows, when given: null where a data file has none). For readers that want records, not Kafka's bytes (Spark's
+        ``kafka-tiered`` source); a classic segment raises ``RemoteStorageException``."""
+        wired = self._ready(opening=True)
+        _src, manifest = wired.manifests.opened(meta)
+        if manifest.iceberg is None:
+            raise RemoteStorageException(
+                f"{meta.describe()} is a classic segment, not rows of an Iceberg table: read it with fetch_log_segment"
+            )
+        return wired.iceberg.mode().open_rows(
+            meta, manifest.iceberg, start_position, end_position, columns, kafka_fields
+        )
 
     def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
         """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same

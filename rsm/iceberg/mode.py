@@ -8,9 +8,11 @@ the table's current snapshot) and the row-group cache of fetches.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import pyarrow as pa
 
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle, catalog_properties
@@ -19,7 +21,7 @@ from rsm.iceberg.fetch_plan import FetchPlanner
 from rsm.iceberg.maintainer import Maintainer
 from rsm.iceberg.rows import NotRepresentable
 from rsm.iceberg.section import IcebergSection, section_identifier
-from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream
+from rsm.iceberg.segment_fetch import RowGroupCache, iter_segment_rows, open_segment_stream
 from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
 from rsm.iceberg.value_hook import load_factory
 from rsm.kafka.indexes import decode_txn_index
@@ -112,6 +114,37 @@ class IcebergMode:
             rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
             stream = open_segment_stream(rows, start, end, what, self.row_groups)
         return stream  # type: ignore[return-value]
+
+    def open_rows(
+        self,
+        meta: RemoteLogSegmentMetadata,
+        section: IcebergSection,
+        start: int,
+        end: int | None,
+        columns: Sequence[str],
+        kafka_fields: Sequence[str] | None = None,
+    ) -> Iterator[pa.Table]:
+        """The segment's rows themselves (what ``open_fetch`` rebuilds batches from): those of batches at positions
+        ``start..end``, found as a fetch finds them, whole batches at a time in segment order (``columns`` and
+        ``kafka_fields``: see ``iter_segment_rows``)."""
+        if end is not None and end < start:
+            raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
+        what = meta.describe()
+        segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
+        rows = self.planner.rows(section, segment_id, topic, what)
+        tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
+        try:
+            first = next(tables, None)
+        except RemoteResourceNotFoundException:
+            if rows.snapshot_id is None:
+                raise
+            # A planned file is gone: the table was maintained since it was loaded. Plan again on a fresh load.
+            rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
+            tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
+            first = next(tables, None)
+        if first is not None:
+            yield first
+            yield from tables
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""

@@ -15,7 +15,7 @@ lastOffsetDelta kept), and a batch with no row left is skipped.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
 from rsm.iceberg.fetch_plan import SegmentRows
+from rsm.iceberg.schema import kafka_arrow_type
 
 _PARTITION_PATH = "kafka.partition"
 _OFFSET_PATH = "kafka.offset"
@@ -206,15 +207,50 @@ def _split(rows: pa.Table, start: int, end: int | None, frontier: int | None) ->
     return ready.take(order), held
 
 
-def iter_segment_batches(
+#: The fields of ``kafka`` that select a segment's rows and order its batches (always read).
+_SELECTING_FIELDS = (
+    "partition",
+    "offset",
+    "segment_id",
+    "batch_byte_offset",
+    "batch_base_offset",
+    "batch_last_offset_delta",
+)
+
+
+def _with_kafka_fields(t: pa.Table, fields: tuple[str, ...] | None) -> pa.Table:
+    """``t`` with its ``kafka`` struct made of ``fields`` in this order (null where ``t`` has none); unchanged
+    for None. Data files of one table may differ (older ones lack later fields, writers order them their way)."""
+    if fields is None:
+        return t
+    kafka = t.column("kafka")
+    present = {f.name: f.type for f in kafka.type}
+    types = kafka_arrow_type()
+    chunks = []
+    for chunk in kafka.chunks or [pa.array([], kafka.type)]:
+        arrays = [chunk.field(f) if f in present else pa.nulls(len(chunk), types.field(f).type) for f in fields]
+        chunks.append(pa.StructArray.from_arrays(arrays, names=list(fields)))
+    return t.set_column(t.schema.get_field_index("kafka"), "kafka", pa.chunked_array(chunks, chunks[0].type))
+
+
+def iter_segment_rows(
     rows: SegmentRows,
     start: int,
     end: int | None,
     what: str,
     cache: RowGroupCache | None = None,
-) -> Iterator[bytes]:
-    """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
+    columns: Sequence[str] = FETCH_COLUMNS,
+    kafka_fields: Sequence[str] | None = None,
+) -> Iterator[pa.Table]:
+    """The rows of the segment's batches whose original position is in ``[start, end]`` (``end`` None: to the
+    end), whole batches at a time, sorted by position and offset: ``columns`` of the table (``kafka`` always).
+    ``kafka_fields``: only these fields of ``kafka`` (and those that select the rows), in this order, null where
+    a data file has none; None: the whole struct, as the file has it."""
     cache = cache if cache is not None else RowGroupCache(0, 0)
+    wanted = ["kafka", *(c for c in FETCH_COLUMNS if c != "kafka" and c in columns)]
+    fields = None if kafka_fields is None else tuple(dict.fromkeys((*_SELECTING_FIELDS, *kafka_fields)))
+    # The broker's fetches read every fetch column; another choice is cached apart.
+    variant: tuple[object, ...] = () if wanted == FETCH_COLUMNS and fields is None else (tuple(wanted), fields)
     opened: dict[str, pq.ParquetFile] = {}
 
     def parquet(path: str) -> pq.ParquetFile:
@@ -230,21 +266,28 @@ def iter_segment_batches(
     whole = list(rows.merge_on_read.items())
     selection = (rows.partition, rows.first_offset, rows.last_offset, rows.segment_id)
 
+    def read_group(f_index: int, index: int) -> pa.Table:
+        path = plain[f_index]
+        if fields is None:
+            return parquet(path).read_row_group(index, columns=wanted)
+        meta = footers[f_index]
+        have = {meta.schema.column(i).path for i in range(meta.num_columns)}
+        leaves = [f"kafka.{f}" for f in fields if f"kafka.{f}" in have]
+        return _with_kafka_fields(parquet(path).read_row_group(index, columns=[*leaves, *wanted[1:]]), fields)
+
     def load(group: _RowGroup) -> pa.Table:
         if group.index < 0:
             path, read = whole[-1 - group.file]
             return cache.row_group(
-                (path, -1, selection, rows.snapshot_id), lambda: _own_rows(read().select(FETCH_COLUMNS), rows)
+                (path, -1, selection, rows.snapshot_id, *variant),
+                lambda: _own_rows(_with_kafka_fields(read().select(wanted), fields), rows),
             )
         path = plain[group.file]
         if group.own:
-            return cache.row_group(
-                (path, group.index),
-                lambda: parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS),
-            )
+            return cache.row_group((path, group.index, *variant), lambda: read_group(group.file, group.index))
         return cache.row_group(
-            (path, group.index, selection),
-            lambda: _own_rows(parquet(path).read_row_group(group.index, columns=FETCH_COLUMNS), rows),
+            (path, group.index, selection, *variant),
+            lambda: _own_rows(read_group(group.file, group.index), rows),
         )
 
     held: list[pa.Table] = []
@@ -256,10 +299,23 @@ def iter_segment_batches(
         if not held or (frontier is not None and frontier <= group.low):
             continue  # nothing new is complete before the next row group
         ready, held = _split(pa.concat_tables(held), start, end, frontier)
-        for _position, batch in encode_row_batches(ready, what):
-            yield batch
+        if ready.num_rows:
+            yield ready
     if held:
         ready, _ = _split(pa.concat_tables(held), start, end, None)
+        if ready.num_rows:
+            yield ready
+
+
+def iter_segment_batches(
+    rows: SegmentRows,
+    start: int,
+    end: int | None,
+    what: str,
+    cache: RowGroupCache | None = None,
+) -> Iterator[bytes]:
+    """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
+    for ready in iter_segment_rows(rows, start, end, what, cache):
         for _position, batch in encode_row_batches(ready, what):
             yield batch
 

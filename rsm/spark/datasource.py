@@ -39,8 +39,7 @@ from rsm.spark.reader import (
     KAFKA_COLUMNS,
     arrow_field,
     manager_for,
-    read_slice_columns,
-    to_record_batch,
+    read_slice_batches,
 )
 
 if TYPE_CHECKING:
@@ -157,8 +156,7 @@ class KafkaTieredReader(DataSourceReader):
         _freeze_worker_heap()
         manager = manager_for(self.opts.plugin_config)
         columns, names = self.columns or (None, None)
-        for cols in read_slice_columns(manager, piece, self.opts, self.pushed, columns=columns):
-            yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
+        yield from read_slice_batches(manager, piece, self.opts, self.pushed, columns=columns, names=names)
 
 
 def _millis(value: Any) -> tuple[int, int] | None:

@@ -66,6 +66,7 @@ READER_KEYS = frozenset(
         "maxbatchbytes",
         "rowsperbatch",
         "planningconcurrency",
+        "icebergread",
         "config.file",
         "path",
     }
@@ -116,6 +117,7 @@ _DISPLAY = {
         "maxBatchBytes",
         "rowsPerBatch",
         "planningConcurrency",
+        "icebergRead",
     )
 }
 
@@ -377,6 +379,8 @@ class TieredReadOptions:
     max_batch_bytes: int = 64 << 20
     rows_per_batch: int = 8192
     planning_concurrency: int = DEFAULT_CONCURRENCY
+    #: Iceberg-mode segments read as their table's rows (True) or as batches rebuilt from them (``batches``).
+    iceberg_rows: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TieredReadOptions:
@@ -432,6 +436,7 @@ class TieredReadOptions:
             max_batch_bytes=_int(o, "maxbatchbytes", 64 << 20, 1024) or 64 << 20,
             rows_per_batch=_int(o, "rowsperbatch", 8192, 1) or 8192,
             planning_concurrency=_int(o, "planningconcurrency", DEFAULT_CONCURRENCY, 1) or DEFAULT_CONCURRENCY,
+            iceberg_rows=_iceberg_read(o),
         )
 
     def wants_partition(self, topic: str, partition: int) -> bool:
@@ -455,3 +460,14 @@ class TieredReadOptions:
 
     def redacted_config(self) -> dict[str, str]:
         return redact(self.plugin_config)
+
+
+def _iceberg_read(o: Mapping[str, str]) -> bool:
+    """``icebergRead``: ``rows`` (default) reads an Iceberg-mode segment's rows; ``batches`` rebuilds its batches."""
+    value = o.get("icebergread", "rows").strip().lower()
+    if value not in ("rows", "batches"):
+        raise ReadOptionsError(
+            f"icebergRead must be rows (read Iceberg-mode segments as their table's rows, the default) or batches "
+            f"(rebuild their Kafka batches and decode them, as a broker fetch does), got {o['icebergread']!r}"
+        )
+    return value == "rows"

@@ -59,6 +59,8 @@ class SegmentSlice:
     first_offset: int
     last_offset: int
     aborted: tuple[tuple[int, int, int], ...] = ()
+    #: An Iceberg-mode segment (rows of a table): read as rows, not as rebuilt batches.
+    iceberg: bool = False
 
     @property
     def topic(self) -> str:
@@ -502,9 +504,10 @@ class _Planner:
         seg = summary.segment
         size = summary.segment_size_in_bytes
         limit = self.opts.max_slice_bytes
+        iceberg = summary.kind == "iceberg"
         needs_index = lo > summary.start_offset or ts_lo is not None or size > limit
         if not needs_index:
-            return [SegmentSlice(seg, 0, None, lo, hi, spans)]
+            return [SegmentSlice(seg, 0, None, lo, hi, spans, iceberg)]
         index = self._offset_index(seg)
         start = index.lookup(lo).position
         if ts_lo is not None:
@@ -520,7 +523,7 @@ class _Planner:
         else:
             stop = size
         if stop - start <= limit:
-            return [SegmentSlice(seg, start, None if stop == size else stop, lo, hi, spans)]
+            return [SegmentSlice(seg, start, None if stop == size else stop, lo, hi, spans, iceberg)]
         chunk = summary.chunk_size
         step = max(chunk, -(-limit // chunk) * chunk)  # whole chunks, so slices rarely share one
         positions = [e.position for e in index.entries]
@@ -535,7 +538,7 @@ class _Planner:
             target = max(target + step, (positions[i] // chunk) * chunk + step)
         bounds = [*cuts, stop]
         return [
-            SegmentSlice(seg, a, None if b == size else b, lo, hi, spans)
+            SegmentSlice(seg, a, None if b == size else b, lo, hi, spans, iceberg)
             for a, b in zip(bounds, bounds[1:], strict=False)
         ]
 

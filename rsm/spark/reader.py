@@ -7,7 +7,9 @@ plain dicts for a quick look): "the records of orders/3 between these offsets" i
 A slice is read through ``RemoteStorageManager.fetch_log_segment`` from its start position, so only the chunks
 under it are fetched and decrypted, and decoded by :class:`rsm.kafka.columnar.LogBatchDecoder` into columns: Arrow
 buffers written by the compiled record walk, which become record batches without a copy (lists where the
-compiled walk is not built).
+compiled walk is not built). An Iceberg-mode segment's slice is read as its table's rows instead
+(``RemoteStorageManager.fetch_segment_rows``, found as a broker fetch finds them) and converted column by column,
+no batch rebuilt or decoded (``icebergRead=batches`` keeps the old way).
 Damage is reported as :class:`rsm.errors.CorruptDataException` naming topic, partition, segment and byte
 position. One manager per process and configuration is kept (executors reuse Python workers across tasks).
 """
@@ -42,6 +44,7 @@ __all__ = [
     "TieredReader",
     "arrow_field",
     "manager_for",
+    "read_slice_batches",
     "read_slice_columns",
     "to_record_batch",
 ]
@@ -341,6 +344,153 @@ def to_record_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=_schema(wanted, tuple(names) if names else wanted))
 
 
+def read_slice_batches(
+    manager: RemoteStorageManager,
+    piece: SegmentSlice,
+    opts: TieredReadOptions,
+    pushed: PushedBounds | None = None,
+    stats: ReadStats | None = None,
+    columns: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One slice as Arrow batches of the Kafka source's columns (or of ``columns``, spelled ``names``): an
+    Iceberg-mode segment's rows straight from its table's files (unless ``icebergRead=batches``), any other
+    segment's batches decoded."""
+    if piece.iceberg and opts.iceberg_rows:
+        yield from _iceberg_batches(manager, piece, opts, pushed or PushedBounds(), stats, columns, names)
+        return
+    for cols in read_slice_columns(manager, piece, opts, pushed, stats, columns):
+        if stats is not None:
+            stats.rows += len(cols)
+        yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
+
+
+#: The fields of the rows' ``kafka`` struct the conversion uses (only these are read from the files).
+_KAFKA_FIELDS = (
+    "offset",
+    "timestamp_ms",
+    "batch_timestamp_type",
+    "batch_max_timestamp",
+    "is_control",
+    "is_transactional",
+    "batch_producer_id",
+    "batch_base_offset",
+)
+
+
+def _kept_rows(t: pa.Table, piece: SegmentSlice, opts: TieredReadOptions, bounds: ReadBounds) -> pa.Table:
+    """The rows of ``t`` a consumer would get within ``bounds``: no control records and, read_committed, none of
+    the slice's aborted transactions; the same rows the batch decoder keeps."""
+    import pyarrow.compute as pc
+
+    kafka = t.column("kafka")
+
+    def field_of(name: str) -> Any:
+        return pc.struct_field(kafka, name)
+
+    offsets = field_of("offset")
+    keep = pc.and_(
+        pc.invert(pc.fill_null(field_of("is_control"), False)),
+        pc.and_(pc.greater_equal(offsets, bounds.first_offset), pc.less_equal(offsets, bounds.last_offset)),
+    )
+    if bounds.min_timestamp is not None:
+        # the decoder skips a batch whose maxTimestamp is below the bound before it looks at its records
+        keep = pc.and_(keep, pc.greater_equal(field_of("batch_max_timestamp"), bounds.min_timestamp))
+        keep = pc.and_(keep, pc.greater_equal(field_of("timestamp_ms"), bounds.min_timestamp))
+    if bounds.end_timestamp is not None:
+        keep = pc.and_(keep, pc.less(field_of("timestamp_ms"), bounds.end_timestamp))
+    if opts.read_committed and piece.aborted:
+        pids, bases = field_of("batch_producer_id"), field_of("batch_base_offset")
+        for pid, first, last in piece.aborted:
+            aborted = pc.and_(
+                pc.and_(pc.fill_null(field_of("is_transactional"), False), pc.equal(pids, pid)),
+                pc.and_(pc.greater_equal(bases, first), pc.less_equal(bases, last)),
+            )
+            keep = pc.and_(keep, pc.invert(aborted))
+    return t.filter(pc.fill_null(keep, False))
+
+
+def _row_array(name: str, t: pa.Table, topic: str, partition: int) -> pa.Array | pa.ChunkedArray:
+    """One Kafka source column from a table's rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = t.num_rows
+    if name in ("key", "value"):
+        return t.column(f"{name}_raw").cast(pa.binary())
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, pa.string()), n)
+    if name == "partition":
+        return pa.repeat(pa.scalar(partition, pa.int32()), n)
+    kafka = t.column("kafka")
+    if name == "offset":
+        return pc.struct_field(kafka, "offset")
+    if name == "timestamp":
+        millis = pc.struct_field(kafka, "timestamp_ms")
+        return pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC"))
+    if name == "timestampType":
+        return pc.struct_field(kafka, "batch_timestamp_type").cast(pa.int32())
+    if name == HEADERS_COLUMN:
+        return t.column("headers").cast(arrow_field(HEADERS_COLUMN).type)
+    raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
+
+
+def _iceberg_batches(
+    manager: RemoteStorageManager,
+    piece: SegmentSlice,
+    opts: TieredReadOptions,
+    pushed: PushedBounds,
+    stats: ReadStats | None,
+    columns: Sequence[str] | None,
+    names: Sequence[str] | None,
+) -> Iterator[pa.RecordBatch]:
+    """An Iceberg-mode slice from its table's rows, converted column by column (no batch is rebuilt)."""
+    import pyarrow as pa
+
+    if columns is None:
+        columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if opts.include_headers else KAFKA_COLUMNS
+    wanted = tuple(columns)
+    schema = _schema(wanted, tuple(names) if names else wanted)
+    bounds = ReadBounds(
+        max(piece.first_offset, pushed.first_offset),
+        min(piece.last_offset, pushed.last_offset),
+        pushed.min_timestamp,
+        pushed.end_timestamp,
+    )
+    read = ["kafka"]
+    read += ["key_raw"] if "key" in wanted else []
+    read += ["value_raw"] if "value" in wanted else []
+    read += ["headers"] if HEADERS_COLUMN in wanted else []
+    seg = piece.segment
+    end = None if piece.end_position is None else piece.end_position - 1  # slices end before end_position
+    tables = manager.fetch_segment_rows(seg.metadata_stub(), piece.start_position, end, read, _KAFKA_FIELDS)
+    try:
+        for t in tables:
+            if t.num_rows and _first_offset(t) > bounds.last_offset:
+                break  # rows come in offset order: none further is wanted
+            kept = _kept_rows(t, piece, opts, bounds)
+            if not kept.num_rows:
+                continue
+            out = pa.Table.from_arrays([_row_array(c, kept, seg.topic, seg.partition) for c in wanted], schema=schema)
+            if stats is not None:
+                stats.rows += out.num_rows
+            weight = sum(out.column(i).nbytes for i, c in enumerate(wanted) if c in ("key", "value", HEADERS_COLUMN))
+            step = opts.rows_per_batch
+            if weight:
+                step = max(1, min(step, out.num_rows * BATCH_BYTES // weight))
+            yield from out.to_batches(max_chunksize=step)
+    finally:
+        close = getattr(tables, "close", None)
+        if close is not None:
+            close()
+
+
+def _first_offset(t: pa.Table) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.struct_field(t.column("kafka"), "offset")[0].as_py())
+
+
 class TieredReader:
     """The data source's reading, in plain Python: plan once, then iterate slices in order."""
 
@@ -372,8 +522,9 @@ class TieredReader:
                 yield piece, cols
 
     def record_batches(self, pushed: PushedBounds | None = None) -> Iterator[pa.RecordBatch]:
-        for piece, cols in self.columns(pushed):
-            yield to_record_batch(cols, piece.topic, piece.partition)
+        """The batches Spark gets: Iceberg-mode segments as their table's rows (``icebergRead``)."""
+        for piece in self.plan(pushed):
+            yield from read_slice_batches(self.manager, piece, self.options, pushed, self.stats)
 
     def records(
         self, partition: int | None = None, first_offset: int = 0, last_offset: int = (1 << 63) - 1

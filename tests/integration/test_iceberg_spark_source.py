@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from iceberg_testing import iceberg_config, new_tip, order_records, segment_of, tier
 
 from rsm.spark.reader import TieredReader
@@ -22,3 +23,9 @@ def test_mixed_topic_reads_every_record_once(tmp_path: Path) -> None:
     assert [(r["key"], r["value"], r["timestamp"]) for r in got] == [(r.key, r.value, r.timestamp) for r in recs]
     some = list(TieredReader({**switched, "topic": "orders"}).records(first_offset=90, last_offset=230))
     assert [r["offset"] for r in some] == list(range(90, 231))
+    # what Spark gets: the Iceberg-mode segments as rows, the classic one decoded; the same as rebuilt batches
+    options = {**switched, "topic": "orders", "includeHeaders": "true"}
+    rows = pa.Table.from_batches(list(TieredReader(options).record_batches()))
+    rebuilt = pa.Table.from_batches(list(TieredReader({**options, "icebergRead": "batches"}).record_batches()))
+    assert rows.column("offset").to_pylist() == [r.offset for r in recs]
+    assert rows.to_pylist() == rebuilt.to_pylist()

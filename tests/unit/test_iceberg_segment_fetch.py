@@ -17,7 +17,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from rsm.iceberg.fetch_plan import SegmentRows
 from rsm.iceberg.rows import RowOrigin, SegmentSummary, segment_row_tables
-from rsm.iceberg.segment_fetch import RowGroupCache, iter_segment_batches
+from rsm.iceberg.segment_fetch import RowGroupCache, _with_kafka_fields, iter_segment_batches, iter_segment_rows
 from rsm.kafka.records import batch_view, iter_batches
 from rsm.kafka.writer import SegmentFiles, write_segment
 
@@ -104,3 +104,74 @@ def test_any_file_layout_gives_back_the_same_batches(
     assert [f[0] for f, _ in batch_view(got)] == [
         h.base_offset for h, _ in iter_batches(original) if start <= h.position <= end
     ]
+
+
+FIELDS = ["timestamp_ms", "is_control", "batch_producer_id"]
+
+
+def _write_layout(rows: pa.Table, directory: Path, files: int, group_rows: int, rng: random.Random) -> list[str]:
+    cuts = sorted(rng.sample(range(1, rows.num_rows), files - 1))
+    paths = []
+    for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, rows.num_rows], strict=True)):
+        path = directory / f"f{i}.parquet"
+        pq.write_table(rows.slice(a, b - a), path, row_group_size=group_rows)
+        paths.append(str(path))
+    return paths
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    files=st.integers(1, 3),
+    group_rows=st.sampled_from([60, 400, 100_000]),
+    compacted=st.booleans(),
+    start_batch=st.integers(0, 29),
+    seed=st.integers(0, 1 << 16),
+)
+def test_rows_with_some_kafka_fields_are_the_rows_with_all(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table],
+    tmp_path: Path,
+    files: int,
+    group_rows: int,
+    compacted: bool,
+    start_batch: int,
+    seed: int,
+) -> None:
+    """What Spark reads of a segment (some columns, some fields of ``kafka``) is the broker's rows, projected."""
+    seg, own, others = segments
+    rng = random.Random(seed)
+    rows = pa.concat_tables([own, others]) if compacted else own
+    if compacted:
+        kafka = rows.column("kafka")
+        order = pc.sort_indices(
+            pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
+            sort_keys=[("p", "ascending"), ("o", "ascending")],
+        )
+        rows = rows.take(order)
+    d = tmp_path / f"{compacted}-{files}-{group_rows}-{seed}"
+    d.mkdir()
+    paths = _write_layout(rows, d, files, group_rows, rng)
+    start = [h.position for h, _ in iter_batches(seg.log.read_bytes())][start_batch]
+    full = pa.concat_tables(iter_segment_rows(_rows_for(seg, paths), start, None, "test"))
+    cache = RowGroupCache(8 << 20)
+    for _ in range(2):  # cold, then from the cache
+        part = pa.concat_tables(
+            iter_segment_rows(_rows_for(seg, paths), start, None, "test", cache, ["kafka", "value_raw"], FIELDS)
+        )
+        assert part.column_names == ["kafka", "value_raw"]
+        assert [f.name for f in part.column("kafka").type][-len(FIELDS) :] == FIELDS
+        assert part.column("value_raw").equals(full.column("value_raw"))
+        for name in ["offset", *FIELDS]:
+            want = pc.struct_field(full.column("kafka"), name)
+            assert pc.struct_field(part.column("kafka"), name).equals(want), name
+
+
+def test_a_kafka_field_a_file_lacks_reads_as_null() -> None:
+    kafka = pa.array([{"offset": 5, "partition": 0}, {"offset": 6, "partition": 0}])
+    t = _with_kafka_fields(pa.table({"kafka": kafka}), ("partition", "offset", "is_control"))
+    got = t.column("kafka")
+    assert [f.name for f in got.type] == ["partition", "offset", "is_control"]
+    assert got.to_pylist() == [
+        {"partition": 0, "offset": 5, "is_control": None},
+        {"partition": 0, "offset": 6, "is_control": None},
+    ]
+    assert _with_kafka_fields(t, None) is t
