@@ -371,6 +371,17 @@ def test_kts_iceberg_maintain_dry_run_changes_nothing_then_a_run_does(tmp_path: 
     assert _offsets(table) == list(range(6 * SEGMENT_RECORDS))
 
 
+def test_kts_iceberg_maintain_table_takes_a_topics_name_or_its_tables(tmp_path: Path) -> None:
+    cfg = iceberg_config(tmp_path, topics="my-orders")
+    tier(cfg, new_tip("my-orders"), [segment_of(tmp_path / "s", order_records(0, 10))])
+    assert load_table(cfg, "my-orders").name()[-1] == "my_orders"  # a dash is not kept in a table's name
+    path = str(_props_file(tmp_path, cfg))
+    for name in ("my-orders", "my_orders"):
+        out = CliRunner().invoke(cli, ["iceberg", "maintain", "--config", path, "--table", name, "--dry-run"])
+        assert out.exit_code == 0, out.output
+        assert "my_orders" in out.output and "expire-snapshots" in out.output
+
+
 def test_kts_iceberg_maintain_refuses_a_scope_that_matches_nothing_and_creates_nothing(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=1)
     runner = CliRunner()
