@@ -31,6 +31,15 @@ transform) or ``ours`` in the same run it prints the Iceberg/classic ratio, roun
 
     python benchmarks/bench_broker_catchup.py --only ours-plain --only ours-iceberg --rounds 3
 
+``--compact-iceberg`` reads the Iceberg topic twice per round: once as tiered, then again after ``kts iceberg
+maintain`` compacted its table (the plugin's own compaction; the broker's maintenance thread is off so that the
+first read is of the copies' files; the compaction's inputs are expired and deleted before the second read, so
+it can only read the rewritten files). Both reads are compared with the same round's read of the classic
+topic, a first read as theirs (a second read of it would come from the chunk cache, which holds it all):
+
+    python benchmarks/bench_broker_catchup.py --only ours-plain --only ours-iceberg --mb 64 --rounds 2 \
+        --compact-iceberg
+
 ``--plugin-time`` wraps both plugins in ``TimedRemoteStorageManager.java`` (compiled here against the
 distribution's jars) and reports the time the broker spent inside each: every fetch from the call to the close of
 its stream, and every index fetch. That time is what the plugin adds to a fetch, measured alike for both; the
@@ -54,6 +63,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -112,7 +122,7 @@ def _service_calls() -> float:
     return float(found.group(1))
 
 
-def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str:
+def _plugin_properties(kind: str, work: Path, transport: str, cache: str, compact: bool = False) -> str:
     if kind == "local":  # on the broker's class path already (libs/)
         return (
             "remote.log.storage.manager.class.name=org.apache.kafka.server.log.remote.storage.LocalTieredStorage\n"
@@ -158,6 +168,8 @@ def _plugin_properties(kind: str, work: Path, transport: str, cache: str) -> str
             "rsm.config.iceberg.mode.topics.regex=t",
             f"rsm.config.iceberg.mode.catalog.sqlite.path={work / 'catalog.db'}",
         ]
+        if compact:  # the bench compacts, between its two reads
+            lines.append("rsm.config.iceberg.mode.maintenance.enabled=false")
     if transport == "sidecar":
         lines.append(f"remote.log.storage.manager.class.path={ROOT / 'rsm' / '_jars'}/*")
     return "\n".join(lines) + "\n"
@@ -199,6 +211,48 @@ def _plugin_time(events: Path) -> dict[str, list[float]]:
         kind, ns = line.split()
         out[kind].append(int(ns) / 1e6)
     return out
+
+
+def _table_files(props_file: Path) -> tuple[set[str], set[str]]:
+    """The Iceberg topic's live data files and every file any of its snapshots references."""
+    from rsm.cli.settings import load_configs
+    from rsm.iceberg.catalog import catalog_properties
+    from rsm.iceberg.config import IcebergConfig
+    from rsm.iceberg.maintenance import open_existing_catalog, referenced_files
+
+    configs = load_configs(str(props_file))
+    cfg = IcebergConfig.from_map(configs)
+    storage = {k[len("storage.") :]: v for k, v in configs.items() if k.startswith("storage.")}
+    catalog = open_existing_catalog(cfg, catalog_properties(cfg, "filesystem", storage, ""))
+    if catalog is None:
+        raise RuntimeError(f"no Iceberg catalog with namespace {cfg.namespace!r} at {props_file}")
+    table = catalog.load_table((cfg.namespace, "t"))
+    return {task.file.file_path for task in table.scan().plan_files()}, referenced_files(table)
+
+
+def compact_iceberg(work: Path, plugin: str) -> tuple[int, int]:
+    """Compact the topic's table with ``kts iceberg maintain`` (snapshots expired down to the newest), check
+    that its data files changed, and delete the files it replaced (what the orphan step does once they are
+    older than the grace period), so that a fetch can only read the rewritten ones. Returns the number of live
+    data files before and after."""
+    props = work / "plugin.properties"
+    props.write_text(plugin)
+    before, _ = _table_files(props)
+    keys = ["snapshot.max.keep=1", "snapshot.min.keep=1"]
+    cmd = [sys.executable, "-m", "rsm.cli.main", "iceberg", "maintain", "--config", str(props), "--no-orphans"]
+    cmd += [arg for k in keys for arg in ("--set", f"iceberg.mode.maintenance.{k}")]
+    for _ in range(2):  # a run expires before it compacts: the second expires the snapshot before the compaction
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900)
+    after, referenced = _table_files(props)
+    if not after or after & before or len(after) >= len(before):
+        raise RuntimeError(f"the compaction changed nothing: {len(before)} data files before, {len(after)} after")
+    gone = {f for f in before if f"file://{os.path.normpath(urlparse(f).path)}" not in referenced}
+    if gone != before:
+        raise RuntimeError(f"{len(before - gone)} replaced data files are still referenced by a snapshot")
+    for f in gone:
+        Path(urlparse(f).path).unlink()
+    time.sleep(6)  # iceberg.mode.fetch.table.refresh.ms (5 s): the broker's fetches see the new snapshot
+    return len(before), len(after)
 
 
 def _process_tree(root: int) -> Iterator[tuple[int, str, str]]:
@@ -260,9 +314,12 @@ def run_one(
     pyspy: str | None = None,
     timed_jar: Path | None = None,
     perf_out: str | None = None,
-) -> Run:
+    compact: bool = False,
+) -> list[Run]:
+    """One broker with ``kind``'s plugin, the topic filled and tiered, and a catch-up read of it (``compact``:
+    two, the Iceberg table compacted in between)."""
     work = Path(tempfile.mkdtemp(prefix=f"kts-broker-{kind}-"))
-    plugin = _plugin_properties(kind, work, transport, cache)
+    plugin = _plugin_properties(kind, work, transport, cache, compact)
     if timed_jar is not None:
         plugin = _timed_properties(plugin, work, timed_jar)
     cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin)
@@ -294,62 +351,72 @@ def run_one(
             time.sleep(1)
         assert node.process is not None
         broker_pid = node.process.pid
-        before = _tree_cpu(broker_pid)
-        children_before = os.times()
-        spy = None
-        if pyspy and kind != "local":
-            # the in-process broker is the Python process that hosts the JVM: its embedded threads are sampled
-            target = _sidecar_pid(broker_pid) if transport == "sidecar" else broker_pid
-            spy = subprocess.Popen(
-                [_pyspy(), "record", "-p", str(target), "-o", f"{pyspy}.{transport}", "--format", "raw"]
-                + ["--rate", "250", "--threads", "--nonblocking"]
+
+        def read() -> Run:
+            before = _tree_cpu(broker_pid)
+            children_before = os.times()
+            spy = None
+            if pyspy and kind != "local":
+                # the in-process broker is the Python process that hosts the JVM: its embedded threads are sampled
+                target = _sidecar_pid(broker_pid) if transport == "sidecar" else broker_pid
+                spy = subprocess.Popen(
+                    [_pyspy(), "record", "-p", str(target), "-o", f"{pyspy}.{transport}", "--format", "raw"]
+                    + ["--rate", "250", "--threads", "--nonblocking"]
+                )
+                time.sleep(1)  # py-spy attaches
+            perf = None
+            if perf_out:  # every process of the broker's tree (the sidecar too), by shared object: where the CPU goes
+                pids = ",".join(str(pid) for pid, _, _ in _process_tree(broker_pid))
+                perf = subprocess.Popen(
+                    ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", f"{perf_out}.{kind}.{transport}"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                time.sleep(1)
+            started = time.monotonic()
+            stdout = cluster.tool(
+                "consumer-perf",
+                *["--bootstrap-server", boot, "--topic", "t", "--messages", str(records), "--timeout", "120000"],
+                *["--fetch-size", "1048576", "--print-metrics"],
+                timeout=900,
             )
-            time.sleep(1)  # py-spy attaches
-        perf = None
-        if perf_out:  # every process of the broker's tree (the sidecar too), by shared object: where the CPU goes
-            pids = ",".join(str(pid) for pid, _, _ in _process_tree(broker_pid))
-            perf = subprocess.Popen(
-                ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", f"{perf_out}.{kind}.{transport}"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+            elapsed = time.monotonic() - started
+            after = _tree_cpu(broker_pid)
+            children_after = os.times()  # before py-spy is reaped: its CPU is not the consumer's
+            for profiler in (spy, perf):
+                if profiler is not None:
+                    profiler.send_signal(signal.SIGINT)
+                    profiler.wait()
+            cpu = {k: v - before.get(k, 0.0) for k, v in after.items()}
+            cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
+                children_before.children_user + children_before.children_system
             )
-            time.sleep(1)
-        started = time.monotonic()
-        stdout = cluster.tool(
-            "consumer-perf",
-            *["--bootstrap-server", boot, "--topic", "t", "--messages", str(records), "--timeout", "120000"],
-            *["--fetch-size", "1048576", "--print-metrics"],
-            timeout=900,
-        )
-        elapsed = time.monotonic() - started
-        after = _tree_cpu(broker_pid)
-        children_after = os.times()  # before py-spy is reaped: its CPU is not the consumer's
-        for profiler in (spy, perf):
-            if profiler is not None:
-                profiler.send_signal(signal.SIGINT)
-                profiler.wait()
-        cpu = {k: v - before.get(k, 0.0) for k, v in after.items()}
-        cpu["consumer"] = (children_after.children_user + children_after.children_system) - (
-            children_before.children_user + children_before.children_system
-        )
-        lines = stdout.splitlines()
-        at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
-        header, row = lines[at], lines[at + 1]
-        fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")], strict=False))
-        latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", stdout)
-        if re.search(r"\] ERROR ", node.out.read_text(errors="replace")):
-            print(f"  note: {kind}: ERROR lines in {node.out}")
-        calls = None
-        if kind == "ours-kms":  # the public key (once, at the first copy) and one unwrap per segment read
-            calls = (_service_calls(), len(list((work / "remote").rglob("*.rsm-manifest"))))
-        run = Run(
-            float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
-            float(fields["fetch.MB.sec"]) * 1.048576,
-            float(latency.group(1)) if latency else float("nan"),
-            cpu,
-            sum(cpu.values()) / elapsed,
-            service_calls=calls,
-        )
+            lines = stdout.splitlines()
+            at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+            header, row = lines[at], lines[at + 1]
+            fields = dict(
+                zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")], strict=False)
+            )
+            latency = re.search(r"fetch-latency-avg:\{client-id=[^,}]*\}\s*:\s*([0-9.]+)", stdout)
+            if re.search(r"\] ERROR ", node.out.read_text(errors="replace")):
+                print(f"  note: {kind}: ERROR lines in {node.out}")
+            calls = None
+            if kind == "ours-kms":  # the public key (once, at the first copy) and one unwrap per segment read
+                calls = (_service_calls(), len(list((work / "remote").rglob("*.rsm-manifest"))))
+            return Run(
+                float(fields["MB.sec"]) * 1.048576,  # perf-test's MB is MiB
+                float(fields["fetch.MB.sec"]) * 1.048576,
+                float(latency.group(1)) if latency else float("nan"),
+                cpu,
+                sum(cpu.values()) / elapsed,
+                service_calls=calls,
+            )
+
+        runs = [read()]
+        if compact and kind == "ours-iceberg":
+            files = compact_iceberg(work, plugin)
+            print(f"  ours-iceberg: compacted {files[0]} data files into {files[1]} (the old ones deleted)")
+            runs.append(read())
     finally:
         cluster.stop()
         events = work / "plugin-time.txt"  # written by the wrapper's shutdown hook
@@ -358,7 +425,7 @@ def run_one(
             shutil.rmtree(work, ignore_errors=True)
     if timed_jar is not None and plugin_ms is None:
         raise RuntimeError(f"{kind}: --plugin-time recorded nothing (the broker did not exit cleanly?)")
-    return run._replace(plugin_ms=plugin_ms)
+    return [runs[0]._replace(plugin_ms=plugin_ms), *runs[1:]]
 
 
 def main() -> int:
@@ -394,7 +461,15 @@ def main() -> int:
         help="perf record -g the broker's process tree during the read: FILE.<plugin>.<transport> "
         "(perf report -i ... --sort dso)",
     )
+    p.add_argument(
+        "--compact-iceberg",
+        action="store_true",
+        help="read the Iceberg topic twice, compacting its table with kts iceberg maintain in between; "
+        "prints the Iceberg/classic ratio before and after",
+    )
     args = p.parse_args()
+    if args.compact_iceberg and (args.pyspy or args.perf or args.plugin_time):
+        p.error("--compact-iceberg reads twice per broker: run it without --pyspy, --perf and --plugin-time")
     version = args.kafka or kd.NEWEST_4X
     kafka = Path(args.kafka_home) if args.kafka_home else kd.kafka_home(version)
     setups_kinds = args.only or ["local", "ours"]
@@ -414,8 +489,11 @@ def main() -> int:
     try:
         for _ in range(args.rounds):  # alternating, so a change in the machine's load hits all alike
             for kind, transport in setups:
-                run = run_one(kind, kafka, args.mb, transport, args.cache, args.pyspy, timed_jar, args.perf)
-                runs.setdefault(_setup_key(kind, transport), []).append(run)
+                reads = run_one(
+                    kind, kafka, args.mb, transport, args.cache, args.pyspy, timed_jar, args.perf, args.compact_iceberg
+                )
+                for suffix, run in zip(("", AFTER), reads, strict=False):
+                    runs.setdefault(_setup_key(kind, transport) + suffix, []).append(run)
     finally:
         if kms is not None:
             kms.terminate()
@@ -427,6 +505,8 @@ def main() -> int:
         labels[f"ours-plain/{transport}"] = f"ours ({transport}, no transform, {args.cache} cache)"
         labels[f"ours-iceberg/{transport}"] = f"ours ({transport}, Iceberg mode)"
         labels[f"ours-kms/{transport}"] = f"ours ({transport}, zstd + AES, aws-kms keys)"
+    for key in list(labels):
+        labels[key + AFTER] = labels[key] + ", compacted"
 
     def median(kind: str, field: str) -> float:
         return statistics.median(getattr(r, field) for r in runs[kind])
@@ -442,21 +522,22 @@ def main() -> int:
 
     for kind, rs in runs.items():
         ratio = ""
-        if kind != "local" and "local" in runs:
+        local = "local" + (AFTER if kind.endswith(AFTER) else "")
+        if not kind.startswith("local") and local in runs:
             ratio = (
-                f" = {median(kind, 'mbs') / median('local', 'mbs'):.2f}x LocalTieredStorage"
-                f" (fetch-only {median(kind, 'fetch_mbs') / median('local', 'fetch_mbs'):.2f}x)"
+                f" = {median(kind, 'mbs') / median(local, 'mbs'):.2f}x LocalTieredStorage"
+                f" (fetch-only {median(kind, 'fetch_mbs') / median(local, 'fetch_mbs'):.2f}x)"
             )
-        print(f"  {labels[kind]:<44} {median(kind, 'mbs'):7.1f} MB/s{ratio}")
+        print(f"  {labels[kind]:<58} {median(kind, 'mbs'):7.1f} MB/s{ratio}")
         print(
-            f"  {'':<46}each round: "
+            f"  {'':<60}each round: "
             + ", ".join(f"{r.mbs:.1f}" for r in rs)
             + "; fetch-only: "
             + ", ".join(f"{r.fetch_mbs:.1f}" for r in rs)
         )
         cpu = cpu_per_mb(kind)
         print(
-            f"  {'':<46}fetch latency {median(kind, 'fetch_latency_ms'):.2f} ms; CPU ms per MB: "
+            f"  {'':<60}fetch latency {median(kind, 'fetch_latency_ms'):.2f} ms; CPU ms per MB: "
             + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items()))
             + f" = {sum(cpu.values()):.1f}; cores busy {median(kind, 'cores'):.2f} of {os.cpu_count()}"
         )
@@ -464,18 +545,22 @@ def main() -> int:
         if timed:
             seg = [statistics.median(t["segment"]) for t in timed]
             print(
-                f"  {'':<46}inside the plugin per round: "
+                f"  {'':<60}inside the plugin per round: "
                 + ", ".join(f"{sum(t['segment']) + sum(t['index']):.0f}" for t in timed)
                 + f" ms ({len(timed[0]['segment'])} fetches, median {statistics.median(seg):.3f} ms each; "
                 + f"{len(timed[0]['index'])} index fetches, {statistics.median(sum(t['index']) for t in timed):.0f} ms)"
             )
-    for transport in transports:  # Iceberg mode against classic: the same records, the same broker, alternated
-        ice = f"ours-iceberg/{transport}"
+    for transport, suffix in [(t, s) for t in transports for s in ("", AFTER)]:  # Iceberg mode against classic
+        ice = f"ours-iceberg/{transport}{suffix}"
         for classic in (f"ours/{transport}", f"ours-plain/{transport}"):
             if ice in runs and classic in runs:
                 rate = [x.mbs / y.mbs for x, y in zip(runs[ice], runs[classic], strict=True)]
+                when = (
+                    " (after the compaction)" if suffix else (" (before a compaction)" if args.compact_iceberg else "")
+                )
                 print(
-                    f"  Iceberg mode / {labels[classic]} = {median(ice, 'mbs') / median(classic, 'mbs'):.2f}x the rate "
+                    f"  Iceberg mode{when} / {labels[classic]} = "
+                    f"{median(ice, 'mbs') / median(classic, 'mbs'):.2f}x the rate "
                     f"(per round: {', '.join(f'{x:.2f}' for x in rate)}; fetch-only "
                     f"{median(ice, 'fetch_mbs') / median(classic, 'fetch_mbs'):.2f}x)"
                 )
@@ -503,6 +588,9 @@ def main() -> int:
                 f"in-process {plugin_cpu[a]:.1f}, sidecar {plugin_cpu[b]:.1f}"
             )
     return 0
+
+
+AFTER = "@after"  # the key suffix of --compact-iceberg's second reads
 
 
 def _setup_key(kind: str, transport: str) -> str:

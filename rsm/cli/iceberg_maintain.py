@@ -22,7 +22,13 @@ def iceberg_group() -> None:
 
 @iceberg_group.command("maintain")
 @config_options
-@click.option("--table", "tables", multiple=True, metavar="NAME", help="only this table (a topic's name); repeatable")
+@click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    metavar="NAME",
+    help="only this topic's table (the topic's or the table's name); repeatable",
+)
 @click.option("--dry-run", is_flag=True, help="change nothing: print what a run would do")
 @click.option(
     "--orphans/--no-orphans", default=True, show_default=True, help="also remove orphan files older than the grace"
@@ -50,10 +56,17 @@ def maintain_command(
             "iceberg.mode.namespace): nothing was tiered in Iceberg mode there yet, or the keys are not the brokers'"
         )
     tables_ours, locations = plugin_tables(catalog, cfg.namespace)
-    unknown = sorted(set(tables) - set(locations))
+
+    def table_name(name: str) -> str:
+        """A table's name, or the table a topic's segments go to (a topic ``a-b`` goes to table ``a_b``)."""
+        namespace, table = cfg.table_of(name).identifier
+        return name if name in locations or namespace != cfg.namespace else table
+
+    unknown = sorted(n for n in tables if table_name(n) not in locations)
     if unknown:
         raise click.ClickException(f"no table {', '.join(unknown)} in namespace {cfg.namespace!r}")
-    ours = [t for t in tables_ours if not tables or t.name()[-1] in tables]
+    wanted = {table_name(n) for n in tables}
+    ours = [t for t in tables_ours if not tables or t.name()[-1] in wanted]
     if not ours:
         raise click.ClickException(
             f"no table of the plugin (property kafka.topic) in namespace {cfg.namespace!r}"

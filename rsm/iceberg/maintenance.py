@@ -264,8 +264,14 @@ def _sorted_rows(table: Table, b: CompactionBin) -> pa.Table:
 
 
 def _live_in_range(table: Table, b: CompactionBin) -> set[str]:
+    """The live files of the bin's partition value (day) that hold offsets of its range. Files of other days
+    are left out: their offsets may interleave with the bin's (transaction markers carry the broker's time,
+    records their producer's) and the bin does not touch them."""
+    spec_id, day = b.files[0].task.file.spec_id, b.day
     return {
-        t.file.file_path for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()
+        t.file.file_path
+        for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()
+        if t.file.spec_id == spec_id and t.file.partition[0] == day
     }
 
 

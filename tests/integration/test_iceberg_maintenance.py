@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,26 @@ def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tm
     assert _rows(table) == after_copy  # nothing lost, nothing twice
     assert _offsets(table) == list(range(4 * SEGMENT_RECORDS))
     assert _data_files(cfg) == data_before  # the rewritten file was deleted
+
+
+def test_compaction_of_a_day_whose_offsets_interleave_with_another_days(tmp_path: Path) -> None:
+    """Every 10th record a day later (as a transaction marker, stamped with the broker's time, among records
+    with their producer's older timestamps): each copy writes a file per day, their offsets interleaved; both
+    days' files are compacted, none given up."""
+    cfg = iceberg_config(tmp_path)
+    tip, later = new_tip(), 400 * 86_400_000
+    for i in range(4):
+        recs = order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS)
+        recs = [replace(r, timestamp=r.timestamp + later) if r.offset % 10 == 9 else r for r in recs]
+        tier(cfg, tip, [segment_of(tmp_path / f"seg{i}", recs)])
+    table = load_table(cfg)
+    before = _rows(table)
+    assert len(list(table.scan().plan_files())) == 8
+    result = compact(table, SETTINGS)
+    assert (result.count, result.skipped) == (8, ""), result
+    table = load_table(cfg)
+    assert len(list(table.scan().plan_files())) == 2
+    assert _rows(table) == before
 
 
 def test_rewrite_manifests_merges_them_and_keeps_every_file(tmp_path: Path) -> None:
@@ -358,6 +379,17 @@ def test_kts_iceberg_maintain_dry_run_changes_nothing_then_a_run_does(tmp_path: 
     table = load_table(cfg)
     assert len(list(table.scan().plan_files())) == 1
     assert _offsets(table) == list(range(6 * SEGMENT_RECORDS))
+
+
+def test_kts_iceberg_maintain_table_takes_a_topics_name_or_its_tables(tmp_path: Path) -> None:
+    cfg = iceberg_config(tmp_path, topics="my-orders")
+    tier(cfg, new_tip("my-orders"), [segment_of(tmp_path / "s", order_records(0, 10))])
+    assert load_table(cfg, "my-orders").name()[-1] == "my_orders"  # a dash is not kept in a table's name
+    path = str(_props_file(tmp_path, cfg))
+    for name in ("my-orders", "my_orders"):
+        out = CliRunner().invoke(cli, ["iceberg", "maintain", "--config", path, "--table", name, "--dry-run"])
+        assert out.exit_code == 0, out.output
+        assert "my_orders" in out.output and "expire-snapshots" in out.output
 
 
 def test_kts_iceberg_maintain_refuses_a_scope_that_matches_nothing_and_creates_nothing(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,7 +210,18 @@ def _s3(server: StoreServer, bucket: str) -> Store:
     return Store(plugin, keys, lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), io)
 
 
-def _plugin_lines(store: Store, tmp: Path, transport: str) -> str:
+# The broker's own maintainer, made to work within the test: a pass every 2 s, pairs of small files compacted,
+# 3 snapshots kept. Orphans: the grace cannot go under an hour, so the broker's one orphan pass (at its first)
+# finds none; `kts iceberg maintain` removes them below, from files the test ages.
+BROKER_MAINTENANCE = {
+    "iceberg.mode.maintenance.interval.ms": "2000",
+    "iceberg.mode.maintenance.compaction.min.files": "2",
+    "iceberg.mode.maintenance.snapshot.min.keep": "1",
+    "iceberg.mode.maintenance.snapshot.max.keep": "3",
+}
+
+
+def _plugin_lines(store: Store, tmp: Path, transport: str, **extra_keys: str) -> str:
     """The shim on ``store`` with Iceberg mode for ``ICE`` only (kafka_dist's lines, with the backend swapped)."""
     base = kd.plugin_properties(tmp / "unused", transport)
     lines = [line for line in base.splitlines() if not line.startswith("rsm.config.storage.")]
@@ -217,6 +229,7 @@ def _plugin_lines(store: Store, tmp: Path, transport: str) -> str:
         **store.plugin,
         "iceberg.mode.topics.regex": ICE,
         "iceberg.mode.catalog.sqlite.path": str(tmp / "catalog.db"),
+        **extra_keys,
     }
     return "\n".join(lines + [f"rsm.config.{k}={v}" for k, v in extra.items()]) + "\n"
 
@@ -274,11 +287,140 @@ def _check_table(store: Store, tmp: Path, sent: list[Sent], sections: list[dict[
         assert [(h["key"], h["value"]) for h in headers[r] or ()] == list(s.headers), f"headers of offset {o}"
 
 
+def _produce_plain(bootstrap: str, first: int, count: int) -> list[Sent]:
+    """Records ``first`` to ``first + count - 1`` (as :func:`_record`), plain, into both topics."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=64 * 1024)
+    futures = []
+    try:
+        for i in range(first, first + count):
+            key, value, headers = _record(i)
+            ts = BASE_TS + 7 * i
+            pair = [
+                producer.send(t, key=key, value=value, headers=headers, partition=0, timestamp_ms=ts)
+                for t in (ICE, CLASSIC)
+            ]
+            futures.append((pair, Sent(-1, ts, key, value, tuple(headers), False)))
+        producer.flush(timeout=120)
+        out = []
+        for (ice, classic), s in futures:
+            offset = ice.get(timeout=60).offset
+            assert classic.get(timeout=60).offset == offset, "the two topics got different offsets"
+            out.append(s._replace(offset=offset))
+    finally:
+        producer.close(timeout=30)
+    return out
+
+
+def _load_table(store: Store, tmp: Path) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{tmp / 'catalog.db'}", **store.io)
+    return catalog.load_table(("kafka", ICE.replace("-", "_")))
+
+
+def _compacted_files(table: Any, sections: list[dict[str, Any]]) -> list[str]:
+    """The table's live data files whose offsets span more than one of ``sections`` (every tiered segment): no
+    copy wrote those."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
+    field = table.schema().find_field("kafka.offset").field_id
+    out = []
+    for task in table.scan().plan_files():
+        f = task.file
+        lo = from_bytes(LongType(), f.lower_bounds[field])
+        hi = from_bytes(LongType(), f.upper_bounds[field])
+        if not any(s["firstOffset"] <= lo and hi <= s["lastOffset"] for s in sections):
+            out.append(f.file_path)
+    return out
+
+
+def _settle(b: kd.Broker, store: Store, tmp: Path) -> None:
+    """Wait until both topics' closed segments are tiered and the broker's maintainer has nothing left to
+    compact (so the next step does not race its compaction)."""
+    from rsm.iceberg.config import IcebergConfig
+    from rsm.iceberg.maintenance import plan_compaction
+
+    settings = IcebergConfig.from_map(BROKER_MAINTENANCE).maintenance
+    for topic in (ICE, CLASSIC):
+        local = b.data / f"{topic}-0"
+        kd.wait_while_running(
+            lambda local=local: kd.tiered_locally(local), 300, f"{topic}'s closed segments are tiered", b
+        )  # type: ignore[misc]
+    deadline = time.monotonic() + 120
+    while plan := plan_compaction(_load_table(store, tmp), settings):
+        if time.monotonic() > deadline:
+            said = [line for line in b.log().splitlines() if "aintenance" in line or "compaction" in line]
+            raise AssertionError(f"the broker's maintainer left {[x.describe() for x in plan]}: {said[-20:]}")
+        time.sleep(1)
+
+
+def _kts_maintain(b: kd.Broker, *sets: str) -> dict[str, int]:
+    """``kts iceberg maintain`` with the broker's server.properties (and ``--set`` keys), as an operator runs
+    it beside the broker: what it printed, as {step: count}."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "rsm.cli.main", "iceberg", "maintain", "--config", str(b.work / "server.properties")]
+    for kv in sets:
+        cmd += ["--set", kv]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, f"kts iceberg maintain failed ({r.returncode}): {r.stdout}{r.stderr}"
+    counts = {}
+    for line in r.stdout.splitlines():
+        cells = [c.strip() for c in re.split(r"[│|]", line)]  # rich's table, box drawn or in ASCII
+        if len(cells) > 4 and cells[2] in ("expire-snapshots", "compaction", "rewrite-manifests", "remove-orphans"):
+            counts[cells[2]] = int(cells[3])
+    assert "remove-orphans" in counts or "compaction" in counts, f"kts printed no steps: {r.stdout}"
+    return counts
+
+
+def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent]) -> list[Sent]:
+    """After Spark's procedures: more records, which the broker's maintainer compacts as they are tiered; then
+    `kts iceberg maintain` beside it expires snapshots and removes the files the compactions replaced (aged
+    past the grace period, which cannot be set under an hour). Returns the records produced."""
+    after_spark = {t.file.file_path for t in _load_table(store, tmp).scan().plan_files()}
+    more = _produce_plain(b.bootstrap, len(sent), 6000)
+    _settle(b, store, tmp)
+    table = _load_table(store, tmp)
+    compacted = set(_compacted_files(table, [m["iceberg"] for m in _manifests(store, ICE)])) - after_spark
+    assert compacted, "the broker's maintainer compacted none of the files tiered after Spark"
+
+    before = len(table.metadata.snapshots)
+    assert before >= 2, table.metadata.snapshots
+    counts = _kts_maintain(
+        b, "iceberg.mode.maintenance.snapshot.max.keep=1", "iceberg.mode.maintenance.snapshot.min.keep=1"
+    )
+    assert counts["expire-snapshots"] >= 1, counts
+    table = _load_table(store, tmp)
+    assert len(table.metadata.snapshots) < before, (before, table.metadata.snapshots)
+
+    # The files only expired snapshots referenced (the compactions' inputs), aged past a one-hour grace.
+    from rsm.iceberg.maintenance import referenced_files
+
+    live = referenced_files(table)
+    data = Path(table.location().removeprefix("file:")) / "data"
+    aged = [p for p in data.rglob("*.parquet") if f"file://{os.path.normpath(p)}" not in live]
+    assert aged, "no data file was left unreferenced by the compactions and the expiry"
+    old = time.time() - 2 * 3600
+    for p in aged:
+        os.utime(p, (old, old))
+    counts = _kts_maintain(b, "iceberg.mode.maintenance.orphan.grace.ms=3600000")
+    assert counts["remove-orphans"] == len(aged), (counts, aged)
+    assert not any(p.exists() for p in aged)
+    return more
+
+
 def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> None:
-    """``maintain``: then Spark's rewrite_data_files, expire_snapshots and remove_orphan_files run on the table
-    (the broker still up, its fetches planned on the table before), and a consumer reads it all again."""
+    """``maintain``: the broker's maintainer runs often (``BROKER_MAINTENANCE``) and must have compacted and
+    expired while it tiered; then Spark's rewrite_data_files, expire_snapshots and remove_orphan_files run on
+    the table (the broker still up, its fetches planned on the table before) and a consumer reads it all again;
+    then more records are tiered (and compacted by the broker), `kts iceberg maintain` expires snapshots and
+    removes orphan files beside the broker, more records again, and a consumer reads everything from offset 0."""
     jt.ensure_built()
-    plugin = _plugin_lines(store, tmp, transport)
+    plugin = _plugin_lines(store, tmp, transport, **(BROKER_MAINTENANCE if maintain else {}))
     with kd.running_broker(VERSION, tmp / "broker", plugin, transport=transport) as b:
         for topic in (ICE, CLASSIC):
             kd.create_topic(b, topic, TOPIC_CONFIG)
@@ -315,6 +457,14 @@ def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> Non
         assert max(s["lastOffset"] for s in sections) == active_from - 1
         _check_table(store, tmp, sent, sections)
         if maintain:
+            _settle(b, store, tmp)
+            table = _load_table(store, tmp)
+            assert _compacted_files(table, sections), "the broker's maintainer compacted no file while it tiered"
+            # The first copy's snapshot is gone: expired.
+            first = min(sections, key=lambda s: s["firstOffset"])
+            kept = [s.summary.additional_properties if s.summary else {} for s in table.metadata.snapshots]
+            assert len(kept) <= 3, kept
+            assert f"{first['firstOffset']}-{first['lastOffset']}" not in {k.get("kafka.offsets") for k in kept}, kept
             warehouse = (tmp / "remote" / "iceberg").as_uri()
             out = spark_maintain(str(tmp / "catalog.db"), warehouse, f"kafka_tiered.{sections[0]['table']}")
             assert out["rewrite"]["rewritten_data_files_count"] > 0, out
@@ -324,6 +474,23 @@ def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> Non
                 assert again == got[(ICE, isolation)], f"{isolation}: the Iceberg topic reads otherwise after Spark"
                 assert [r.offset for r in again] == [e.offset for e in expected], isolation
             _check_table(store, tmp, sent, sections)
+
+            sent += _plugin_maintenance(b, store, tmp, sent)
+            sent += _produce_plain(b.bootstrap, len(sent), 2000)
+            _settle(b, store, tmp)
+            everything = [s._replace(aborted=False) for s in sent]
+            committed = [s._replace(aborted=False) for s in sent if not s.aborted]
+            for isolation, expected in (("read_uncommitted", everything), ("read_committed", committed)):
+                records = _consume(b.bootstrap, ICE, isolation)
+                assert [r.offset for r in records] == [e.offset for e in expected], isolation
+                for r, e in zip(records, expected, strict=True):
+                    assert r == e, f"{ICE} ({isolation}) after maintenance: offset {e.offset} came back as {r}"
+                assert records == _consume(b.bootstrap, CLASSIC, isolation), isolation
+            _check_table(store, tmp, sent, [m["iceberg"] for m in _manifests(store, ICE)])
+            beans = kd.jmx_read(b, "aiven.kafka.server.tieredstorage:type=iceberg-maintenance-metrics")
+            metrics = {k: float(v) for bean in beans.values() for k, v in bean.items()}
+            for name in ("passes-total", "files-compacted-total", "snapshots-expired-total"):
+                assert metrics.get(name, 0) > 0, metrics
         log = b.log()
     configured = "in-process" if transport == "inprocess" else transport
     assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log
@@ -335,11 +502,12 @@ def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_pat
     _run(tmp_path, _filesystem(tmp_path), transport)
 
 
-@pytest.mark.timeout(1500)  # and a JVM with Iceberg's Spark runtime
+@pytest.mark.timeout(2400)  # and a JVM with Iceberg's Spark runtime
 def test_iceberg_topic_reads_the_same_after_spark_maintenance(tmp_path: Path) -> None:
-    """Spark's rewrite_data_files (every file, sorted by partition and offset), expire_snapshots and
-    remove_orphan_files (older than now) on the Iceberg topic's table: a consumer then reads it from offset 0 as
-    before, from data files the copies never wrote."""
+    """The broker's own maintainer (compacting and expiring as it tiers), Spark's rewrite_data_files (every file,
+    sorted by partition and offset), expire_snapshots and remove_orphan_files (older than now), more records,
+    `kts iceberg maintain` beside the broker, more records: a consumer reads the Iceberg topic from offset 0 as
+    produced and as the classic topic, from data files the copies never wrote."""
     _run(tmp_path, _filesystem(tmp_path), "sidecar", maintain=True)
 
 
