@@ -5,6 +5,9 @@ In one run, over the same segments (``write_large_segment``, producer-compressed
 
 - copy cost: ``copy_log_segment_data`` of each segment into the classic format (chunks on the filesystem
   backend) and into Iceberg mode (rows -> Parquet data files -> one commit to the SQLite catalog);
+- the table compacted as the plugin's maintenance does within its first passes (a copy writes one data file
+  per ``iceberg.mode.write.batch.bytes`` of records; how far the background thread got during the copies
+  depends on timing, so the bench finishes it);
 - Spark ``local[2]`` with Iceberg's own runtime (``spark.read.format("iceberg")``), each query run over three
   sources in the same session, alternating, after a warm-up of each: the Iceberg table; ``parquet copy``, the
   same records written once as one Parquet file per segment (the Kafka source's columns, Spark's default
@@ -17,7 +20,10 @@ Prints seconds per source and the ratios the issue sets: Iceberg vs the Parquet 
 runtime loads into (.ci/iceberg_spark_env.sh makes it):
 
     .venv-iceberg-spark/bin/python benchmarks/bench_iceberg.py [--segments 4] [--segment-mib 16] [--codec zstd]
-        [--reps 3]
+        [--reps 3] [--variant KEY=VALUE,...] [--diagnose]
+
+``--diagnose`` adds the table as copied (before compaction), the data files read by Spark's own Parquet reader,
+and each scan's physical plan (whether Spark gets columnar batches).
 
 ``--copy`` measures only the copies, without Spark (any venv with pyiceberg): each rep copies every segment into
 a fresh catalog and classic root, and the medians of all copies after each rep's first (which creates the table)
@@ -78,8 +84,8 @@ def main() -> None:
         default=[],
         type=_properties,
         metavar="KEY=VALUE[,KEY=VALUE...]",
-        help="also query a copy of the table written with these table properties (e.g. "
-        "write.parquet.compression-codec=snappy): one data file per segment, like the plugin's",
+        help="also query a copy of the table written with its own properties and these (e.g. "
+        "write.parquet.compression-codec=zstd): one data file per segment, like the plugin's",
     )
     ap.add_argument(
         "--diagnose",
@@ -257,6 +263,18 @@ def _iceberg_config(classic: dict[str, str], work: Path) -> dict[str, str]:
     }
 
 
+def _settle(table: Any, settings: Any) -> Any:
+    """The table once the plugin's maintenance has compacted it (as a broker's does within its first passes):
+    a copy writes one data file per ``iceberg.mode.write.batch.bytes`` of records, and what the background
+    thread merged during the copies depends on timing. Old files stay, so the copied state can still be read."""
+    from rsm.iceberg.maintenance import compact, plan_compaction
+
+    while plan_compaction(table, settings):
+        compact(table, settings)
+        table = table.catalog.load_table(table.name())
+    return table
+
+
 def _run(args: argparse.Namespace, work: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -301,16 +319,25 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     storage = {k[len("storage.") :]: v for k, v in iceberg.items() if k.startswith("storage.")}
     handle = CatalogHandle(cfg, catalog_properties(cfg, "filesystem", storage, ""))
     table = handle.catalog.load_table(handle.table_identifier("bench"))
+    as_copied = table.metadata_location
+    copied_files = len(list(table.scan().plan_files()))
+    table = _settle(table, cfg.maintenance)
     iceberg_mb = sum(f.file_size_in_bytes for t in table.scan().plan_files() for f in [t.file]) / 1e6
+    iceberg_files = len(list(table.scan().plan_files()))
 
     variants = {}
     for n, props in enumerate(args.variant):
-        variant = handle.catalog.create_table(
-            ("kafka", f"bench_variant_{n}"), schema=table.schema(), partition_spec=table.spec(), properties=props
+        variant = handle.catalog.create_table(  # the table's own properties, these ones changed
+            ("kafka", f"bench_variant_{n}"),
+            schema=table.schema(),
+            partition_spec=table.spec(),
+            properties={**table.properties, **props},
         )
         for task in table.scan().plan_files():  # one append per data file: the same files per segment
             variant.append(ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[task]))
         variants[f"variant {n}"] = variant.refresh().metadata_location
+        variant_mb = sum(t.file.file_size_in_bytes for t in variant.scan().plan_files()) / 1e6
+        print(f"variant {n}: data files {variant_mb:.1f} MB against {iceberg_mb:.1f} MB")
 
     options = {**classic, "topic": "bench"}
     reader = TieredReader(options)
@@ -350,10 +377,18 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         **{name: ("iceberg", spark.read.format("iceberg").load(where)) for name, where in variants.items()},
     }
     if args.diagnose:
+        sources["iceberg table, as copied"] = ("iceberg", spark.read.format("iceberg").load(as_copied))
         diagnosed = {"iceberg table": table.metadata_location, **variants}
         for name, where in diagnosed.items():
             paths = [t.file.file_path for t in StaticTable.from_metadata(where).scan().plan_files()]
             sources[f"{name} files, Spark's Parquet reader"] = ("iceberg", spark.read.parquet(*paths))
+    if args.diagnose:  # whether each scan hands Spark columnar batches (ColumnarToRow) or rows
+        for name, (kind, df) in sources.items():
+            query = df.selectExpr(*QUERIES["count + sum(length(value))"][kind])
+            query.collect()  # the plan is final once run
+            plan = query._jdf.queryExecution().executedPlan().toString().splitlines()
+            scan = [line for line in plan if "Scan" in line or "ColumnarToRow" in line]
+            print(f"plan of {name}: {' / '.join(x.strip() for x in scan)[:400]}")
     secs: dict[tuple[str, str], float] = {}
     for query, exprs in QUERIES.items():
         for _, (kind, df) in sources.items():
@@ -370,7 +405,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     mb = total_bytes / 1e6
     print(
         f"{args.segments} segments x {args.segment_mib} MiB, codec {args.codec}: {mb:.1f} MB, {records:,} records; "
-        f"Iceberg data files {iceberg_mb:.1f} MB, Parquet copy {parquet_mb:.1f} MB; best of {args.reps}"
+        f"Iceberg data files {iceberg_mb:.1f} MB ({iceberg_files} files; {copied_files} as copied, before "
+        f"compaction), Parquet copy {parquet_mb:.1f} MB ({args.segments} files); best of {args.reps}"
     )
     for n, props in enumerate(args.variant):
         print(f"variant {n}: the table written again with {','.join(f'{k}={v}' for k, v in props.items())}")
