@@ -47,6 +47,7 @@ from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.selection import offset_range_filter
 from rsm.iceberg.tables import METADATA_PROPERTIES
+from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def rewrite_manifests(table: Table, settings: MaintenanceSettings, dry_run: bool
     if dry_run:
         return result
     temporary = {"commit.manifest.min-count-to-merge": "2", "commit.manifest-merge.enabled": "true"}
-    txn = table.transaction()
+    txn = transaction(table)
     txn.set_properties(temporary)
     with txn.update_snapshot(snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "rewrite-manifests"}).merge_append():
         pass
@@ -288,7 +289,7 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
                     current = table.catalog.load_table(table.name())
                 if _live_in_range(current, b) != paths:
                     break
-                txn = current.transaction()
+                txn = transaction(current)
                 with txn.update_snapshot(
                     snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
                 ).overwrite() as ow:

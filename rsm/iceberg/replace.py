@@ -33,6 +33,7 @@ from pyiceberg.table import Table
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.data_files import delete_data_files, write_data_files
 from rsm.iceberg.selection import RowSelection, offset_range_filter
+from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Replacer:
             return None
         commit_id = uuid.uuid4().hex
         try:
-            txn = table.transaction()
+            txn = transaction(table)
             summary = {**properties, COMMIT_ID: commit_id}
             if removed:
                 with txn.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
