@@ -19,6 +19,7 @@ table against its last checkpoint.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import shutil
 import statistics
@@ -64,10 +65,14 @@ class Partition:
         self.commits = 0
         self.times: list[float] = []
 
-    def copy(self, m: RemoteStorageManager) -> float:
+    def copy(self, m: RemoteStorageManager, profile: cProfile.Profile | None = None) -> float:
         files = segment(self.dir, self.commits * self.records, self.records)
         t0 = time.perf_counter()
+        if profile is not None:
+            profile.enable()
         m.copy_log_segment_data(files.to_metadata(self.tip), files.to_log_segment_data())  # type: ignore[attr-defined]
+        if profile is not None:
+            profile.disable()
         took = time.perf_counter() - t0
         shutil.rmtree(self.dir)
         self.commits += 1
@@ -104,6 +109,11 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between maintenance passes")
     ap.add_argument("--every", type=int, default=1000, help="a checkpoint every this many commits")
     ap.add_argument("--no-maintenance", action="store_true", help="the same run with maintenance off")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="write cProfile stats of the copies at each checkpoint to PROFILE-<commit>-{aged,young}.prof",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-age-"))
     config = iceberg_config(
@@ -128,9 +138,13 @@ def main() -> None:
                     took = aged.copy(m)
                     harness += time.perf_counter() - t0 - took
                 young = Partition(f"young-{point}", work, args.records)
+                profiles = (cProfile.Profile(), cProfile.Profile()) if args.profile else (None, None)
                 for _ in range(AROUND):  # alternating one by one: both see the same load
-                    aged.copy(m)
-                    young.copy(m)
+                    aged.copy(m, profiles[0])
+                    young.copy(m, profiles[1])
+                for name, profile in zip(("aged", "young"), profiles, strict=True):
+                    if profile is not None:
+                        profile.dump_stats(f"{args.profile}-{point}-{name}.prof")
                 drop(m, young.tip.topic)
                 old, new = statistics.median(aged.times[-AROUND:]), statistics.median(young.times)
                 ratios[point] = old / new
