@@ -1,21 +1,25 @@
 """Iceberg mode: the copy time of a segment as the table ages, with the plugin's maintenance on.
 
-One partition of one Iceberg-mode topic, small segments copied one after another through the plugin
-(``copy_log_segment_data``; filesystem backend, SQLite catalog), up to ``--commits`` commits. The plugin's
+One partition of one Iceberg-mode topic (the aged table), small segments copied one after another through the
+plugin (``copy_log_segment_data``; filesystem backend, SQLite catalog), up to ``--commits`` commits. The plugin's
 maintenance thread runs beside the copies (every ``--interval`` seconds), as on a broker. Time is compressed
 (10,000 commits take minutes here, a week of a segment a minute on a broker), so snapshot expiry is by count
 (the default ``snapshot.max.keep``), not by age.
 
-Prints the median copy time of the first 20 copies (around the 10th) and of the last 20 (around the
-``--commits``-th), their ratio (target <= 1.5), and every ``--every`` commits the median of the last 20 and
-the table's shape: snapshots, metadata JSON size, data manifests of the current snapshot, live data files.
+At the 10th commit and every ``--every`` commits, 20 copies into the aged table (the 10 commits before the
+checkpoint and the 10 after) alternate one by one with 20 copies into a young table: a fresh topic's table,
+copies 1 to 20 (around its 10th commit), same segments, same plugin, same maintenance. It prints both medians,
+their ratio (the target is 1.5 at most), the aged table's shape (snapshots, metadata JSON size, data manifests
+of the current snapshot, live data files) and the load average; at the end, the first 20 copies of the aged
+table against its last checkpoint.
 
-    .venv/bin/python benchmarks/bench_iceberg_age.py [--commits 10000] [--records 200] [--interval 5]
+    .venv/bin/python benchmarks/bench_iceberg_age.py [--commits 10000] [--every 1000] [--records 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import shutil
 import statistics
@@ -26,15 +30,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "support"))
+
+from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on sys.path
+from pyiceberg.exceptions import NoSuchTableError  # noqa: E402
 
 from rsm import RemoteStorageManager  # noqa: E402
-from rsm.kafka.writer import build_batch, write_entries_segment  # noqa: E402
+from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
 
 DAY_MS = 1_767_225_600_000
+AROUND = 20  # copies timed around each checkpoint
+TARGET = 1.5
 
 
-def segment(directory: Path, first: int, records: int) -> object:
+def segment(directory: Path, first: int, records: int) -> SegmentFiles:
     entries = []
     for i in range(first, first + records, 50):
         specs = [
@@ -45,8 +55,34 @@ def segment(directory: Path, first: int, records: int) -> object:
     return write_entries_segment(directory, entries)
 
 
-def shape(m: RemoteStorageManager) -> str:
-    table = m.iceberg.mode().handle.catalog.load_table(("kafka", "aging"))
+class Partition:
+    """One partition of a topic: the next segment to copy, and the copy times."""
+
+    def __init__(self, topic: str, work: Path, records: int) -> None:
+        self.tip = TopicIdPartition(random_kafka_uuid(), topic, 0)
+        self.dir = work / f"seg-{topic}"
+        self.records = records
+        self.commits = 0
+        self.times: list[float] = []
+
+    def copy(self, m: RemoteStorageManager, profile: cProfile.Profile | None = None) -> float:
+        files = segment(self.dir, self.commits * self.records, self.records)
+        t0 = time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        m.copy_log_segment_data(files.to_metadata(self.tip), files.to_log_segment_data())  # type: ignore[attr-defined]
+        if profile is not None:
+            profile.disable()
+        took = time.perf_counter() - t0
+        shutil.rmtree(self.dir)
+        self.commits += 1
+        self.times.append(took)
+        return took
+
+
+def shape(m: RemoteStorageManager, topic: str) -> str:
+    handle = m.iceberg.mode().handle
+    table = handle.catalog.load_table(handle.table_identifier(topic))
     snap = table.current_snapshot()
     manifests = len(snap.manifests(table.io)) if snap else 0
     files = len(list(table.scan().plan_files())) if snap else 0
@@ -57,54 +93,83 @@ def shape(m: RemoteStorageManager) -> str:
     )
 
 
+def drop(m: RemoteStorageManager, topic: str) -> None:
+    """Drop a young table once measured, so that every checkpoint has the same tables beside the aged one."""
+    handle = m.iceberg.mode().handle
+    try:
+        handle.catalog.drop_table(handle.table_identifier(topic))
+    except NoSuchTableError:
+        pass
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commits", type=int, default=10_000)
     ap.add_argument("--records", type=int, default=200, help="records per segment")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between maintenance passes")
-    ap.add_argument("--every", type=int, default=500, help="print the table's shape every this many commits")
+    ap.add_argument("--every", type=int, default=1000, help="a checkpoint every this many commits")
     ap.add_argument("--no-maintenance", action="store_true", help="the same run with maintenance off")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="write cProfile stats of the copies at each checkpoint to PROFILE-<commit>-{aged,young}.prof",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-age-"))
-    configs = {
-        "chunk.size": str(4 << 20),
-        "storage.backend.class": "filesystem",
-        "storage.root": str(work / "store"),
-        "storage.fsync.enabled": "false",
-        "iceberg.mode.topics.regex": "aging",
-        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
-        "iceberg.mode.maintenance.enabled": str(not args.no_maintenance).lower(),
-        "iceberg.mode.maintenance.interval.ms": str(int(args.interval * 1000)),
-    }
-    tip = TopicIdPartition(random_kafka_uuid(), "aging", 0)
-    times: list[float] = []
+    config = iceberg_config(
+        work,
+        topics="aging|young-.*",
+        **{
+            "iceberg.mode.maintenance.enabled": str(not args.no_maintenance).lower(),
+            "iceberg.mode.maintenance.interval.ms": str(int(args.interval * 1000)),
+        },
+    )
+    checkpoints = sorted({AROUND // 2, *range(args.every, args.commits + 1, args.every), args.commits})
+    aged = Partition("aging", work, args.records)
+    ratios: dict[int, float] = {}
     started = time.monotonic()
+    harness = 0.0
     try:
         with RemoteStorageManager() as m:
-            m.configure(configs)
-            for n in range(args.commits):
-                d = work / "seg"
-                files = segment(d, n * args.records, args.records)
-                t0 = time.perf_counter()
-                m.copy_log_segment_data(files.to_metadata(tip), files.to_log_segment_data())  # type: ignore[attr-defined]
-                times.append(time.perf_counter() - t0)
-                shutil.rmtree(d)
-                if (n + 1) % args.every == 0 or n + 1 == args.commits:
-                    recent = statistics.median(times[-20:])
-                    print(
-                        f"commit {n + 1}: median of last 20 {recent * 1000:.1f} ms "
-                        f"({recent / statistics.median(times[:20]):.2f}x the first 20); {shape(m)}; "
-                        f"{time.monotonic() - started:.0f} s; load {os.getloadavg()[0]:.1f}",
-                        flush=True,
-                    )
+            m.configure(config)
+            for point in checkpoints:
+                while aged.commits < point - AROUND // 2:
+                    t0 = time.perf_counter()
+                    took = aged.copy(m)
+                    harness += time.perf_counter() - t0 - took
+                young = Partition(f"young-{point}", work, args.records)
+                profiles = (cProfile.Profile(), cProfile.Profile()) if args.profile else (None, None)
+                for _ in range(AROUND):  # alternating one by one: both see the same load
+                    aged.copy(m, profiles[0])
+                    young.copy(m, profiles[1])
+                for name, profile in zip(("aged", "young"), profiles, strict=True):
+                    if profile is not None:
+                        profile.dump_stats(f"{args.profile}-{point}-{name}.prof")
+                drop(m, young.tip.topic)
+                old, new = statistics.median(aged.times[-AROUND:]), statistics.median(young.times)
+                ratios[point] = old / new
+                print(
+                    f"commit {point}: aged {old * 1000:.1f} ms, young {new * 1000:.1f} ms, "
+                    f"ratio {old / new:.2f} (target <= {TARGET}); {shape(m, 'aging')}; "
+                    f"{time.monotonic() - started:.0f} s, harness {harness:.0f} s; load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
             stats = m.iceberg.maintenance_stats()
             if stats is not None:
                 print("maintenance:", {k: round(v, 1) for k, v in stats.stats().items()})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    early, late = statistics.median(times[:20]), statistics.median(times[-20:])
-    print(f"first 20 copies: median {early * 1000:.1f} ms; last 20 (around {args.commits}): {late * 1000:.1f} ms")
-    print(f"ratio last/first: {late / early:.2f} (target <= 1.5); load {os.getloadavg()}")
+    early, late = statistics.median(aged.times[:AROUND]), statistics.median(aged.times[-AROUND:])
+    print(
+        f"aged table: first {AROUND} copies {early * 1000:.1f} ms, last {AROUND} (around {checkpoints[-1]}) "
+        f"{late * 1000:.1f} ms ({late / early:.2f}x, loads differ)"
+    )
+    worst = max(ratios, key=lambda p: ratios[p])
+    held = all(r <= TARGET for r in ratios.values())
+    print(
+        f"aged/young ratio <= {TARGET} at every checkpoint: {'yes' if held else 'no'} "
+        f"(highest {ratios[worst]:.2f} at {worst}); load {os.getloadavg()}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
 from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
@@ -59,14 +61,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-fetch-"))
-    config = {
-        "chunk.size": str(4 << 20),
-        "storage.backend.class": "filesystem",
-        "storage.root": str(work / "store"),
-        "storage.fsync.enabled": "false",
-        "iceberg.mode.topics.regex": "ice",
-        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
-    }
+    config = iceberg_config(work, topics="ice")
     m = RemoteStorageManager()
     m.configure(config)
     topic_id = random_kafka_uuid()

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +50,7 @@ from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.selection import offset_range_filter
 from rsm.iceberg.tables import METADATA_PROPERTIES
+from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def rewrite_manifests(table: Table, settings: MaintenanceSettings, dry_run: bool
     if dry_run:
         return result
     temporary = {"commit.manifest.min-count-to-merge": "2", "commit.manifest-merge.enabled": "true"}
-    txn = table.transaction()
+    txn = transaction(table)
     txn.set_properties(temporary)
     with txn.update_snapshot(snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "rewrite-manifests"}).merge_append():
         pass
@@ -213,46 +214,73 @@ def _bounds(f: DataFile, ids: tuple[int, int]) -> tuple[int, int, int] | None:
     return int(p_lo), int(from_bytes(LongType(), lower[ids[1]])), int(from_bytes(LongType(), upper[ids[1]]))
 
 
+def compaction_runs(files: Sequence[tuple[int, int]], fan_in: int, target_bytes: int) -> list[tuple[int, int]]:
+    """The runs to compact among ``files`` ((rows, bytes) each, in offset order): [start, end) index ranges.
+
+    Size-tiered from the newest file back, as an LSM tree: a run grows by the next older file while that file has
+    no more rows than the run so far (and the run stays under ``target_bytes``); a run of at least ``fan_in``
+    files whose result has at least twice the rows of each is compacted, and the search goes on from the file
+    before it. So copies become one file, those a larger one, and so on: a row is rewritten at most
+    log2(rows of the partition-day / rows of a copy) times, a compacted file waits until newer files hold as
+    many rows, and however old the table a partition-day keeps a few files per doubling of its rows (rows, not
+    bytes: a Parquet file's footer weighs as much as a small file's rows). Runs are not cut at ``fan_in`` files:
+    a copy left older than a compacted file would stay there, between larger files, for good.
+    """
+    runs: list[tuple[int, int]] = []
+    end = len(files)
+    while end > 0:
+        start = end - 1
+        rows, size = files[start]
+        while start > 0:
+            older_rows, older_size = files[start - 1]
+            if older_rows > rows or size + older_size > target_bytes:
+                break
+            start -= 1
+            rows, size = rows + older_rows, size + older_size
+        if end - start >= fan_in and 2 * max(r for r, _ in files[start:end]) <= rows:
+            runs.append((start, end))
+            end = start
+        else:
+            end -= 1
+    return runs[::-1]
+
+
 def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[CompactionBin]:
-    """The bins worth rewriting: per Kafka partition and day, in offset order, runs of consecutive files under
-    the target size and of about the same size (the most rows under twice the fewest: bytes would not tell a
-    small compacted file from its inputs, a Parquet file's footer weighs as much as its rows), up to the target
-    size.
-    A run of at least ``min_input_files`` files becomes a bin (size-tiered, as an LSM tree: the files of
-    ``min_input_files`` copies become one, ``min_input_files`` of those one larger, ...), so a partition-day keeps
-    a few files per size tier, and each byte is rewritten once per tier, not at every run. Files with delete
-    files attached, of another partition spec, or without the plugin's bounds are left alone."""
+    """The bins worth rewriting: per Kafka partition and day, in offset order, the runs of ``compaction_runs``
+    among the files under the target size (a file at the target size, or one that cannot be compacted, ends a
+    run). Files with delete files attached, of another partition spec, or without the plugin's bounds are left
+    alone."""
     if table.current_snapshot() is None:
         return []
     schema, spec = table.schema(), table.spec()
     if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
         return []
     ids = (schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id)
-    groups: dict[tuple[int, object], list[_Small]] = {}
+    # Per partition and day, (first offset, the file or None for one left alone), to sort by offset.
+    groups: dict[tuple[int, object], list[tuple[int, _Small | None]]] = {}
     for task in table.scan().plan_files():
         f = task.file
-        if task.delete_files or f.spec_id != spec.spec_id or f.file_size_in_bytes >= settings.target_file_bytes:
-            continue
         bounds = _bounds(f, ids)
         if bounds is None:
             continue
         p, first, last = bounds
-        groups.setdefault((p, f.partition[0]), []).append(_Small(task, f.partition[0], p, first, last))
+        small = (
+            not task.delete_files and f.spec_id == spec.spec_id and f.file_size_in_bytes < settings.target_file_bytes
+        )
+        entry = _Small(task, f.partition[0], p, first, last) if small else None
+        groups.setdefault((p, f.partition[0]), []).append((first, entry))
     fan_in = max(2, settings.min_input_files)
     bins: list[CompactionBin] = []
-    for (p, day), files in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        run: list[_Small] = []
-        for small in [*sorted(files, key=lambda s: s.first), None]:
-            if run and (
-                small is None
-                or sum(s.size for s in run) + small.size > settings.target_file_bytes
-                or max(small.rows, *(s.rows for s in run)) >= 2 * min(small.rows, *(s.rows for s in run))
-            ):
-                if len(run) >= fan_in:
-                    bins.append(CompactionBin(p, day, tuple(run)))
-                run = []
-            if small is not None:
-                run.append(small)
+    for (p, day), entries in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        # Runs never cross a file left alone: a bin's offsets must hold only its own files.
+        stretch: list[_Small] = []
+        for _, entry in [*sorted(entries, key=lambda e: e[0]), (0, None)]:
+            if entry is not None:
+                stretch.append(entry)
+                continue
+            for start, end in compaction_runs([(f.rows, f.size) for f in stretch], fan_in, settings.target_file_bytes):
+                bins.append(CompactionBin(p, day, tuple(stretch[start:end])))
+            stretch = []
     return bins
 
 
@@ -297,7 +325,7 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
                     current = table.catalog.load_table(table.name())
                 if _live_in_range(current, b) != paths:
                     break
-                txn = current.transaction()
+                txn = transaction(current)
                 with txn.update_snapshot(
                     snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
                 ).overwrite() as ow:

@@ -28,19 +28,17 @@ from pyiceberg.expressions import (
 )
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table, Transaction
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import TableUpdate
+from pyiceberg.table import Table
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.data_files import delete_data_files, write_data_files
 from rsm.iceberg.selection import RowSelection, offset_range_filter
+from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "COMMIT_ID",
-    "CachedTransaction",
     "CommitOutcomeUnknown",
     "Replacer",
     "RowSelection",
@@ -86,23 +84,6 @@ def stale_files(table: Table, selection: RowSelection) -> tuple[list[DataFile], 
         delete_data_files(table.io, rewritten, f"rewrite of {table.name()}")
         raise
     return removed, rewritten
-
-
-class CachedTransaction(Transaction):
-    """pyiceberg's ``Transaction``, its ``table_metadata`` derived once per change staged. pyiceberg derives it
-    again, a deep copy of the table's whole metadata, each time its snapshot producer reads it: about 15 times a
-    commit, 10-50% of its time. The metadata is a frozen model and the producer only reads it."""
-
-    _derived: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
-
-    @property
-    def table_metadata(self) -> TableMetadata:
-        derived = self._derived
-        if derived is not None and derived[0] is self._table.metadata and derived[1] is self._updates:
-            return derived[2]
-        metadata = super().table_metadata
-        self._derived = (self._table.metadata, self._updates, metadata)
-        return metadata
 
 
 class _Conflict(Exception):
@@ -166,7 +147,7 @@ class Replacer:
             return None
         commit_id = uuid.uuid4().hex
         try:
-            txn = CachedTransaction(table)
+            txn = transaction(table)
             summary = {**properties, COMMIT_ID: commit_id}
             if removed:
                 with txn.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:

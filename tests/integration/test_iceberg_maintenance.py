@@ -141,7 +141,7 @@ def test_compaction_rewrites_small_files_sorted_with_bounds_and_removes_exactly_
     assert plan_compaction(table, SETTINGS) == []
 
 
-def test_compaction_is_size_tiered_a_compacted_file_waits_for_files_of_its_size(tmp_path: Path) -> None:
+def test_compaction_is_size_tiered_a_compacted_file_waits_until_newer_files_hold_as_many_rows(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=4)
     settings = MaintenanceSettings(min_input_files=4)
     compact(load_table(cfg), settings)
@@ -149,11 +149,13 @@ def test_compaction_is_size_tiered_a_compacted_file_waits_for_files_of_its_size(
     tip = new_tip()
     for i in range(4, 8):
         tier(cfg, tip, [segment_of(tmp_path / f"more{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+        if i < 7:  # newer files with fewer rows than the compacted one: they wait
+            assert plan_compaction(load_table(cfg), settings) == []
     (b,) = plan_compaction(load_table(cfg), settings)
-    assert len(b.files) == 4 and big not in {f.task.file.file_path for f in b.files}
-    assert (b.first, b.last) == (4 * SEGMENT_RECORDS, 8 * SEGMENT_RECORDS - 1)
+    assert len(b.files) == 5 and big in {f.task.file.file_path for f in b.files}
+    assert (b.first, b.last) == (0, 8 * SEGMENT_RECORDS - 1)
     compact(load_table(cfg), settings)
-    assert len(list(load_table(cfg).scan().plan_files())) == 2  # two files of the same size: fewer than 4
+    assert len(list(load_table(cfg).scan().plan_files())) == 1
     assert _offsets(load_table(cfg)) == list(range(8 * SEGMENT_RECORDS))
 
 

@@ -21,7 +21,8 @@ from sqlalchemy.exc import OperationalError
 from rsm.errors import RemoteStorageException
 from rsm.iceberg import replace as replace_module
 from rsm.iceberg.data_files import write_data_files
-from rsm.iceberg.replace import COMMIT_ID, CachedTransaction, CommitOutcomeUnknown, Replacer, RowSelection
+from rsm.iceberg.replace import COMMIT_ID, CommitOutcomeUnknown, Replacer, RowSelection
+from rsm.iceberg.transaction import transaction
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"  # topic ids
 S1, S2 = "segment1xxxxxxxxxxxxxx", "segment2xxxxxxxxxxxxxx"
@@ -251,7 +252,7 @@ def test_a_hook_that_raises_before_the_commit_commits_nothing(tmp_path: Path) ->
 
 def test_the_cached_transaction_metadata_follows_each_staged_change(tmp_path: Path) -> None:
     table = topic_table(sql_catalog(tmp_path))
-    txn = CachedTransaction(table)
+    txn = transaction(table)
     first = txn.table_metadata
     assert txn.table_metadata is first  # derived once while nothing changes
     txn.set_properties({"kafka.test": "1"})
