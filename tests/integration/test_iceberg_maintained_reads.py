@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from iceberg_testing import iceberg_config, load_table, spark_maintain, spark_sql_statements
+from iceberg_testing import iceberg_config, load_table, rewrite_sorted, spark_maintain, spark_sql_statements
 
 from rsm import RemoteStorageManager, RetriableRemoteStorageException
 from rsm.kafka.records import batch_view, decode_records, iter_batches
@@ -73,41 +71,6 @@ def _assert_reads(
                 assert got == original[position:]
 
 
-def _compact(config: dict[str, str], row_group_rows: int = 97) -> None:
-    """What a compaction does: every row read and written again, sorted by partition and offset, into new files
-    whose row groups mix segments and partitions; then the old snapshots expire and every data file no snapshot
-    names is deleted (orphan removal)."""
-    table = load_table(config)
-    rows = table.scan().to_arrow()
-    kafka = rows.column("kafka")
-    order = pc.sort_indices(
-        pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
-        sort_keys=[("p", "ascending"), ("o", "ascending")],
-    )
-    with table.transaction() as txn:
-        txn.set_properties({"write.parquet.row-group-limit": str(row_group_rows)})
-    table = load_table(config)
-    before = {t.file.file_path for t in table.scan().plan_files()}
-    table.overwrite(rows.take(order))
-    table = load_table(config)
-    after = {t.file.file_path for t in table.scan().plan_files()}
-    assert before.isdisjoint(after) and len(after) >= 1
-    table.maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
-    _remove_orphans(config)
-
-
-def _remove_orphans(config: dict[str, str]) -> int:
-    table = load_table(config)
-    live = {urlparse(t.file.file_path).path for t in table.scan().plan_files()}
-    removed = 0
-    for path in Path(urlparse(table.location()).path, "data").rglob("*.parquet"):
-        if str(path) not in live:
-            path.unlink()
-            removed += 1
-    assert removed
-    return removed
-
-
 def test_a_compaction_with_expiry_and_orphan_removal_keeps_every_fetch_byte_identical(tmp_path: Path) -> None:
     config = iceberg_config(tmp_path)
     segments = _segments(tmp_path)
@@ -115,7 +78,7 @@ def test_a_compaction_with_expiry_and_orphan_removal_keeps_every_fetch_byte_iden
     try:
         metas = _tier(m, segments)
         _assert_reads(m, metas, segments, every=3)  # loads the table state the compaction then makes stale
-        _compact(config)
+        rewrite_sorted(config)
         # The cached table state names deleted files: the first fetch reloads it at once.
         _assert_reads(m, metas, segments)
         # A fresh plugin plans on the compacted table from the start.
@@ -211,7 +174,7 @@ def test_a_catalog_that_does_not_answer(tmp_path: Path) -> None:
         with _manager(config) as fresh:
             _assert_reads(fresh, metas, segments, every=5)  # the files the copy wrote
         Path(config["iceberg.mode.catalog.sqlite.path"]).write_bytes(saved)
-        _compact(config)
+        rewrite_sorted(config)
         _break_catalog(None, config)
         with _manager(config) as fresh:
             with pytest.raises(RetriableRemoteStorageException) as e:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from iceberg_testing import Rec, iceberg_config, load_table, segment_of
+from iceberg_testing import Rec, iceberg_config, load_table, rewrite_sorted, segment_of
 
 from rsm import RemoteStorageManager
 from rsm.kafka.writer import SegmentFiles, write_segment
@@ -117,32 +115,10 @@ def test_rows_give_the_records_rebuilt_batches_give(tiered: Any) -> None:
         _same(config, pushed, **options)
 
 
-def _compact(config: dict[str, str]) -> None:
-    """A compaction: every row read and written again, sorted by partition and offset, in row groups that mix
-    segments and partitions; then old snapshots expire and their files are removed."""
-    table = load_table(config)
-    rows = table.scan().to_arrow()
-    kafka = rows.column("kafka")
-    order = pc.sort_indices(
-        pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
-        sort_keys=[("p", "ascending"), ("o", "ascending")],
-    )
-    with table.transaction() as txn:
-        txn.set_properties({"write.parquet.row-group-limit": "97"})
-    table = load_table(config)
-    table.overwrite(rows.take(order))
-    table = load_table(config)
-    table.maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
-    live = {urlparse(t.file.file_path).path for t in load_table(config).scan().plan_files()}
-    for path in Path(urlparse(table.location()).path, "data").rglob("*.parquet"):
-        if str(path) not in live:
-            path.unlink()
-
-
 def test_rows_after_a_compaction_and_a_sql_delete(tiered: Any) -> None:
     config, _segments = tiered
     before = _read(config, "rows", includeHeaders="true")
-    _compact(config)
+    rewrite_sorted(config)
     after = _same(config, includeHeaders="true")
     assert after.to_pylist() == before.to_pylist()
     for options, pushed in CASES:
@@ -203,7 +179,7 @@ def test_spark_reads_the_same_records_both_ways(spark: Any, tiered: Any) -> None
         rows = _spark_rows(spark, config, "rows", where, **options)
         assert rows, (where, options)
         assert rows == _spark_rows(spark, config, "batches", where, **options), (where, options)
-    _compact(config)
+    rewrite_sorted(config)
     assert _spark_rows(spark, config, "rows", includeHeaders="true") == _spark_rows(
         spark, config, "batches", includeHeaders="true"
     )

@@ -9,8 +9,10 @@ import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import fastavro
 
@@ -103,6 +105,45 @@ def load_table(config: Mapping[str, str], topic: str = "orders") -> Any:
     props = catalog_properties(cfg, config["storage.backend.class"], _storage(config), "")
     handle = CatalogHandle(cfg, props)
     return handle.catalog.load_table(handle.table_identifier(topic))
+
+
+def remove_unlisted_data_files(config: Mapping[str, str]) -> int:
+    """What orphan removal does, at once: every data file the current snapshot does not list is deleted. The
+    number deleted."""
+    table = load_table(config)
+    live = {urlparse(t.file.file_path).path for t in table.scan().plan_files()}
+    removed = 0
+    for path in Path(urlparse(table.location()).path, "data").rglob("*.parquet"):
+        if str(path) not in live:
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def rewrite_sorted(config: Mapping[str, str], row_group_rows: int = 97) -> None:
+    """What a compaction does: every row read and written again, sorted by partition and offset, into new files
+    whose row groups (``row_group_rows``) mix segments and partitions; then the old snapshots expire and every
+    data file no snapshot names is deleted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = load_table(config)
+    rows = table.scan().to_arrow()
+    kafka = rows.column("kafka")
+    order = pc.sort_indices(
+        pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
+        sort_keys=[("p", "ascending"), ("o", "ascending")],
+    )
+    with table.transaction() as txn:
+        txn.set_properties({"write.parquet.row-group-limit": str(row_group_rows)})
+    table = load_table(config)
+    before = {t.file.file_path for t in table.scan().plan_files()}
+    table.overwrite(rows.take(order))
+    table = load_table(config)
+    after = {t.file.file_path for t in table.scan().plan_files()}
+    assert before.isdisjoint(after) and after, "the rewrite kept a file"
+    table.maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
+    assert remove_unlisted_data_files(config), "the rewrite left no file to remove"
 
 
 def _storage(config: Mapping[str, str]) -> dict[str, str]:
