@@ -214,17 +214,22 @@ def _bounds(f: DataFile, ids: tuple[int, int]) -> tuple[int, int, int] | None:
     return int(p_lo), int(from_bytes(LongType(), lower[ids[1]])), int(from_bytes(LongType(), upper[ids[1]]))
 
 
+ROW_SLACK = 1.1
+"""How much larger than another a file's row count may be and still count as the same size, in compaction."""
+
+
 def compaction_runs(files: Sequence[tuple[int, int]], fan_in: int, target_bytes: int) -> list[tuple[int, int]]:
     """The runs to compact among ``files`` ((rows, bytes) each, in offset order): [start, end) index ranges.
 
-    Size-tiered from the newest file back, as an LSM tree: a run grows by the next older file while that file has
-    no more rows than the run so far (and the run stays under ``target_bytes``); a run of at least ``fan_in``
-    files whose result has at least twice the rows of each is compacted, and the search goes on from the file
-    before it. So copies become one file, those a larger one, and so on: a row is rewritten at most
-    log2(rows of the partition-day / rows of a copy) times, a compacted file waits until newer files hold as
-    many rows, and however old the table a partition-day keeps a few files per doubling of its rows (rows, not
-    bytes: a Parquet file's footer weighs as much as a small file's rows). Runs are not cut at ``fan_in`` files:
-    a copy left older than a compacted file would stay there, between larger files, for good.
+    Size-tiered from the newest file back, as an LSM tree: a run grows by the next older file while that file has no
+    more rows than the run so far (and the run stays under ``target_bytes``); a run of at least ``fan_in`` files
+    whose result has at least twice the rows of each is compacted, and the search goes on from the file before it.
+    Rows are compared with a slack of ``ROW_SLACK`` (copies of one topic differ in size by a few percent: two of
+    them must still make a run). So copies become one file, those a larger one, and so on: a row is rewritten at
+    most about log2(rows of the partition-day / rows of a copy) times, a compacted file waits until newer files hold
+    as many rows, and however old the table a partition-day keeps a few files per doubling of its rows (rows, not
+    bytes: a Parquet file's footer weighs as much as a small file's rows). Runs are not cut at ``fan_in`` files: a
+    copy left older than a compacted file would stay there, between larger files, for good.
     """
     runs: list[tuple[int, int]] = []
     end = len(files)
@@ -233,11 +238,11 @@ def compaction_runs(files: Sequence[tuple[int, int]], fan_in: int, target_bytes:
         rows, size = files[start]
         while start > 0:
             older_rows, older_size = files[start - 1]
-            if older_rows > rows or size + older_size > target_bytes:
+            if older_rows > rows * ROW_SLACK or size + older_size > target_bytes:
                 break
             start -= 1
             rows, size = rows + older_rows, size + older_size
-        if end - start >= fan_in and 2 * max(r for r, _ in files[start:end]) <= rows:
+        if end - start >= fan_in and 2 * max(r for r, _ in files[start:end]) <= rows * ROW_SLACK:
             runs.append((start, end))
             end = start
         else:

@@ -397,9 +397,16 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     table = _load_table(store, tmp)
     assert len(table.metadata.snapshots) < before, (before, table.metadata.snapshots)
 
-    # The files only expired snapshots referenced (the compactions' inputs), aged past a one-hour grace.
+    # The files only expired snapshots referenced (the compactions' inputs), aged past a one-hour grace. Table
+    # versions still in the metadata log keep their files (a reader may hold one): commits push them out, as a
+    # broker's later copies would.
     from rsm.iceberg.maintenance import referenced_files
+    from rsm.iceberg.tables import METADATA_PROPERTIES
 
+    for tick in range(int(METADATA_PROPERTIES["write.metadata.previous-versions-max"]) + 1):
+        with table.transaction() as txn:
+            txn.set_properties({"kts.test.tick": str(tick)})
+        table = _load_table(store, tmp)
     live = referenced_files(table)
     data = Path(table.location().removeprefix("file:")) / "data"
     aged = [p for p in data.rglob("*.parquet") if f"file://{os.path.normpath(p)}" not in live]
