@@ -214,11 +214,13 @@ def _plugin_time(events: Path) -> dict[str, list[float]]:
 
 
 def _table_files(props_file: Path) -> tuple[set[str], set[str]]:
-    """The Iceberg topic's live data files and every file any of its snapshots references."""
+    """The Iceberg topic's live data files and every data file a snapshot of its current metadata references
+    (earlier metadata versions in its log are left out: the check is that the compaction's inputs left every
+    snapshot, not that orphan removal may delete them yet)."""
     from rsm.cli.settings import load_configs
     from rsm.iceberg.catalog import catalog_properties
     from rsm.iceberg.config import IcebergConfig
-    from rsm.iceberg.maintenance import open_existing_catalog, referenced_files
+    from rsm.iceberg.maintenance import open_existing_catalog
 
     configs = load_configs(str(props_file))
     cfg = IcebergConfig.from_map(configs)
@@ -227,7 +229,13 @@ def _table_files(props_file: Path) -> tuple[set[str], set[str]]:
     if catalog is None:
         raise RuntimeError(f"no Iceberg catalog with namespace {cfg.namespace!r} at {props_file}")
     table = catalog.load_table((cfg.namespace, "t"))
-    return {task.file.file_path for task in table.scan().plan_files()}, referenced_files(table)
+    referenced = {
+        entry.data_file.file_path
+        for snapshot in table.metadata.snapshots
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+    return {task.file.file_path for task in table.scan().plan_files()}, referenced
 
 
 def compact_iceberg(work: Path, plugin: str) -> tuple[int, int]:
@@ -246,7 +254,7 @@ def compact_iceberg(work: Path, plugin: str) -> tuple[int, int]:
     after, referenced = _table_files(props)
     if not after or after & before or len(after) >= len(before):
         raise RuntimeError(f"the compaction changed nothing: {len(before)} data files before, {len(after)} after")
-    gone = {f for f in before if f"file://{os.path.normpath(urlparse(f).path)}" not in referenced}
+    gone = before - referenced
     if gone != before:
         raise RuntimeError(f"{len(before - gone)} replaced data files are still referenced by a snapshot")
     for f in gone:

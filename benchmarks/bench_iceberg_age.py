@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import logging
 import os
 import shutil
 import statistics
@@ -44,11 +45,13 @@ AROUND = 20  # copies timed around each checkpoint
 TARGET = 1.5
 
 
-def segment(directory: Path, first: int, records: int) -> SegmentFiles:
+def segment(directory: Path, first: int, records: int, segment_ms: int) -> SegmentFiles:
+    """Segment ``first // records``: ``records`` records spread evenly over ``segment_ms`` of timestamps."""
     entries = []
+    start_ms = DAY_MS + first // records * segment_ms
     for i in range(first, first + records, 50):
         specs = [
-            (DAY_MS + o * 10, b"k%d" % (o % 17), b"v" * 80 + b"%d" % o, [])
+            (start_ms + (o - first) * segment_ms // records, b"k%d" % (o % 17), b"v" * 80 + b"%d" % o, [])
             for o in range(i, min(i + 50, first + records))
         ]
         entries.append(build_batch(specs, base_offset=i, codec="zstd"))  # type: ignore[arg-type]
@@ -58,15 +61,16 @@ def segment(directory: Path, first: int, records: int) -> SegmentFiles:
 class Partition:
     """One partition of a topic: the next segment to copy, and the copy times."""
 
-    def __init__(self, topic: str, work: Path, records: int) -> None:
+    def __init__(self, topic: str, work: Path, records: int, segment_ms: int) -> None:
         self.tip = TopicIdPartition(random_kafka_uuid(), topic, 0)
         self.dir = work / f"seg-{topic}"
         self.records = records
+        self.segment_ms = segment_ms
         self.commits = 0
         self.times: list[float] = []
 
     def copy(self, m: RemoteStorageManager, profile: cProfile.Profile | None = None) -> float:
-        files = segment(self.dir, self.commits * self.records, self.records)
+        files = segment(self.dir, self.commits * self.records, self.records, self.segment_ms)
         t0 = time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -78,6 +82,18 @@ class Partition:
         self.commits += 1
         self.times.append(took)
         return took
+
+
+class RetryCounter(logging.Handler):
+    """Counts pyiceberg's retries of a commit that lost to a concurrent update (each waits 100 ms or more)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Commit failed due to a concurrent update"):
+            self.count += 1
 
 
 def shape(m: RemoteStorageManager, topic: str) -> str:
@@ -106,6 +122,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commits", type=int, default=10_000)
     ap.add_argument("--records", type=int, default=200, help="records per segment")
+    ap.add_argument(
+        "--segment-ms",
+        type=int,
+        default=60_000,
+        help="the time a segment's records span (default a minute: 1,440 segments a day, the table's partitions "
+        "being days); 2000 puts 10,000 segments in one day",
+    )
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between maintenance passes")
     ap.add_argument("--every", type=int, default=1000, help="a checkpoint every this many commits")
     ap.add_argument("--no-maintenance", action="store_true", help="the same run with maintenance off")
@@ -125,8 +148,10 @@ def main() -> None:
         },
     )
     checkpoints = sorted({AROUND // 2, *range(args.every, args.commits + 1, args.every), args.commits})
-    aged = Partition("aging", work, args.records)
+    aged = Partition("aging", work, args.records, args.segment_ms)
     ratios: dict[int, float] = {}
+    retries = RetryCounter()
+    logging.getLogger("pyiceberg").addHandler(retries)
     started = time.monotonic()
     harness = 0.0
     try:
@@ -137,7 +162,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     took = aged.copy(m)
                     harness += time.perf_counter() - t0 - took
-                young = Partition(f"young-{point}", work, args.records)
+                young = Partition(f"young-{point}", work, args.records, args.segment_ms)
                 profiles = (cProfile.Profile(), cProfile.Profile()) if args.profile else (None, None)
                 for _ in range(AROUND):  # alternating one by one: both see the same load
                     aged.copy(m, profiles[0])
@@ -151,7 +176,8 @@ def main() -> None:
                 print(
                     f"commit {point}: aged {old * 1000:.1f} ms, young {new * 1000:.1f} ms, "
                     f"ratio {old / new:.2f} (target <= {TARGET}); {shape(m, 'aging')}; "
-                    f"{time.monotonic() - started:.0f} s, harness {harness:.0f} s; load {os.getloadavg()[0]:.1f}",
+                    f"{time.monotonic() - started:.0f} s, harness {harness:.0f} s, commit retries so far "
+                    f"{retries.count}; load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
             stats = m.iceberg.maintenance_stats()

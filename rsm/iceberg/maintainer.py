@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,7 +28,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import ValidatableTableRequirement
 
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance import StepResult, expire_snapshots, is_ours, maintain
+from rsm.iceberg.maintenance import Guard, StepResult, expire_snapshots, is_ours, maintain
 
 log = logging.getLogger(__name__)
 
@@ -74,26 +74,39 @@ def _checks_requirements_locally(catalog: Catalog) -> bool:
     return not isinstance(catalog, RestCatalog)
 
 
-def take_lease(table: Table, owner: str, ttl_s: float, now_ms: int | None = None) -> Table | None:
+def take_lease(
+    table: Table, owner: str, ttl_s: float, now_ms: int | None = None, guard: Guard = nullcontext
+) -> Table | None:
     """The table with a lease for ``owner`` valid ``ttl_s`` from now (taken, or renewed when half gone), or
-    None when another owner holds an unexpired lease or won the race for it."""
+    None when another owner holds an unexpired lease or won the race for it. A commit is made under ``guard``
+    (this broker's copies to the table wait), on the table loaded again there."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    raw = table.properties.get(LEASE_PROPERTY)
-    held = Lease.parse(raw)
-    if held is not None and held.owner != owner and held.expiry_ms > now_ms:
-        return None
     ttl_ms = int(ttl_s * 1000)
-    if held is not None and held.owner == owner and held.expiry_ms - now_ms > ttl_ms // 2:
-        return table
-    txn = table.transaction()
-    if _checks_requirements_locally(table.catalog):
-        # Staged first: the transaction checks a requirement against its own metadata as it goes.
-        txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001 - see the module doc
-    txn.set_properties({LEASE_PROPERTY: str(Lease(owner, now_ms + ttl_ms))})
-    try:
-        txn.commit_transaction()
-    except CommitFailedException:
-        return None
+
+    def state(t: Table) -> Literal["theirs", "ours", "take"]:
+        held = Lease.parse(t.properties.get(LEASE_PROPERTY))
+        if held is not None and held.owner != owner and held.expiry_ms > now_ms:
+            return "theirs"
+        if held is not None and held.owner == owner and held.expiry_ms - now_ms > ttl_ms // 2:
+            return "ours"
+        return "take"
+
+    if (held_by := state(table)) != "take":
+        return table if held_by == "ours" else None
+    with guard():
+        table = table.catalog.load_table(table.name())
+        if (held_by := state(table)) != "take":
+            return table if held_by == "ours" else None
+        raw = table.properties.get(LEASE_PROPERTY)
+        txn = table.transaction()
+        if _checks_requirements_locally(table.catalog):
+            # Staged first: the transaction checks a requirement against its own metadata as it goes.
+            txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001 - see the module doc
+        txn.set_properties({LEASE_PROPERTY: str(Lease(owner, now_ms + ttl_ms))})
+        try:
+            txn.commit_transaction()
+        except CommitFailedException:
+            return None
     fresh = table.catalog.load_table(table.name())
     mine = Lease.parse(fresh.properties.get(LEASE_PROPERTY))
     return fresh if mine is not None and mine.owner == owner else None
@@ -304,10 +317,15 @@ class Maintainer:
             try:
                 catalog = self.catalog()
                 table = catalog.load_table((self.namespace, name))
-                leased = take_lease(table, self.owner, self.lease_ttl_s) if is_ours(table) else None
+                gate = self.gate(name)
+                leased = (
+                    take_lease(table, self.owner, self.lease_ttl_s, guard=gate.exclusive) if is_ours(table) else None
+                )
                 if leased is not None:
-                    with self.gate(name).exclusive():
-                        self.stats.add([expire_snapshots(leased, self.settings)])
+                    with gate.exclusive():
+                        # Loaded again under the gate: the copies committed since are in it.
+                        fresh = catalog.load_table((self.namespace, name))
+                        self.stats.add([expire_snapshots(fresh, self.settings)])
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg snapshot expiry of %s.%s failed: %s", self.namespace, name, e)
@@ -325,7 +343,7 @@ class Maintainer:
                 continue
             if not is_ours(table):
                 continue
-            leased = take_lease(table, self.owner, self.lease_ttl_s)
+            leased = take_lease(table, self.owner, self.lease_ttl_s, guard=self.gate(ident[-1]).exclusive)
             if leased is None:
                 continue
             now = time.monotonic()

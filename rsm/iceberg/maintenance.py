@@ -322,12 +322,12 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
         )
     new = write_data_files(table, rows, uuid.uuid4(), itertools.count(0))
     paths = {f.task.file.file_path for f in b.files}
-    current = table
     for attempt in range(attempts):
         try:
             with guard():
-                if attempt:
-                    current = table.catalog.load_table(table.name())
+                # Loaded under the guard: the copies that committed while the bin was rewritten are in it, so
+                # the commit does not fail on stale metadata (and pyiceberg's retry does not sleep in the guard).
+                current = table.catalog.load_table(table.name())
                 if _live_in_range(current, b) != paths:
                     break
                 txn = transaction(current)
@@ -556,7 +556,11 @@ def maintain(
         result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
         for attempt in range(attempts):
             try:
-                with guard() if guarded and not dry_run else nullcontext():
+                if guarded and not dry_run:
+                    with guard():
+                        # Loaded under the guard, for the reason compact_bin gives.
+                        result = step(table.catalog.load_table(table.name()))
+                else:
                     result = step(table)
                 break
             except (CommitFailedException, ValidationException) as e:
