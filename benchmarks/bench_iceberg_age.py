@@ -37,6 +37,7 @@ from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on s
 from pyiceberg.exceptions import NoSuchTableError  # noqa: E402
 
 from rsm import RemoteStorageManager  # noqa: E402
+from rsm.iceberg.maintainer import CommitGate  # noqa: E402
 from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
 
@@ -162,6 +163,9 @@ def main() -> None:
                     t0 = time.perf_counter()
                     took = aged.copy(m)
                     harness += time.perf_counter() - t0 - took
+                maintainer = m.iceberg.mode().maintainer
+                gate = maintainer.gate("aging") if maintainer is not None else CommitGate()
+                waited = gate.copies_waited_s
                 young = Partition(f"young-{point}", work, args.records, args.segment_ms)
                 profiles = (cProfile.Profile(), cProfile.Profile()) if args.profile else (None, None)
                 for _ in range(AROUND):  # alternating one by one: both see the same load
@@ -175,7 +179,8 @@ def main() -> None:
                 ratios[point] = old / new
                 print(
                     f"commit {point}: aged {old * 1000:.1f} ms, young {new * 1000:.1f} ms, "
-                    f"ratio {old / new:.2f} (target <= {TARGET}); {shape(m, 'aging')}; "
+                    f"ratio {old / new:.2f} (target <= {TARGET}); aged copies waited for maintenance "
+                    f"{(gate.copies_waited_s - waited) * 1000 / AROUND:.1f} ms each; {shape(m, 'aging')}; "
                     f"{time.monotonic() - started:.0f} s, harness {harness:.0f} s, commit retries so far "
                     f"{retries.count}; load {os.getloadavg()[0]:.1f}",
                     flush=True,

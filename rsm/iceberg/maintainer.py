@@ -137,12 +137,15 @@ class CommitGate:
         self._copies = 0
         self._exclusive = False
         self._waiting = 0
+        self.copies_waited_s = 0.0  # the time copies spent waiting for maintenance commits, in all
 
     @contextmanager
     def copying(self) -> Iterator[None]:
+        started = time.monotonic()
         with self._cond:
             self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
             self._copies += 1
+            self.copies_waited_s += time.monotonic() - started
         try:
             yield
         finally:

@@ -48,7 +48,6 @@ from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.schema import partition_spec
-from rsm.iceberg.selection import offset_range_filter
 from rsm.iceberg.tables import METADATA_PROPERTIES
 from rsm.iceberg.transaction import transaction
 
@@ -296,23 +295,8 @@ def _sorted_rows(table: Table, b: CompactionBin) -> pa.Table:
     return rows.take(pc.sort_indices(keys, sort_keys=[("p", "ascending"), ("o", "ascending")]))
 
 
-def _live_in_range(table: Table, b: CompactionBin) -> set[str]:
-    """The live files of the bin's partition value (day) that hold offsets of its range. Files of other days
-    are left out: their offsets may interleave with the bin's (transaction markers carry the broker's time,
-    records their producer's) and the bin does not touch them."""
-    spec_id, day = b.files[0].task.file.spec_id, b.day
-    return {
-        t.file.file_path
-        for t in table.scan(row_filter=offset_range_filter(b.partition, b.first, b.last)).plan_files()
-        if t.file.spec_id == spec_id and t.file.partition[0] == day
-    }
-
-
-def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard = nullcontext) -> bool:
-    """Rewrite one bin's files as one, sorted by (partition, offset), and commit an overwrite that removes
-    exactly those files. Before each attempt the table is read again: if the files holding the bin's offsets are
-    no longer exactly the bin's (a copy replaced some, another engine rewrote them), the bin is given up and the
-    new file deleted. False: given up (nothing changed)."""
+def _rewrite(table: Table, b: CompactionBin) -> list[DataFile]:
+    """The bin's rows, sorted by (partition, offset), written as new data files (not yet committed)."""
     rows = _sorted_rows(table, b)
     expected = sum(f.task.file.record_count for f in b.files)
     if rows.num_rows != expected:
@@ -320,36 +304,72 @@ def compact_bin(table: Table, b: CompactionBin, attempts: int = 5, guard: Guard 
             f"compaction of {table.name()} {b.describe()}: read {rows.num_rows} rows where the files' metadata "
             f"says {expected}; nothing was changed, check the data files"
         )
-    new = write_data_files(table, rows, uuid.uuid4(), itertools.count(0))
-    paths = {f.task.file.file_path for f in b.files}
-    for attempt in range(attempts):
-        try:
-            with guard():
-                # Loaded under the guard: the copies that committed while the bin was rewritten are in it, so
-                # the commit does not fail on stale metadata (and pyiceberg's retry does not sleep in the guard).
-                current = table.catalog.load_table(table.name())
-                if _live_in_range(current, b) != paths:
-                    break
-                txn = transaction(current)
-                with txn.update_snapshot(
-                    snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
-                ).overwrite() as ow:
-                    for f in b.files:
-                        ow.delete_data_file(f.task.file)
-                    for f in new:
-                        ow.append_data_file(f)
-                txn.commit_transaction()
-            return True
-        except (CommitFailedException, ValidationException) as e:
-            log.debug("compaction of %s %s: conflict (attempt %d): %s", table.name(), b.describe(), attempt + 1, e)
-        except CommitStateUnknownException:
-            # It may have landed: the new file stays (the orphan step removes it later if it did not).
-            raise
-        except BaseException:
-            _delete(table.io, [f.file_path for f in new])
-            raise
-    _delete(table.io, [f.file_path for f in new])
-    return False
+    return write_data_files(table, rows, uuid.uuid4(), itertools.count(0))
+
+
+def _holders(table: Table, bins: Sequence[CompactionBin]) -> list[set[str]]:
+    """For each bin, the live files of its partition value (day) that may hold offsets of its range, from one
+    plan of the table. Files of other days are left out: their offsets may interleave with the bin's
+    (transaction markers carry the broker's time, records their producer's) and the bin does not touch them. A
+    file without the plugin's bounds may hold any offset."""
+    schema = table.schema()
+    ids = (schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id)
+    holders: list[set[str]] = [set() for _ in bins]
+    for task in table.scan().plan_files():
+        f = task.file
+        bounds = _bounds(f, ids)
+        for held, b in zip(holders, bins, strict=True):
+            if f.spec_id != b.files[0].task.file.spec_id or f.partition[0] != b.day:
+                continue
+            if bounds is None or (bounds[0] == b.partition and bounds[1] <= b.last and bounds[2] >= b.first):
+                held.add(f.file_path)
+    return holders
+
+
+def compact_bins(
+    table: Table, bins: Sequence[CompactionBin], attempts: int = 5, guard: Guard = nullcontext
+) -> list[CompactionBin]:
+    """Rewrite each bin's files as one file, sorted by (partition, offset), and commit one overwrite that removes
+    exactly those files, holding ``guard`` once (the plugin's copies to the table wait meanwhile). The table is
+    read again under the guard: a bin whose range's live files are no longer exactly its own (a copy replaced
+    some, another engine rewrote them) is given up and its new file deleted. Returns the bins committed."""
+    new: dict[int, list[DataFile]] = {}
+    try:
+        for i, b in enumerate(bins):
+            new[i] = _rewrite(table, b)
+        for attempt in range(attempts):
+            try:
+                with guard():
+                    # Loaded under the guard: the copies that committed while the bins were rewritten are in it,
+                    # so the commit does not fail on stale metadata (nor does pyiceberg's retry sleep in the guard).
+                    current = table.catalog.load_table(table.name())
+                    holders = _holders(current, [bins[i] for i in new])
+                    for i, held in zip(list(new), holders, strict=True):
+                        if held != {f.task.file.file_path for f in bins[i].files}:
+                            _delete(table.io, [f.file_path for f in new.pop(i)])
+                    if not new:
+                        return []
+                    txn = transaction(current)
+                    with txn.update_snapshot(
+                        snapshot_properties={COMPACTION_SNAPSHOT_PROPERTY: "compaction"}
+                    ).overwrite() as ow:
+                        for i, files in new.items():
+                            for f in bins[i].files:
+                                ow.delete_data_file(f.task.file)
+                            for f in files:
+                                ow.append_data_file(f)
+                    txn.commit_transaction()
+                return [bins[i] for i in new]
+            except (CommitFailedException, ValidationException) as e:
+                log.debug("compaction of %s: conflict (attempt %d): %s", table.name(), attempt + 1, e)
+    except CommitStateUnknownException:
+        # It may have landed: the new files stay (the orphan step removes them later if it did not).
+        raise
+    except BaseException:
+        _delete(table.io, [f.file_path for files in new.values() for f in files])
+        raise
+    _delete(table.io, [f.file_path for files in new.values() for f in files])
+    return []
 
 
 def compact(
@@ -362,16 +382,11 @@ def compact(
         result.count = sum(len(b.files) for b in bins)
         result.bytes = sum(b.bytes for b in bins)
         return result
-    given_up = 0
-    for b in bins:
-        if compact_bin(table, b, guard=guard):
-            result.count += len(b.files)
-            result.bytes += b.bytes
-        else:
-            given_up += 1
-        table = table.catalog.load_table(table.name())
-    if given_up:
-        result.skipped = f"{given_up} bins changed meanwhile (left for the next run)"
+    done = compact_bins(table, bins, guard=guard) if bins else []
+    result.count = sum(len(b.files) for b in done)
+    result.bytes = sum(b.bytes for b in done)
+    if len(done) < len(bins):
+        result.skipped = f"{len(bins) - len(done)} bins changed meanwhile (left for the next run)"
     return result
 
 
@@ -558,7 +573,7 @@ def maintain(
             try:
                 if guarded and not dry_run:
                     with guard():
-                        # Loaded under the guard, for the reason compact_bin gives.
+                        # Loaded under the guard, for the reason compact_bins gives.
                         result = step(table.catalog.load_table(table.name()))
                 else:
                     result = step(table)

@@ -32,7 +32,7 @@ from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
     _normal,
     compact,
-    compact_bin,
+    compact_bins,
     expire_snapshots,
     find_orphans,
     maintain,
@@ -170,11 +170,43 @@ def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tm
     tier(cfg, tip, [segment_of(tmp_path / "overlap", order_records(20, 40))])
     after_copy = _rows(load_table(cfg))
     data_before = _data_files(cfg)
-    assert compact_bin(table, b) is False
+    assert compact_bins(table, [b]) == []
     table = load_table(cfg)
     assert _rows(table) == after_copy  # nothing lost, nothing twice
     assert _offsets(table) == list(range(4 * SEGMENT_RECORDS))
     assert _data_files(cfg) == data_before  # the rewritten file was deleted
+
+
+def test_bins_commit_together_and_a_bin_a_copy_changed_is_given_up_alone(tmp_path: Path) -> None:
+    p0, p1 = new_tip(partition=0), new_tip(partition=1)
+    cfg = _tiered(tmp_path, segments=4, tip=p0)
+    for i in range(4):
+        tier(cfg, p1, [segment_of(tmp_path / f"p1-{i}", order_records(i * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+    table = load_table(cfg)
+    bins = plan_compaction(table, SETTINGS)
+    assert sorted(b.partition for b in bins) == [0, 1]
+    # Partition 0's new leader copies an overlapping segment after the plan, before the commit.
+    tier(cfg, p0, [segment_of(tmp_path / "overlap", order_records(20, 40))])
+    after_copy = _rows_of_partitions(load_table(cfg))
+    snapshots = len(load_table(cfg).snapshots())
+    (done,) = compact_bins(table, bins)
+    assert done.partition == 1
+    table = load_table(cfg)
+    assert len(table.snapshots()) == snapshots + 1  # one commit
+    assert _rows_of_partitions(table) == after_copy  # nothing lost, nothing twice
+    live = [t.file for t in table.scan().plan_files()]
+    assert len([f for f in live if f.lower_bounds and _partition_of(table, f) == 1]) == 1
+    # The file written for partition 0's bin was deleted: every data file left is one a snapshot references.
+    assert {f"file://{f}" for f in _data_files(cfg) if f.is_file()} <= referenced_files(table)
+
+
+def _rows_of_partitions(table: Any) -> list[dict[str, Any]]:
+    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: (r["kafka"]["partition"], r["kafka"]["offset"]))
+
+
+def _partition_of(table: Any, f: Any) -> int:
+    field_id = table.schema().find_field("kafka.partition").field_id
+    return int(from_bytes(IntegerType(), f.lower_bounds[field_id]))
 
 
 def test_compaction_of_a_day_whose_offsets_interleave_with_another_days(tmp_path: Path) -> None:
