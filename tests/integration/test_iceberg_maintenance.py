@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of, tier
 from pyiceberg.conversions import from_bytes
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
 from rsm import RemoteStorageManager
@@ -28,6 +29,7 @@ from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
 from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
+    REFERENCES,
     _normal,
     compact,
     compact_bin,
@@ -424,6 +426,52 @@ def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path
     assert orphan.exists()
     previous.unlink()  # gone: it references nothing any more
     assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
+
+
+class _CountingIO(FileIO):
+    """A table's FileIO that records every location read through it."""
+
+    def __init__(self, inner: FileIO) -> None:
+        super().__init__(inner.properties)
+        self.inner = inner
+        self.reads: list[str] = []
+
+    def new_input(self, location: str) -> InputFile:
+        self.reads.append(location)
+        return self.inner.new_input(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self.inner.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.inner.delete(location)
+
+
+def _counted_refs(cfg: dict[str, str]) -> tuple[set[str], list[str]]:
+    table = load_table(cfg)
+    io = _CountingIO(table.io)
+    table.io = io
+    return referenced_files(table), io.reads
+
+
+def test_referenced_files_reads_each_metadata_file_and_manifest_once(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=4, **{"iceberg.mode.maintenance.enabled": "false"})
+    REFERENCES.clear()
+    first, reads = _counted_refs(cfg)
+    old_metadata = [r for r in reads if r.endswith(".metadata.json")]
+    assert len(old_metadata) == len(load_table(cfg).metadata.metadata_log) >= 3
+    assert any(r.endswith("-m0.avro") for r in reads)  # the manifests were read
+    again, reads = _counted_refs(cfg)
+    assert again == first and reads == []  # nothing changed: nothing read
+    # One more commit: only its manifest list and manifest are read, no metadata file.
+    tier(cfg, new_tip(), [segment_of(tmp_path / "seg-late", order_records(1000, SEGMENT_RECORDS))])
+    later, reads = _counted_refs(cfg)
+    assert later > first
+    assert reads and not [r for r in reads if r.endswith(".metadata.json")], reads
+    assert len(reads) <= 3, reads
+    REFERENCES.clear()
+    uncached, reads = _counted_refs(cfg)
+    assert later == uncached and len(reads) > 3
 
 
 def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> None:
