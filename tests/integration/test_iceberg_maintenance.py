@@ -4,6 +4,7 @@ the plugin's thread, `kts iceberg maintain`. Copies killed at each point, then `
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import replace
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of, tier
+from pyiceberg.catalog import delete_files
 from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
@@ -472,6 +474,48 @@ def test_referenced_files_reads_each_metadata_file_and_manifest_once(tmp_path: P
     REFERENCES.clear()
     uncached, reads = _counted_refs(cfg)
     assert later == uncached and len(reads) > 3
+
+
+def test_a_maintenance_pass_on_a_table_loaded_before_copies_logs_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The maintainer's table object is older than the table (copies came in between): the lease's commit deletes,
+    as pyiceberg does after a commit, metadata files of its old log that the copies' commits already deleted.
+    pyiceberg's "Failed to delete metadata file" for those is dropped."""
+    cfg = _tiered(tmp_path, segments=2, **{"iceberg.mode.maintenance.enabled": "false"})
+    table = load_table(cfg)  # as the maintainer loaded it
+    old_log = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
+    late = [segment_of(tmp_path / f"late{i}", order_records(1000 + i * 10, 10)) for i in range(12)]
+    tier(cfg, new_tip(), late)
+    assert not [f for f in old_log if Path(f.removeprefix("file://")).exists()]  # deleted by the copies' commits
+    caplog.set_level(logging.WARNING)
+    leased = take_lease(table, "broker-a", 60)
+    assert leased is not None
+    _age_all(cfg)
+    steps = {r.step: r for r in maintain(leased, SETTINGS)}
+    assert steps["compaction"].count and steps["expire-snapshots"].count, steps
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert _offsets(load_table(cfg))[-1] == 1000 + 12 * 10 - 1
+
+
+class _DenyingIO(_CountingIO):
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise PermissionError(f"Cannot delete file, access denied: {location}")
+
+
+def test_a_metadata_file_that_cannot_be_deleted_is_still_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _tiered(tmp_path, segments=1, **{"iceberg.mode.maintenance.enabled": "false"})
+    table = load_table(cfg)
+    kept = table.metadata_location
+    missing = kept.replace(".metadata.json", "-gone.metadata.json")
+    caplog.set_level(logging.WARNING)
+    delete_files(table.io, {missing}, "metadata")
+    assert caplog.records == []
+    delete_files(_DenyingIO(table.io), {kept}, "metadata")
+    assert [r.getMessage() for r in caplog.records] == [f"Failed to delete metadata file {kept}"]
+    assert Path(kept.removeprefix("file://")).exists()
 
 
 def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> None:
