@@ -71,6 +71,7 @@ class StepResult:
     details: list[str] = field(default_factory=list)
     skipped: str = ""
     seconds: float = 0.0
+    given_up: int = 0  # compaction: bins left because their files changed meanwhile
 
 
 def is_ours(table: Table) -> bool:
@@ -372,6 +373,7 @@ def compact(
             given_up += 1
         table = table.catalog.load_table(table.name())
     if given_up:
+        result.given_up = given_up
         result.skipped = f"{given_up} bins changed meanwhile (left for the next run)"
     return result
 

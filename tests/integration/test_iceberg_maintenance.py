@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
-from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
+from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, MaintenanceStats, release_lease, take_lease
 from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
     REFERENCES,
@@ -177,6 +179,26 @@ def test_compaction_gives_up_when_a_copy_replaced_rows_of_its_files_meanwhile(tm
     assert _rows(table) == after_copy  # nothing lost, nothing twice
     assert _offsets(table) == list(range(4 * SEGMENT_RECORDS))
     assert _data_files(cfg) == data_before  # the rewritten file was deleted
+
+
+def test_compaction_counts_the_bins_it_gave_up(tmp_path: Path) -> None:
+    tip = new_tip()
+    cfg = _tiered(tmp_path, segments=4, tip=tip, **{"iceberg.mode.maintenance.enabled": "false"})
+    copied: list[bool] = []
+
+    @contextmanager
+    def copy_meanwhile() -> Iterator[None]:
+        if not copied:  # a new leader copies an overlapping segment before the first commit
+            copied.append(True)
+            tier(cfg, tip, [segment_of(tmp_path / "overlap", order_records(20, 40))])
+        yield
+
+    result = compact(load_table(cfg), SETTINGS, guard=copy_meanwhile)
+    assert copied and result.count == 0 and result.given_up == 1, result
+    stats = MaintenanceStats()
+    stats.add([result])
+    assert stats.stats()["compaction-bins-given-up-total"] == 1 and stats.stats()["conflicts-total"] == 1
+    assert _offsets(load_table(cfg)) == list(range(4 * SEGMENT_RECORDS))
 
 
 def test_compaction_of_a_day_whose_offsets_interleave_with_another_days(tmp_path: Path) -> None:
