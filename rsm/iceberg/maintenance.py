@@ -520,7 +520,8 @@ def _live_files(io: FileIO, manifest: ManifestFile) -> frozenset[str]:
 def _previous_versions(table: Table) -> Iterator[_Version]:
     """What the metadata files the table's metadata log lists reference, read once each (:data:`REFERENCES`);
     one already deleted (by the writer, past ``previous-versions-max``, or by hand) references nothing any more
-    and is skipped."""
+    and is skipped. One deleted by hand after it was read keeps its references while cached: more files are
+    kept, never fewer."""
     for entry in table.metadata.metadata_log:
         cached = REFERENCES.versions.get(entry.metadata_file)
         if cached is not None:
