@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 from rsm import RemoteStorageManager  # noqa: E402
 from rsm.kafka.writer import write_large_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
-from rsm.spark.reader import TieredReader, read_slice_columns, to_record_batch  # noqa: E402
+from rsm.spark.reader import TieredReader, read_slice  # noqa: E402
 
 QUERIES: dict[str, dict[str, tuple[str, ...]]] = {
     "count + sum(length(value))": {
@@ -345,10 +345,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     parquet_dir.mkdir()
     records = 0
     for i, piece in enumerate(reader.plan()):
-        batches = [
-            to_record_batch(c, piece.topic, piece.partition)
-            for c in read_slice_columns(reader.manager, piece, reader.options)
-        ]
+        batches = list(read_slice(reader.manager, piece, reader.options))
         tbl = pa.Table.from_batches(batches)
         records += tbl.num_rows
         pq.write_table(tbl, parquet_dir / f"segment-{i}.parquet")

@@ -43,6 +43,7 @@ each source against the Parquet copy (target for kafka-tiered: >= 0.5).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -55,7 +56,7 @@ from rsm import RemoteStorageManager
 from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.writer import write_large_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
-from rsm.spark.reader import TieredReader, read_slice_columns, to_record_batch
+from rsm.spark.reader import TieredReader, read_slice, to_record_batch
 
 FLOOR_FORMAT = "kts-bench-arrow-floor"
 QUERIES: dict[str, tuple[str, ...]] = {
@@ -202,11 +203,9 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     parquet_dir.mkdir()
     floor_dir.mkdir()
     write_secs = 0.0
+    decoded = dataclasses.replace(reader.options, iceberg_rows=False)  # decoded batches, Iceberg mode or not
     for i, piece in enumerate(reader.plan()):
-        batches = [
-            to_record_batch(c, piece.topic, piece.partition)
-            for c in read_slice_columns(reader.manager, piece, reader.options)
-        ]
+        batches = list(read_slice(reader.manager, piece, decoded))
         t = time.perf_counter()
         pq.write_table(pa.Table.from_batches(batches), parquet_dir / f"segment-{i}.parquet")
         write_secs += time.perf_counter() - t

@@ -1,8 +1,8 @@
 """Iceberg mode: a topic's tiered segments stored once, as rows of the topic's Iceberg table, served to Kafka
 consumers as record batches and read by Spark, DuckDB and pyiceberg as a table.
 
-Modules (only ``config``, ``section`` and ``value_hook``'s names import nothing heavy; the rest need the
-``iceberg`` extra: pyiceberg and pyarrow):
+Modules (only ``config``, ``section``, ``logs`` and ``value_hook``'s names import nothing heavy; the rest need
+the ``iceberg`` extra: pyiceberg and pyarrow):
 
 - ``config``: the ``iceberg.mode.*`` keys and ``IcebergConfig``;
 - ``section``: the Iceberg part of a segment's manifest (data files, offset and position range, snapshot);
@@ -18,5 +18,10 @@ Modules (only ``config``, ``section`` and ``value_hook``'s names import nothing 
 - ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
 - ``duckdb_reader``: a DuckDB connection with the iceberg extension loaded offline;
 - ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);
-- ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook.
+- ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook;
+- ``logs``: pyiceberg's warning about a metadata file already deleted dropped (installed on import).
 """
+
+from rsm.iceberg.logs import install as _install_log_filter
+
+_install_log_filter()

@@ -194,6 +194,9 @@ class MaintenanceStats:
                     self.totals[bytes_name] = self.totals.get(bytes_name, 0) + r.bytes
                 if r.skipped:
                     self.totals["conflicts-total"] = self.totals.get("conflicts-total", 0) + 1
+                if r.given_up:
+                    name = "compaction-bins-given-up-total"
+                    self.totals[name] = self.totals.get(name, 0) + r.given_up
                 seconds = f"{r.step}-time-ms-total"
                 self.totals[seconds] = self.totals.get(seconds, 0) + r.seconds * 1000
 
@@ -209,6 +212,7 @@ class MaintenanceStats:
                     "passes-total",
                     "errors-total",
                     "conflicts-total",
+                    "compaction-bins-given-up-total",
                     "snapshots-expired-total",
                     "files-compacted-total",
                     "bytes-compacted-total",

@@ -38,13 +38,14 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IntegerType, LongType
 
 from rsm.errors import RemoteStorageException
+from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.schema import partition_spec
@@ -69,6 +70,7 @@ class StepResult:
     details: list[str] = field(default_factory=list)
     skipped: str = ""
     seconds: float = 0.0
+    given_up: int = 0  # compaction: bins left because their files changed meanwhile
 
 
 def is_ours(table: Table) -> bool:
@@ -386,7 +388,8 @@ def compact(
     result.count = sum(len(b.files) for b in done)
     result.bytes = sum(b.bytes for b in done)
     if len(done) < len(bins):
-        result.skipped = f"{len(bins) - len(done)} bins changed meanwhile (left for the next run)"
+        result.given_up = len(bins) - len(done)
+        result.skipped = f"{result.given_up} bins changed meanwhile (left for the next run)"
     return result
 
 
@@ -440,49 +443,118 @@ def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:
         yield f"{scheme}://{path}", int(info.get("size") or 0), epoch
 
 
+@dataclass(frozen=True)
+class _Version:
+    """What one metadata file references directly: statistics files (normalised) and its snapshots' manifest
+    lists."""
+
+    statistics: frozenset[str]
+    manifest_lists: tuple[str, ...]
+
+
+def _version(meta: TableMetadata) -> _Version:
+    stats = [s.statistics_path for s in meta.statistics] + [s.statistics_path for s in meta.partition_statistics]
+    return _Version(frozenset(_normal(p) for p in stats), tuple(s.manifest_list for s in meta.snapshots))
+
+
+class ReferenceCache:
+    """What metadata files, manifest lists and manifests reference, kept by their location.
+
+    None of these files changes once written (each name is new), so a maintenance pass reads only those it has
+    not seen: the metadata files of versions committed since the last pass and their new manifest lists and
+    manifests. Bounded, least recently used out first (and read again when needed): ``versions`` metadata files,
+    manifest lists naming ``manifests`` manifests in all, manifests listing ``paths`` files in all."""
+
+    def __init__(self, versions: int = 1024, manifests: int = 50_000, paths: int = 200_000) -> None:
+        self.versions: TimedLru[str, _Version] = TimedLru("iceberg-metadata-files", versions, None)
+        self.lists: TimedLru[str, tuple[ManifestFile, ...]] = TimedLru(
+            "iceberg-manifest-lists", manifests, None, weigher=lambda listed: len(listed) + 1
+        )
+        self.manifests: TimedLru[str, frozenset[str]] = TimedLru(
+            "iceberg-manifests", paths, None, weigher=lambda files: len(files) + 1
+        )
+
+    def clear(self) -> None:
+        for cache in (self.versions, self.lists, self.manifests):
+            cache.clear()
+
+
+REFERENCES = ReferenceCache()
+"""The process's cache of what immutable table files reference (see :func:`referenced_files`)."""
+
+
 def referenced_files(table: Table) -> set[str]:
     """Every file the table's metadata needs: the metadata files of its log, and what any snapshot of the current
     metadata file or of one still in the log references (manifest lists, manifests, data and delete files,
     statistics). A reader that loaded an earlier version of the table (a scan under way, a Kafka fetch's cached
-    plan) thus keeps its files until that version leaves the log (``write.metadata.previous-versions-max``)."""
+    plan) thus keeps its files until that version leaves the log (``write.metadata.previous-versions-max``).
+    What each file references comes from :data:`REFERENCES` when an earlier call read it."""
     meta = table.metadata
     refs = {_normal(table.metadata_location)} | {_normal(e.metadata_file) for e in meta.metadata_log}
+    current = REFERENCES.versions.get(table.metadata_location)
+    if current is None:
+        current = _version(meta)
+        REFERENCES.versions.put(table.metadata_location, current)
     seen_lists: set[str] = set()
     seen_manifests: set[str] = set()
-    for version in [meta, *_previous_versions(table)]:
-        refs |= {_normal(s.statistics_path) for s in version.statistics}
-        refs |= {_normal(s.statistics_path) for s in version.partition_statistics}
-        for snap in version.snapshots:
-            if snap.manifest_list in seen_lists:
+    for version in [current, *_previous_versions(table)]:
+        refs |= version.statistics
+        for manifest_list in version.manifest_lists:
+            if manifest_list in seen_lists:
                 continue
-            seen_lists.add(snap.manifest_list)
-            refs.add(_normal(snap.manifest_list))
-            for manifest in snap.manifests(table.io):
+            seen_lists.add(manifest_list)
+            refs.add(_normal(manifest_list))
+            for manifest in _manifests(table.io, manifest_list):
                 if manifest.manifest_path in seen_manifests:
                     continue
                 seen_manifests.add(manifest.manifest_path)
                 refs.add(_normal(manifest.manifest_path))
-                # A DELETED entry is a file its snapshot removed: not part of it (an older snapshot that has the
-                # file lists it as live).
-                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                    refs.add(_normal(entry.data_file.file_path))
+                refs |= _live_files(table.io, manifest)
     return refs
 
 
-def _previous_versions(table: Table) -> Iterator[TableMetadata]:
-    """The metadata files the table's metadata log lists, read; one already deleted (by the writer, past
-    ``previous-versions-max``, or by hand) references nothing any more and is skipped."""
+def _manifests(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+    manifests = REFERENCES.lists.get(manifest_list)
+    if manifests is None:
+        manifests = tuple(read_manifest_list(io.new_input(manifest_list)))
+        REFERENCES.lists.put(manifest_list, manifests)
+    return manifests
+
+
+def _live_files(io: FileIO, manifest: ManifestFile) -> frozenset[str]:
+    """The data and delete files a manifest lists, normalised. A DELETED entry is a file its snapshot removed:
+    not part of it (an older snapshot that has the file lists it as live)."""
+    files = REFERENCES.manifests.get(manifest.manifest_path)
+    if files is None:
+        entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+        files = frozenset(_normal(e.data_file.file_path) for e in entries)
+        REFERENCES.manifests.put(manifest.manifest_path, files)
+    return files
+
+
+def _previous_versions(table: Table) -> Iterator[_Version]:
+    """What the metadata files the table's metadata log lists reference, read once each (:data:`REFERENCES`);
+    one already deleted (by the writer, past ``previous-versions-max``, or by hand) references nothing any more
+    and is skipped. One deleted by hand after it was read keeps its references while cached: more files are
+    kept, never fewer."""
     for entry in table.metadata.metadata_log:
+        cached = REFERENCES.versions.get(entry.metadata_file)
+        if cached is not None:
+            yield cached
+            continue
         try:
-            yield FromInputFile.table_metadata(table.io.new_input(entry.metadata_file))
+            version = _version(FromInputFile.table_metadata(table.io.new_input(entry.metadata_file)))
         except FileNotFoundError:
             log.debug("table %s: metadata file %s of its log is gone", table.name(), entry.metadata_file)
+            continue
         except Exception as e:
             raise RemoteStorageException(
                 f"cannot read {entry.metadata_file}, a metadata file in the log of table {'.'.join(table.name())}: "
                 f"{type(e).__name__}: {e}; no orphan file of the table is removed while it cannot tell what that "
                 "version references (check the warehouse, or drop the entry by committing to the table)"
             ) from e
+        REFERENCES.versions.put(entry.metadata_file, version)
+        yield version
 
 
 def find_orphans(

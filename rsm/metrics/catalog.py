@@ -276,6 +276,12 @@ ICEBERG_MAINTENANCE_METRICS = [
             "total",
             "Steps that gave up some work because the table changed under them (left for the next pass).",
         ),
+        (
+            "compaction-bins-given-up-total",
+            "total",
+            "Compaction bins given up because a copy or another engine replaced rows of their files meanwhile "
+            "(left for the next pass). Rising at every pass for an hour: alert `KtsIcebergCompactionGivingUp`.",
+        ),
         ("snapshots-expired-total", "total", "Snapshots expired."),
         ("files-compacted-total", "total", "Small data files rewritten into larger ones."),
         ("bytes-compacted-total", "total", "Bytes of the small data files rewritten."),

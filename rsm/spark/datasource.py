@@ -39,7 +39,7 @@ from rsm.spark.reader import (
     KAFKA_COLUMNS,
     arrow_field,
     manager_for,
-    read_slice_batches,
+    read_slice,
 )
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class KafkaTieredReader(DataSourceReader):
         _freeze_worker_heap()
         manager = manager_for(self.opts.plugin_config)
         columns, names = self.columns or (None, None)
-        yield from read_slice_batches(manager, piece, self.opts, self.pushed, columns=columns, names=names)
+        yield from read_slice(manager, piece, self.opts, self.pushed, columns=columns, names=names)
 
 
 def _millis(value: Any) -> tuple[int, int] | None:

@@ -44,8 +44,7 @@ __all__ = [
     "TieredReader",
     "arrow_field",
     "manager_for",
-    "read_slice_batches",
-    "read_slice_columns",
+    "read_slice",
     "to_record_batch",
 ]
 
@@ -127,7 +126,7 @@ class ReadStats:
         self.aborted_batches += decoder.aborted_batches
 
 
-def read_slice_columns(
+def _decoded_columns(
     manager: RemoteStorageManager,
     piece: SegmentSlice,
     opts: TieredReadOptions,
@@ -135,9 +134,10 @@ def read_slice_columns(
     stats: ReadStats | None = None,
     columns: Sequence[str] | None = None,
 ) -> Iterator[Columns | RecordBuffers]:
-    """Columns of about ``opts.rows_per_batch`` rows each (fewer when they weigh :data:`BATCH_BYTES`), for one
-    slice (keys and values only when ``columns``, the Kafka source's columns the caller will build, names them;
-    default all). They are Arrow buffers for :func:`to_record_batch` where the compiled walk is built."""
+    """The slice's batches fetched and decoded, as columns of about ``opts.rows_per_batch`` rows each (fewer when
+    they weigh :data:`BATCH_BYTES`); keys and values only when ``columns``, the Kafka source's columns the caller
+    will build, names them (default all). They are Arrow buffers for :func:`to_record_batch` where the compiled
+    walk is built."""
     pushed = pushed or PushedBounds()
     # startingTimestamp/endingTimestamp are already offsets in the slice (planning); only pushed filters on
     # `timestamp` select rows by their timestamps.
@@ -344,7 +344,7 @@ def to_record_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=_schema(wanted, tuple(names) if names else wanted))
 
 
-def read_slice_batches(
+def read_slice(
     manager: RemoteStorageManager,
     piece: SegmentSlice,
     opts: TieredReadOptions,
@@ -353,13 +353,15 @@ def read_slice_batches(
     columns: Sequence[str] | None = None,
     names: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """One slice as Arrow batches of the Kafka source's columns (or of ``columns``, spelled ``names``): an
-    Iceberg-mode segment's rows straight from its table's files (unless ``icebergRead=batches``), any other
-    segment's batches decoded."""
+    """One slice as Arrow batches of the Kafka source's columns (or of ``columns``, spelled ``names``).
+
+    The path is chosen here: an Iceberg-mode segment's rows come straight from its table's files (unless
+    ``icebergRead=batches``); any other segment's batches, and an Iceberg-mode one's under
+    ``icebergRead=batches``, are fetched and decoded."""
     if piece.iceberg and opts.iceberg_rows:
         yield from _iceberg_batches(manager, piece, opts, pushed or PushedBounds(), stats, columns, names)
         return
-    for cols in read_slice_columns(manager, piece, opts, pushed, stats, columns):
+    for cols in _decoded_columns(manager, piece, opts, pushed, stats, columns):
         if stats is not None:
             stats.rows += len(cols)
         yield to_record_batch(cols, piece.topic, piece.partition, columns, names)
@@ -517,14 +519,14 @@ class TieredReader:
         """Each slice's rows as the decoder holds them: Arrow buffers (:class:`RecordBuffers`) where the compiled
         walk is built, else lists; ``to_columns()`` gives :class:`Columns` lists either way."""
         for piece in self.plan(pushed):
-            for cols in read_slice_columns(self.manager, piece, self.options, pushed, self.stats):
+            for cols in _decoded_columns(self.manager, piece, self.options, pushed, self.stats):
                 self.stats.rows += len(cols)
                 yield piece, cols
 
     def record_batches(self, pushed: PushedBounds | None = None) -> Iterator[pa.RecordBatch]:
         """The batches Spark gets: Iceberg-mode segments as their table's rows (``icebergRead``)."""
         for piece in self.plan(pushed):
-            yield from read_slice_batches(self.manager, piece, self.options, pushed, self.stats)
+            yield from read_slice(self.manager, piece, self.options, pushed, self.stats)
 
     def records(
         self, partition: int | None = None, first_offset: int = 0, last_offset: int = (1 << 63) - 1

@@ -4,6 +4,7 @@ the plugin's thread, `kts iceberg maintain`. Copies killed at each point, then `
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -20,16 +21,19 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of, tier
+from pyiceberg.catalog import delete_files
 from pyiceberg.conversions import from_bytes
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
-from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, release_lease, take_lease
+from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, MaintenanceStats, release_lease, take_lease
 from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
+    REFERENCES,
     _normal,
     compact,
     compact_bins,
@@ -207,6 +211,26 @@ def _rows_of_partitions(table: Any) -> list[dict[str, Any]]:
 def _partition_of(table: Any, f: Any) -> int:
     field_id = table.schema().find_field("kafka.partition").field_id
     return int(from_bytes(IntegerType(), f.lower_bounds[field_id]))
+
+
+def test_compaction_counts_the_bins_it_gave_up(tmp_path: Path) -> None:
+    tip = new_tip()
+    cfg = _tiered(tmp_path, segments=4, tip=tip, **{"iceberg.mode.maintenance.enabled": "false"})
+    copied: list[bool] = []
+
+    @contextmanager
+    def copy_meanwhile() -> Iterator[None]:
+        if not copied:  # a new leader copies an overlapping segment before the first commit
+            copied.append(True)
+            tier(cfg, tip, [segment_of(tmp_path / "overlap", order_records(20, 40))])
+        yield
+
+    result = compact(load_table(cfg), SETTINGS, guard=copy_meanwhile)
+    assert copied and result.count == 0 and result.given_up == 1, result
+    stats = MaintenanceStats()
+    stats.add([result])
+    assert stats.stats()["compaction-bins-given-up-total"] == 1 and stats.stats()["conflicts-total"] == 1
+    assert _offsets(load_table(cfg)) == list(range(4 * SEGMENT_RECORDS))
 
 
 def test_compaction_of_a_day_whose_offsets_interleave_with_another_days(tmp_path: Path) -> None:
@@ -490,6 +514,94 @@ def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path
     assert orphan.exists()
     previous.unlink()  # gone: it references nothing any more
     assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
+
+
+class _CountingIO(FileIO):
+    """A table's FileIO that records every location read through it."""
+
+    def __init__(self, inner: FileIO) -> None:
+        super().__init__(inner.properties)
+        self.inner = inner
+        self.reads: list[str] = []
+
+    def new_input(self, location: str) -> InputFile:
+        self.reads.append(location)
+        return self.inner.new_input(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self.inner.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.inner.delete(location)
+
+
+def _counted_refs(cfg: dict[str, str]) -> tuple[set[str], list[str]]:
+    table = load_table(cfg)
+    io = _CountingIO(table.io)
+    table.io = io
+    return referenced_files(table), io.reads
+
+
+def test_referenced_files_reads_each_metadata_file_and_manifest_once(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=4, **{"iceberg.mode.maintenance.enabled": "false"})
+    REFERENCES.clear()
+    first, reads = _counted_refs(cfg)
+    old_metadata = [r for r in reads if r.endswith(".metadata.json")]
+    assert len(old_metadata) == len(load_table(cfg).metadata.metadata_log) >= 3
+    assert any(r.endswith("-m0.avro") for r in reads)  # the manifests were read
+    again, reads = _counted_refs(cfg)
+    assert again == first and reads == []  # nothing changed: nothing read
+    # One more commit: only its manifest list and manifest are read, no metadata file.
+    tier(cfg, new_tip(), [segment_of(tmp_path / "seg-late", order_records(1000, SEGMENT_RECORDS))])
+    later, reads = _counted_refs(cfg)
+    assert later > first
+    assert reads and not [r for r in reads if r.endswith(".metadata.json")], reads
+    assert len(reads) <= 3, reads
+    REFERENCES.clear()
+    uncached, reads = _counted_refs(cfg)
+    assert later == uncached and len(reads) > 3
+
+
+def test_a_maintenance_pass_on_a_table_loaded_before_copies_logs_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The maintainer's table object is older than the table (copies came in between): the lease's commit deletes,
+    as pyiceberg does after a commit, metadata files of its old log that the copies' commits already deleted.
+    pyiceberg's "Failed to delete metadata file" for those is dropped."""
+    cfg = _tiered(tmp_path, segments=2, **{"iceberg.mode.maintenance.enabled": "false"})
+    table = load_table(cfg)  # as the maintainer loaded it
+    old_log = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
+    late = [segment_of(tmp_path / f"late{i}", order_records(1000 + i * 10, 10)) for i in range(12)]
+    tier(cfg, new_tip(), late)
+    assert not [f for f in old_log if Path(f.removeprefix("file://")).exists()]  # deleted by the copies' commits
+    caplog.set_level(logging.WARNING)
+    leased = take_lease(table, "broker-a", 60)
+    assert leased is not None
+    _age_all(cfg)
+    steps = {r.step: r for r in maintain(leased, SETTINGS)}
+    assert steps["compaction"].count and steps["expire-snapshots"].count, steps
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert _offsets(load_table(cfg))[-1] == 1000 + 12 * 10 - 1
+
+
+class _DenyingIO(_CountingIO):
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise PermissionError(f"Cannot delete file, access denied: {location}")
+
+
+def test_a_metadata_file_that_cannot_be_deleted_is_still_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _tiered(tmp_path, segments=1, **{"iceberg.mode.maintenance.enabled": "false"})
+    table = load_table(cfg)
+    kept = table.metadata_location
+    missing = kept.replace(".metadata.json", "-gone.metadata.json")
+    caplog.set_level(logging.WARNING)
+    delete_files(table.io, {missing}, "metadata")
+    assert caplog.records == []
+    delete_files(_DenyingIO(table.io), {kept}, "metadata")
+    assert [r.getMessage() for r in caplog.records] == [f"Failed to delete metadata file {kept}"]
+    assert Path(kept.removeprefix("file://")).exists()
 
 
 def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> None:

@@ -5,9 +5,6 @@ aborts; after a compaction that rewrote every row and after rows deleted by SQL;
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,26 +133,6 @@ def test_rows_after_a_compaction_and_a_sql_delete(tiered: Any) -> None:
 # --- real PySpark --------------------------------------------------------------------------------------------
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark comes with the [spark] extra")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rsm.spark.datasource import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("kts-iceberg-rows")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
 
 
 def _spark_rows(spark: Any, config: dict[str, str], how: str, where: str | None = None, **options: str) -> list[Any]:

@@ -1,8 +1,9 @@
 """The ``kafka-tiered`` Spark data source and the bare reader over real tiered segments.
 
-One ``local[2]`` SparkSession serves the module; the standalone-cluster test runs its own driver in a child
-process (a second session cannot share this one's JVM). Rows are compared field by field with the source
-``.log`` files decoded by the reference decoders (tests/support/spark_data.py).
+One ``local[2]`` SparkSession (the ``spark`` fixture of tests/integration/conftest.py) serves the run; the
+standalone-cluster test runs its own driver in a child process (a second session cannot share this one's JVM).
+Rows are compared field by field with the source ``.log`` files decoded by the reference decoders
+(tests/support/spark_data.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ pyspark = pytest.importorskip("pyspark", reason="pyspark comes with the [spark] 
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan, LessThanOrEqual  # noqa: E402
 
-from rsm.spark.datasource import pushed_bounds, register  # noqa: E402
+from rsm.spark.datasource import pushed_bounds  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,22 +63,6 @@ def _plain(tmp: Path) -> dict[str, str]:
         "storage.root": str(tmp / "store"),
         "storage.fsync.enabled": "false",
     }
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors import rsm from this venv
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("kts-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,7 @@ other object in the bucket is still there.
 
 from __future__ import annotations
 
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +26,8 @@ import pytest
 from botocore.config import Config
 from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
 from faultproxy import FaultPlan, FaultProxy, object_kind
+from gc_watch import watch_metrics
 
-from rsm.cli.gc_cluster import watch_loop
 from rsm.cli.main import main
 from rsm.kafka.remote_log_metadata import decode, encode
 
@@ -209,32 +207,6 @@ def test_gc_reconciles_the_store_with_the_cluster(
     assert after == before - gone - killed_attempt, (sorted(before - after), sorted(after - before))
     assert not objects("gone")
     assert lost_id in err
-
-
-def watch_metrics(config: str, bootstrap: str) -> dict[str, float]:
-    """``kts gc --watch``'s endpoint, scraped once its first check completed (three checks a second apart)."""
-    port = jt.free_ports(1)[0]
-    args = (config, (), 2.0, bootstrap, None, 1.0, port, 3)
-    watcher = threading.Thread(target=watch_loop, args=args, daemon=True)
-    watcher.start()
-    deadline = time.monotonic() + 180
-    try:
-        while time.monotonic() < deadline:
-            try:
-                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            except OSError:
-                text = ""
-            values = {
-                name: float(value)
-                for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("kts_gc"))
-            }
-            if values.get("kts_gc_cluster_last_success_timestamp_seconds", 0) > 0:
-                return values
-            assert watcher.is_alive(), "kts gc --watch ended before its first check was served"
-            time.sleep(0.3)
-        raise AssertionError("kts gc --watch served no completed check")
-    finally:
-        watcher.join(120)
 
 
 def metadata_values(bootstrap: str) -> list[bytes]:

@@ -19,7 +19,6 @@ import ipaddress
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
+from gc_watch import watch_metrics
 
-from rsm.cli.gc_cluster import watch_loop
 from rsm.cli.main import main
 from rsm.metrics.catalog import GC_CLUSTER_METRICS
 
@@ -249,24 +248,6 @@ def test_watch_serves_the_declared_families(secured: Secured, tmp_path: Path) ->
     config = command_config(
         tmp_path, **{"ssl.truststore.type": "PEM", "ssl.truststore.location": str(secured.certs / "ca.pem")}
     )
-    port = jt.free_ports(1)[0]
-    args = (secured.config, (), 2.0, secured.sasl_bootstrap, config, 1.0, port, 2)
-    watcher = threading.Thread(target=watch_loop, args=args, daemon=True)
-    watcher.start()
-    families: set[str] = set()
-    deadline = time.monotonic() + 180
-    try:
-        while time.monotonic() < deadline:
-            try:
-                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            except OSError:
-                text = ""
-            samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("kts_gc_cluster_"))
-            if float(samples.get("kts_gc_cluster_last_success_timestamp_seconds", 0)) > 0:
-                families = {name.split("{")[0] for name in samples if not name.endswith("_created")}
-                break
-            assert watcher.is_alive(), "kts gc --watch ended before its first check was served"
-            time.sleep(0.3)
-    finally:
-        watcher.join(120)
+    samples = watch_metrics(secured.config, secured.sasl_bootstrap, config, rounds=2)
+    families = {n.split("{")[0] for n in samples if n.startswith("kts_gc_cluster_") and not n.endswith("_created")}
     assert families == {d.exposed for d in GC_CLUSTER_METRICS}, families
