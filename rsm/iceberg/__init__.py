@@ -18,6 +18,7 @@ the ``iceberg`` extra: pyiceberg and pyarrow):
 - ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
 - ``duckdb_reader``: a DuckDB connection with the iceberg extension loaded offline;
 - ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);
+- ``file_bounds``: whether live files may hold an offset range, from manifests read once each;
 - ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook;
 - ``logs``: pyiceberg's warning about a metadata file already deleted dropped (installed on import).
 """

@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of, tier
+from iceberg_testing import CountingIO, iceberg_config, load_table, new_tip, order_records, segment_of, tier
 from pyiceberg.catalog import delete_files
 from pyiceberg.conversions import from_bytes
-from pyiceberg.io import FileIO, InputFile, OutputFile
+from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
 from rsm import RemoteStorageManager
@@ -516,28 +516,9 @@ def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path
     assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
 
 
-class _CountingIO(FileIO):
-    """A table's FileIO that records every location read through it."""
-
-    def __init__(self, inner: FileIO) -> None:
-        super().__init__(inner.properties)
-        self.inner = inner
-        self.reads: list[str] = []
-
-    def new_input(self, location: str) -> InputFile:
-        self.reads.append(location)
-        return self.inner.new_input(location)
-
-    def new_output(self, location: str) -> OutputFile:
-        return self.inner.new_output(location)
-
-    def delete(self, location: str | InputFile | OutputFile) -> None:
-        self.inner.delete(location)
-
-
 def _counted_refs(cfg: dict[str, str]) -> tuple[set[str], list[str]]:
     table = load_table(cfg)
-    io = _CountingIO(table.io)
+    io = CountingIO(table.io)
     table.io = io
     return referenced_files(table), io.reads
 
@@ -584,7 +565,7 @@ def test_a_maintenance_pass_on_a_table_loaded_before_copies_logs_no_warning(
     assert _offsets(load_table(cfg))[-1] == 1000 + 12 * 10 - 1
 
 
-class _DenyingIO(_CountingIO):
+class _DenyingIO(CountingIO):
     def delete(self, location: str | InputFile | OutputFile) -> None:
         raise PermissionError(f"Cannot delete file, access denied: {location}")
 

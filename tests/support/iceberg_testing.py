@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import fastavro
+from pyiceberg.io import FileIO, InputFile, OutputFile
 
 from rsm import RemoteStorageManager
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg  # noqa: F401 - for the tests
@@ -306,3 +307,22 @@ def spark_sql_statements(
     settings = spark_jdbc_catalog(f"jdbc:sqlite:{sqlite_path}", warehouse)
     out = run_iceberg_spark(SPARK_STATEMENTS, json.dumps(settings), table, json.dumps(list(statements)))
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+class CountingIO(FileIO):
+    """A table's FileIO that records every location read through it (``table.io = CountingIO(table.io)``)."""
+
+    def __init__(self, inner: FileIO) -> None:
+        super().__init__(inner.properties)
+        self.inner = inner
+        self.reads: list[str] = []
+
+    def new_input(self, location: str) -> InputFile:
+        self.reads.append(location)
+        return self.inner.new_input(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self.inner.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.inner.delete(location)
