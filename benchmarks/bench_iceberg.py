@@ -40,6 +40,7 @@ and the table's Parquet properties):
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -86,13 +87,16 @@ ENCODINGS = (
 
 
 def _encodings(spec: str) -> dict[str, str]:
-    """``COLUMN=ENCODING[,...]`` (Parquet encodings pyarrow writes), or ``same`` for none."""
+    """``COLUMN=ENCODING[,...]`` (Parquet encodings pyarrow writes) and ``rows=N`` (rows per row group), or
+    ``same`` for none."""
     if spec == "same":
         return {}
     items = _properties(spec)
-    if bad := [v for v in items.values() if v.upper() not in ENCODINGS]:
+    if not items.get("rows", "1").isdigit():
+        raise argparse.ArgumentTypeError(f"{spec!r}: rows must be a number of rows")
+    if bad := [v for k, v in items.items() if k != "rows" and v.upper() not in ENCODINGS]:
         raise argparse.ArgumentTypeError(f"{spec!r}: {bad} not one of {', '.join(ENCODINGS)}")
-    return {k: v.upper() for k, v in items.items()}
+    return {k: v if k == "rows" else v.upper() for k, v in items.items()}
 
 
 def main() -> None:
@@ -336,8 +340,12 @@ def _rewrite(table: Any, name: str, encodings: dict[str, str]) -> str:
         ("kafka", name), schema=table.schema(), partition_spec=table.spec(), properties=table.properties
     )
     kwargs: dict[str, Any] = _get_parquet_writer_kwargs(table.properties)
+    encodings = dict(encodings)
     rows = int(
-        table.properties.get(TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
+        encodings.pop("rows", None)
+        or table.properties.get(
+            TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        )
     )
     files = []
     for n, task in enumerate(table.scan().plan_files()):
@@ -510,12 +518,11 @@ def _run(args: argparse.Namespace, work: Path) -> None:
             paths = [t.file.file_path for t in StaticTable.from_metadata(where).scan().plan_files()]
             sources[f"{name} files, Spark's Parquet reader"] = ("iceberg", spark.read.parquet(*paths))
     if args.diagnose:  # whether each scan hands Spark columnar batches (ColumnarToRow) or rows
-        for name, (kind, df) in sources.items():
-            query = df.selectExpr(*QUERIES["count + sum(length(value))"][kind])
+        for (title, exprs), (name, (kind, df)) in itertools.product(QUERIES.items(), sources.items()):
+            query = df.selectExpr(*exprs[kind])
             query.collect()  # the plan is final once run
             plan = query._jdf.queryExecution().executedPlan().toString().splitlines()
-            scan = [line for line in plan if "Scan" in line or "ColumnarToRow" in line]
-            print(f"plan of {name}: {' / '.join(x.strip() for x in scan)[:400]}")
+            print(f"plan of {title} over {name}:", *(f"    {line}" for line in plan), sep="\n")
     secs: dict[tuple[str, str], float] = {}
     for query, exprs in QUERIES.items():
         for _, (kind, df) in sources.items():
