@@ -525,8 +525,11 @@ def _run(args: argparse.Namespace, work: Path) -> None:
             print(f"plan of {title} over {name}:", *(f"    {line}" for line in plan), sep="\n")
     secs: dict[tuple[str, str], float] = {}
     for query, exprs in QUERIES.items():
-        for _, (kind, df) in sources.items():
-            df.selectExpr(*exprs[kind]).collect()  # warm-up
+        answers = {  # the warm-up, and every source's answer checked against the copy's
+            name: [tuple(r) for r in df.selectExpr(*exprs[kind]).collect()] for name, (kind, df) in sources.items()
+        }
+        if wrong := {name: got for name, got in answers.items() if got != answers["parquet copy"]}:
+            raise SystemExit(f"{query}: {wrong} differ from the Parquet copy's {answers['parquet copy']}")
         for name in sources:
             secs[(query, name)] = float("inf")
         for _ in range(args.reps):
