@@ -21,12 +21,15 @@ runtime loads into (.ci/iceberg_spark_env.sh makes it):
 
     .venv-iceberg-spark/bin/python benchmarks/bench_iceberg.py [--segments 4] [--segment-mib 16] [--codec zstd]
         [--reps 3] [--variant KEY=VALUE,...] [--diagnose] [--read-option KEY=VALUE,...] [--rewrite COLUMN=ENCODING,...]
+        [--no-tiered]
 
 ``--diagnose`` adds the table as copied (before compaction), the data files read by Spark's own Parquet reader,
 and each scan's physical plan (whether Spark gets columnar batches). ``--read-option`` adds the table itself read
 with Spark read options (``vectorization-enabled=false``: Iceberg's row reader); ``--rewrite`` a table whose data
 files are the table's own rewritten by pyarrow with the table's Parquet settings and some columns in other
-encodings (``key_raw=DELTA_BYTE_ARRAY``; ``same`` rewrites with the settings alone, the control).
+encodings or row-group sizes (``key_raw=DELTA_BYTE_ARRAY``, ``rows=1048576``; ``same`` rewrites with the settings
+alone, the control); ``--no-tiered`` leaves out kafka-tiered. Every source's answers are checked against the
+Parquet copy's at the warm-up.
 
 ``--copy`` measures only the copies, without Spark (any venv with pyiceberg): each rep copies every segment into
 a fresh catalog and classic root, and the medians of all copies after each rep's first (which creates the table)
