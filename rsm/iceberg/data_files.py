@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -105,15 +105,25 @@ def _only_partition(spec: PartitionSpec, schema: Schema, rows: pa.Table) -> Part
     return PartitionKey(field_values=values, partition_spec=spec, schema=schema)
 
 
-def write_data_files(table: Table, rows: pa.Table, write_uuid: uuid.UUID, counter: Iterator[int]) -> list[DataFile]:
+def write_data_files(
+    table: Table,
+    rows: pa.Table,
+    write_uuid: uuid.UUID,
+    counter: Iterator[int],
+    properties: Mapping[str, str] | None = None,
+) -> list[DataFile]:
     """``rows`` (the table's Arrow schema) as Parquet data files in the table's location, split by the table's
     current spec and target file size, each with the exact bounds of its rows' ``BOUNDED_FIELDS``. Nothing is
     committed; a caller that does not commit them deletes them (``delete_data_files``). File names come from
-    ``write_uuid`` and ``counter``: one uuid and counter for all files of one commit."""
+    ``write_uuid`` and ``counter``: one uuid and counter for all files of one commit. ``properties``: table
+    properties that these files are written with instead of the table's (the table is not changed)."""
     if rows.num_rows == 0:
         return []
-    tasks = _tasks(table.metadata, rows, write_uuid, counter)
-    files = list(write_file(io=table.io, table_metadata=table.metadata, tasks=iter(tasks)))
+    metadata = table.metadata
+    if properties:
+        metadata = metadata.model_copy(update={"properties": {**metadata.properties, **properties}})
+    tasks = _tasks(metadata, rows, write_uuid, counter)
+    files = list(write_file(io=table.io, table_metadata=metadata, tasks=iter(tasks)))
     try:
         _add_kafka_bounds(table.schema(), tasks, files)
     except BaseException:

@@ -49,7 +49,7 @@ from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.schema import partition_spec
-from rsm.iceberg.tables import METADATA_PROPERTIES
+from rsm.iceberg.tables import METADATA_PROPERTIES, compacted_file_properties
 from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
@@ -298,7 +298,8 @@ def _sorted_rows(table: Table, b: CompactionBin) -> pa.Table:
 
 
 def _rewrite(table: Table, b: CompactionBin) -> list[DataFile]:
-    """The bin's rows, sorted by (partition, offset), written as new data files (not yet committed)."""
+    """The bin's rows, sorted by (partition, offset), written as new data files (not yet committed) in large row
+    groups (``compacted_file_properties``)."""
     rows = _sorted_rows(table, b)
     expected = sum(f.task.file.record_count for f in b.files)
     if rows.num_rows != expected:
@@ -306,7 +307,9 @@ def _rewrite(table: Table, b: CompactionBin) -> list[DataFile]:
             f"compaction of {table.name()} {b.describe()}: read {rows.num_rows} rows where the files' metadata "
             f"says {expected}; nothing was changed, check the data files"
         )
-    return write_data_files(table, rows, uuid.uuid4(), itertools.count(0))
+    return write_data_files(
+        table, rows, uuid.uuid4(), itertools.count(0), compacted_file_properties(table.metadata.properties)
+    )
 
 
 def _holders(table: Table, bins: Sequence[CompactionBin]) -> list[set[str]]:

@@ -28,6 +28,7 @@ from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
 from rsm.iceberg.fetch_plan import SegmentRows
+from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex
 from rsm.iceberg.schema import kafka_arrow_type
 
 _PARTITION_PATH = "kafka.partition"
@@ -57,15 +58,25 @@ class RowGroupCache:
     only that segment's rows. A data file is never changed in place (a compaction writes new files), so an entry
     never goes stale. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024) -> None:
+    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024, slice_rows: int = SLICE_ROWS) -> None:
         # A row group over half the budget is served but not kept: it would push everything else out.
         self._groups: TimedLru[Hashable, pa.Table] = TimedLru(
             "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
         )
         self._footers: TimedLru[str, pq.FileMetaData] = TimedLru("iceberg-footers", max_footers, None)
+        # A large row group's rows are read a slice at a time (rsm.iceberg.row_slices); a slice is kept as a
+        # row group is, under the group's key and its number.
+        self._slice_indexes: TimedLru[Hashable, SliceIndex] = TimedLru(
+            "iceberg-slice-indexes", max(max_footers, 16), None
+        )
+        self.cursors = SliceCursors()
+        self.slice_rows = slice_rows
 
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
         return self._footers.get_or_load(path, load, None, f"footer of {path}")
+
+    def slice_index(self, key: Hashable, load: Callable[[], SliceIndex]) -> SliceIndex:
+        return self._slice_indexes.get_or_load(key, load, None, f"slice index {key}")
 
     def row_group(self, key: Hashable, load: Callable[[], pa.Table]) -> pa.Table:
         return self._groups.get_or_load(key, load, None, f"row group {key}")
@@ -81,8 +92,14 @@ class RowGroupCache:
 
 
 def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
+    return _opening(file_io, path, what, pq.ParquetFile)
+
+
+def _opening(file_io: FileIO, path: str, what: str, wrap: Callable[[Any], Any]) -> Any:
+    """``wrap`` of the data file at ``path`` opened for random access; a missing or unreadable file gets the
+    plugin's exceptions."""
     try:
-        return pq.ParquetFile(file_io.new_input(path).open(seekable=True))
+        return wrap(file_io.new_input(path).open(seekable=True))
     except FileNotFoundError:
         raise RemoteResourceNotFoundException(
             f"{what}: its data file {path} is gone (the table changed since the fetch was planned, or the file "
@@ -150,6 +167,11 @@ def _row_groups(footers: list[pq.FileMetaData], rows: SegmentRows, start: int, e
 
 def _own_rows(t: pa.Table, rows: SegmentRows) -> pa.Table:
     """The rows of ``t`` that are the segment's: its partition and offsets, and its segment id where set."""
+    return t.filter(_own_mask(t, rows))
+
+
+def _own_mask(t: pa.Table, rows: SegmentRows) -> pa.ChunkedArray:
+    """Whether each row of ``t`` is the segment's (never null)."""
     kafka = t.column("kafka")
     offsets = pc.struct_field(kafka, "offset")
     mask = pc.and_kleene(
@@ -159,7 +181,7 @@ def _own_rows(t: pa.Table, rows: SegmentRows) -> pa.Table:
     if rows.segment_id is not None and "segment_id" in {f.name for f in kafka.type}:
         ids = pc.struct_field(kafka, "segment_id")
         mask = pc.and_kleene(mask, pc.or_kleene(pc.is_null(ids), pc.equal(ids, rows.segment_id)))
-    return t.filter(pc.fill_null(mask, False))
+    return pc.fill_null(mask, False)
 
 
 def _non_decreasing(a: pa.ChunkedArray) -> bool:
@@ -266,14 +288,18 @@ def iter_segment_rows(
     whole = list(rows.merge_on_read.items())
     selection = (rows.partition, rows.first_offset, rows.last_offset, rows.segment_id)
 
-    def read_group(f_index: int, index: int) -> pa.Table:
-        path = plain[f_index]
+    def read_columns(f_index: int) -> tuple[list[str], Callable[[pa.Table], pa.Table]]:
+        """The columns to read of a file, and what makes the rows read of them the rows wanted."""
         if fields is None:
-            return parquet(path).read_row_group(index, columns=wanted)
+            return wanted, lambda t: t
         meta = footers[f_index]
         have = {meta.schema.column(i).path for i in range(meta.num_columns)}
         leaves = [f"kafka.{f}" for f in fields if f"kafka.{f}" in have]
-        return _with_kafka_fields(parquet(path).read_row_group(index, columns=[*leaves, *wanted[1:]]), fields)
+        return [*leaves, *wanted[1:]], lambda t: _with_kafka_fields(t, fields)
+
+    def read_group(f_index: int, index: int) -> pa.Table:
+        columns, finish = read_columns(f_index)
+        return finish(parquet(plain[f_index]).read_row_group(index, columns=columns))
 
     def load(group: _RowGroup) -> pa.Table:
         if group.index < 0:
@@ -290,17 +316,68 @@ def iter_segment_rows(
             lambda: _own_rows(read_group(group.file, group.index), rows),
         )
 
+    def slice_index(group: _RowGroup) -> SliceIndex | None:
+        """The group's slice index when it is large, holds the selecting columns and its rows of the segment
+        come in order; None: read it whole."""
+        if group.index < 0 or footers[group.file].row_group(group.index).num_rows <= cache.slice_rows:
+            return None
+        path = plain[group.file]
+
+        def build() -> SliceIndex:
+            cols = _columns(footers[group.file])
+            if not {_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH} <= cols.keys():
+                return SliceIndex(False, ())
+            t = parquet(path).read_row_group(group.index, columns=list(cols))
+            own = pa.chunked_array([pa.repeat(True, t.num_rows)]) if group.own else _own_mask(t, rows)
+            kafka = t.column("kafka")
+            return SliceIndex.build(pc.struct_field(kafka, "offset"), row_positions(t), own, cache.slice_rows)
+
+        index = cache.slice_index((path, group.index, *(() if group.own else (selection,))), build)
+        return index if index.in_order else None
+
+    def load_slice(group: _RowGroup, k: int) -> pa.Table:
+        path = plain[group.file]
+        columns, finish = read_columns(group.file)
+
+        def read() -> pa.Table:
+            key = (path, group.index, tuple(columns))
+
+            def open_cursor() -> SliceCursor:
+                return _opening(
+                    rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, what, cache.slice_rows)
+                )
+
+            cursor = cache.cursors.take(key, k, open_cursor)
+            try:
+                t = cursor.read(k)
+            except BaseException:
+                cursor.close()
+                raise
+            cache.cursors.give_back(key, cursor)
+            return finish(t) if group.own else _own_rows(finish(t), rows)
+
+        return cache.row_group((path, group.index, k, *(() if group.own else (selection,)), *variant), read)
+
+    def pieces(group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
+        """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
+        index = slice_index(group)
+        if index is None:
+            yield load(group), group.low, after
+            return
+        for k, low, frontier in index.wanted(start, end, after):
+            yield load_slice(group, k), low, frontier
+
     held: list[pa.Table] = []
     for g, group in enumerate(groups):
-        t = load(group)
-        if t.num_rows:
-            held.append(t)
-        frontier = groups[g + 1].low if g + 1 < len(groups) else None
-        if not held or (frontier is not None and frontier <= group.low):
-            continue  # nothing new is complete before the next row group
-        ready, held = _split(pa.concat_tables(held), start, end, frontier)
-        if ready.num_rows:
-            yield ready
+        after = groups[g + 1].low if g + 1 < len(groups) else None
+        for t, low, frontier in pieces(group, after):
+            if t.num_rows:
+                held.append(t)
+            if not held or (frontier is not None and frontier <= low):
+                continue  # nothing new is complete before the next piece
+            ready, held = _split(pa.concat_tables(held), start, end, frontier)
+            if ready.num_rows:
+                yield ready
     if held:
         ready, _ = _split(pa.concat_tables(held), start, end, None)
         if ready.num_rows:

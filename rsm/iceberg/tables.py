@@ -4,7 +4,7 @@ the writer and the readers want; columns added since a table was made are added 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -53,6 +53,25 @@ about as fast (docs/benchmarks.md, "Iceberg mode"); pyarrow writes the rows in a
 are no larger (snappy compresses the repeated fields as well). 64 is the least Java's Parquet writer takes (Spark's
 ``rewrite_data_files`` fails on a smaller size); tables made with 1 get 64 when next loaded."""
 _OLD_DICTIONARY_BYTES = "1"
+COMPACTED_ROW_GROUP_ROWS = 1 << 20
+"""Rows per row group of the files compaction writes (pyarrow's default): one or two groups per file. Spark reads
+a column's dictionary once per group, so keys that repeat read faster from few large groups (docs/benchmarks.md,
+"The key scan"); a fetch reads such a group a slice at a time (``rsm.iceberg.row_slices``)."""
+COMPACTED_DICTIONARY_BYTES = 1 << 20
+"""``write.parquet.dict-size-bytes`` of the files compaction writes (pyarrow's default): a column whose distinct
+values fit in 1 MiB a group (keys, most often) stays dictionary-encoded; the others fall back to plain after it."""
+
+
+def compacted_file_properties(table_properties: Mapping[str, str]) -> dict[str, str]:
+    """The write properties of the files compaction writes, for a table with ``table_properties``: large row
+    groups and dictionaries where the table has the plugin's own small ones (an operator's value is kept)."""
+    ours = {
+        "write.parquet.row-group-limit": (str(ROW_GROUP_ROWS), str(COMPACTED_ROW_GROUP_ROWS)),
+        "write.parquet.dict-size-bytes": (str(DICTIONARY_BYTES), str(COMPACTED_DICTIONARY_BYTES)),
+    }
+    return {key: large for key, (small, large) in ours.items() if table_properties.get(key) == small}
+
+
 SPLIT_BYTES = 128 << 20
 """``read.split.target-size`` of the tables this writer creates (with adaptive split sizing off): Spark's and
 Iceberg's default, one task per 128 MiB of data files."""

@@ -13,12 +13,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from iceberg_testing import iceberg_config, load_table, rewrite_sorted, spark_maintain, spark_sql_statements
 
 from rsm import RemoteStorageManager, RetriableRemoteStorageException
+from rsm.iceberg.config import MaintenanceSettings
+from rsm.iceberg.maintenance import compact
 from rsm.kafka.records import batch_view, decode_records, iter_batches
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.writer import SegmentFiles, write_large_segment, write_segment
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition, random_kafka_uuid
 
 TOPIC_ID = random_kafka_uuid()
@@ -84,6 +87,42 @@ def test_a_compaction_with_expiry_and_orphan_removal_keeps_every_fetch_byte_iden
         # A fresh plugin plans on the compacted table from the start.
         with _manager(config) as fresh:
             _assert_reads(fresh, metas, segments, every=2)
+    finally:
+        m.close()
+
+
+def test_the_plugins_compaction_writes_large_row_groups_and_fetches_read_them_in_slices(tmp_path: Path) -> None:
+    """Two segments of about 24,000 records each, compacted into one file of one row group with dictionary-encoded
+    keys; fetches from positions across both segments read it a slice (32,768 rows) at a time."""
+    config = iceberg_config(tmp_path)
+    segments = []
+    base = 0
+    for i in range(2):
+        seg = write_large_segment(tmp_path / f"large{i}", 10 << 20, seed=i, base_offset=base, codec="zstd")
+        segments.append((_tip(0), seg))
+        base = seg.end_offset + 1
+    m = _manager(config)
+    try:
+        metas = _tier(m, segments)
+        table = load_table(config)
+        settings = MaintenanceSettings(min_input_files=2)
+        assert compact(table, settings).count == 2
+        table = load_table(config)
+        (task,) = table.scan().plan_files()
+        meta = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata
+        rows = sum(seg.end_offset - seg.base_offset + 1 for _tip_, seg in segments)
+        assert meta.num_row_groups == 1 and meta.row_group(0).num_rows == rows > 32768
+        key = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == "key_raw")
+        assert meta.row_group(0).column(key).has_dictionary_page
+        assert table.properties["write.parquet.row-group-limit"] == "32768"  # the table itself is unchanged
+        with _manager(config) as fresh:
+            for meta_, (_, seg) in zip(metas, segments, strict=True):
+                original = seg.log.read_bytes()
+                positions = [h.position for h, _ in iter_batches(original)]
+                for position in [*positions[:: len(positions) // 4], positions[-1]]:
+                    with fresh.fetch_log_segment(meta_, position) as stream:
+                        got = stream.read()
+                    assert batch_view(got) == batch_view(original[position:]), (meta_.describe(), position)
     finally:
         m.close()
 

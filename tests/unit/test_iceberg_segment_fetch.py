@@ -5,6 +5,7 @@ any batch position. Parquet files on the local disk, read through pyiceberg's Fi
 from __future__ import annotations
 
 import random
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from rsm.iceberg.fetch_plan import SegmentRows
+from rsm.iceberg.row_slices import SLICE_ROWS
 from rsm.iceberg.rows import RowOrigin, SegmentSummary, segment_row_tables
 from rsm.iceberg.segment_fetch import RowGroupCache, _with_kafka_fields, iter_segment_batches, iter_segment_rows
 from rsm.kafka.records import batch_view, iter_batches
@@ -50,13 +52,14 @@ def _rows_for(seg: SegmentFiles, files: list[str]) -> SegmentRows:
     return SegmentRows(PyArrowFileIO(), tuple(files), 0, seg.base_offset, seg.end_offset, SEGMENT, 1)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     files=st.integers(1, 4),
     group_rows=st.sampled_from([60, 400, 100_000]),
     layout=st.sampled_from(["segment", "compacted", "shuffled"]),
     start_batch=st.integers(0, 29),
     seed=st.integers(0, 1 << 16),
+    slice_rows=st.sampled_from([SLICE_ROWS, 37, 150]),
 )
 def test_any_file_layout_gives_back_the_same_batches(
     segments: tuple[SegmentFiles, pa.Table, pa.Table],
@@ -66,7 +69,9 @@ def test_any_file_layout_gives_back_the_same_batches(
     layout: str,
     start_batch: int,
     seed: int,
+    slice_rows: int,
 ) -> None:
+    """Row groups larger than ``slice_rows`` are read a slice at a time where their rows are in order."""
     seg, own, others = segments
     rng = random.Random(seed)
     rows = own if layout == "segment" else pa.concat_tables([own, others])
@@ -83,8 +88,7 @@ def test_any_file_layout_gives_back_the_same_batches(
         rows = rows.take(pa.array(index))
     cuts = sorted(rng.sample(range(1, rows.num_rows), files - 1))
     paths = []
-    d = tmp_path / f"{layout}-{files}-{group_rows}-{seed}"
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis runs examples again while shrinking
     for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, rows.num_rows], strict=True)):
         path = d / f"f{i}.parquet"
         pq.write_table(rows.slice(a, b - a), path, row_group_size=group_rows)
@@ -93,7 +97,7 @@ def test_any_file_layout_gives_back_the_same_batches(
     original = seg.log.read_bytes()
     positions = [h.position for h, _ in iter_batches(original)]
     start = positions[start_batch]
-    cache = RowGroupCache(8 << 20)
+    cache = RowGroupCache(8 << 20, slice_rows=slice_rows)
     for _ in range(2):  # cold, then from the cache
         got = b"".join(iter_segment_batches(_rows_for(seg, paths), start, None, "test", cache))
         assert batch_view(got) == batch_view(original[start:])
@@ -126,6 +130,7 @@ def _write_layout(rows: pa.Table, directory: Path, files: int, group_rows: int, 
     compacted=st.booleans(),
     start_batch=st.integers(0, 29),
     seed=st.integers(0, 1 << 16),
+    slice_rows=st.sampled_from([SLICE_ROWS, 45]),
 )
 def test_rows_with_some_kafka_fields_are_the_rows_with_all(
     segments: tuple[SegmentFiles, pa.Table, pa.Table],
@@ -135,6 +140,7 @@ def test_rows_with_some_kafka_fields_are_the_rows_with_all(
     compacted: bool,
     start_batch: int,
     seed: int,
+    slice_rows: int,
 ) -> None:
     """What Spark reads of a segment (some columns, some fields of ``kafka``) is the broker's rows, projected."""
     seg, own, others = segments
@@ -147,12 +153,11 @@ def test_rows_with_some_kafka_fields_are_the_rows_with_all(
             sort_keys=[("p", "ascending"), ("o", "ascending")],
         )
         rows = rows.take(order)
-    d = tmp_path / f"{compacted}-{files}-{group_rows}-{seed}"
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(dir=tmp_path))
     paths = _write_layout(rows, d, files, group_rows, rng)
     start = [h.position for h, _ in iter_batches(seg.log.read_bytes())][start_batch]
     full = pa.concat_tables(iter_segment_rows(_rows_for(seg, paths), start, None, "test"))
-    cache = RowGroupCache(8 << 20)
+    cache = RowGroupCache(8 << 20, slice_rows=slice_rows)
     for _ in range(2):  # cold, then from the cache
         part = pa.concat_tables(
             iter_segment_rows(_rows_for(seg, paths), start, None, "test", cache, ["kafka", "value_raw"], FIELDS)
@@ -175,3 +180,52 @@ def test_a_kafka_field_a_file_lacks_reads_as_null() -> None:
         {"partition": 0, "offset": 6, "is_control": None},
     ]
     assert _with_kafka_fields(t, None) is t
+
+
+def _one_group(rows: pa.Table, path: Path) -> list[str]:
+    pq.write_table(rows, path, row_group_size=rows.num_rows)
+    return [str(path)]
+
+
+def test_a_broker_catching_up_through_a_large_row_group_decodes_each_slice_once(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path
+) -> None:
+    """Fetches from successive positions (a broker reading a little of each) take the cursor where the last
+    one left it; a fetch behind it opens a new one."""
+    seg, own, others = segments
+    kafka = pa.concat_tables([own, others]).column("kafka")
+    rows = pa.concat_tables([own, others])
+    order = pc.sort_indices(
+        pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
+        sort_keys=[("p", "ascending"), ("o", "ascending")],
+    )
+    paths = _one_group(rows.take(order), tmp_path / "compacted.parquet")
+    original = seg.log.read_bytes()
+    positions = [h.position for h, _ in iter_batches(original)]
+    cache = RowGroupCache(8 << 20, slice_rows=40)
+    for position in positions:
+        first = next(iter_segment_batches(_rows_for(seg, paths), position, None, "test", cache))
+        assert first == original[position : position + len(first)]
+    assert cache.cursors.opened == 1
+    assert cache.cursors.idle == 1
+    # A fetch of every slice again comes from the cache; with nothing cached it needs a new cursor.
+    got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
+    assert batch_view(got) == batch_view(original) and cache.cursors.opened == 1
+    uncached = RowGroupCache(0, 0, slice_rows=40)
+    for position in (positions[-1], positions[0]):
+        got = b"".join(iter_segment_batches(_rows_for(seg, paths), position, None, "test", uncached))
+        assert batch_view(got) == batch_view(original[position:])
+    assert uncached.cursors.opened == 2
+
+
+def test_a_large_row_group_out_of_order_is_read_whole(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path
+) -> None:
+    seg, own, _others = segments
+    index = list(range(own.num_rows))
+    random.Random(5).shuffle(index)
+    paths = _one_group(own.take(pa.array(index)), tmp_path / "shuffled.parquet")
+    cache = RowGroupCache(8 << 20, slice_rows=40)
+    got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
+    assert batch_view(got) == batch_view(seg.log.read_bytes())
+    assert cache.cursors.opened == 0

@@ -1,0 +1,177 @@
+"""Large row groups read a slice at a time.
+
+Compaction writes row groups of up to ``COMPACTED_ROW_GROUP_ROWS`` rows (Spark reads their dictionary-encoded
+keys faster; docs/benchmarks.md, "The key scan"). A fetch must not read a whole such group to serve 1 MiB of
+it: a group holds a few hundred MB of values. It reads the group in slices of ``SLICE_ROWS`` rows instead:
+
+- a ``SliceIndex``, built from the group's narrow selecting columns (partition, offset, segment id, position),
+  says which slices hold which of a segment's offsets and positions, so a fetch skips the slices before its
+  start position and knows, for each slice, the lowest offset any later slice can hold;
+- a ``SliceCursor`` is pyarrow's streaming reader of one group, left where the last fetch stopped, so a broker
+  catching up (fetches from successive positions) decodes each slice once. Parquet cannot skip pages without
+  decoding them, so a cursor behind the wanted slice reads forward, and one past it is replaced by a new one.
+
+Slices are exact: slice ``k`` holds the group's rows from ``k * slice_rows`` to the next slice's first row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rsm.errors import RemoteStorageException
+
+SLICE_ROWS = 32768
+"""Rows a fetch reads at a time from a row group larger than this (the rows per group of a copy's files)."""
+CURSOR_BUFFER_BYTES = 256 << 10
+"""Read buffer of each column a cursor streams: what it holds of a column chunk beyond the decoded slice."""
+MAX_CURSORS = 4
+"""Cursors kept open between fetches (each holds an open data file and a buffer per column)."""
+
+
+@dataclass(frozen=True)
+class SliceSpan:
+    """A segment's rows in one slice: the lowest offset and the lowest and highest positions among them."""
+
+    first_offset: int
+    low_position: int
+    high_position: int
+
+
+@dataclass(frozen=True)
+class SliceIndex:
+    """Where a segment's rows lie in a large row group, slice by slice (None: a slice holds none of them).
+    ``in_order``: the segment's rows come in offset and position order through the whole group (compaction
+    sorts by partition and offset); only then may a fetch read the group a slice at a time."""
+
+    in_order: bool
+    spans: tuple[SliceSpan | None, ...]
+
+    @classmethod
+    def build(
+        cls, offsets: pa.ChunkedArray, positions: pa.ChunkedArray, own: pa.ChunkedArray, slice_rows: int = SLICE_ROWS
+    ) -> SliceIndex:
+        """From each row's offset, position and whether it is the segment's, in file order."""
+        offsets, positions = offsets.filter(own), positions.filter(own)
+        in_order = _non_decreasing(offsets) and _non_decreasing(positions)
+        own_before = pc.cumulative_sum(pc.cast(own, pa.int64())) if len(own) else pa.chunked_array([], pa.int64())
+        spans: list[SliceSpan | None] = []
+        for start in range(0, len(own), slice_rows):
+            stop = min(start + slice_rows, len(own))
+            lo = int(own_before[start - 1].as_py()) if start else 0
+            hi = int(own_before[stop - 1].as_py())
+            if hi == lo:
+                spans.append(None)
+                continue
+            span_positions = positions.slice(lo, hi - lo)
+            bounds = pc.min_max(span_positions)
+            spans.append(
+                SliceSpan(
+                    int(pc.min(offsets.slice(lo, hi - lo)).as_py()),
+                    int(bounds["min"].as_py()),
+                    int(bounds["max"].as_py()),
+                )
+            )
+        return cls(in_order, tuple(spans))
+
+    def wanted(self, start: int, end: int | None, after: int | None) -> Iterator[tuple[int, int, int | None]]:
+        """``(slice, lowest offset, frontier)`` for each slice holding the segment's rows at positions
+        ``start..end``, in order; the frontier is the lowest offset a later slice, or ``after`` (the lowest of
+        what follows the group; None: nothing), may hold."""
+        held = [(k, s) for k, s in enumerate(self.spans) if s is not None]
+        for i, (k, span) in enumerate(held):
+            if span.high_position < start:
+                continue
+            if end is not None and span.low_position > end:
+                return
+            nxt = held[i + 1][1].first_offset if i + 1 < len(held) else None
+            frontier = nxt if after is None else after if nxt is None else min(nxt, after)
+            yield k, span.first_offset, frontier
+
+
+def _non_decreasing(a: pa.ChunkedArray) -> bool:
+    n = len(a)
+    return n < 2 or bool(pc.all(pc.greater_equal(a.slice(1), a.slice(0, n - 1))).as_py())
+
+
+class SliceCursor:
+    """pyarrow's streaming reader of one row group's ``columns``, a slice at a time, at ``next_slice``."""
+
+    def __init__(self, source: Any, index: int, columns: list[str], what: str, slice_rows: int = SLICE_ROWS) -> None:
+        self._source = source
+        self._file = pq.ParquetFile(source, buffer_size=CURSOR_BUFFER_BYTES)
+        self._rows = self._file.metadata.row_group(index).num_rows
+        self._slice_rows = slice_rows
+        self._batches = self._file.iter_batches(batch_size=slice_rows, row_groups=[index], columns=columns)
+        self._what = what
+        self.next_slice = 0
+
+    def read(self, k: int) -> pa.Table:
+        """Slice ``k`` (at or after ``next_slice``); the slices before it are decoded and dropped."""
+        if k < self.next_slice:
+            raise ValueError(f"slice {k} is behind the cursor ({self.next_slice})")
+        while True:
+            i = self.next_slice
+            batch = next(self._batches, None)
+            expected = min(self._slice_rows, self._rows - i * self._slice_rows)
+            if batch is None or batch.num_rows != expected:
+                got = "none" if batch is None else f"{batch.num_rows} rows"
+                raise RemoteStorageException(
+                    f"{self._what}: slice {i} of a row group of {self._rows} rows came back with {got} instead "
+                    f"of {expected}; the data file may be damaged, check it with `kts iceberg check`"
+                )
+            self.next_slice += 1
+            if i == k:
+                return pa.Table.from_batches([batch])
+
+    def close(self) -> None:
+        self._batches = iter(())
+        self._file.close()
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+
+
+class SliceCursors:
+    """Open cursors between fetches, at most ``max_open``, least recently given back closed first. A cursor is
+    taken by one fetch at a time; two fetches of one group each get their own. Thread-safe."""
+
+    def __init__(self, max_open: int = MAX_CURSORS) -> None:
+        self._max_open = max_open
+        self._idle: OrderedDict[tuple[Hashable, int], tuple[Hashable, SliceCursor]] = OrderedDict()
+        self._serial = 0
+        self._lock = threading.Lock()
+        self.opened = 0
+
+    def take(self, key: Hashable, k: int, open_cursor: Callable[[], SliceCursor]) -> SliceCursor:
+        """An idle cursor of ``key`` at or before slice ``k`` (the nearest), or a new one."""
+        with self._lock:
+            usable = [slot for slot, (owner, c) in self._idle.items() if owner == key and c.next_slice <= k]
+            if usable:
+                nearest = max(usable, key=lambda slot: self._idle[slot][1].next_slice)
+                return self._idle.pop(nearest)[1]
+            self.opened += 1
+        return open_cursor()
+
+    def give_back(self, key: Hashable, cursor: SliceCursor) -> None:
+        """Keep ``cursor`` for a later fetch of ``key``; the oldest idle cursor past ``max_open`` is closed."""
+        closing: list[SliceCursor] = []
+        with self._lock:
+            self._serial += 1
+            self._idle[(key, self._serial)] = (key, cursor)
+            while len(self._idle) > self._max_open:
+                closing.append(self._idle.popitem(last=False)[1][1])
+        for c in closing:
+            c.close()
+
+    @property
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
