@@ -1,11 +1,13 @@
 """Catch-up through the plugin's fetch of Iceberg-mode segments: rows found through the table's current snapshot
 against the data files the manifest lists (the path before) and against the same segments tiered classic, then
-again after a compaction (every row rewritten, sorted by partition and offset, old files deleted).
+again after the plugin's compaction (every row rewritten, sorted by partition and offset, in row groups of up to
+1,048,576 rows read a slice at a time; old files deleted).
 
 In one process (filesystem backend, SQLite catalog), uncompressed segments; a pass reads every segment the way a
 broker catching up does: a fetch from a batch position, 1 MiB read, the next fetch from the first batch not
 read whole. Each pass starts with an empty row-group cache; after a warm-up pass of each, modes alternate,
-``--reps`` passes each, medians:
+``--reps`` passes each, medians. After the compaction, ``whole-groups`` reads the compacted row groups whole
+instead of a slice at a time (the fetch path before slices; its row-group cache holds what fits):
 
     .venv/bin/python benchmarks/bench_iceberg_fetch.py [--segments 3] [--segment-mib 8] [--reps 3]
 """
@@ -24,12 +26,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
+from rsm.iceberg.config import MaintenanceSettings  # noqa: E402
 from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
+from rsm.iceberg.maintenance import compact  # noqa: E402
 from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream  # noqa: E402
 from rsm.kafka.records import iter_batches  # noqa: E402
 from rsm.kafka.writer import SegmentFiles, write_large_segment  # noqa: E402
@@ -81,14 +84,16 @@ def main() -> None:
     mode = m.iceberg.mode()
 
     def run(name: str) -> float:
-        mode.row_groups = RowGroupCache(mode.cfg.fetch_cache_bytes)
+        # "whole-groups": compacted row groups read whole, as fetches read them before slices
+        whole = name == "whole-groups"
+        mode.row_groups = RowGroupCache(mode.cfg.fetch_cache_bytes, **({"max_slice_rows": 0} if whole else {}))
         started = time.perf_counter()
         total = 0
         for i, pos in enumerate(positions):
             if name == "classic":
                 meta = metas["classic"][i]
                 total += _catch_up(lambda p, meta=meta: m.fetch_log_segment(meta, p), pos)
-            elif name == "iceberg":
+            elif name in ("iceberg", "whole-groups"):
                 meta = metas["ice"][i]
                 total += _catch_up(lambda p, meta=meta: m.fetch_log_segment(meta, p), pos)
             else:  # the data files the manifest lists, as fetches read them before
@@ -118,26 +123,25 @@ def main() -> None:
         return {n: statistics.median(v) for n, v in got.items()}
 
     before = measure(["classic", "iceberg", "manifest-files"])
-    # A compaction: every row rewritten sorted by partition and offset, then the old files deleted.
+    # The plugin's compaction (rows sorted by partition and offset, large row groups), then the old files deleted.
     table = mode.handle.catalog.load_table(("kafka", "ice"))
-    rows_all = table.scan().to_arrow()
-    kafka = rows_all.column("kafka")
-    order = pc.sort_indices(
-        pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}),
-        sort_keys=[("p", "ascending"), ("o", "ascending")],
-    )
     old = {t.file.file_path for t in table.scan().plan_files()}
-    table.overwrite(rows_all.take(order))
+    compact(table, MaintenanceSettings(min_input_files=2))
+    table = mode.handle.catalog.load_table(("kafka", "ice"))
+    new = [t.file.file_path for t in table.scan().plan_files()]
+    groups = [pq.ParquetFile(f.removeprefix("file://")).metadata.num_row_groups for f in new]
+    print(f"compacted {len(old)} data files into {len(new)} ({sum(groups)} row groups)")
     for path in old:
         Path(path.removeprefix("file://")).unlink()
-    after = measure(["classic", "iceberg"])
+    after = measure(["classic", "iceberg", "whole-groups"])
     seg_mb = sum(s.size for s in segs) / 1e6
     print(f"{args.segments} segments, {seg_mb:.1f} MB uncompressed, {args.reps} passes each (medians, MB/s)")
     for label, res in (("before compaction", before), ("after compaction", after)):
         line = ", ".join(f"{n} {v:.0f}" for n, v in res.items())
         ratio = f"iceberg/classic {res['iceberg'] / res['classic']:.2f}"
-        if "manifest-files" in res:
-            ratio += f", iceberg/manifest-files {res['iceberg'] / res['manifest-files']:.2f}"
+        for other in ("manifest-files", "whole-groups"):
+            if other in res:
+                ratio += f", iceberg/{other} {res['iceberg'] / res[other]:.2f}"
         print(f"{label}: {line}; {ratio}")
     m.close()
 

@@ -171,8 +171,9 @@ CONFIG_DEF = ConfigDef().extend(
             "long",
             64 << 20,
             "Bytes of decoded row groups kept in memory for fetches of Iceberg-mode segments, so a consumer that "
-            "catches up 1 MiB at a time reads and decodes each row group once. A row group over half of it is "
-            "served but not kept. 0: no cache.",
+            "catches up 1 MiB at a time reads and decodes each row group once. Row groups of more than 32,768 rows "
+            "(compaction's) or 16 MiB are read and kept in slices of up to 32,768 rows and 16 MiB. A row group or "
+            "slice over half of it is served but not kept. 0: no cache.",
             validator=in_range(0, None),
             group="iceberg",
         ),

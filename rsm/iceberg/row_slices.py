@@ -2,7 +2,9 @@
 
 Compaction writes row groups of up to ``COMPACTED_ROW_GROUP_ROWS`` rows (Spark reads their dictionary-encoded
 keys faster; docs/benchmarks.md, "The key scan"). A fetch must not read a whole such group to serve 1 MiB of
-it: a group holds a few hundred MB of values. It reads the group in slices of ``SLICE_ROWS`` rows instead:
+it: a group holds a few hundred MB of values. It reads the group in slices of up to ``SLICE_ROWS`` rows and
+about ``SLICE_BYTES`` instead (``slice_rows``; a copy's 32,768-row groups of large records are sliced too, so
+that the row-group cache keeps them):
 
 - a ``SliceIndex``, built from the group's narrow selecting columns (partition, offset, segment id, position),
   says which slices hold which of a segment's offsets and positions, so a fetch skips the slices before its
@@ -29,11 +31,22 @@ import pyarrow.parquet as pq
 from rsm.errors import RemoteStorageException
 
 SLICE_ROWS = 32768
-"""Rows a fetch reads at a time from a row group larger than this (the rows per group of a copy's files)."""
+"""The most rows a fetch reads at a time from a larger row group (the rows per group of a copy's files)."""
+SLICE_BYTES = 16 << 20
+"""About the most bytes (the group's uncompressed size per row) a slice holds: large records get fewer rows a
+slice, so that the row-group cache (64 MiB by default, entries up to half of it) keeps several slices."""
+MIN_SLICE_ROWS = 1024
 CURSOR_BUFFER_BYTES = 256 << 10
 """Read buffer of each column a cursor streams: what it holds of a column chunk beyond the decoded slice."""
 MAX_CURSORS = 4
 """Cursors kept open between fetches (each holds an open data file and a buffer per column)."""
+
+
+def slice_rows(rows: int, uncompressed_bytes: int, most: int = SLICE_ROWS) -> int:
+    """Rows per slice of a row group of ``rows`` rows and ``uncompressed_bytes``: at most ``most``, and about
+    ``SLICE_BYTES`` of data. A group of no more rows than this is read whole."""
+    per_row = max(1, uncompressed_bytes // max(1, rows))
+    return max(1, min(most, max(MIN_SLICE_ROWS, SLICE_BYTES // per_row)))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
 from rsm.iceberg.fetch_plan import SegmentRows
-from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex
+from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, slice_rows
 from rsm.iceberg.schema import kafka_arrow_type
 
 _PARTITION_PATH = "kafka.partition"
@@ -58,7 +58,7 @@ class RowGroupCache:
     only that segment's rows. A data file is never changed in place (a compaction writes new files), so an entry
     never goes stale. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024, slice_rows: int = SLICE_ROWS) -> None:
+    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024, max_slice_rows: int = SLICE_ROWS) -> None:
         # A row group over half the budget is served but not kept: it would push everything else out.
         self._groups: TimedLru[Hashable, pa.Table] = TimedLru(
             "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
@@ -69,8 +69,9 @@ class RowGroupCache:
         self._slice_indexes: TimedLru[Hashable, SliceIndex] = TimedLru(
             "iceberg-slice-indexes", max(max_footers, 16), None
         )
+        # max_slice_rows: the most rows a slice holds (fewer for large records); 0: every row group read whole.
         self.cursors = SliceCursors()
-        self.slice_rows = slice_rows
+        self.max_slice_rows = max_slice_rows
 
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
         return self._footers.get_or_load(path, load, None, f"footer of {path}")
@@ -316,26 +317,43 @@ def iter_segment_rows(
             lambda: _own_rows(read_group(group.file, group.index), rows),
         )
 
+    def rows_per_slice(group: _RowGroup) -> int | None:
+        """Rows per slice of the group; None: it is small enough to read whole."""
+        if group.index < 0 or cache.max_slice_rows <= 0:
+            return None
+        rg = footers[group.file].row_group(group.index)
+        n = slice_rows(rg.num_rows, rg.total_byte_size, cache.max_slice_rows)
+        return n if rg.num_rows > n else None
+
     def slice_index(group: _RowGroup) -> SliceIndex | None:
         """The group's slice index when it is large, holds the selecting columns and its rows of the segment
         come in order; None: read it whole."""
-        if group.index < 0 or footers[group.file].row_group(group.index).num_rows <= cache.slice_rows:
+        n = rows_per_slice(group)
+        if n is None:
             return None
         path = plain[group.file]
 
+        cols = _columns(footers[group.file])
+
+        def narrow() -> pa.Table:
+            return parquet(path).read_row_group(group.index, columns=list(cols))
+
         def build() -> SliceIndex:
-            cols = _columns(footers[group.file])
             if not {_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH} <= cols.keys():
                 return SliceIndex(False, ())
-            t = parquet(path).read_row_group(group.index, columns=list(cols))
-            own = pa.chunked_array([pa.repeat(True, t.num_rows)]) if group.own else _own_mask(t, rows)
+            if group.own:
+                t = narrow()
+                own = pa.chunked_array([pa.repeat(True, t.num_rows)])
+            else:  # the segments of a compacted file share its selecting columns
+                t = cache.row_group((path, group.index, "selecting columns"), narrow)
+                own = _own_mask(t, rows)
             kafka = t.column("kafka")
-            return SliceIndex.build(pc.struct_field(kafka, "offset"), row_positions(t), own, cache.slice_rows)
+            return SliceIndex.build(pc.struct_field(kafka, "offset"), row_positions(t), own, n)
 
         index = cache.slice_index((path, group.index, *(() if group.own else (selection,))), build)
         return index if index.in_order else None
 
-    def load_slice(group: _RowGroup, k: int) -> pa.Table:
+    def load_slice(group: _RowGroup, k: int, n: int) -> pa.Table:
         path = plain[group.file]
         columns, finish = read_columns(group.file)
 
@@ -343,9 +361,7 @@ def iter_segment_rows(
             key = (path, group.index, tuple(columns))
 
             def open_cursor() -> SliceCursor:
-                return _opening(
-                    rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, what, cache.slice_rows)
-                )
+                return _opening(rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, what, n))
 
             cursor = cache.cursors.take(key, k, open_cursor)
             try:
@@ -354,9 +370,16 @@ def iter_segment_rows(
                 cursor.close()
                 raise
             cache.cursors.give_back(key, cursor)
-            return finish(t) if group.own else _own_rows(finish(t), rows)
+            return finish(t)
 
-        return cache.row_group((path, group.index, k, *(() if group.own else (selection,)), *variant), read)
+        # The slice as the file holds it is kept apart from a segment's rows of it: the segments of a compacted
+        # file share it, so the next segment's first fetch finds it instead of reading the group from its start.
+        whole = (path, group.index, k, *variant)
+        if group.own:
+            return cache.row_group(whole, read)
+        return cache.row_group(
+            (path, group.index, k, selection, *variant), lambda: _own_rows(cache.row_group(whole, read), rows)
+        )
 
     def pieces(group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
         """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
@@ -364,8 +387,10 @@ def iter_segment_rows(
         if index is None:
             yield load(group), group.low, after
             return
+        n = rows_per_slice(group)
+        assert n is not None
         for k, low, frontier in index.wanted(start, end, after):
-            yield load_slice(group, k), low, frontier
+            yield load_slice(group, k, n), low, frontier
 
     held: list[pa.Table] = []
     for g, group in enumerate(groups):

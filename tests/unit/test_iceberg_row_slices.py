@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.row_slices import SliceCursor, SliceCursors, SliceIndex
+from rsm.iceberg.row_slices import SLICE_BYTES, SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, slice_rows
 
 
 @st.composite
@@ -125,3 +125,12 @@ def test_the_pool_gives_the_nearest_idle_cursor_and_closes_the_oldest_past_its_b
     for cursor in (_Cursor(0), _Cursor(0)):
         pool.give_back("h", cursor)  # type: ignore[arg-type]
     assert a.closed and not c.closed and pool.idle == 3
+
+
+def test_slices_hold_fewer_rows_of_larger_records() -> None:
+    assert slice_rows(SLICE_ROWS, 13_000_000) == SLICE_ROWS  # a copy's group of 400-byte records: read whole
+    assert slice_rows(1 << 20, 400 << 20) == SLICE_ROWS  # compaction's group of them: 32,768 rows a slice
+    large = slice_rows(SLICE_ROWS, 36_000_000)  # a copy's group of 1 KB records
+    assert large < SLICE_ROWS and abs(large * 36_000_000 / SLICE_ROWS / SLICE_BYTES - 1) < 0.01
+    assert slice_rows(10, 1 << 30) == 1024  # never below 1024 rows
+    assert slice_rows(1 << 20, 1 << 20, 37) == 37

@@ -97,7 +97,7 @@ def test_any_file_layout_gives_back_the_same_batches(
     original = seg.log.read_bytes()
     positions = [h.position for h, _ in iter_batches(original)]
     start = positions[start_batch]
-    cache = RowGroupCache(8 << 20, slice_rows=slice_rows)
+    cache = RowGroupCache(8 << 20, max_slice_rows=slice_rows)
     for _ in range(2):  # cold, then from the cache
         got = b"".join(iter_segment_batches(_rows_for(seg, paths), start, None, "test", cache))
         assert batch_view(got) == batch_view(original[start:])
@@ -157,7 +157,7 @@ def test_rows_with_some_kafka_fields_are_the_rows_with_all(
     paths = _write_layout(rows, d, files, group_rows, rng)
     start = [h.position for h, _ in iter_batches(seg.log.read_bytes())][start_batch]
     full = pa.concat_tables(iter_segment_rows(_rows_for(seg, paths), start, None, "test"))
-    cache = RowGroupCache(8 << 20, slice_rows=slice_rows)
+    cache = RowGroupCache(8 << 20, max_slice_rows=slice_rows)
     for _ in range(2):  # cold, then from the cache
         part = pa.concat_tables(
             iter_segment_rows(_rows_for(seg, paths), start, None, "test", cache, ["kafka", "value_raw"], FIELDS)
@@ -202,16 +202,25 @@ def test_a_broker_catching_up_through_a_large_row_group_decodes_each_slice_once(
     paths = _one_group(rows.take(order), tmp_path / "compacted.parquet")
     original = seg.log.read_bytes()
     positions = [h.position for h, _ in iter_batches(original)]
-    cache = RowGroupCache(8 << 20, slice_rows=40)
+    cache = RowGroupCache(8 << 20, max_slice_rows=40)
     for position in positions:
         first = next(iter_segment_batches(_rows_for(seg, paths), position, None, "test", cache))
         assert first == original[position : position + len(first)]
     assert cache.cursors.opened == 1
     assert cache.cursors.idle == 1
+    # The next segment in the file (partition 1's, after partition 0's rows) takes the same cursor onward.
+    kafka_rows = rows.take(order).column("kafka")
+    partition_1 = pc.equal(pc.struct_field(kafka_rows, "partition"), 1)
+    offsets_1 = pc.filter(pc.struct_field(kafka_rows, "offset"), partition_1)
+    first, last = pc.min(offsets_1).as_py(), pc.max(offsets_1).as_py()
+    neighbour = SegmentRows(PyArrowFileIO(), tuple(paths), 1, first, last, "other", 1)
+    got_rows = pa.concat_tables(iter_segment_rows(neighbour, 0, None, "test", cache))
+    assert got_rows.num_rows == pc.sum(partition_1).as_py()
+    assert cache.cursors.opened == 1
     # A fetch of every slice again comes from the cache; with nothing cached it needs a new cursor.
     got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
     assert batch_view(got) == batch_view(original) and cache.cursors.opened == 1
-    uncached = RowGroupCache(0, 0, slice_rows=40)
+    uncached = RowGroupCache(0, 0, max_slice_rows=40)
     for position in (positions[-1], positions[0]):
         got = b"".join(iter_segment_batches(_rows_for(seg, paths), position, None, "test", uncached))
         assert batch_view(got) == batch_view(original[position:])
@@ -225,7 +234,7 @@ def test_a_large_row_group_out_of_order_is_read_whole(
     index = list(range(own.num_rows))
     random.Random(5).shuffle(index)
     paths = _one_group(own.take(pa.array(index)), tmp_path / "shuffled.parquet")
-    cache = RowGroupCache(8 << 20, slice_rows=40)
+    cache = RowGroupCache(8 << 20, max_slice_rows=40)
     got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
     assert batch_view(got) == batch_view(seg.log.read_bytes())
     assert cache.cursors.opened == 0
