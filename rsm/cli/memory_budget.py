@@ -11,7 +11,8 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   allocated outside it while the fetch lasts.
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
-  and the rows each copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
+  the streaming readers of large row groups kept between fetches (``rsm.iceberg.row_slices``), and the rows each
+  copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
   (counted on top of the uploads: a thread copies either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
   backend's part buffers (S3 and Azure: (concurrency + 1) x part size; GCS: one chunk of the resumable upload).
@@ -30,6 +31,7 @@ from typing import Any
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
+from rsm.iceberg.row_slices import CURSOR_MEMORY_BYTES, MAX_CURSORS
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -154,6 +156,13 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
     if mode_on(configs):
         budget.terms.append(
             Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
+        )
+        budget.terms.append(
+            Term(
+                "Iceberg slice readers",
+                MAX_CURSORS * CURSOR_MEMORY_BYTES,
+                f"{MAX_CURSORS} readers of large row groups kept between fetches x {_mib(CURSOR_MEMORY_BYTES)}",
+            )
         )
     transform = core["transform.thread.pool.size"] or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)

@@ -19,6 +19,7 @@ Slices are exact: slice ``k`` holds the group's rows from ``k * slice_rows`` to 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -37,9 +38,15 @@ SLICE_BYTES = 16 << 20
 slice, so that the row-group cache (64 MiB by default, entries up to half of it) keeps several slices."""
 MIN_SLICE_ROWS = 1024
 CURSOR_BUFFER_BYTES = 256 << 10
-"""Read buffer of each column a cursor streams: what it holds of a column chunk beyond the decoded slice."""
-MAX_CURSORS = 4
-"""Cursors kept open between fetches (each holds an open data file and a buffer per column)."""
+"""Read buffer of each column a cursor streams."""
+MAX_CURSORS = 2
+"""Cursors kept open between fetches: a compacted file holds one Kafka partition's rows, which one consumer reads
+in order; a second reader of the same group (another consumer group) gets the other."""
+CURSOR_IDLE_S = 60.0
+"""A cursor no fetch took for this long is closed."""
+CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
+"""What an idle cursor holds, at most: measured with pyarrow 26, a cursor streaming a group's fetch columns
+held the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
 
 
 def slice_rows(rows: int, uncompressed_bytes: int, most: int = SLICE_ROWS) -> int:
@@ -119,7 +126,7 @@ class SliceCursor:
 
     def __init__(self, source: Any, index: int, columns: list[str], what: str, slice_rows: int = SLICE_ROWS) -> None:
         self._source = source
-        self._file = pq.ParquetFile(source, buffer_size=CURSOR_BUFFER_BYTES)
+        self._file = pq.ParquetFile(source, buffer_size=CURSOR_BUFFER_BYTES, pre_buffer=False)
         self._rows = self._file.metadata.row_group(index).num_rows
         self._slice_rows = slice_rows
         self._batches = self._file.iter_batches(batch_size=slice_rows, row_groups=[index], columns=columns)
@@ -153,34 +160,51 @@ class SliceCursor:
 
 
 class SliceCursors:
-    """Open cursors between fetches, at most ``max_open``, least recently given back closed first. A cursor is
-    taken by one fetch at a time; two fetches of one group each get their own. Thread-safe."""
+    """Open cursors between fetches: at most ``max_open``, the one given back longest ago closed first, and none
+    idle for more than ``idle_s``. A cursor is taken by one fetch at a time; two fetches of one group each get
+    their own. Thread-safe."""
 
-    def __init__(self, max_open: int = MAX_CURSORS) -> None:
+    def __init__(
+        self, max_open: int = MAX_CURSORS, idle_s: float = CURSOR_IDLE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._max_open = max_open
-        self._idle: OrderedDict[tuple[Hashable, int], tuple[Hashable, SliceCursor]] = OrderedDict()
+        self._idle_s = idle_s
+        self._clock = clock
+        #: (key, serial) -> (key, cursor, when given back), oldest first
+        self._idle: OrderedDict[tuple[Hashable, int], tuple[Hashable, SliceCursor, float]] = OrderedDict()
         self._serial = 0
         self._lock = threading.Lock()
         self.opened = 0
 
+    def _closing(self, now: float) -> list[SliceCursor]:
+        """Take out the cursors past ``max_open`` or idle too long, to close outside the lock. Caller holds it."""
+        out: list[SliceCursor] = []
+        while self._idle:
+            _key, cursor, since = next(iter(self._idle.values()))
+            if len(self._idle) <= self._max_open and now - since <= self._idle_s:
+                break
+            self._idle.popitem(last=False)
+            out.append(cursor)
+        return out
+
     def take(self, key: Hashable, k: int, open_cursor: Callable[[], SliceCursor]) -> SliceCursor:
         """An idle cursor of ``key`` at or before slice ``k`` (the nearest), or a new one."""
         with self._lock:
-            usable = [slot for slot, (owner, c) in self._idle.items() if owner == key and c.next_slice <= k]
-            if usable:
-                nearest = max(usable, key=lambda slot: self._idle[slot][1].next_slice)
-                return self._idle.pop(nearest)[1]
-            self.opened += 1
-        return open_cursor()
+            closing = self._closing(self._clock())
+            usable = [slot for slot, (owner, c, _) in self._idle.items() if owner == key and c.next_slice <= k]
+            found = self._idle.pop(max(usable, key=lambda slot: self._idle[slot][1].next_slice))[1] if usable else None
+            self.opened += found is None
+        for c in closing:
+            c.close()
+        return found if found is not None else open_cursor()
 
     def give_back(self, key: Hashable, cursor: SliceCursor) -> None:
-        """Keep ``cursor`` for a later fetch of ``key``; the oldest idle cursor past ``max_open`` is closed."""
-        closing: list[SliceCursor] = []
+        """Keep ``cursor`` for a later fetch of ``key``."""
         with self._lock:
             self._serial += 1
-            self._idle[(key, self._serial)] = (key, cursor)
-            while len(self._idle) > self._max_open:
-                closing.append(self._idle.popitem(last=False)[1][1])
+            now = self._clock()
+            self._idle[(key, self._serial)] = (key, cursor, now)
+            closing = self._closing(now)
         for c in closing:
             c.close()
 

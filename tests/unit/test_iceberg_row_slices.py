@@ -134,3 +134,16 @@ def test_slices_hold_fewer_rows_of_larger_records() -> None:
     assert large < SLICE_ROWS and abs(large * 36_000_000 / SLICE_ROWS / SLICE_BYTES - 1) < 0.01
     assert slice_rows(10, 1 << 30) == 1024  # never below 1024 rows
     assert slice_rows(1 << 20, 1 << 20, 37) == 37
+
+
+def test_a_cursor_idle_too_long_is_closed() -> None:
+    now = [0.0]
+    pool = SliceCursors(max_open=3, idle_s=60, clock=lambda: now[0])
+    old, recent = _Cursor(1), _Cursor(1)
+    pool.give_back("g", old)  # type: ignore[arg-type]
+    now[0] = 50
+    pool.give_back("h", recent)  # type: ignore[arg-type]
+    now[0] = 61
+    new = _Cursor(0)
+    assert pool.take("g", 5, lambda: new) is new  # type: ignore[arg-type,return-value]
+    assert old.closed and not recent.closed and pool.idle == 1

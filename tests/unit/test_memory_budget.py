@@ -87,11 +87,13 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
 ) -> None:
     _, classic = _check(tmp_path, capsys)
     assert "Iceberg row groups" not in classic and "Iceberg rows being written" not in classic
+    assert "Iceberg slice readers" not in classic
     on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
     _, default = _check(tmp_path, capsys, **on)
     assert default["Iceberg row groups"] == 64
+    assert default["Iceberg slice readers"] == 2 * 32  # two readers of large row groups, 2 x 16 MiB slices each
     assert default["Iceberg rows being written"] == 10 * 3 * 64  # Kafka's 10 copier threads x 3 x 64 MiB
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 1920, abs=0.5)
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 64 + 1920, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
