@@ -80,7 +80,7 @@ class SliceIndex:
     ) -> SliceIndex:
         """From each row's offset, position and whether it is the segment's, in file order."""
         offsets, positions = offsets.filter(own), positions.filter(own)
-        in_order = _non_decreasing(offsets) and _non_decreasing(positions)
+        in_order = non_decreasing(offsets) and non_decreasing(positions)
         own_before = pc.cumulative_sum(pc.cast(own, pa.int64())) if len(own) else pa.chunked_array([], pa.int64())
         spans: list[SliceSpan | None] = []
         for start in range(0, len(own), slice_rows):
@@ -116,7 +116,8 @@ class SliceIndex:
             yield k, span.first_offset, frontier
 
 
-def _non_decreasing(a: pa.ChunkedArray) -> bool:
+def non_decreasing(a: pa.ChunkedArray) -> bool:
+    """Whether each value of ``a`` is at least the one before it."""
     n = len(a)
     return n < 2 or bool(pc.all(pc.greater_equal(a.slice(1), a.slice(0, n - 1))).as_py())
 
@@ -145,7 +146,7 @@ class SliceCursor:
                 got = "none" if batch is None else f"{batch.num_rows} rows"
                 raise RemoteStorageException(
                     f"{self._what}: slice {i} of a row group of {self._rows} rows came back with {got} instead "
-                    f"of {expected}; the data file may be damaged, check it with `kts iceberg check`"
+                    f"of {expected}; the data file may be damaged: read it with pyarrow or Spark to check"
                 )
             self.next_slice += 1
             if i == k:

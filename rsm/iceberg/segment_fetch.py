@@ -28,7 +28,7 @@ from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
 from rsm.iceberg.fetch_plan import SegmentRows
-from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, slice_rows
+from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, non_decreasing, slice_rows
 from rsm.iceberg.schema import kafka_arrow_type
 
 _PARTITION_PATH = "kafka.partition"
@@ -185,11 +185,6 @@ def _own_mask(t: pa.Table, rows: SegmentRows) -> pa.ChunkedArray:
     return pc.fill_null(mask, False)
 
 
-def _non_decreasing(a: pa.ChunkedArray) -> bool:
-    n = len(a)
-    return n < 2 or bool(pc.all(pc.greater_equal(a.slice(1), a.slice(0, n - 1))).as_py())
-
-
 def _count(mask: pa.ChunkedArray) -> int:
     return int(pc.sum(mask).as_py() or 0)
 
@@ -208,7 +203,7 @@ def _split(rows: pa.Table, start: int, end: int | None, frontier: int | None) ->
     ``frontier``), sorted by position and offset; and the rows to hold for later."""
     pos = row_positions(rows)
     n = rows.num_rows
-    if _non_decreasing(pos) and _non_decreasing(pc.struct_field(rows.column("kafka"), "offset")):
+    if non_decreasing(pos) and non_decreasing(pc.struct_field(rows.column("kafka"), "offset")):
         # Rows in segment order (the usual case): slices, no copies.
         cut = n if frontier is None else _count(pc.less(_batch_last_offsets(rows), frontier))
         lo = _count(pc.less(pos, start))
@@ -361,7 +356,8 @@ def iter_segment_rows(
             key = (path, group.index, tuple(columns))
 
             def open_cursor() -> SliceCursor:
-                return _opening(rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, what, n))
+                named = f"{what}, data file {path}"
+                return _opening(rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, named, n))
 
             cursor = cache.cursors.take(key, k, open_cursor)
             try:
