@@ -14,7 +14,16 @@ from pyiceberg.types import NestedField, StructType
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.replace import Replacer, RowSelection
 from rsm.iceberg.schema import KAFKA_FIELDS, iceberg_schema, partition_spec
-from rsm.iceberg.tables import DICTIONARY_BYTES, load_or_create, missing_columns, split_bytes, table_properties
+from rsm.iceberg.tables import (
+    COMPACTED_DICTIONARY_BYTES,
+    COMPACTED_ROW_GROUP_ROWS,
+    DICTIONARY_BYTES,
+    compacted_file_properties,
+    load_or_create,
+    missing_columns,
+    split_bytes,
+    table_properties,
+)
 
 
 def test_a_new_table_is_partitioned_by_day_with_the_plugins_properties(tmp_path: Path) -> None:
@@ -75,3 +84,14 @@ def test_a_table_made_with_one_byte_dictionaries_gets_what_java_writers_take(tmp
         load_or_create(catalog, ("kafka", "mine"), "mine", None, 1 << 20, 3).properties["write.parquet.dict-size-bytes"]
         == "4096"
     )
+
+
+def test_compaction_writes_large_groups_only_where_the_table_has_the_plugins_small_ones() -> None:
+    ours = table_properties("orders", 64 << 20)
+    assert compacted_file_properties(ours) == {
+        "write.parquet.row-group-limit": str(COMPACTED_ROW_GROUP_ROWS),
+        "write.parquet.dict-size-bytes": str(COMPACTED_DICTIONARY_BYTES),
+    }
+    operators = {**ours, "write.parquet.row-group-limit": "200000"}
+    assert compacted_file_properties(operators) == {"write.parquet.dict-size-bytes": str(COMPACTED_DICTIONARY_BYTES)}
+    assert compacted_file_properties({}) == {}  # a table made by another writer: its own defaults
