@@ -311,6 +311,16 @@ WRITER_MEMORY_FACTOR = 3
 """A segment copy in Iceberg mode holds about this many times ``iceberg.mode.write.batch.bytes``: the rows in
 Arrow buffers, the table pyiceberg writes from them and the Parquet encoder's pages. pyarrow's allocator peaked at
 2.9-3.1x while 16 and 32 MiB of records became rows (uncompressed and zstd segments; docs/kubernetes.md)."""
+SLICE_BYTES = 16 << 20
+"""About the most bytes (a row group's uncompressed size per row) a fetch's slice of a large row group holds
+(rsm.iceberg.row_slices): large records get fewer rows a slice, so that the row-group cache (64 MiB by default,
+entries up to half of it) keeps several slices."""
+MAX_CURSORS = 2
+"""Readers of large row groups kept open between fetches: a compacted file holds one Kafka partition's rows, which
+one consumer reads in order; a second reader of the same group (another consumer group) gets the other."""
+CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
+"""What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
+the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
 
 
 @dataclass(frozen=True)

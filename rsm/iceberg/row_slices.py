@@ -30,23 +30,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.config import MAX_CURSORS, SLICE_BYTES
 
 SLICE_ROWS = 32768
 """The most rows a fetch reads at a time from a larger row group (the rows per group of a copy's files)."""
-SLICE_BYTES = 16 << 20
-"""About the most bytes (the group's uncompressed size per row) a slice holds: large records get fewer rows a
-slice, so that the row-group cache (64 MiB by default, entries up to half of it) keeps several slices."""
 MIN_SLICE_ROWS = 1024
 CURSOR_BUFFER_BYTES = 256 << 10
 """Read buffer of each column a cursor streams."""
-MAX_CURSORS = 2
-"""Cursors kept open between fetches: a compacted file holds one Kafka partition's rows, which one consumer reads
-in order; a second reader of the same group (another consumer group) gets the other."""
 CURSOR_IDLE_S = 60.0
 """A cursor no fetch took for this long is closed."""
-CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
-"""What an idle cursor holds, at most: measured with pyarrow 26, a cursor streaming a group's fetch columns
-held the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
 
 
 def slice_rows(rows: int, uncompressed_bytes: int, most: int = SLICE_ROWS) -> int:
