@@ -320,12 +320,9 @@ def iter_segment_rows(
         n = slice_rows(rg.num_rows, rg.total_byte_size, cache.max_slice_rows)
         return n if rg.num_rows > n else None
 
-    def slice_index(group: _RowGroup) -> SliceIndex | None:
-        """The group's slice index when it is large, holds the selecting columns and its rows of the segment
-        come in order; None: read it whole."""
-        n = rows_per_slice(group)
-        if n is None:
-            return None
+    def slice_index(group: _RowGroup, n: int) -> SliceIndex | None:
+        """The index of the group's slices of ``n`` rows when it holds the selecting columns and its rows of the
+        segment come in order; None: read it whole."""
         path = plain[group.file]
 
         cols = _columns(footers[group.file])
@@ -379,12 +376,11 @@ def iter_segment_rows(
 
     def pieces(group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
         """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
-        index = slice_index(group)
-        if index is None:
+        n = rows_per_slice(group)
+        index = None if n is None else slice_index(group, n)
+        if n is None or index is None:
             yield load(group), group.low, after
             return
-        n = rows_per_slice(group)
-        assert n is not None
         for k, low, frontier in index.wanted(start, end, after):
             yield load_slice(group, k, n), low, frontier
 
