@@ -3,7 +3,7 @@
 Wrapping is RSA-OAEP with SHA3-512 for both the OAEP hash and MGF1, empty label (BouncyCastle's
 ``OAEPWithSHA3-512AndMGF1Padding``). ``cryptography`` refuses SHA3 in OAEP, so pycryptodome does the RSA part.
 The ring maps key-pair ids to key pairs; the *active* id wraps new keys, the others stay so that older
-manifests remain readable until they are re-wrapped (see ``rsm.core.rotation``).
+manifests remain readable until they are re-wrapped (see ``rsm.operator_tools.rotation``).
 """
 
 from __future__ import annotations

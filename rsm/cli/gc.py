@@ -1,6 +1,6 @@
 """``kts gc``: list, and with ``--delete`` remove, the storage no tiered segment accounts for.
 
-The logic is ``rsm.core.garbage``; this module parses the grace period, shows the table and asks nothing: a
+The logic is ``rsm.operator_tools.garbage``; this module parses the grace period, shows the table and asks nothing: a
 dry run is the default, and ``--delete`` is the explicit consent.
 """
 
@@ -14,7 +14,7 @@ from rich.table import Table
 from rsm.cli.gc_cluster import cluster_options, deletes_iceberg_rows, reconcile_with_cluster, show_lost
 from rsm.cli.progress import progress_bar, stdout
 from rsm.cli.settings import config_options, open_manager
-from rsm.core.garbage import delete_garbage, find_garbage, where
+from rsm.operator_tools.garbage import delete_garbage, find_garbage, where
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

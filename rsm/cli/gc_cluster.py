@@ -1,4 +1,4 @@
-"""``kts gc --bootstrap-server``: the cluster's record held against the store (``rsm.core.reconcile``), and
+"""``kts gc --bootstrap-server``: the cluster's record held against the store (``rsm.operator_tools.reconcile``), and
 ``--watch``, the same check on a schedule, exported as Prometheus metrics.
 
 The scheduled check runs here, as a ``kts`` process (a Deployment, or a loop beside the brokers), not inside the
@@ -12,16 +12,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from rsm.cli.cluster import client_settings, load_command_config, read_cluster
 from rsm.cli.progress import stdout
+from rsm.cli.properties import read_properties
 from rsm.cli.settings import load_configs, open_manager
-from rsm.core.garbage import GarbageItem
 from rsm.core.object_keys import parse_object_key
-from rsm.core.reconcile import (
+from rsm.errors import RemoteStorageException
+from rsm.metadata import RemoteLogSegmentState
+from rsm.metrics.catalog import GC_CLUSTER_METRICS, GC_CLUSTER_SUBSYSTEM
+from rsm.operator_tools.cluster_record import ClusterReadError, client_settings, read_cluster
+from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,
     LostSegment,
@@ -29,9 +34,6 @@ from rsm.core.reconcile import (
     reconcile,
     segments_from_records,
 )
-from rsm.errors import RemoteStorageException
-from rsm.metadata import RemoteLogSegmentState
-from rsm.metrics.catalog import GC_CLUSTER_METRICS, GC_CLUSTER_SUBSYSTEM
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,6 +63,15 @@ def cluster_options(func: F) -> F:
         help="also reconcile with this cluster's record of tiered segments (__remote_log_metadata, topic ids)",
     )(func)
     return func
+
+
+def load_command_config(path: str | None) -> dict[str, str]:
+    """The client properties of ``--command-config`` (Kafka's tools' format); none without the option."""
+    if path is None:
+        return {}
+    if not Path(path).is_file():
+        raise ClusterReadError(f"--command-config {path}: no such file")
+    return read_properties(path)
 
 
 def deletes_iceberg_rows(config: str | None, sets: tuple[str, ...]) -> bool:

@@ -150,7 +150,7 @@ def keys_rotate(
     Resumable: a manifest already wrapped by the target pair is skipped, so an interrupted run is run again.
     No manifest found (a wrong key.prefix or --prefix) is an error (exit 1), never a finished rotation.
     """
-    from rsm.core.rotation import rewrap_all
+    from rsm.operator_tools.rotation import rewrap_all
 
     if to is not None:
         sets = (*sets, f"encryption.key.pair.id={to}")

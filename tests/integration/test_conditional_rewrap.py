@@ -25,9 +25,9 @@ from helpers import TIP, encryption_configs
 
 from backends.base import BackendCapabilities, KeyNotFound, PreconditionFailed
 from rsm import RemoteStorageManager
-from rsm.core.garbage import find_garbage
 from rsm.core.object_keys import segment_keys
-from rsm.core.rotation import rewrap_all
+from rsm.operator_tools.garbage import find_garbage
+from rsm.operator_tools.rotation import rewrap_all
 
 BACKENDS = EVERY_STORE
 

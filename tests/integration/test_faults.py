@@ -11,7 +11,7 @@ Expected on every store:
 - at 10% at least 99% of fetches succeed (body reads are retried);
 - no thread or fd leaks;
 - no unfinished upload stays open after garbage collection: S3 multipart uploads and Azure uncommitted blocks are
-  listed and aborted by ``rsm.core.garbage``; GCS cannot list resumable sessions, so every session the backend
+  listed and aborted by ``rsm.operator_tools.garbage``; GCS cannot list resumable sessions, so every session the backend
   sent data to must have been finalized or cancelled.
 
 Each run appends a row to the reliability table (``RELIABILITY_TABLE``, see docs/reliability.md).
@@ -50,8 +50,8 @@ from rsm import (
     RemoteStorageManager,
     RetriableRemoteStorageException,
 )
-from rsm.core.garbage import delete_garbage, find_garbage
 from rsm.core.object_keys import segment_keys
+from rsm.operator_tools.garbage import delete_garbage, find_garbage
 
 # Sized so the nine runs stay near two minutes on a loaded 2-core machine: the time goes to stalls (one attempt
 # timeout each) and backoffs, so it grows with the number of requests, i.e. fetches x chunks per fetch.

@@ -30,7 +30,7 @@ from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend
 from backends.filesystem import TEMP_PREFIX, FileSystemBackend
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
-from rsm.core.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, TEMP_FILE, delete_garbage, find_garbage
+from rsm.operator_tools.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, TEMP_FILE, delete_garbage, find_garbage
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 

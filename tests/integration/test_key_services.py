@@ -40,9 +40,9 @@ from encryption.keyservice import CallEvent, DataKeyCache, ServiceKeyPair
 from encryption.providers import AwsKms, Pkcs11, VaultTransit
 from rsm.core.manifest import SegmentManifest
 from rsm.core.object_keys import segment_keys
-from rsm.core.rotation import rewrap_all
 from rsm.errors import KeyServiceException, RetriableRemoteStorageException
 from rsm.metrics.prometheus import SnapshotCollector
+from rsm.operator_tools.rotation import rewrap_all
 
 PROVIDERS = ("aws-kms", "vault-transit", "pkcs11")
 

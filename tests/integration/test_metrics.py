@@ -38,13 +38,13 @@ from rsm import (
 from rsm.cli.main import main as kts_main
 from rsm.core.config import unknown_keys
 from rsm.core.object_keys import segment_keys
-from rsm.core.reconcile import CLUSTER_KINDS
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition
 from rsm.metrics.catalog import BACKEND_BEANS, GC_CLUSTER_METRICS
 from rsm.metrics.histogram import TIME_MS, LogBuckets
 from rsm.metrics.prometheus import serve
 from rsm.metrics.registry import PERCENTILES, MetricsConfig, MetricsRegistry
+from rsm.operator_tools.reconcile import CLUSTER_KINDS
 
 RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
 CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"

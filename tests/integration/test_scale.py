@@ -37,13 +37,13 @@ from hypothesis import strategies as st
 from rsm import RemoteStorageManager
 from rsm.cli.main import main
 from rsm.core.catalog import parse_manifest_key
-from rsm.core.garbage import find_garbage
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import WINDOW_PER_THREAD, ordered_map
 from rsm.errors import RemoteStorageException
 from rsm.kafka.writer import write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
+from rsm.operator_tools.garbage import find_garbage
 from rsm.spark.planning import PushedBounds, SegmentSlice
 from rsm.spark.reader import TieredReader
 

@@ -293,7 +293,7 @@ def test_heuristic_looks_past_the_first_batch(tmp_path: Path) -> None:
 
 def test_key_rotation_rewraps_manifest_only(seg: Any, key_pairs: Any, make_manager: Any, tmp_path: Path) -> None:
     from rsm.cli.main import main
-    from rsm.core.rotation import rewrap_all
+    from rsm.operator_tools.rotation import rewrap_all
 
     old = make_manager(encryption_configs(key_pairs), compression_enabled=True)
     meta = _copy(old, seg)

@@ -22,11 +22,11 @@ from helpers import TIP
 
 from backends.filesystem import FileSystemBackend
 from rsm import RemoteStorageManager
-from rsm.core.garbage import find_garbage
 from rsm.jvm import codec as wire
 from rsm.jvm.copy_cancel import CopyCancels
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.sidecar import Sidecar
+from rsm.operator_tools.garbage import find_garbage
 
 
 class HeldBackend(FileSystemBackend):

@@ -1,4 +1,4 @@
-"""``rsm.core.reconcile`` on a real store of the demo's segments (filesystem backend) against records as Kafka
+"""``rsm.operator_tools.reconcile`` on a real store of the demo's segments (filesystem backend) against records as Kafka
 writes them: each kind found for the state that makes it, lost segments named, unknown ones left alone, and
 removal through the plugin's delete taking exactly the segments listed."""
 
@@ -12,8 +12,10 @@ import pytest
 
 from rsm.cli.main import main
 from rsm.cli.settings import open_manager
-from rsm.core.garbage import delete_garbage
-from rsm.core.reconcile import (
+from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
+from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
+from rsm.operator_tools.garbage import delete_garbage
+from rsm.operator_tools.reconcile import (
     DEAD_TOPIC_ICEBERG,
     DEAD_TOPIC_SEGMENT,
     DELETED_SEGMENT,
@@ -21,8 +23,6 @@ from rsm.core.reconcile import (
     reconcile,
     segments_from_records,
 )
-from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
-from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
 
 pytestmark = pytest.mark.unit
 S = RemoteLogSegmentState

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from backends.base import ObjectInfo, StorageBackendException
-from rsm.core.garbage import GarbageItem
 from rsm.core.object_keys import Suffix, parse_object_key, segment_keys
 from rsm.errors import RemoteStorageException
 from rsm.kafka.remote_log_metadata import (
@@ -41,6 +40,7 @@ from rsm.kafka.remote_log_metadata import (
     SegmentUpdateRecord,
 )
 from rsm.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from rsm.operator_tools.garbage import GarbageItem
 
 if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
@@ -211,6 +211,6 @@ def _missing(manager: RemoteStorageManager, seg: TrackedSegment, listed: Mapping
 
 
 def _is_iceberg(manager: RemoteStorageManager, manifest_key: str) -> bool:
-    from rsm.core.garbage import _is_garbage_without_log
+    from rsm.operator_tools.garbage import _is_garbage_without_log
 
     return not _is_garbage_without_log(manager.backend, manifest_key)

@@ -73,8 +73,8 @@ class GarbageItem:
     size: int | None = None
     upload: PendingUpload | None = None
     segment: RemoteLogSegmentMetadata | None = None
-    """Set for the kinds of ``rsm.core.reconcile``: the segment the cluster's record ties the objects to, removed
-    through the plugin's own delete."""
+    """Set for the kinds of ``rsm.operator_tools.reconcile``: the segment the cluster's record ties the objects to,
+    removed through the plugin's own delete."""
 
 
 @dataclass

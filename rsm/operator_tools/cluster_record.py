@@ -27,7 +27,6 @@ from typing import Any
 
 import click
 
-from rsm.cli.properties import read_properties
 from rsm.errors import RemoteStorageException
 from rsm.kafka.remote_log_metadata import (
     RemoteLogMetadataError,
@@ -172,14 +171,6 @@ def _ssl_context(cadata: bytes, keystore: str | None, password: str | None, chec
     if keystore is not None:
         context.load_cert_chain(keystore, keystore, password)
     return context
-
-
-def load_command_config(path: str | None) -> dict[str, str]:
-    if path is None:
-        return {}
-    if not Path(path).is_file():
-        raise ClusterReadError(f"--command-config {path}: no such file")
-    return read_properties(path)
 
 
 def _kafka() -> Any:
