@@ -126,7 +126,8 @@ RULES: Mapping[str, Rule] = {
             "a filesystem backend's temporary file of an upload whose process was killed",
             (STORE_AGE, UPLOAD_DEADLINE),
             _CLUSTER_GRACE,
-            True,
+            False,
+            "a partial upload that no key names; nothing can read it, and putting it back would give nothing to read",
         ),
         Rule(
             "cache-entry",
