@@ -2,8 +2,9 @@
 
 An object held is copied to ``<root><run>/<its name below the place's root>`` (for the plugin's store
 ``<key.prefix>kts-quarantine/<run>/<key without key.prefix>``), a JSON record of it is written beside the copy
-(same name plus ``.kts-held.json``: where it came from, its size, kind, topic, the evidence, until when it is
-kept), and only then is the original deleted. ``restore`` copies it back when nothing lives under the original
+(same name plus ``.kts-held.json``: where it came from, its size, kind, topic, the evidence, when it was held), and only
+then is the original deleted. An object is kept for the retention the quarantine has now (``gc.quarantine.ms``)
+from when it was held: shortening the retention shortens every hold. ``restore`` copies it back when nothing lives under the original
 name; ``purge`` removes the copy and its record; ``expired`` lists what has been held past the retention
 (``gc.quarantine.ms``).
 
@@ -247,7 +248,7 @@ class Quarantine:
                 f"quarantine record {record} names {held.original} held at {held.location} in run {held.run}, "
                 "which is not where the record is: it is left alone (check it, then remove it by hand)"
             )
-        return replace(held, present=present)
+        return replace(held, present=present, until=held.held_at + self.retention_s)
 
     def held(self, run: str | None = None, topic: str | None = None, key: str | None = None) -> list[Held]:
         """What is held (every record, read), oldest run first; narrowed to one run, topic or original name. Reads
