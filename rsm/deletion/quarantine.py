@@ -2,11 +2,11 @@
 
 An object held is copied to ``<root><run>/<its name below the place's root>`` (for the plugin's store
 ``<key.prefix>kts-quarantine/<run>/<key without key.prefix>``), a JSON record of it is written beside the copy
-(same name plus ``.kts-held.json``: where it came from, its size, kind, topic, the evidence, when it was held), and only
-then is the original deleted. An object is kept for the retention the quarantine has now (``gc.quarantine.ms``)
-from when it was held: shortening the retention shortens every hold. ``restore`` copies it back when nothing lives under the original
-name; ``purge`` removes the copy and its record; ``expired`` lists what has been held past the retention
-(``gc.quarantine.ms``).
+(same name plus ``.kts-held.json``: where it came from, its size, kind, topic, the evidence, when it was held),
+and only then is the original deleted. ``restore`` copies it back when nothing lives under the original name;
+``purge`` removes the copy and its record; ``expired`` lists what has been held longer than the retention
+(``gc.quarantine.ms``), counted from when it was held with the retention configured now: shortening the retention
+shortens every hold.
 
 The record is written before the copy, so every copy has a record. A hold interrupted before its copy completed
 leaves a record without a copy (and the original in place): such an item is listed with ``present`` False, and
