@@ -50,7 +50,7 @@ from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
 from rsm.core.object_keys import Suffix, parse_object_key, segment_keys
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
 from rsm.deletion.holding import Held
-from rsm.deletion.quarantine import BackendHolding, PurgeReport, Quarantine, new_run_id
+from rsm.deletion.quarantine import QUARANTINE_DIR, RECORD_SUFFIX, BackendHolding, PurgeReport, Quarantine, new_run_id
 from rsm.deletion.rules import (
     SEGMENT_GONE,
     STORE_AGE,
@@ -310,6 +310,29 @@ def quarantine_of(manager: RemoteStorageManager) -> Quarantine:
         capabilities=manager.backend_capabilities,
     )
     return Quarantine(store, store.root, manager.config["gc.quarantine.ms"] / 1000)
+
+
+def quarantine_usage(
+    manager: RemoteStorageManager, topic: str | None = None, partition: int | None = None
+) -> tuple[int, int]:
+    """How many objects the store's quarantine holds and their bytes (of one topic, or one partition of it):
+    one listing, no record read."""
+    root = manager.config["key.prefix"] + QUARANTINE_DIR
+    details = manager.backend_capabilities.details
+    if details is None:
+        held = [h for h in quarantine_of(manager).held() if h.present]
+        infos = [ObjectInfo(h.location, h.size, h.held_at) for h in held]
+    else:
+        infos = [i for i in details.list_details(root) if not i.key.endswith(RECORD_SUFFIX)]
+    objects = size = 0
+    for info in infos:
+        if topic is not None:
+            parsed = parse_object_key(info.key[len(root) :].partition("/")[2], "")
+            if parsed is None or parsed.topic != topic or partition not in (None, parsed.partition):
+                continue
+        objects += 1
+        size += info.size
+    return objects, size
 
 
 def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
