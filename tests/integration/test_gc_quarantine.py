@@ -123,6 +123,10 @@ def test_delete_holds_restore_puts_back_purge_removes(
             assert _fetch(m, location) == body, "the held bytes are the removed bytes"
         assert not [k for k in quarantined if any(f[len(PREFIX) :] in k for f in FOREIGN)]
 
+        assert main(["ls", *cfg]) == 0
+        held_bytes = sum(len(b) for b in originals.values())
+        assert f"quarantine: 2 objects, {held_bytes:,} bytes held" in capsys.readouterr().out
+
         assert main(["gc", "quarantine", *cfg, "--run", run_id]) == 0
         out = capsys.readouterr().out
         assert crashed_keys.log in out and crashed_keys.indexes in out and "orphan-object" in out

@@ -50,15 +50,18 @@ def test_gc_lists_then_deletes_orphans_and_stale_cache_entries(
         os.utime(p, (old, old))
     capsys.readouterr()
 
+    files = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     assert main(["gc", *common, "--older-than", "1h"]) == 0
     out = capsys.readouterr().out
     assert "dry run" in out and "cache-entry" in out
     assert all(p.name in out for p in crashed)
-    assert all(p.exists() for p in crashed)
+    assert {p for p in store.rglob("*") if p.is_file()} == set(files), "a dry run creates and removes nothing"
 
     assert main(["gc", *common, "--older-than", "1h", "--delete"]) == 0
     assert "failed 0" in capsys.readouterr().out
     assert not any(p.exists() for p in crashed)
+    held = {p.name: p.read_bytes() for p in store.rglob("*") if p.is_file() and "kts-quarantine" in p.parts}
+    assert {p.name: files[p] for p in crashed} == {n: b for n, b in held.items() if not n.endswith(".json")}
     # The rest of segment 0 (no manifest, but fresh) is younger than the grace period: kept.
     assert main(["gc", *common, "--older-than", "1h"]) == 0
     out = capsys.readouterr().out
