@@ -109,9 +109,9 @@ def gc_command(
         quarantine = quarantine_of(manager)
         days = quarantine.retention_s / 86400
         stdout.print(f"run {run}: what can be undone moves into {quarantine.describe()} for {days:g} days")
+        purged = purge_expired(manager)  # first: what this run holds stays for gc.quarantine.ms, even if 0
         with progress_bar("deleting", total=len(items)) as advance:
             report = delete_garbage(manager, items, progress=lambda item: advance(item.key), run=run)
-        purged = purge_expired(manager)
     held_bytes = sum(h.size for h in report.held)
     stdout.print(
         f"moved {len(report.held)} objects ({held_bytes:,} bytes) into the quarantine, run {run} "
