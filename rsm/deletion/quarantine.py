@@ -177,8 +177,16 @@ class Quarantine:
     def describe(self) -> str:
         return f"the quarantine {self.root!r} in {self.store.describe()}"
 
+    def _owned(self, name: str) -> str | None:
+        """``name`` below the store's root when the store calls it the plugin's, else None (a store may say no by
+        returning None or by raising ``RemoteStorageException``)."""
+        try:
+            return self.store.relative(name)
+        except RemoteStorageException:
+            return None
+
     def _relative(self, name: str) -> str:
-        rel = self.store.relative(name)
+        rel = self._owned(name)
         if rel is None or rel.endswith(RECORD_SUFFIX):
             raise DeletionRefused(
                 f"{name} is not the plugin's in {self.store.describe()}: the quarantine holds only the plugin's own "
@@ -243,7 +251,7 @@ class Quarantine:
         location = record[: -len(RECORD_SUFFIX)]
         rest = location[len(self.root) :] if location.startswith(self.root) else ""
         run, _, rel = rest.partition("/")
-        if held.location != location or held.run != run or self.store.relative(held.original) != rel:
+        if held.location != location or held.run != run or self._owned(held.original) != rel:
             raise CorruptDataException(
                 f"quarantine record {record} names {held.original} held at {held.location} in run {held.run}, "
                 "which is not where the record is: it is left alone (check it, then remove it by hand)"
@@ -259,7 +267,7 @@ class Quarantine:
         names = set(self.store.list(base))
         records = sorted(n for n in names if n.endswith(RECORD_SUFFIX))
         if key is not None:
-            rel = self.store.relative(key)
+            rel = self._owned(key)
             if rel is None:
                 return []
             records = [r for r in records if r[len(self.root) :].partition("/")[2] == rel + RECORD_SUFFIX]

@@ -148,3 +148,19 @@ def test_watch_needs_the_cluster_and_never_deletes(tmp_path: Path, capsys: pytes
     assert main(["gc", "--config", str(props), "--watch", "1m"]) == 2
     assert main(["gc", "--config", str(props), "--watch", "1m", "--bootstrap-server", "h:9092", "--delete"]) == 2
     assert "--watch needs --bootstrap-server and never deletes" in capsys.readouterr().err
+
+
+def test_the_upload_deadline_is_the_backends_own() -> None:
+    from rsm.operator_tools.garbage import upload_deadline_seconds
+
+    assert upload_deadline_seconds({}) == 3600.0  # filesystem: storage.stale.upload.age.ms, 1 h by default
+    assert upload_deadline_seconds({"storage.stale.upload.age.ms": "120000"}) == 120.0
+    assert upload_deadline_seconds({"storage.backend.class": "s3"}) == 1800.0
+    assert upload_deadline_seconds({"storage.backend.class": "backends.s3:S3Backend"}) == 1800.0
+    aiven = "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage"
+    assert upload_deadline_seconds({"storage.backend.class": aiven, "storage.azure.upload.timeout.ms": 5000}) == 5.0
+    assert upload_deadline_seconds({"storage.backend.class": "gcs", "storage.gcs.upload.timeout.ms": "2000"}) == 2.0
+    # a backend of another's making: its uploads never count as abandoned
+    assert upload_deadline_seconds({"storage.backend.class": "mystore:Backend"}) is None
+    with pytest.raises(Exception, match="storage.s3.upload.timeout.ms: expected milliseconds"):
+        upload_deadline_seconds({"storage.backend.class": "s3", "storage.s3.upload.timeout.ms": "soon"})

@@ -271,3 +271,21 @@ def test_bad_records_are_named(change: dict[str, object], why: str) -> None:
         decode_record(json.dumps({**doc, **change}).encode(), "rec")
     with pytest.raises(CorruptDataException, match="not JSON"):
         decode_record(b'{"size": NaN}', "rec")
+
+
+def test_a_store_may_refuse_a_name_by_raising() -> None:
+    """A place that says "not mine" by raising (a FileIO's warehouse check) is refused the same way."""
+    from rsm.errors import RemoteStorageException
+
+    class Raising(FakeStore):
+        def relative(self, name: str) -> str | None:
+            if not name.startswith("w/"):
+                raise RemoteStorageException(f"{name} is outside the warehouse")
+            return super().relative(name)
+
+    store = Raising()
+    store.objects["elsewhere/f.parquet"] = b"theirs"
+    q = Quarantine(store, "w/kts-quarantine/")
+    with pytest.raises(DeletionRefused, match="elsewhere/f.parquet is not the plugin's"):
+        q.hold("iceberg-orphan", [("elsewhere/f.parquet", 6)], [], RUN)
+    assert q.held(key="elsewhere/f.parquet") == [] and store.objects == {"elsewhere/f.parquet": b"theirs"}
