@@ -77,6 +77,11 @@ def gc_command(
     (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
     cache only when its directory exists."""
     if ctx.invoked_subcommand is not None:
+        if delete or bootstrap_server or watch or command_config:
+            raise click.UsageError(
+                f"--delete, --bootstrap-server, --watch do not apply to kts gc {ctx.invoked_subcommand}"
+            )
+        ctx.obj = (config, sets)  # kts gc --config FILE restore ...: the subcommand reads the same store
         return None
     grace = parse_duration(older_than)
     if watch is not None:
