@@ -44,6 +44,7 @@ RECORD_SUFFIX = ".kts-held.json"
 """A held object's record sits beside its copy, under the copy's name plus this suffix."""
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 _RECORD_FORMAT = 1
+_MAX_TIME = 1e13  # seconds since 1970: far beyond any clock, within a float's exact integers
 _MAX_RECORD_BYTES = 1 << 20
 _RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4}")
 
@@ -107,8 +108,8 @@ def decode_record(raw: bytes, name: str) -> Held:
 
     def number(field_name: str) -> float:
         value = doc.get(field_name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise bad(f"has no finite, non-negative number {field_name!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value > _MAX_TIME:
+            raise bad(f"has no time {field_name!r} (seconds since 1970, at most {_MAX_TIME:g})")
         return float(value)
 
     size = doc.get("size")

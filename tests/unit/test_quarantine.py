@@ -244,6 +244,23 @@ def test_record_round_trip(
     assert decode_record(encode_record(held), "r") == held
 
 
+record_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        k: st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.lists(st.text(max_size=5))
+        for k in ("format", "original", "location", "size", "kind", "run", "heldAt", "until", "topic", "evidence")
+    },
+)
+
+
+@given(record_fields)
+def test_any_record_fields_decode_or_fail_precisely(doc: dict[str, object]) -> None:
+    try:
+        decode_record(json.dumps({"format": 1, **doc}).encode(), "rec")
+    except CorruptDataException as e:
+        assert str(e).startswith("quarantine record rec ")
+
+
 @given(st.binary(max_size=200) | st.recursive(st.none() | st.booleans() | st.integers() | st.text(), lambda c: (
     st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=4)), max_leaves=10).map(
     lambda doc: json.dumps(doc).encode()))  # fmt: skip
@@ -260,6 +277,8 @@ def test_any_bytes_decode_to_a_record_or_a_precise_error(raw: bytes) -> None:
         ({"size": -1}, "non-negative integer 'size'"),
         ({"size": True}, "non-negative integer 'size'"),
         ({"until": "soon"}, "'until'"),
+        ({"heldAt": 10**400}, "no time 'heldAt'"),
+        ({"heldAt": -1}, "no time 'heldAt'"),
         ({"original": ""}, "'original'"),
         ({"evidence": "store-age"}, "'evidence'"),
         ({"format": 2}, "format 2"),
