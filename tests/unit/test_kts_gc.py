@@ -164,3 +164,33 @@ def test_the_upload_deadline_is_the_backends_own() -> None:
     assert upload_deadline_seconds({"storage.backend.class": "mystore:Backend"}) is None
     with pytest.raises(Exception, match="storage.s3.upload.timeout.ms: expected milliseconds"):
         upload_deadline_seconds({"storage.backend.class": "s3", "storage.s3.upload.timeout.ms": "soon"})
+
+
+def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kts gc --watch` serves the quarantine's objects and bytes beside the reconciliation (the cluster's answer
+    is a stand-in here: tests/system/test_gc_cluster.py reads a real one)."""
+    import io
+
+    from gc_watch import watch_metrics
+
+    import rsm.cli.gc_cluster as gc_cluster
+    from rsm.deletion.rules import STORE_AGE, Evidence
+    from rsm.operator_tools.garbage import quarantine_of
+    from rsm.operator_tools.reconcile import Reconciliation
+
+    props = tmp_path / "p.properties"
+    store = tmp_path / "store"
+    props.write_text(f"storage.backend.class=filesystem\nstorage.root={store}\nkey.prefix=t/\nchunk.size=4096\n")
+    (tmp_path / "store").mkdir()
+    monkeypatch.setattr(gc_cluster, "check", lambda *_args: (Reconciliation(), {}))
+    assert watch_metrics(str(props), "unused:9092", rounds=2)["kts_gc_cluster_quarantined_objects"] == 0
+
+    from rsm.metadata import random_kafka_uuid
+
+    key = f"t/orders-{random_kafka_uuid()}/0/{0:020d}-{random_kafka_uuid()}.log"
+    with RemoteStorageManager() as m:
+        m.configure(load_configs(str(props), (), environ={}))
+        m.backend.upload(key, io.BytesIO(b"x" * 1234))
+        quarantine_of(m).hold("orphan-object", [(key, None)], [Evidence(STORE_AGE)], "20261129T041500Z-9f3a")
+    values = watch_metrics(str(props), "unused:9092", rounds=2)
+    assert values["kts_gc_cluster_quarantined_objects"] == 1 and values["kts_gc_cluster_quarantined_bytes"] == 1234
