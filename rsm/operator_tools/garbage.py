@@ -28,8 +28,11 @@ Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garba
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
-``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
-shows the list and asks before deleting). A backend offers what it can through the optional protocols of
+``find_garbage`` only lists, and attaches to each item the evidence it observed (``rsm.deletion.rules``);
+``delete_garbage`` removes what it is given once ``authorize`` allows it on that evidence: what can be undone into
+the store's quarantine (``<key.prefix>kts-quarantine/<run>/``, ``rsm.deletion.quarantine``), the rest (unfinished
+uploads, cache entries) for good. ``kts gc`` calls both (a dry run unless ``--delete``).
+A backend offers what it can through the optional protocols of
 ``backends.base`` (``ListsDetails``, ``PendingUploads``), as the manager found them when it wired the backend
 (``manager.backend_capabilities``); a backend without ``list_details`` cannot date its objects, so orphan objects
 are not listed for it (never deleted on a guess).
