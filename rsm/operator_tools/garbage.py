@@ -167,13 +167,18 @@ def find_garbage(
                     for info in objects.values():
                         if now - info.modified > older_than_seconds:
                             items.append(dated(ORPHAN_OBJECT, info))
-                elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
+                elif len(objects) < len(_DATA_SUFFIXES) + 1 and all(
+                    now - o.modified > older_than_seconds for o in objects.values()
+                ):
                     # A copy writes its manifest last and a delete removes it first: a manifest without its
-                    # data was left by something else (a rewrite racing a delete), and answers for nothing.
+                    # data was left by something else (a rewrite racing a delete), and answers for nothing. The
+                    # item is dated by its youngest object: all of them go with it.
+                    youngest = max(objects.values(), key=lambda o: o.modified)
+                    dated_by = ObjectInfo(manifest.key, manifest.size, youngest.modified)
                     if set(objects) == {Suffix.MANIFEST, Suffix.INDEXES}:
-                        without_log.append(manifest)  # an Iceberg-mode segment's, unless its manifest says not
+                        without_log.append(dated_by)  # an Iceberg-mode segment's, unless its manifest says not
                     else:
-                        items.append(dated(MANIFEST_WITHOUT_DATA, manifest))
+                        items.append(dated(MANIFEST_WITHOUT_DATA, dated_by))
             for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
                 if isinstance(outcome.error, StorageBackendException):
                     raise outcome.error
