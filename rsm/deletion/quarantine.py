@@ -62,6 +62,16 @@ def check_run_id(run: str) -> str:
     return run
 
 
+def run_started(run: str) -> float | None:
+    """When the run ``run`` started (its id says, to the second); None for a name that is no run id."""
+    if not _RUN_ID.fullmatch(run):
+        return None
+    try:
+        return datetime.strptime(run[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def encode_record(held: Held) -> bytes:
     """The JSON record of ``held`` (its ``present`` is not stored: the listing says it)."""
     doc = {
@@ -278,9 +288,19 @@ class Quarantine:
         return out
 
     def expired(self, now: float | None = None) -> list[Held]:
-        """What has been held past its ``until``."""
+        """What has been held past its ``until``. One listing; only the records of runs that started longer ago
+        than the retention are read (a run's id is its start time, and nothing of it was held before that)."""
         now = self.clock() if now is None else now
-        return [h for h in self.held() if h.until <= now]
+        names = set(self.store.list(self.root))
+        out = []
+        for record in sorted(n for n in names if n.endswith(RECORD_SUFFIX)):
+            started = run_started(record[len(self.root) :].partition("/")[0])
+            if started is not None and started + self.retention_s > now:
+                continue
+            held = self._read(record, record[: -len(RECORD_SUFFIX)] in names)
+            if held.until <= now:
+                out.append(held)
+        return out
 
     def restore(self, items: Sequence[Held]) -> RestoreReport:
         """Copy each item back to its original name when nothing lives there now (a live object is never

@@ -24,6 +24,7 @@ from rsm.deletion.quarantine import (
     decode_record,
     encode_record,
     new_run_id,
+    run_started,
 )
 from rsm.deletion.rules import STORE_AGE, STORE_RELISTED, DeletionRefused, Evidence
 from rsm.errors import CorruptDataException
@@ -34,8 +35,10 @@ EVIDENCE = [Evidence(STORE_AGE, "2.0 h old"), Evidence(STORE_RELISTED)]
 
 
 class Clock:
+    """The time, from when run RUN started (its id is its start time)."""
+
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now = run_started(RUN) or 0.0
 
     def __call__(self) -> float:
         return self.now
@@ -308,3 +311,26 @@ def test_a_store_may_refuse_a_name_by_raising() -> None:
     with pytest.raises(DeletionRefused, match="elsewhere/f.parquet is not the plugin's"):
         q.hold("iceberg-orphan", [("elsewhere/f.parquet", 6)], [], RUN)
     assert q.held(key="elsewhere/f.parquet") == [] and store.objects == {"elsewhere/f.parquet": b"theirs"}
+
+
+def test_expiry_reads_only_the_records_of_runs_old_enough() -> None:
+    class Counting(FakeStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gets: list[str] = []
+
+        def get(self, name: str) -> bytes:
+            self.gets.append(name)
+            return super().get(name)
+
+    store = Counting()
+    clock = Clock()
+    q = Quarantine(store, "w/kts-quarantine/", 3600, clock=clock)
+    later = new_run_id(clock.now + 7200)
+    for run, name in ((RUN, "w/a.parquet"), (later, "w/b.parquet")):
+        store.objects[name] = b"rows"
+        q.hold("iceberg-orphan", [(name, 4)], [], run)
+    clock.now += 7200 + 1800  # the first run is 2.5 h old, the second half an hour
+    assert [h.original for h in q.expired()] == ["w/a.parquet"]
+    assert store.gets == [f"w/kts-quarantine/{RUN}/a.parquet{RECORD_SUFFIX}"]
+    assert run_started("not-a-run") is None and run_started("20261399T000000Z-0000") is None
