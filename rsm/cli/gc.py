@@ -120,7 +120,7 @@ def gc_command(
     held_bytes = sum(h.size for h in report.held)
     stdout.print(
         f"moved {len(report.held)} objects ({held_bytes:,} bytes) into the quarantine, run {run} "
-        f"(kts gc restore --run {run} puts them back); deleted {len(report.deleted)} items in all, "
+        f"(kts gc restore --run {run} puts them back); removed {len(report.deleted)} items in all, "
         f"skipped {len(report.skipped)}, failed {len(report.failed)}"
     )
     stdout.print(
