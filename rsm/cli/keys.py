@@ -173,9 +173,11 @@ def keys_generate(key_id: str, bits: int, out: Path) -> int:
 def keys_rotate(
     config: str | None, sets: tuple[str, ...], to: str | None, prefix: str | None, dry_run: bool, workers: int
 ) -> int:
-    """Re-wrap every segment's data key under one key pair, rewriting manifests only.
+    """Re-wrap every segment's data key under one key pair and its latest key version, rewriting manifests only.
 
-    Resumable: a manifest already wrapped by the target pair is skipped, so an interrupted run is run again.
+    A data key of the target pair wrapped under an older version of its key service's key (a rotated Transit key)
+    is re-wrapped too. Resumable: a manifest already wrapped by the target pair under its latest version is skipped,
+    so an interrupted run is run again.
     No manifest found (a wrong key.prefix or --prefix) is an error (exit 1), never a finished rotation.
     """
     from rsm.operator_tools.rotation import rewrap_all
