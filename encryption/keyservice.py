@@ -216,6 +216,7 @@ class ServiceKeyPair:
         self._clock = clock
         self._public: tuple[rsa.RSAPublicKey, str] | None = None
         self._pinned_at = 0.0
+        self._refreshed_for: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -269,8 +270,8 @@ class ServiceKeyPair:
                 try:
                     self._public = self._fetch_public()
                 except (KeyServiceError, KeyPairError) as e:
-                    log.warning("%s: keeping the pinned public key (version %s): %s", self.describe(),
-                                self._public[1], e)  # fmt: skip
+                    pinned = self._public[1]
+                    log.warning("%s: keeping the pinned public key (version %s): %s", self.describe(), pinned, e)
             return self._public
 
     def refresh(self) -> str:
@@ -281,10 +282,12 @@ class ServiceKeyPair:
             return self._public[1]
 
     def _saw_version(self, version: str) -> None:
-        """A segment wrapped under ``version``: if it is newer than the pinned one, refresh at the next wrap."""
+        """A segment wrapped under ``version``: if it is newer than the pinned one, refresh at the next wrap (once
+        per version, so a segment under a version the service does not serve costs one call, not one a copy)."""
         with self._lock:
             pinned = self._public
-            if pinned is not None and _newer(version, pinned[1]):
+            if pinned is not None and _newer(version, pinned[1]) and version != self._refreshed_for:
+                self._refreshed_for = version
                 self._pinned_at = self._clock() - self.refresh_s
 
     def is_current(self, scheme: str | None) -> bool:

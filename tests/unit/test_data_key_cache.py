@@ -147,6 +147,13 @@ def test_a_segment_under_a_newer_version_refreshes_the_pinned_key_at_once() -> N
     assert pair.unwrap_field(scheme, wrapped) == data_key
     assert _version(pair.wrap_field(os.urandom(32))) == "2"
     assert pair.is_current(scheme) and not pair.is_current("vault-transit;rsa-oaep-sha256;1")
+    # A segment naming a version the service does not serve (yet) costs one refresh, not one per copy.
+    calls = service.calls
+    pair.cache.put(("v", b"odd"), data_key)
+    for _ in range(3):
+        assert pair.unwrap_field("vault-transit;rsa-oaep-sha256;9", b"odd") == data_key
+        pair.wrap_field(os.urandom(32))
+    assert service.calls == calls + 1
 
 
 def test_threads_share_one_refresh() -> None:
