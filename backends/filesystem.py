@@ -89,8 +89,7 @@ _PIECE_BYTES = 200
 # ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
 TEMP_PREFIX = ".kts-partial."
 # Why a hard link may be refused where a copy of the bytes still works: another filesystem mounted below the root,
-# the file's link limit, a filesystem without hard links, no /proc (the link goes through /proc/self/fd), or the
-# source unlinked since it was opened.
+# the file's link limit, a filesystem without hard links, or the source's name gone since it was opened.
 _LINK_REFUSED = frozenset(
     {errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOENT}
 )
@@ -468,7 +467,7 @@ class FileSystemBackend:
             tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.path.basename(path)}.{secrets.token_hex(8)}")
             try:
                 with self._failing(operation, source_key):
-                    if not self._link_open_file(source, tmp):
+                    if not self._link_open_file(source, self._path(source_key), tmp):
                         self._copy_open_file(source, tmp)
                     with _locked_dir(directory):
                         os.replace(tmp, path)
@@ -482,15 +481,20 @@ class FileSystemBackend:
             os.close(source)
 
     @staticmethod
-    def _link_open_file(fd: int, path: str) -> bool:
-        """Link the file open as ``fd`` (the very file that was opened, never a name looked up again) at
-        ``path``; False when the filesystem refuses it (see ``_LINK_REFUSED``)."""
+    def _link_open_file(fd: int, source: str, path: str) -> bool:
+        """Hard-link ``source`` at ``path`` if it still is the file open as ``fd``; False when the filesystem
+        refuses the link (see ``_LINK_REFUSED``) or the name now leads to another file (replaced since it was
+        opened, or a symlink): then ``path`` is not left behind."""
         try:
-            os.link(f"/proc/self/fd/{fd}", path, follow_symlinks=True)
+            os.link(source, path, follow_symlinks=False)
         except OSError as e:
             if e.errno in _LINK_REFUSED:
                 return False
             raise
+        linked, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
+        if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino):
+            os.unlink(path)
+            return False
         return True
 
     def _copy_open_file(self, fd: int, path: str) -> None:

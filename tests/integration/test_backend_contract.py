@@ -447,7 +447,7 @@ def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: 
     neither a target nor an open multipart upload is left."""
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
     backend = S3Backend()
-    backend.configure(server.config(**TEST_TUNING["s3"], **{"s3.multipart.upload.concurrency": "1"}))
+    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
     backend.copy_single_limit = backend.copy_part_size = 5 * MiB
     prefix = f"copy-break-{uuid.uuid4().hex[:8]}/"
     source, target = prefix + "source", prefix + "target"
@@ -485,7 +485,7 @@ def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: p
     root = tmp_path / "store"
     assert (root / "q/run/t/linked").stat().st_ino == (root / "t/source").stat().st_ino
 
-    monkeypatch.setattr(FileSystemBackend, "_link_open_file", staticmethod(lambda fd, path: False))
+    monkeypatch.setattr(FileSystemBackend, "_link_open_file", staticmethod(lambda fd, source, path: False))
     b.copy_object("t/source", "q/run/t/copied")
     assert (root / "q/run/t/copied").stat().st_ino != (root / "t/source").stat().st_ino
     assert fetch_all(b, "q/run/t/copied") == data
