@@ -924,7 +924,10 @@ def test_azure_connection_string_and_sas(request: pytest.FixtureRequest) -> None
         {"azure.container.name": server.bucket, "azure.endpoint.url": server.endpoint, "azure.sas.token": sas}
     )
     assert fetch_all(by_sas, key) == b"via connection string"
-    by_sas.delete_many([key, key + "-missing"])
+    by_sas.copy_object(key, key + "-sas-copy")  # the source URL carries the SAS (a key signs for its own account)
+    by_string.copy_object(key + "-sas-copy", key + "-string-copy")
+    assert fetch_all(by_sas, key + "-string-copy") == b"via connection string"
+    by_sas.delete_many([key, key + "-missing", key + "-sas-copy", key + "-string-copy"])
     assert list(by_string.list(key)) == []
     by_string.close()
     by_sas.close()
