@@ -14,6 +14,9 @@ into place before releasing it; ``upload`` and ``delete`` take the same lock for
 between processes using this backend on one local filesystem, a replacement never overwrites a newer object
 nor brings back a deleted one (every write renames a new file into place: a rewrite always changes the inode).
 ``flock`` is advisory, and on network filesystems its reach is the server's: there the guarantee is not given.
+
+A copy inside the store (``copy_object``) is a hard link renamed into place: since no write ever changes a file in
+place, the two keys stay independent objects that share their bytes until one is written again.
 """
 
 from __future__ import annotations

@@ -594,29 +594,37 @@ class S3Backend(CloudBackend):
         )
         upload_id = created["UploadId"]
         source = {"Bucket": self.bucket, "Key": source_key}
+        what = f"S3 multipart copy of key {source_key!r} to {target_key!r} in bucket {self.bucket!r}"
 
         def copy_part(number: int, first: int, last: int) -> dict[str, Any]:
-            answer = self._call(
-                "upload-part-copy",
-                source_key,
-                lambda: self.client.upload_part_copy(
-                    Bucket=self.bucket,
-                    Key=target_key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    CopySource=source,
-                    CopySourceRange=f"bytes={first}-{last}",
-                    CopySourceIfMatch=etag,
-                ),
-                deadline=deadline,
-            )
+            from botocore.exceptions import ClientError
+
+            def attempt() -> Any:
+                try:
+                    return self.client.upload_part_copy(
+                        Bucket=self.bucket,
+                        Key=target_key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        CopySource=source,
+                        CopySourceRange=f"bytes={first}-{last}",
+                        CopySourceIfMatch=etag,
+                    )
+                except ClientError as e:
+                    if self._error_code(e) != "NoSuchUpload":
+                        raise
+                    raise StorageBackendException(  # not the source that is missing: the upload of the copy
+                        f"{what} failed: its multipart upload {upload_id} was aborted meanwhile (by kts gc or a "
+                        f"lifecycle rule?); copy it again"
+                    ) from e
+
+            answer = self._call("upload-part-copy", source_key, attempt, deadline=deadline)
             result = answer.get("CopyPartResult", {})
             part = {"PartNumber": number, "ETag": result["ETag"]}
             if result.get("ChecksumCRC32"):
                 part["ChecksumCRC32"] = result["ChecksumCRC32"]
             return part
 
-        what = f"S3 multipart copy of key {source_key!r} to {target_key!r} in bucket {self.bucket!r}"
         pool = self._worker_pool(self.concurrency, "kts-s3-part")
         futures = [
             pool.submit(copy_part, number, first, last)

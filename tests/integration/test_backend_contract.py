@@ -1093,6 +1093,22 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
     assert len(sleeps) == 2  # not retried
 
 
+@given(size=st.integers(1, 5 * 1024**4), part=st.integers(1, 6 * 1024**3))
+def test_s3_copy_ranges_cover_the_object_in_parts_s3_accepts(size: int, part: int) -> None:
+    """Whatever the object size (up to S3's 5 TiB) and the part size asked for, a multipart copy's ranges cover
+    the object once, in order, in at most 10,000 parts of 5 MiB to 5 GiB (the last one may be shorter)."""
+    from backends.s3 import MIN_PART_SIZE
+
+    backend = S3Backend()
+    backend.copy_part_size = part
+    ranges = backend._copy_ranges(size)
+    assert ranges[0][0] == 0 and ranges[-1][1] == size - 1
+    assert all(a_last + 1 == b_first for (_, a_last), (b_first, _) in zip(ranges, ranges[1:], strict=False))
+    assert len(ranges) <= 10_000
+    assert all(MIN_PART_SIZE <= last - first + 1 <= 5 * 1024**3 for first, last in ranges[:-1])
+    assert 1 <= ranges[-1][1] - ranges[-1][0] + 1 <= 5 * 1024**3
+
+
 def test_streaming_upload_holds_bounded_memory() -> None:
     """iter_blocks never holds more than one block: the source is read lazily, block by block."""
     from backends.streaming import iter_blocks
