@@ -14,6 +14,7 @@ the same way on every store and counts each failed attempt, and the overall uplo
 from __future__ import annotations
 
 import base64
+import collections
 import concurrent.futures
 import configparser
 import datetime
@@ -625,19 +626,26 @@ class S3Backend(CloudBackend):
                 part["ChecksumCRC32"] = result["ChecksumCRC32"]
             return part
 
+        def settle(future: concurrent.futures.Future[dict[str, Any]]) -> dict[str, Any]:
+            remaining = deadline.remaining()
+            try:
+                return future.result(timeout=None if remaining is None else max(remaining, 0.0))
+            except concurrent.futures.TimeoutError:
+                raise DeadlineExceeded(f"{what}: deadline of {deadline.seconds:.1f} s exceeded") from None
+
+        # At most `concurrency` parts in the pool at once: uploads share it, and must not wait behind a long copy.
         pool = self._worker_pool(self.concurrency, "kts-s3-part")
-        futures = [
-            pool.submit(copy_part, number, first, last)
-            for number, (first, last) in enumerate(self._copy_ranges(size), start=1)
-        ]
+        in_flight: collections.deque[concurrent.futures.Future[dict[str, Any]]] = collections.deque()
         try:
             parts = []
-            for future in futures:
-                remaining = deadline.remaining()
-                try:
-                    parts.append(future.result(timeout=None if remaining is None else max(remaining, 0.0)))
-                except concurrent.futures.TimeoutError:
-                    raise DeadlineExceeded(f"{what}: deadline of {deadline.seconds:.1f} s exceeded") from None
+            for number, (first, last) in enumerate(self._copy_ranges(size), start=1):
+                if len(in_flight) >= self.concurrency:
+                    parts.append(settle(in_flight[0]))  # popped once settled: a part still running stays waited for
+                    in_flight.popleft()
+                in_flight.append(pool.submit(copy_part, number, first, last))
+            while in_flight:
+                parts.append(settle(in_flight[0]))
+                in_flight.popleft()
             self._call(
                 "complete-multipart-upload",
                 target_key,
@@ -648,9 +656,9 @@ class S3Backend(CloudBackend):
                 key_read=False,
             )
         except BaseException as e:
-            for future in futures:
+            for future in in_flight:
                 future.cancel()
-            running = [f for f in futures if not f.done()]
+            running = [f for f in in_flight if not f.done()]
             if running:
                 concurrent.futures.wait(running, timeout=30)
             self._abort(target_key, upload_id)

@@ -474,6 +474,41 @@ def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: 
         backend.close()
 
 
+@pytest.mark.parametrize("flavour", S3_FLAVOURS)
+def test_s3_multipart_copy_past_the_deadline_is_aborted(flavour: str, request: pytest.FixtureRequest) -> None:
+    """A part that answers after s3.upload.timeout.ms (1 s, the least allowed) fails the copy: the part still
+    running is waited for, then the multipart upload is aborted. The 10 s bound leaves 7 s over the 1 s deadline
+    and the 2 s part for the abort on a loaded machine."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    backend = S3Backend()
+    backend.configure(
+        server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1", "s3.upload.timeout.ms": "1000"})
+    )
+    backend.copy_single_limit = backend.copy_part_size = 5 * MiB
+    prefix = f"copy-slow-{uuid.uuid4().hex[:8]}/"
+    source, target = prefix + "source", prefix + "target"
+    backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 7)))
+    real = backend.client.upload_part_copy
+
+    def slow_part(**kwargs: Any) -> Any:
+        time.sleep(2)
+        return real(**kwargs)
+
+    backend.client.upload_part_copy = slow_part
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageBackendException, match="deadline") as info:
+            backend.copy_object(source, target)
+        assert time.monotonic() - started < 10
+        assert info.value.retriable
+        with pytest.raises(KeyNotFound):
+            backend.fetch(target)
+        assert backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=prefix).get("Uploads", []) == []
+        assert list(backend.list(prefix)) == [source]
+    finally:
+        backend.close()
+
+
 def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy on one filesystem is a hard link (no byte moves); where the link is refused, the kernel copies
     the bytes into a file of its own. Either way no temp file stays behind."""
