@@ -612,12 +612,18 @@ class S3Backend(CloudBackend):
                         CopySourceIfMatch=etag,
                     )
                 except ClientError as e:
-                    if self._error_code(e) != "NoSuchUpload":
-                        raise
-                    raise StorageBackendException(  # not the source that is missing: the upload of the copy
-                        f"{what} failed: its multipart upload {upload_id} was aborted meanwhile (by kts gc or a "
-                        f"lifecycle rule?); copy it again"
-                    ) from e
+                    code = self._error_code(e)
+                    if code == "NoSuchUpload":  # not the source that is missing: the upload of the copy
+                        raise StorageBackendException(
+                            f"{what} failed: its multipart upload {upload_id} was aborted meanwhile (by kts gc or "
+                            f"a lifecycle rule?); copy it again"
+                        ) from e
+                    if code == "PreconditionFailed":
+                        raise StorageBackendException(
+                            f"{what} failed: the source was replaced during the copy (its ETag is no longer "
+                            f"{etag}); nothing was copied, copy it again"
+                        ) from e
+                    raise
 
             answer = self._call("upload-part-copy", source_key, attempt, deadline=deadline)
             result = answer.get("CopyPartResult", {})

@@ -474,6 +474,38 @@ def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: 
         backend.close()
 
 
+def test_s3_multipart_copy_never_mixes_two_versions(request: pytest.FixtureRequest) -> None:
+    """The source is replaced after the first part was copied: every part copies only the version that was sized
+    (CopySourceIfMatch), so the copy fails and leaves nothing. SeaweedFS checks the condition; moto ignores it on
+    UploadPartCopy, so this runs on SeaweedFS only."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR["s3-seaweedfs"])
+    backend = S3Backend()
+    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
+    backend.copy_single_limit = backend.copy_part_size = 5 * MiB
+    prefix = f"copy-mix-{uuid.uuid4().hex[:8]}/"
+    source, target = prefix + "source", prefix + "target"
+    backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 1)))
+    real = backend.client.upload_part_copy
+    calls = {"n": 0}
+
+    def replace_source_after_the_first_part(**kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 2)))
+        return real(**kwargs)
+
+    backend.client.upload_part_copy = replace_source_after_the_first_part
+    try:
+        with pytest.raises(StorageBackendException, match="source was replaced during the copy") as info:
+            backend.copy_object(source, target)
+        assert not isinstance(info.value, KeyNotFound)
+        with pytest.raises(KeyNotFound):
+            backend.fetch(target)
+        assert backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=prefix).get("Uploads", []) == []
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("flavour", S3_FLAVOURS)
 def test_s3_multipart_copy_past_the_deadline_is_aborted(flavour: str, request: pytest.FixtureRequest) -> None:
     """A part that answers after s3.upload.timeout.ms (1 s, the least allowed) fails the copy: the part still
