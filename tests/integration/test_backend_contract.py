@@ -559,6 +559,26 @@ def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: p
     assert list(b.list_pending_uploads("")) == []
     assert list(b.list("")) == ["q/run/t/copied", "q/run/t/linked", "t/source"]
 
+    import errno
+    import os
+
+    real_copy = os.copy_file_range
+    calls = {"n": 0}
+
+    def disk_full_after_one_call(*args: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_copy(args[0], args[1], min(args[2], MiB), *args[3:])
+
+    b.upload("q/run/t/copied", io.BytesIO(b"previous"))
+    monkeypatch.setattr(os, "copy_file_range", disk_full_after_one_call)
+    with pytest.raises(StorageBackendException, match="No space left") as info:
+        b.copy_object("t/source", "q/run/t/copied")  # a failed copy keeps the previous target whole
+    assert "'t/source'" in str(info.value) and "'q/run/t/copied'" in str(info.value) and calls["n"] == 2
+    assert fetch_all(b, "q/run/t/copied") == b"previous"
+    assert list(b.list_pending_uploads("")) == []
+
 
 def test_gcs_copy_follows_the_rewrite_token(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """GCS may answer a rewrite "not done" with a token to call again with (large or cross-location copies);
