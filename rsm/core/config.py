@@ -473,6 +473,15 @@ CORE = ConfigDef().extend(
             "to readers a broker thread waits for.",
             validator=in_range(1048576, 1000000000),
         ),
+        ConfigKey(
+            "gc.quarantine.ms",
+            "long",
+            604800000,
+            "How long `kts gc --delete` keeps what it removes in the quarantine (`<key.prefix>kts-quarantine/`) "
+            "before a later `kts gc --delete` purges it; until then `kts gc restore` puts it back. 0 purges at "
+            "the next run.",
+            validator=in_range(0, None),
+        ),
     ]
 )
 

@@ -312,7 +312,7 @@ class SegmentObjects:
         keys = self.manifests.keys(meta)
         started = time.monotonic()
         try:
-            self._delete_rows(meta)
+            self.delete_rows(meta)
             self.backend.delete(keys.manifest)
             self.backend.delete_many([keys.log, keys.indexes])
         except BaseException as e:
@@ -322,7 +322,7 @@ class SegmentObjects:
             raise
         self.recorder.segment_deleted(tip.topic, tip.partition, meta.segment_size_in_bytes, time.monotonic() - started)
 
-    def _delete_rows(self, meta: RemoteLogSegmentMetadata) -> None:
+    def delete_rows(self, meta: RemoteLogSegmentMetadata) -> None:
         """With ``iceberg.mode.delete.rows.enabled``, an Iceberg segment's rows go before its manifest (a failure
         leaves the manifest, so the broker's retry knows the rows to delete)."""
         if self.iceberg is None or not self.iceberg.cfg.delete_rows:
