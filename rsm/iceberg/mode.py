@@ -44,7 +44,7 @@ class IcebergMode:
             from rsm.iceberg.values import value_column_factory
 
             factory = value_column_factory(cfg.value_schemas)
-        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
+        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes, slice_readers=cfg.fetch_slice_readers)
         self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
         self.maintainer: Maintainer | None = None

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import MAX_CURSORS, SLICE_BYTES
+from rsm.iceberg.config import SLICE_BYTES, SLICE_READERS_DEFAULT
 
 SLICE_ROWS = 32768
 """The most rows a fetch reads at a time from a larger row group (the rows per group of a copy's files)."""
@@ -153,12 +153,16 @@ class SliceCursor:
 
 
 class SliceCursors:
-    """Open cursors between fetches: at most ``max_open``, the one given back longest ago closed first, and none
-    idle for more than ``idle_s``. A cursor is taken by one fetch at a time; two fetches of one group each get
-    their own. Thread-safe."""
+    """Open cursors between fetches: at most ``max_open`` (as many as the broker's reader threads, so each of them
+    catching up keeps its own), the one given back longest ago closed first, and none idle for more than
+    ``idle_s``. A cursor is taken by one fetch at a time; two fetches of one group each get their own.
+    Thread-safe."""
 
     def __init__(
-        self, max_open: int = MAX_CURSORS, idle_s: float = CURSOR_IDLE_S, clock: Callable[[], float] = time.monotonic
+        self,
+        max_open: int = SLICE_READERS_DEFAULT,
+        idle_s: float = CURSOR_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_open = max_open
         self._idle_s = idle_s

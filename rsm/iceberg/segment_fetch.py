@@ -27,6 +27,7 @@ from pyiceberg.io import FileIO
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
+from rsm.iceberg.config import SLICE_READERS_DEFAULT
 from rsm.iceberg.fetch_plan import SegmentRows
 from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, non_decreasing, slice_rows
 from rsm.iceberg.schema import kafka_arrow_type
@@ -58,7 +59,13 @@ class RowGroupCache:
     only that segment's rows. A data file is never changed in place (a compaction writes new files), so an entry
     never goes stale. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024, max_slice_rows: int = SLICE_ROWS) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 64 << 20,
+        max_footers: int = 1024,
+        max_slice_rows: int = SLICE_ROWS,
+        slice_readers: int = SLICE_READERS_DEFAULT,
+    ) -> None:
         # A row group over half the budget is served but not kept: it would push everything else out.
         self._groups: TimedLru[Hashable, pa.Table] = TimedLru(
             "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
@@ -70,7 +77,8 @@ class RowGroupCache:
             "iceberg-slice-indexes", max(max_footers, 16), None
         )
         # max_slice_rows: the most rows a slice holds (fewer for large records); 0: every row group read whole.
-        self.cursors = SliceCursors()
+        # slice_readers: the cursors kept between fetches (iceberg.mode.fetch.slice.readers).
+        self.cursors = SliceCursors(slice_readers)
         self.max_slice_rows = max_slice_rows
 
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:

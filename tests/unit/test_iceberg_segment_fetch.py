@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -225,6 +227,33 @@ def test_a_broker_catching_up_through_a_large_row_group_decodes_each_slice_once(
         got = b"".join(iter_segment_batches(_rows_for(seg, paths), position, None, "test", uncached))
         assert batch_view(got) == batch_view(original[position:])
     assert uncached.cursors.opened == 2
+
+
+@pytest.mark.parametrize("readers", [4, 10])
+def test_the_broker_reader_threads_catching_up_at_once_each_keep_their_cursor(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path, readers: int
+) -> None:
+    """As many readers as Kafka's default reader threads, each fetching successive positions of its own large row
+    group in step with the others (a barrier between fetches), open one cursor each and never again."""
+    seg, own, _others = segments
+    paths = [_one_group(own, tmp_path / f"group{i}.parquet") for i in range(readers)]
+    original = seg.log.read_bytes()
+    positions = [h.position for h, _ in iter_batches(original)]
+    cache = RowGroupCache(8 << 20, max_slice_rows=40)
+    in_step = threading.Barrier(readers)
+
+    def catch_up(files: list[str]) -> None:
+        for position in positions:
+            first = next(iter_segment_batches(_rows_for(seg, files), position, None, "test", cache))
+            assert first == original[position : position + len(first)]
+            in_step.wait(60)
+
+    with ThreadPoolExecutor(readers) as pool:
+        for done in [pool.submit(catch_up, files) for files in paths]:
+            done.result()
+    assert own.num_rows > 2 * 40  # several slices a group: every reader moved its cursor on
+    assert cache.cursors.opened == readers
+    assert cache.cursors.idle == readers
 
 
 def test_a_large_row_group_out_of_order_is_read_whole(
