@@ -142,9 +142,12 @@ class IcebergMode:
             rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
             tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
             first = next(tables, None)
-        if first is not None:
-            yield first
-            yield from tables
+        try:
+            if first is not None:
+                yield first
+                yield from tables
+        finally:
+            tables.close()  # its files, when the consumer stops early
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""

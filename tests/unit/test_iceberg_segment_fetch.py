@@ -4,6 +4,7 @@ any batch position. Parquet files on the local disk, read through pyiceberg's Fi
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import threading
@@ -267,3 +268,66 @@ def test_a_large_row_group_out_of_order_is_read_whole(
     got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
     assert batch_view(got) == batch_view(seg.log.read_bytes())
     assert cache.cursors.opened == 0
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process has open now."""
+    out = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith(str(directory)):
+            out.append(target)
+    return out
+
+
+def _two_files(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], directory: Path, group_rows: int
+) -> tuple[SegmentFiles, list[str]]:
+    """The segment's rows in two files of ``group_rows`` rows a row group."""
+    seg, own, _others = segments
+    directory.mkdir()
+    half = own.num_rows // 2
+    paths = [str(directory / "f0.parquet"), str(directory / "f1.parquet")]
+    pq.write_table(own.slice(0, half), paths[0], row_group_size=group_rows)
+    pq.write_table(own.slice(half), paths[1], row_group_size=group_rows)
+    return seg, paths
+
+
+def _damage_last_group(path: str) -> None:
+    """A page of the file's last row group overwritten: a fetch fails once it reaches that group."""
+    meta = pq.ParquetFile(path).metadata
+    group = meta.row_group(meta.num_row_groups - 1)
+    chunk = max((group.column(i) for i in range(group.num_columns)), key=lambda c: c.total_compressed_size)
+    with open(path, "r+b") as f:
+        f.seek(chunk.data_page_offset + 16)
+        f.write(b"\xff" * (chunk.total_compressed_size - 32))
+
+
+@pytest.mark.parametrize(("group_rows", "slice_rows"), [(40, 0), (1 << 20, 40)])
+def test_a_fetch_closes_every_file_it_opened_when_it_ends_fails_or_is_left(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path, group_rows: int, slice_rows: int
+) -> None:
+    """Files stay open only as cursors the pool keeps for the next fetch (slices of large row groups), however
+    the fetch ends: read to the end, failed on a damaged row group (its traceback still held), or left after its
+    first rows (the consumer had enough). Row groups read whole, or one large group a file read in slices."""
+    seg, paths = _two_files(segments, tmp_path / "data", group_rows)
+    cache = RowGroupCache(0, 0, max_slice_rows=slice_rows)
+    got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
+    assert batch_view(got) == batch_view(seg.log.read_bytes())
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle == (2 if slice_rows else 0)
+
+    left = iter_segment_rows(_rows_for(seg, paths), 0, None, "test", cache)
+    assert next(left).num_rows > 0
+    left.close()
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle
+
+    _damage_last_group(paths[1])
+    fresh = RowGroupCache(0, 0, max_slice_rows=slice_rows)
+    with pytest.raises(Exception) as failed:
+        for _ in iter_segment_rows(_rows_for(seg, paths), 0, None, "test", fresh):
+            pass
+    assert failed.value.__traceback__ is not None  # held, with the fetch's frames
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle + fresh.cursors.idle
