@@ -160,9 +160,11 @@ class IcebergMode:
             raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
 
     def close(self) -> None:
-        """Stop the maintenance thread (a pass under way ends after its current table step)."""
+        """Stop the maintenance thread (a pass under way ends after its current step) and close the readers kept
+        between fetches."""
         if self.maintainer is not None:
             self.maintainer.close()
+        self.row_groups.cursors.close()
 
     def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
         """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does

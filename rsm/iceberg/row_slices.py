@@ -171,6 +171,7 @@ class SliceCursors:
         self._idle: OrderedDict[tuple[Hashable, int], tuple[Hashable, SliceCursor, float]] = OrderedDict()
         self._serial = 0
         self._lock = threading.Lock()
+        self._closed = False
         self.opened = 0
 
     def _closing(self, now: float) -> list[SliceCursor]:
@@ -200,8 +201,18 @@ class SliceCursors:
         with self._lock:
             self._serial += 1
             now = self._clock()
-            self._idle[(key, self._serial)] = (key, cursor, now)
-            closing = self._closing(now)
+            if not self._closed:
+                self._idle[(key, self._serial)] = (key, cursor, now)
+            closing = [cursor] if self._closed else self._closing(now)
+        for c in closing:
+            c.close()
+
+    def close(self) -> None:
+        """Close every idle cursor (the plugin is closing; a cursor taken now is closed when given back)."""
+        with self._lock:
+            self._closed = True
+            closing = [cursor for _key, cursor, _since in self._idle.values()]
+            self._idle.clear()
         for c in closing:
             c.close()
 

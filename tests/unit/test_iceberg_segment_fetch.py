@@ -331,3 +331,6 @@ def test_a_fetch_closes_every_file_it_opened_when_it_ends_fails_or_is_left(
             pass
     assert failed.value.__traceback__ is not None  # held, with the fetch's frames
     assert len(_open_files_under(tmp_path)) == cache.cursors.idle + fresh.cursors.idle
+    cache.cursors.close()  # the plugin closing
+    fresh.cursors.close()
+    assert _open_files_under(tmp_path) == []
