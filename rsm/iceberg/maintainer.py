@@ -149,9 +149,9 @@ def _holds(table: Table, owner: str) -> bool:
 
 class LeaseKeeper:
     """Keeps ``owner``'s lease of a table while a pass runs: a thread renews it every third of ``ttl_s`` (so a
-    renewal late by up to two thirds of it still comes in time) and ``held`` turns False for good once a
-    renewal finds another owner's lease (or the lease lost: then the pass should stop). Leaving the ``with``
-    stops the thread and releases the lease; a failure to release is logged (the lease then expires)."""
+    renewal late by up to two thirds of it still comes in time), and ``held`` turns False for good once a
+    renewal finds another owner's unexpired lease (the pass should then stop). Leaving the ``with`` stops the
+    thread and releases the lease; a failure to release is logged (the lease then expires)."""
 
     def __init__(self, catalog: Catalog, ident: tuple[str, ...], owner: str, ttl_s: float, guard: Guard) -> None:
         self._catalog = catalog
@@ -162,7 +162,6 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._lost = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"kts-lease-{ident[-1]}", daemon=True)
-        self.renewals = 0
 
     @property
     def held(self) -> bool:
@@ -209,7 +208,6 @@ class LeaseKeeper:
         for _ in range(attempts):
             table = self._catalog.load_table(self._ident)
             if take_lease(table, self._owner, self._ttl_s, guard=self._guard, renew_below=1.0) is not None:
-                self.renewals += 1
                 return True
             held = Lease.parse(self._catalog.load_table(self._ident).properties.get(LEASE_PROPERTY))
             if held is not None and held.owner != self._owner and held.expiry_ms > time.time() * 1000:
