@@ -202,17 +202,14 @@ class LeaseKeeper:
                 self._lost.set()
                 return
 
-    def _renew_once(self, attempts: int = 3) -> bool:
-        """Whether the lease is still ours: renewed, or its commit lost ``attempts`` races to other writers
-        (a copy of another broker) and it is tried again at the next renewal."""
-        for _ in range(attempts):
-            table = self._catalog.load_table(self._ident)
-            if take_lease(table, self._owner, self._ttl_s, guard=self._guard, renew_below=1.0) is not None:
-                return True
-            held = Lease.parse(self._catalog.load_table(self._ident).properties.get(LEASE_PROPERTY))
-            if held is not None and held.owner != self._owner and held.expiry_ms > time.time() * 1000:
-                return False
-        return True
+    def _renew_once(self) -> bool:
+        """Whether the lease is still ours: renewed, or its commit lost a race to another writer's commit and the
+        lease still names this broker (renewed at the next turn)."""
+        table = self._catalog.load_table(self._ident)
+        if take_lease(table, self._owner, self._ttl_s, guard=self._guard, renew_below=1.0) is not None:
+            return True
+        held = Lease.parse(self._catalog.load_table(self._ident).properties.get(LEASE_PROPERTY))
+        return held is None or held.owner == self._owner or held.expiry_ms <= time.time() * 1000
 
 
 class CommitGate:
