@@ -20,8 +20,12 @@ from sqlalchemy.exc import OperationalError
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg import replace as replace_module
+from rsm.iceberg import schema as schema_module
+from rsm.iceberg import tables as tables_module
 from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.replace import COMMIT_ID, CommitOutcomeUnknown, Replacer, RowSelection
+from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.transaction import transaction
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"  # topic ids
@@ -48,6 +52,7 @@ _row = st.tuples(st.integers(0, 2), st.integers(0, 30), _ids, st.sampled_from([S
     span=st.integers(0, 30),
     topic_id=_ids,
     segment_id=st.sampled_from([S1, S2, None]),
+    ids_required=st.booleans(),
 )
 def test_the_mask_selects_by_offsets_then_by_ids_where_rows_have_them(
     rows: list[tuple[int, int, str | None, str | None]],
@@ -56,14 +61,17 @@ def test_the_mask_selects_by_offsets_then_by_ids_where_rows_have_them(
     span: int,
     topic_id: str | None,
     segment_id: str | None,
+    ids_required: bool,
 ) -> None:
-    sel = RowSelection(partition, first, first + span, topic_id, segment_id)
+    """Rows without ids are selected by their offsets alone, unless the ids are required."""
+    sel = RowSelection(partition, first, first + span, topic_id, segment_id, ids_required)
     table = pa.concat_tables([kafka_rows(p, [o], t, s) for p, o, t, s in rows])
+
+    def matches(wanted: str | None, have: str | None) -> bool:
+        return wanted is None or have == wanted or (have is None and not ids_required)
+
     want = [
-        p == partition
-        and first <= o <= first + span
-        and (topic_id is None or t is None or t == topic_id)
-        and (segment_id is None or s is None or s == segment_id)
+        p == partition and first <= o <= first + span and matches(topic_id, t) and matches(segment_id, s)
         for p, o, t, s in rows
     ]
     assert sel.mask(table).to_pylist() == want
@@ -118,6 +126,52 @@ def test_another_topics_rows_at_the_same_offsets_stay(tmp_path: Path) -> None:
     assert table_rows(table) == sorted(
         [(0, o, A, S1) for o in range(10)] + [(0, o, B, S2) for o in range(15)], key=lambda r: (r[1], r[2])
     )
+
+
+def _append(table: Any, rows: pa.Table) -> None:
+    """Rows committed as they are, replacing nothing (whatever history left them side by side)."""
+    with table.transaction() as txn, txn.update_snapshot().fast_append() as append:
+        for f in _files(table, rows):
+            append.append_data_file(f)
+
+
+def _section(partition: int, first: int, last: int) -> IcebergSection:
+    return IcebergSection("kafka.orders", 0, partition, first, last, last - first + 1, 1, 1, ())
+
+
+_OLD_FIELDS = tuple(f for f in schema_module.KAFKA_FIELDS if f[0] not in ("segment_id", "topic_id"))
+
+
+def test_a_dead_topics_segment_delete_leaves_rows_without_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows written before rows carried ids (null) cannot tell which topic incarnation wrote them: deleting the
+    rows of a dead topic's segment takes only rows with its ids, never those, nor the live topic's."""
+    catalog = sql_catalog(tmp_path)
+    with monkeypatch.context() as before:  # the writer as it was: a table without the id fields
+        for module in (schema_module, tables_module):
+            before.setattr(module, "KAFKA_FIELDS", _OLD_FIELDS)
+        table = topic_table(catalog)
+        assert "topic_id" not in {f.name for f in table.schema().find_type("kafka").fields}  # type: ignore[attr-defined]
+        _append(table, kafka_rows(0, range(20), None, None, fields=[n for n, _, _ in _OLD_FIELDS]))
+    table = topic_table(catalog)  # loaded by this release: the fields are added, old rows read null
+    _append(table, kafka_rows(0, range(5, 15), A, S1))  # the dead topic's segment
+    _append(table, kafka_rows(0, range(15, 30), B, S2))  # the live topic, created again
+    delete_segment_rows(Replacer(lambda: catalog, 3), _section(0, 5, 14), "orders", A, S1, "t")
+    rows = [(0, o, None, None) for o in range(20)] + [(0, o, B, S2) for o in range(15, 30)]
+    assert table_rows(table) == sorted(rows, key=lambda r: (r[0], r[1], r[2] or "", r[3] or ""))
+
+
+def test_a_segment_delete_on_a_table_without_the_id_fields_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = sql_catalog(tmp_path)
+    monkeypatch.setattr(schema_module, "KAFKA_FIELDS", _OLD_FIELDS)
+    monkeypatch.setattr(tables_module, "KAFKA_FIELDS", _OLD_FIELDS)
+    table = topic_table(catalog)
+    _append(table, kafka_rows(0, range(20), None, None, fields=[n for n, _, _ in _OLD_FIELDS]))
+    snapshots = len(table.refresh().snapshots())
+    delete_segment_rows(Replacer(lambda: catalog, 3), _section(0, 0, 19), "orders", A, S1, "t")
+    assert len(table.refresh().snapshots()) == snapshots
+    assert [r[1] for r in table_rows(table)] == list(range(20))
 
 
 class _Flaky:
