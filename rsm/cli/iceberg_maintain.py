@@ -75,7 +75,7 @@ def maintain_command(
     out = RichTable("table", "step", "count", "bytes", "note", title="dry run" if dry_run else "maintenance")
     for t in ours:
         name = t.name()[-1]
-        others = [loc for n, loc in locations.items() if n != name]
+        others = {f"{cfg.namespace}.{n}": loc for n, loc in locations.items() if n != name}
         for r in maintain(
             t, cfg.maintenance, dry_run=dry_run, orphans=orphans, others=others, warehouse=props.get("warehouse")
         ):

@@ -386,13 +386,13 @@ class Maintainer:
             self.stats.totals["passes-total"] = self.stats.totals.get("passes-total", 0) + 1
 
 
-def _locations(catalog: Catalog, ident: tuple[str, ...]) -> list[str]:
-    """The locations of the other tables of the namespace (their files are never this table's orphans)."""
-    out = []
+def _locations(catalog: Catalog, ident: tuple[str, ...]) -> dict[str, str]:
+    """The other tables of the namespace, name to location (their files are never this table's orphans)."""
+    out = {}
     for other in catalog.list_tables(ident[:-1]):
         if tuple(other) != tuple(ident):
             try:
-                out.append(catalog.load_table(other).location())
+                out[".".join(other)] = catalog.load_table(other).location()
             except NoSuchTableError:
                 continue
     return out
