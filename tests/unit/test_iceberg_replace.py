@@ -20,12 +20,8 @@ from sqlalchemy.exc import OperationalError
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg import replace as replace_module
-from rsm.iceberg import schema as schema_module
-from rsm.iceberg import tables as tables_module
 from rsm.iceberg.data_files import write_data_files
-from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.replace import COMMIT_ID, CommitOutcomeUnknown, Replacer, RowSelection
-from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.transaction import transaction
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"  # topic ids
@@ -126,52 +122,6 @@ def test_another_topics_rows_at_the_same_offsets_stay(tmp_path: Path) -> None:
     assert table_rows(table) == sorted(
         [(0, o, A, S1) for o in range(10)] + [(0, o, B, S2) for o in range(15)], key=lambda r: (r[1], r[2])
     )
-
-
-def _append(table: Any, rows: pa.Table) -> None:
-    """Rows committed as they are, replacing nothing (whatever history left them side by side)."""
-    with table.transaction() as txn, txn.update_snapshot().fast_append() as append:
-        for f in _files(table, rows):
-            append.append_data_file(f)
-
-
-def _section(partition: int, first: int, last: int) -> IcebergSection:
-    return IcebergSection("kafka.orders", 0, partition, first, last, last - first + 1, 1, 1, ())
-
-
-_OLD_FIELDS = tuple(f for f in schema_module.KAFKA_FIELDS if f[0] not in ("segment_id", "topic_id"))
-
-
-def test_a_dead_topics_segment_delete_leaves_rows_without_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows written before rows carried ids (null) cannot tell which topic incarnation wrote them: deleting the
-    rows of a dead topic's segment takes only rows with its ids, never those, nor the live topic's."""
-    catalog = sql_catalog(tmp_path)
-    with monkeypatch.context() as before:  # the writer as it was: a table without the id fields
-        for module in (schema_module, tables_module):
-            before.setattr(module, "KAFKA_FIELDS", _OLD_FIELDS)
-        table = topic_table(catalog)
-        assert "topic_id" not in {f.name for f in table.schema().find_type("kafka").fields}  # type: ignore[attr-defined]
-        _append(table, kafka_rows(0, range(20), None, None, fields=[n for n, _, _ in _OLD_FIELDS]))
-    table = topic_table(catalog)  # loaded by this release: the fields are added, old rows read null
-    _append(table, kafka_rows(0, range(5, 15), A, S1))  # the dead topic's segment
-    _append(table, kafka_rows(0, range(15, 30), B, S2))  # the live topic, created again
-    delete_segment_rows(Replacer(lambda: catalog, 3), _section(0, 5, 14), "orders", A, S1, "t")
-    rows = [(0, o, None, None) for o in range(20)] + [(0, o, B, S2) for o in range(15, 30)]
-    assert table_rows(table) == sorted(rows, key=lambda r: (r[0], r[1], r[2] or "", r[3] or ""))
-
-
-def test_a_segment_delete_on_a_table_without_the_id_fields_deletes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    catalog = sql_catalog(tmp_path)
-    monkeypatch.setattr(schema_module, "KAFKA_FIELDS", _OLD_FIELDS)
-    monkeypatch.setattr(tables_module, "KAFKA_FIELDS", _OLD_FIELDS)
-    table = topic_table(catalog)
-    _append(table, kafka_rows(0, range(20), None, None, fields=[n for n, _, _ in _OLD_FIELDS]))
-    snapshots = len(table.refresh().snapshots())
-    delete_segment_rows(Replacer(lambda: catalog, 3), _section(0, 0, 19), "orders", A, S1, "t")
-    assert len(table.refresh().snapshots()) == snapshots
-    assert [r[1] for r in table_rows(table)] == list(range(20))
 
 
 class _Flaky:
