@@ -79,7 +79,7 @@ def maintain_command(
         for r in maintain(
             t, cfg.maintenance, dry_run=dry_run, orphans=orphans, others=others, warehouse=props.get("warehouse")
         ):
-            note = r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
+            note = r.refused or r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
             out.add_row(name, r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", note)
     stdout.print(out)
     return 0

@@ -194,6 +194,9 @@ class MaintenanceStats:
                     self.totals[bytes_name] = self.totals.get(bytes_name, 0) + r.bytes
                 if r.skipped:
                     self.totals["conflicts-total"] = self.totals.get("conflicts-total", 0) + 1
+                if r.refused:
+                    name = "orphan-removals-refused-total"
+                    self.totals[name] = self.totals.get(name, 0) + 1
                 if r.given_up:
                     name = "compaction-bins-given-up-total"
                     self.totals[name] = self.totals.get(name, 0) + r.given_up
@@ -213,6 +216,7 @@ class MaintenanceStats:
                     "errors-total",
                     "conflicts-total",
                     "compaction-bins-given-up-total",
+                    "orphan-removals-refused-total",
                     "snapshots-expired-total",
                     "files-compacted-total",
                     "bytes-compacted-total",

@@ -72,6 +72,7 @@ class StepResult:
     skipped: str = ""
     seconds: float = 0.0
     given_up: int = 0  # compaction: bins left because their files changed meanwhile
+    refused: str = ""  # why the step did nothing and will not until an operator acts (not a conflict)
 
 
 def is_ours(table: Table) -> bool:
@@ -722,7 +723,7 @@ def maintain(
         refused = shared_location(table, others or {})
         if refused is not None:
             log.warning("%s", refused)
-            steps.append(("remove-orphans", lambda t: StepResult("remove-orphans", skipped=refused), False))
+            steps.append(("remove-orphans", lambda t: StepResult("remove-orphans", refused=refused), False))
         else:
             locations = list((others or {}).values())
             steps.append(

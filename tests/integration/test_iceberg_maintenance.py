@@ -629,8 +629,11 @@ def test_tables_sharing_a_location_remove_no_orphan_of_either(tmp_path: Path, ca
     assert found == []
     for name, results in runs.items():
         (step,) = [r for r in results if r.step == "remove-orphans"]
-        assert step.count == 0 and "kafka.orders " in step.skipped + " " and "kafka.orders_backup" in step.skipped
-        assert step.skipped.startswith(f"orphan files of table {name} are not removed"), step.skipped
+        assert step.count == 0 and "kafka.orders " in step.refused + " " and "kafka.orders_backup" in step.refused
+        assert step.refused.startswith(f"orphan files of table {name} are not removed"), step.refused
+        stats = MaintenanceStats()
+        stats.add(results)
+        assert stats.stats()["orphan-removals-refused-total"] == 1 and stats.stats()["conflicts-total"] == 0
     warned = [r.getMessage() for r in caplog.records if "are not removed" in r.getMessage()]
     assert len(warned) >= 2 + 2 + 2  # each table: maintain's run, the thread's, gc's search
 
