@@ -398,7 +398,7 @@ def compact_bins(
                         if deletes:
                             log.info(
                                 "compaction of %s %s given up: its files gained delete files %s",
-                                table.name(),
+                                ".".join(table.name()),
                                 bins[i].describe(),
                                 ", ".join(deletes[:3]),
                             )
