@@ -7,8 +7,8 @@ the same for every store.
 
 A backend may offer more, each an optional protocol of its own: ranged reads straight into a buffer
 (``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``),
-unfinished uploads (``PendingUploads``), conditional replacement (``ConditionalWrites``) and listing part of a
-large key space (``RangeListable``), and server-side copies (``CopiesObjects``).
+unfinished uploads (``PendingUploads``), conditional replacement (``ConditionalWrites``), listing part of a
+large key space (``RangeListable``) and copies inside the store (``CopiesObjects``).
 ``BackendCapabilities.of`` is the one place that asks which of them a backend implements, once, when the plugin
 (or a catalog) wires the backend; nothing asks again per call.
 """
@@ -235,7 +235,8 @@ class RangeListable(Protocol):
 
 @runtime_checkable
 class CopiesObjects(Protocol):
-    """A copy inside the store (the quarantine moves objects aside and back with it)."""
+    """Copies made by the store itself (S3 CopyObject, GCS rewrite, Azure Copy Blob, a hard link on the
+    filesystem): the quarantine moves an object aside by copying it and deleting the original."""
 
     def copy_object(self, source_key: str, target_key: str) -> None:
         """Copy ``source_key`` to ``target_key`` inside the store without moving the bytes through this
