@@ -14,6 +14,7 @@ What stands in for what, and nothing else is changed:
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -33,7 +34,7 @@ from rsm.cli.emulators import _s3_client
 
 REPO = gb.REPO
 STAND_IN = Path(sys.executable).parent
-SCENARIOS = {"readme-broker", "readme-key-service", "strimzi"}
+SCENARIOS = {"readme-broker", "readme-key-service", "strimzi", "iceberg-s3"}
 
 
 def test_every_marked_block_belongs_to_a_scenario_a_test_runs() -> None:
@@ -449,3 +450,100 @@ def test_the_strimzi_check_fails_when_a_step_comes_too_late() -> None:
     with pytest.raises(AssertionError, match="created later"):
         for block in late:
             cluster.follow(block)
+
+
+# --- the Iceberg guide: Spark and DuckDB over a table on S3 ----------------------------------------------------
+
+SPARK_RUN = """
+import sys
+exec(compile(sys.argv[2], "docs/iceberg.md", "exec"))
+print("GUIDE-ROWS", spark.sql("SELECT count(*) FROM kafka_tiered.kafka.orders").collect()[0][0])
+spark.stop()
+"""
+
+
+@pytest.mark.timeout(900)
+def test_iceberg_guide_reads_a_table_on_s3_with_spark_and_duckdb(tmp_path: Path, monkeypatch: Any) -> None:
+    """The plugin tiers an Iceberg-mode topic to S3 (SeaweedFS checking signatures), then the guide's Spark and
+    DuckDB blocks read its table. Stand-ins: the local S3 (endpoint, path-style, plain HTTP) and the test's
+    credentials in the environment, the SQLite catalog for PostgreSQL (the same JDBC catalog layout; the guide
+    gives its URI), the jar files of ~/.m2 for ``<path>``."""
+    import duckdb
+    from emulators import fresh_store, serving
+    from iceberg_testing import (
+        ORDER_SCHEMA,
+        iceberg_config,
+        iceberg_spark,
+        load_table,
+        new_tip,
+        order_records,
+        segment_of,
+        tier,
+    )
+
+    from rsm.cli.emulators import S3_ACCESS_KEY, S3_SECRET_KEY, start_seaweedfs
+
+    blocks = gb.scenario("iceberg-s3")
+    spark_block, duck_block = gb.step(blocks, "spark"), gb.step(blocks, "duckdb")
+    with serving("s3-seaweedfs", lambda d: start_seaweedfs(d, credentials=True), tmp_path / "weed") as s3:
+        bucket = "guide-iceberg"
+        storage = fresh_store(s3, bucket)
+        config = iceberg_config(
+            tmp_path,
+            **{"storage.backend.class": "s3", **{f"storage.{k}": str(v) for k, v in storage.items()}},
+            **{"iceberg.value.schema.orders.avro": json.dumps(ORDER_SCHEMA)},
+        )
+        del config["iceberg.mode.warehouse"]  # the default: the plugin's bucket under key.prefix + iceberg/
+        recs = order_records(0, 300)
+        tier(config, new_tip(), [segment_of(tmp_path / "seg0", recs[:150]), segment_of(tmp_path / "seg1", recs[150:])])
+        table = load_table(config)
+        location = table.metadata_location
+        warehouse = location.split("/kafka/orders/")[0]
+        assert location.startswith(f"s3://{bucket}/"), location
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", S3_ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+        # DuckDB, as written: its secret's inline keys and the metadata file replaced by the local ones
+        code = duck_block.body
+        host = s3.endpoint.removeprefix("http://")
+        code = code.replace(
+            "KEY_ID 'AKIA...', SECRET '...', REGION 'eu-west-1'",
+            f"KEY_ID '{S3_ACCESS_KEY}', SECRET '{S3_SECRET_KEY}', REGION 'us-east-1', ENDPOINT '{host}', "
+            "URL_STYLE 'path', USE_SSL false",
+        )
+        code = code.replace("s3://my-bucket/kafka-iceberg/kafka/orders/metadata/00007-....metadata.json", location)
+        code = code.replace(").show()", ").fetchall()[0]")
+        assert code != duck_block.body
+        scope: dict[str, Any] = {}
+        exec(
+            compile(code.replace('con.sql(f"SELECT', 'result = con.sql(f"SELECT', 1), duck_block.where(), "exec"), scope
+        )
+        count, size = scope["result"]
+        assert count == len(recs) and size == sum(len(r.value or b"") for r in recs)
+        assert isinstance(scope["con"], duckdb.DuckDBPyConnection)
+
+        # Spark, as written: the catalog on SQLite, the local S3's endpoint beside the guide's S3FileIO lines
+        python, jars = iceberg_spark()
+        by_name = {Path(j).name: j for j in jars.split(",")}
+        code = spark_block.body
+        for name in re.findall(r"<path>/([\w.-]+\.jar)", code):
+            local = "sqlite-jdbc-3.54.1.0.jar" if name.startswith("postgresql-") else name  # the SQLite catalog
+            jar = by_name.get(local)
+            assert jar, f"{spark_block.where()}: {local} is not among the jars .ci/iceberg_spark_env.sh fetched"
+            code = code.replace(f"<path>/{name}", jar)
+        code = code.replace("jdbc:postgresql://db.example:5432/iceberg", f"jdbc:sqlite:{tmp_path / 'catalog.db'}")
+        code = code.replace("s3://my-bucket/kafka-iceberg", warehouse)
+        code = code.replace(
+            '.config(f"{catalog}.client.region", "eu-west-1")',
+            '.config(f"{catalog}.client.region", "us-east-1")'
+            f'.config(f"{{catalog}}.s3.endpoint", "{s3.endpoint}").config(f"{{catalog}}.s3.path-style-access", "true")'
+            '.config("spark.ui.enabled", "false").master("local[1]")',
+        )
+        env = {**os.environ, "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}
+        done = subprocess.run(
+            [str(python), "-c", SPARK_RUN, "", code], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"GUIDE-ROWS {len(recs)}" in done.stdout, done.stdout[-2000:]
+        assert "item-3" in done.stdout  # the guide's GROUP BY value.item printed its groups
