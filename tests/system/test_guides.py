@@ -41,7 +41,7 @@ def test_every_marked_block_belongs_to_a_scenario_a_test_runs() -> None:
     blocks = gb.all_blocks()
     assert {b.scenario for b in blocks} == SCENARIOS, "a scenario without a test, or a test without its blocks"
     for b in blocks:
-        assert b.lang in ("bash", "sh", "properties", "yaml"), b.where()
+        assert b.lang in ("bash", "sh", "properties", "yaml", "python"), b.where()
 
 
 def test_a_marker_not_right_before_a_block_is_an_error() -> None:
