@@ -544,6 +544,7 @@ def test_iceberg_guide_reads_a_table_on_s3_with_spark_and_duckdb(tmp_path: Path,
         done = subprocess.run(
             [str(python), "-c", SPARK_RUN, "", code], capture_output=True, text=True, timeout=600, env=env
         )
-        assert done.returncode == 0, done.stderr[-4000:]
+        causes = [x for x in done.stderr.splitlines() if "Caused by" in x or "Exception:" in x]
+        assert done.returncode == 0, "\n".join(causes[:12]) + "\n...\n" + done.stderr[-3000:]
         assert f"GUIDE-ROWS {len(recs)}" in done.stdout, done.stdout[-2000:]
         assert "item-3" in done.stdout  # the guide's GROUP BY value.item printed its groups
