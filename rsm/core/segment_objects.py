@@ -39,7 +39,13 @@ from rsm.core.manifest import (
 )
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
-from rsm.errors import KeyServiceException, RemoteResourceNotFoundException, RemoteStorageException, storage_failure
+from rsm.errors import (
+    KeyRingException,
+    KeyServiceException,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    storage_failure,
+)
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader, throttled
 from rsm.iceberg.section import IcebergSection
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
@@ -116,6 +122,8 @@ class SegmentObjects:
                 try:
                     encryption = EncryptionMetadata(self.key_ring.wrap(dk.data_key), dk.aad)
                 except KeyServiceError as e:  # only the first copy asks the service (for its public key)
+                    if not e.retriable:
+                        raise KeyRingException(f"copy of {meta.describe()} failed: {e}") from None
                     raise KeyServiceException(f"copy of {meta.describe()} failed: {e}") from None
                 cipher = ChunkCipher(dk)
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
