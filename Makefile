@@ -40,6 +40,9 @@ lint: $(STAMP)
 	$(BIN)/kts cli-docs --check docs/cli.md
 	$(BIN)/kts metrics-docs --check docs/metrics.md
 	$(BIN)/kts rules-docs --check docs/reliability.md
+	$(BIN)/kts memory-docs --check README.md
+	$(BIN)/kts memory-docs --check docs/operations.md
+	$(BIN)/kts memory-docs --check docs/kubernetes.md
 
 test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25
@@ -59,6 +62,9 @@ docs: $(STAMP)
 	$(BIN)/kts cli-docs --write docs/cli.md
 	$(BIN)/kts metrics-docs --write docs/metrics.md
 	$(BIN)/kts rules-docs --write docs/reliability.md
+	$(BIN)/kts memory-docs --write README.md
+	$(BIN)/kts memory-docs --write docs/operations.md
+	$(BIN)/kts memory-docs --write docs/kubernetes.md
 
 # The rows of docs/reliability.md's results table, measured on this machine (paste the printed table there).
 reliability-table: setup

@@ -110,9 +110,12 @@ def _upload_parts(configs: Mapping[str, Any]) -> tuple[int, str]:
     return 0, "filesystem: streamed"
 
 
-def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> MemoryBudget | None:
+def memory_budget(
+    configs: Mapping[str, Any], broker: Mapping[str, str], cpus: int | None = None
+) -> MemoryBudget | None:
     """The budget for the plugin keys ``configs`` (``rsm.config.`` stripped) under the broker file ``broker``;
-    None when ``chunk.size`` is missing or invalid (every term depends on it)."""
+    None when ``chunk.size`` is missing or invalid (every term depends on it). ``cpus`` stands for this host's
+    core count where ``transform.thread.pool.size`` is unset (the guides size a host they name)."""
     core = CORE.parse_all(configs)[0]
     shim = SHIM_CONFIG_DEF.parse_all(configs)[0]
     iceberg = ICEBERG_CONFIG_DEF.parse_all(configs)[0]
@@ -158,7 +161,7 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
             Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
         )
         _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
-    transform = core["transform.thread.pool.size"] or (os.cpu_count() or 1)
+    transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
     window = (2 * transform + 1) * chunk
     budget.terms.append(
