@@ -46,6 +46,7 @@ from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackend
 from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
 from rsm.core.object_keys import Suffix, parse_object_key
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
+from rsm.deletion.rules import Evidence
 from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.iceberg.config import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
@@ -75,6 +76,8 @@ class GarbageItem:
     segment: RemoteLogSegmentMetadata | None = None
     """Set for the kinds of ``rsm.operator_tools.reconcile``: the segment the cluster's record ties the objects to,
     removed through the plugin's own delete."""
+    evidence: tuple[Evidence, ...] = ()
+    """What was observed that makes the item garbage (``rsm.deletion.rules``), checked before it is removed."""
 
 
 @dataclass
