@@ -213,7 +213,7 @@ def reconcile_with_cluster(
     settings = client_settings(bootstrap_server, load_command_config(command_config))
     absence = TopicAbsence(confirm_after)
     checked = check(manager, grace, settings, absence)
-    if delete:
+    if delete and checked.record.complete:  # an incomplete record removes nothing: no need to wait
         confirm_dead_topics(checked, settings, absence)
     result, record = checked.result, checked.record
     prefix = manager.config["key.prefix"]
@@ -226,9 +226,9 @@ def reconcile_with_cluster(
             kept.append(item)
     states = ", ".join(f"{n} {s}" for s, n in sorted(result.states.items())) or "none"
     stdout.print(
-        f"the cluster has {len(checked.topics.topic_ids)} topics ({checked.topics.broker}); its record "
-        f"({record.extent()}) holds segments: {states}; {result.unknown_bytes:,} bytes in the store belong to "
-        "segments it does not know (left alone)"
+        f"the cluster has {len(checked.topics.topic_ids)} topics ({checked.topics.broker}); its record holds "
+        f"segments: {states} ({record.extent()}); {result.unknown_bytes:,} bytes in the store belong to segments "
+        "it does not know (left alone)"
     )
     if not record.complete:
         stdout.print(

@@ -86,8 +86,9 @@ class RecordRead:
         return ", ".join(f"{METADATA_TOPIC}-{p.partition} starts at offset {p.log_start}" for p in cut)
 
     def delete_marked(self) -> set[str]:
-        """The topic ids with a partition delete marker (DELETE_PARTITION_MARKED or a later state): Kafka writes
-        one for each partition of a deleted topic before it removes the partition's remote data."""
+        """The topic ids with a partition delete marker (DELETE_PARTITION_MARKED or a later state). The format has
+        them for a deleted partition, though the brokers of Kafka 3.9 and 4.x write none when a topic is deleted
+        (they move each segment to DELETE_SEGMENT_STARTED and on): then two Metadata reads confirm it."""
         return {r.topic_id_partition.topic_id for r in self.records if isinstance(r, PartitionDeleteRecord)}
 
     def topic_names(self) -> dict[str, str]:

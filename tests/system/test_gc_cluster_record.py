@@ -10,9 +10,11 @@ tiering to the filesystem store:
 - once retention (here a records delete) has removed the beginning of ``__remote_log_metadata``, the record is
   read but incomplete: ``--delete`` keeps even a marked dead topic's segment, naming the missing signal;
 - a log start that moves past the read while it reads is an error naming the partition and its offsets, never a
-  read that ends "complete" with records missing.
+  read that ends "complete" with records missing;
+- with two brokers, successive Metadata reads ask different ones.
 
-The tests share one broker and run in this order (the last two move the metadata topic's log start for good).
+The first four share one broker and run in this order (the third and fourth move the metadata topic's log start for
+good); the last starts two brokers of its own.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from rsm.operator_tools.cluster_record import (
     TopicAbsence,
     client_settings,
     read_record,
+    read_topics,
 )
 from rsm.operator_tools.reconcile import segments_from_records
 
@@ -239,7 +242,7 @@ def test_an_incomplete_record_lists_but_removes_nothing(broker: Broker, capsys: 
     assert "the record is not complete" in out and "dead-topic-segment" in out, out + err
     code, out, err, _took = gc([*base, "--delete"], capsys)
     assert code == 0, out + err
-    assert f"{meta.remote_log_segment_id.id}" in err and "record-complete" in err, err
+    assert f"{meta.remote_log_segment_id.id}" in err and "lacks the signal(s) record-complete (" in err, err
     assert all(p.exists() for p in paths)
     assert "deleted 0," in out, out
 
@@ -263,3 +266,25 @@ def test_a_log_start_that_moves_during_the_read_fails_it(broker: Broker) -> None
     assert len(polls) >= 3
     assert f"{METADATA_TOPIC}-{target.partition} (log start {target.log_start} and end offset {target.end}" in message
     assert "no longer holds offset" in message and "retention.ms=-1" in message, message
+
+
+def test_successive_topic_reads_ask_different_brokers(tmp_path: Path) -> None:
+    """Two brokers: each Metadata read names the broker that answered, the second read asks the other one, and
+    both list the same topic ids."""
+    jt.ensure_built()
+    plugin = kc.shim_plugin_lines({"backend.class": "filesystem", "root": str(tmp_path / "store")})
+    c = kc.make_cluster(kd.kafka_home(kd.NEWEST_4X), tmp_path / "kafka", 2, plugin)
+    c.java_home = str(kd.DEFAULT_JAVA_HOME)
+    try:
+        c.start()
+        c.create_topic("both", 2, 2, remote_storage_enable="true")
+        bootstrap = client_settings(c.bootstrap, {})
+        first = read_topics(bootstrap, {})
+        second = read_topics(bootstrap, {}, first)
+        third = read_topics(bootstrap, {}, second)
+    finally:
+        c.stop()
+    assert first.brokers == second.brokers == (1, 2)
+    assert {first.broker_id, second.broker_id} == {1, 2} and third.broker_id == first.broker_id
+    assert first.broker == f"broker {first.broker_id} (127.0.0.1:{c.nodes[first.broker_id - 1].port})"
+    assert "both" in first.topic_ids.values() and first.topic_ids == second.topic_ids
