@@ -178,7 +178,7 @@ def confirm_dead_topics(checked: ClusterCheck, settings: Mapping[str, Any], abse
         if item.kind not in DEAD_TOPIC_KINDS or tid not in pending:
             items.append(item)
         elif not again.lacks(tid):
-            stdout.print(f"{again.broker} lists topic id {tid} ({pending[tid]}): its segments are left alone")
+            stdout.print(f"{again.broker} lists topic id {tid} ({pending[tid]}), or may not describe it: left alone")
         elif tid in gone:
             items.append(replace(item, evidence=(*item.evidence, gone[tid])))
         else:

@@ -272,7 +272,8 @@ def test_successive_topic_reads_ask_different_brokers(tmp_path: Path) -> None:
     """Two brokers: each Metadata read names the broker that answered, the second read asks the other one, and
     both list the same topic ids."""
     jt.ensure_built()
-    plugin = kc.shim_plugin_lines({"backend.class": "filesystem", "root": str(tmp_path / "store")})
+    store = {"backend.class": "filesystem", "root": str(tmp_path / "store")}
+    plugin = kc.shim_plugin_lines(store, **{"chunk.size": "262144"})
     c = kc.make_cluster(kd.kafka_home(kd.NEWEST_4X), tmp_path / "kafka", 2, plugin)
     c.java_home = str(kd.DEFAULT_JAVA_HOME)
     try:
