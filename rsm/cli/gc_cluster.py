@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from backends.base import StorageBackendException
 from rsm.cli.progress import stdout
 from rsm.cli.properties import read_properties
 from rsm.cli.settings import load_configs, open_manager
@@ -35,7 +36,7 @@ from rsm.operator_tools.cluster_record import (
     read_record,
     read_topics,
 )
-from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.garbage import GarbageItem, quarantine_usage
 from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,
@@ -320,6 +321,7 @@ def watch_loop(
     suspected, complete = family["suspected_segments"], family["record_complete"]
     lost, unaccounted, unknown = family["lost_segments"], family["unaccounted_bytes"], family["unknown_bytes"]
     last, failures = family["last_success_timestamp_seconds"], family["check_failures"]
+    held_objects, held_bytes = family["quarantined_objects"], family["quarantined_bytes"]
     server, _thread = start_http_server(port, addr="0.0.0.0", registry=registry)
     stdout.print(f"serving the reconciliation on :{port}/metrics, every {interval:.0f} s")
     absence = TopicAbsence(confirm_after)
@@ -331,7 +333,8 @@ def watch_loop(
             while rounds is None or done < rounds:
                 try:
                     checked = check(manager, grace, settings, absence, previous)
-                except (RemoteStorageException, OSError) as e:
+                    held = quarantine_usage(manager)
+                except (RemoteStorageException, StorageBackendException, OSError) as e:
                     failures.inc()
                     click.echo(f"check failed: {e}", err=True)
                 else:
@@ -348,6 +351,8 @@ def watch_loop(
                     lost.set(len(result.lost))
                     unaccounted.set(result.unaccounted_bytes)
                     unknown.set(result.unknown_bytes)
+                    held_objects.set(held[0])
+                    held_bytes.set(held[1])
                     last.set(time.time())
                     if result.lost:
                         show_lost(result.lost)

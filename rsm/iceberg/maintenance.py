@@ -623,9 +623,11 @@ def maintain(
     guard: Guard = nullcontext,
     attempts: int = 3,
     warehouse: str | None = None,
+    proceed: Callable[[], bool] | None = None,
 ) -> list[StepResult]:
     """Every step once on ``table`` (ours only; another table gives nothing). Compaction comes before the
-    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry.
+    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry. ``proceed``, asked
+    before each step: False ends the run there (the steps not run are not in the results).
 
     ``guard``: held around each commit (the plugin's copies to the same table wait meanwhile, so a commit of
     maintenance is not starved by a table that commits without pause). A step whose commit loses to another
@@ -642,6 +644,9 @@ def maintain(
     if orphans:
         steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
     for name, step, guarded in steps:
+        if proceed is not None and not proceed():
+            log.info("maintenance of %s: stopped before %s", table.name(), name)
+            break
         started = time.monotonic()
         result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
         for attempt in range(attempts):
