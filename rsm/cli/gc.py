@@ -58,6 +58,7 @@ def gc_command(
     command_config: str | None,
     watch: str | None,
     metrics_port: int,
+    confirm_after: str,
 ) -> int | None:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
     multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
@@ -70,8 +71,11 @@ def gc_command(
     With --bootstrap-server it also reads the cluster's record of tiered segments (__remote_log_metadata and
     the cluster's topic ids) and lists segments of deleted topics, segments whose delete finished, and copies
     started longer ago than --older-than and never finished; segments the cluster believes tiered but the store
-    lacks are reported as data loss (exit code 3). --watch repeats that check without deleting and exports it as
-    Prometheus metrics.
+    lacks (still so when the record is read again after the listing) are reported as data loss (exit code 3).
+    Nothing is removed on the record's word unless it was read whole (every partition from offset 0, without a
+    gap); a topic is dead only when a partition delete marker or a second read --confirm-after later confirms it
+    (--delete waits for that read; a dry run lists such topics as suspected). --watch repeats that check without
+    deleting and exports it as Prometheus metrics.
 
     Needs no private key, except to remove the rows of an Iceberg-mode segment
     (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
@@ -84,12 +88,16 @@ def gc_command(
         ctx.obj = (config, sets)  # kts gc --config FILE restore ...: the subcommand reads the same store
         return None
     grace = parse_duration(older_than)
+    confirm_s = parse_duration(confirm_after)
     if watch is not None:
         from rsm.cli.gc_cluster import watch_loop
 
         if delete or bootstrap_server is None:
             raise click.UsageError("--watch needs --bootstrap-server and never deletes (no --delete)")
-        return watch_loop(config, sets, grace, bootstrap_server, command_config, parse_duration(watch), metrics_port)
+        interval = parse_duration(watch)
+        return watch_loop(
+            config, sets, grace, bootstrap_server, command_config, interval, metrics_port, confirm_after=confirm_s
+        )
     lost = []
     # removing an Iceberg-mode segment's rows reads its manifest's data key: only then is the key ring needed
     keys = bootstrap_server is not None and delete and deletes_iceberg_rows(config, sets)
@@ -99,7 +107,9 @@ def gc_command(
         with progress_bar("listing objects") as listed:
             items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline)
         if bootstrap_server is not None:
-            items, lost = reconcile_with_cluster(manager, items, grace, bootstrap_server, command_config)
+            items, lost = reconcile_with_cluster(
+                manager, items, grace, bootstrap_server, command_config, delete=delete, confirm_after=confirm_s
+            )
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
         for item in items:
             size = "" if item.size is None else f"{item.size:,}"

@@ -492,10 +492,25 @@ GC_CLUSTER_METRICS = tuple(
             "garbage_segments",
             "gauge",
             ("kind",),
-            "Segments the record ties to nothing live, by kind: dead-topic-segment, dead-topic-iceberg-segment, "
-            "deleted-segment, unfinished-copy.",
+            "Segments the record ties to nothing live, by kind (dead-topic-segment, dead-topic-iceberg-segment, "
+            "deleted-segment, unfinished-copy), with every signal their removal needs: what kts gc --delete removes.",
         ),
         ("garbage_bytes", "gauge", ("kind",), "Bytes in the store of those segments, by kind."),
+        (
+            "suspected_segments",
+            "gauge",
+            ("kind",),
+            "Segments of those kinds that lack a signal their removal needs, by kind: a topic id one Metadata read "
+            "lacks, not yet confirmed by a later read or a partition delete marker; any kind while the record is "
+            "incomplete. kts gc --delete keeps them.",
+        ),
+        (
+            "record_complete",
+            "gauge",
+            (),
+            "1 when the last check read __remote_log_metadata whole (every partition from offset 0, without a gap), "
+            "else 0 (retention removed its beginning: nothing is removed on its word).",
+        ),
         (
             "lost_segments",
             "gauge",
