@@ -52,6 +52,11 @@ def gc_command(
     multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
     Iceberg tables that no snapshot references; a dry run unless --delete.
 
+    An Iceberg table's file is listed once no kept version of the table has referenced it for the table's orphan
+    grace (iceberg.mode.maintenance.orphan.grace.ms, at least a day for data files; not --older-than), counted
+    from the first run with --delete (or maintenance pass) that saw it so; --delete moves it into the
+    warehouse's kts-quarantine/ folder.
+
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.
 
@@ -77,7 +82,7 @@ def gc_command(
     with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
-            items = find_garbage(manager, grace, on_listed=listed)
+            items = find_garbage(manager, grace, on_listed=listed, record=delete)
         if bootstrap_server is not None:
             items, lost = reconcile_with_cluster(manager, items, grace, bootstrap_server, command_config)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
