@@ -698,6 +698,13 @@ def hold_orphans(
             kept.append((orphan, str(e)))
             continue
         held += quarantine.hold(ICEBERG_ORPHAN, [(orphan.path, orphan.size)], evidence, run, topic)
+    if held:  # what was moved leaves the ledger now rather than at the next pass
+        ledger = UnreferencedLedger.read(fresh.io, fresh.location())
+        base = _normal(fresh.location()).rstrip("/") + "/"
+        moved = {_normal(h.original)[len(base) :] for h in held}
+        if moved & set(ledger.first_seen):
+            ledger.first_seen = {k: v for k, v in ledger.first_seen.items() if k not in moved}
+            ledger.write(fresh.io)
     return held, kept
 
 
