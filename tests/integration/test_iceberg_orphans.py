@@ -128,8 +128,8 @@ def test_a_reader_of_an_expired_snapshot_keeps_its_files_for_the_grace_then_they
     """A reader planned its scan on a snapshot; Spark then rewrites every data file, the plugin expires that
     snapshot, and the versions that had it leave the metadata log. The planned files are days old by mtime, but
     orphan removal (grace 10 s) keeps them while they have been unreferenced for less than their grace (a day
-    for data files, 10 s for metadata files), and the reader reads them all. Past the grace they go into the quarantine, byte for
-    byte, and a purge past gc.quarantine.ms removes them."""
+    for data files, 10 s for metadata files), and the reader reads them all. Past the grace they go into the
+    quarantine, byte for byte, and a purge past gc.quarantine.ms removes them."""
     cfg = _tiered(tmp_path, segments=4)
     table = load_table(cfg)
     planned = list(table.scan().plan_files())
