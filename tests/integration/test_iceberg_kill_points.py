@@ -119,7 +119,7 @@ def _gc_and_check(cfg: dict[str, str], tmp_path: Path, live: list[tuple[Any, Seg
     # --older-than says (a write may still be under way); once it has passed, the next run moves them aside.
     assert _table_files(cfg) == left
     unreferenced = left[0] - left[1]
-    assert age_ledger(cfg, 4 * 86400) == len(unreferenced)
+    assert age_ledger(warehouse / "kafka" / "orders", 4 * 86400) == len(unreferenced)
     out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--older-than", "0s", "--delete"])
     assert out.exit_code == 0, out.output
     listed, refs = _table_files(cfg)

@@ -121,20 +121,21 @@ def remove_unlisted_data_files(config: Mapping[str, str]) -> int:
     return removed
 
 
-def age_ledger(config: Mapping[str, str], seconds: float, topic: str = "orders") -> int:
-    """Make every file in the table's ledger of unreferenced files (rsm.iceberg.maintenance.UnreferencedLedger)
-    first seen, and written, ``seconds`` earlier, as time passing would; the number of files in it."""
+def age_ledger(table_dir: Path, seconds: float) -> int:
+    """Make every file in the ledger of unreferenced files (rsm.iceberg.maintenance.UnreferencedLedger) of the
+    table at ``table_dir`` (its location on disk) first seen, and written, ``seconds`` earlier, as time passing
+    would; the number of files in it."""
     from rsm.iceberg.maintenance import LEDGER_PATH
 
-    path = Path(urlparse(load_table(config, topic).location()).path) / LEDGER_PATH
+    path = table_dir / LEDGER_PATH
     if not path.exists():  # no pass saw an unreferenced file
         return 0
     raw = json.loads(path.read_text())
     raw["first_seen"] = {k: v - seconds for k, v in raw["first_seen"].items()}
     path.write_text(json.dumps(raw))
     for relative in raw["first_seen"]:  # and the files too: a file written after it was first seen starts over
-        stat = (path.parents[1] / relative).stat()
-        os.utime(path.parents[1] / relative, (stat.st_atime - seconds, stat.st_mtime - seconds))
+        stat = (table_dir / relative).stat()
+        os.utime(table_dir / relative, (stat.st_atime - seconds, stat.st_mtime - seconds))
     return len(raw["first_seen"])
 
 
