@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from iceberg_tables import kafka_rows
 from iceberg_testing import (
     SPARK_SQL,
+    age_ledger,
     iceberg_config,
     load_table,
     new_tip,
@@ -37,6 +38,7 @@ from rsm.deletion.rules import TABLE_UNREFERENCED, TABLE_UNREFERENCED_FOR_GRACE,
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.maintainer import Maintainer
 from rsm.iceberg.maintenance import (
     DATA_FILE_MIN_GRACE_S,
     LEDGER_PATH,
@@ -255,3 +257,30 @@ def test_the_fileio_holding_store_keeps_to_the_warehouse(tmp_path: Path) -> None
     assert store.relative(source) == "kafka/orders/data/x.bin"
     with pytest.raises(RemoteStorageException, match="outside the warehouse"):
         store.relative(f"file://{tmp_path}/elsewhere/y.parquet")
+
+
+def test_the_maintenance_thread_holds_orphans_in_the_quarantine_and_purges_them_after(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1)
+    table = load_table(cfg)
+    warehouse = cfg["iceberg.mode.warehouse"]
+    location = _path(table.location())
+    stray = location / "data" / "stray.parquet"
+    stray.write_bytes(b"a copy killed before its commit")
+    settings = MaintenanceSettings(orphan_grace_s=3600, quarantine_s=1)
+    maintainer = Maintainer(lambda: load_table(cfg).catalog, "kafka", settings, 60, 0.0, owner="a", warehouse=warehouse)
+    maintainer.run_pass()
+    assert stray.exists()  # first seen unreferenced now
+    assert age_ledger(location, 2 * DAY) == 1
+    maintainer.run_pass()
+    assert not stray.exists()
+    store = FileIOHolding(table.io, warehouse)
+    (held,) = Quarantine(store, store.root).held()
+    assert (
+        held.original == f"file://{stray}" and _path(held.location).read_bytes() == b"a copy killed before its commit"
+    )
+    assert maintainer.stats.stats()["orphan-files-removed-total"] == 1
+    time.sleep(1.5)  # past the quarantine's 1 s, with half a second to spare
+    maintainer.run_pass()
+    assert Quarantine(store, store.root).held() == [] and not _path(held.location).exists()
+    assert maintainer.stats.stats()["quarantine-files-purged-total"] == 1
+    assert load_table(cfg).scan().to_arrow().num_rows == SEGMENT_RECORDS
