@@ -39,6 +39,7 @@ lint: $(STAMP)
 	$(BIN)/kts config-docs --check docs/configuration.md
 	$(BIN)/kts cli-docs --check docs/cli.md
 	$(BIN)/kts metrics-docs --check docs/metrics.md
+	$(BIN)/kts rules-docs --check docs/reliability.md
 
 test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25
@@ -57,6 +58,7 @@ docs: $(STAMP)
 	$(BIN)/kts config-docs --write docs/configuration.md
 	$(BIN)/kts cli-docs --write docs/cli.md
 	$(BIN)/kts metrics-docs --write docs/metrics.md
+	$(BIN)/kts rules-docs --write docs/reliability.md
 
 # The rows of docs/reliability.md's results table, measured on this machine (paste the printed table there).
 reliability-table: setup

@@ -21,6 +21,8 @@ on a thread pool it creates for that one call, whose threads each make a time-ba
 from __future__ import annotations
 
 import base64
+import time
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
@@ -168,6 +170,7 @@ class AzureBlobBackend(CloudBackend):
         self.account = ""
         self.block_size = CONFIG_DEF.keys["azure.upload.block.size"].default
         self.concurrency = 4
+        self._sas_token: str | None = None
         self._service: Any = None
         self._container: Any = None
 
@@ -204,6 +207,7 @@ class AzureBlobBackend(CloudBackend):
         self.concurrency = values["azure.upload.concurrency"]
         self._policy = retry_policy(values, "azure")
         self._upload_timeout_s = values["azure.upload.timeout.ms"] / 1000
+        self._sas_token = (values["azure.sas.token"] or "").lstrip("?") or None
         self._service = self._make_service(values)
         self.account = str(getattr(self._service, "account_name", "") or values["azure.account.name"] or "")
         self._container = self._service.get_container_client(self.container)
@@ -411,6 +415,105 @@ class AzureBlobBackend(CloudBackend):
         except DeadlineExceeded as e:
             raise self._map_error("staged upload", key, e) from e
         return total
+
+    # --- copies inside the store (backends.base.CopiesObjects) --------------------------------------------
+    def copy_object(self, source_key: str, target_key: str) -> None:
+        """Copy Blob from the source's URL: the service copies the blob, within an account usually before it
+        answers, else in the background, whose status is then polled (backing off from 50 ms to 2 s) until it is
+        ``success``, under the backend's upload deadline. A copy that fails, is aborted, or outlives the
+        deadline (aborted here then) raises, and the blob it left under the target is deleted."""
+        deadline = self._upload_deadline()
+        source = self.container_client.get_blob_client(source_key)
+        if source_key == target_key:  # the blob is its own copy already; only its existence is asked
+            self._call(
+                "blob-properties", source_key, lambda: source.get_blob_properties(**_request_id()), deadline=deadline
+            )
+            return
+        target = self.container_client.get_blob_client(target_key)
+        url = self._copy_source_url(source.url)
+        started = self._call(
+            "blob-copy", source_key, lambda: target.start_copy_from_url(url, **_request_id()), deadline=deadline
+        )
+        copy_id, status, etag = started.get("copy_id"), started.get("copy_status"), started.get("etag")
+        detail = ""
+        pause = 0.05
+        try:
+            while status == "pending":
+                deadline.check(f"Azure copy of key {source_key!r} to {target_key!r} in {self._where()}")
+                remaining = deadline.remaining()
+                time.sleep(pause if remaining is None else max(0.0, min(pause, remaining)))
+                pause = min(pause * 2, 2.0)
+                properties = self._copy_properties(source_key, target_key, target)
+                if properties.copy.id != copy_id:
+                    raise StorageBackendException(
+                        f"Azure blob-copy of key {source_key!r} to {target_key!r} in {self._where()} failed: the "
+                        f"target was replaced while the copy was pending (copy id {properties.copy.id!r}, not "
+                        f"{copy_id!r}); copy it again"
+                    )
+                status, etag = properties.copy.status, properties.etag
+                detail = str(properties.copy.status_description or "")
+        except DeadlineExceeded as e:
+            left = self._abort_copy(target_key, target, str(copy_id)) or self._discard_copy_target(
+                target_key, target, None
+            )
+            error = self._map_error("blob-copy", source_key, e)
+            if left:
+                error.add_note(left)
+            raise error from e
+        if status != "success":
+            left = self._discard_copy_target(target_key, target, etag)
+            raise StorageBackendException(
+                f"Azure blob-copy of key {source_key!r} to {target_key!r} in {self._where()} failed: the copy "
+                f"ended {status!r}{(' (' + detail + ')') if detail else ''}; "
+                + (left or "nothing is left under the target")
+            )
+
+    def _copy_source_url(self, url: str) -> str:
+        """The source blob's URL as Copy Blob needs it: with this backend's SAS token when it authenticates with
+        one (a shared key authorizes a source in its own account by itself)."""
+        if not self._sas_token or "sig=" in urllib.parse.urlsplit(url).query:
+            return url
+        return f"{url}{'&' if '?' in url else '?'}{self._sas_token}"
+
+    def _copy_properties(self, source_key: str, target_key: str, target: Any) -> Any:
+        try:
+            return self._call("blob-properties", target_key, lambda: target.get_blob_properties(**_request_id()))
+        except KeyNotFound:
+            raise StorageBackendException(
+                f"Azure blob-copy of key {source_key!r} to {target_key!r} in {self._where()} failed: the target "
+                f"was deleted while the copy was pending; copy it again"
+            ) from None
+
+    def _abort_copy(self, target_key: str, target: Any, copy_id: str) -> str | None:
+        """Stop a pending copy (it leaves an empty blob under the target); one that ended meanwhile is no error.
+        Returns what could not be done, for the caller's error."""
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            self._call("blob-copy-abort", target_key, lambda: target.abort_copy(copy_id, **_request_id()))
+        except KeyNotFound:
+            pass
+        except StorageBackendException as e:
+            if not isinstance(e.__cause__, HttpResponseError) or e.__cause__.status_code != 409:
+                return f"the pending copy {copy_id} to key {target_key!r} could not be aborted ({e}): delete the blob"
+        return None
+
+    def _discard_copy_target(self, target_key: str, target: Any, etag: str | None) -> str | None:
+        """Delete what a failed copy left under the target: only that blob (its ETag, when known). Returns what
+        could not be done, for the caller's error."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError
+
+        condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+        try:
+            self._call("blob-delete", target_key, lambda: target.delete_blob(**condition, **_request_id()))
+        except KeyNotFound:
+            pass
+        except StorageBackendException as e:
+            # 412: the target was written again since; that blob is not the copy's to delete
+            if not isinstance(e.__cause__, HttpResponseError) or e.__cause__.status_code != 412:
+                return f"the blob the copy left under key {target_key!r} could not be deleted ({e}): delete it"
+        return None
 
     # --- read -------------------------------------------------------------------------------------
     def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:

@@ -7,8 +7,8 @@ the same for every store.
 
 A backend may offer more, each an optional protocol of its own: ranged reads straight into a buffer
 (``ReadsRangesInto``), request counters (``Instrumented``), listing with sizes and ages (``ListsDetails``),
-unfinished uploads (``PendingUploads``), conditional replacement (``ConditionalWrites``) and listing part of a
-large key space (``RangeListable``).
+unfinished uploads (``PendingUploads``), conditional replacement (``ConditionalWrites``), listing part of a
+large key space (``RangeListable``) and copies inside the store (``CopiesObjects``).
 ``BackendCapabilities.of`` is the one place that asks which of them a backend implements, once, when the plugin
 (or a catalog) wires the backend; nothing asks again per call.
 """
@@ -233,6 +233,17 @@ class RangeListable(Protocol):
         ...
 
 
+@runtime_checkable
+class CopiesObjects(Protocol):
+    """Copies made by the store itself (S3 CopyObject, GCS rewrite, Azure Copy Blob, a hard link on the
+    filesystem): the quarantine moves an object aside by copying it and deleting the original."""
+
+    def copy_object(self, source_key: str, target_key: str) -> None:
+        """Copy ``source_key`` to ``target_key`` inside the store without moving the bytes through this
+        process; ``KeyNotFound`` when the source is gone. The target is overwritten if it exists."""
+        ...
+
+
 @dataclass(frozen=True)
 class BackendCapabilities:
     """Which optional protocols a backend implements: each field is the backend itself, or None."""
@@ -243,6 +254,7 @@ class BackendCapabilities:
     pending_uploads: PendingUploads | None = None
     range_listing: RangeListable | None = None
     conditional_writes: ConditionalWrites | None = None
+    copies: CopiesObjects | None = None
 
     @classmethod
     def of(cls, backend: StorageBackend) -> BackendCapabilities:
@@ -255,6 +267,7 @@ class BackendCapabilities:
             backend if isinstance(backend, PendingUploads) else None,
             backend if isinstance(backend, RangeListable) else None,
             backend if isinstance(backend, ConditionalWrites) else None,
+            backend if isinstance(backend, CopiesObjects) else None,
         )
 
 

@@ -14,14 +14,19 @@ into place before releasing it; ``upload`` and ``delete`` take the same lock for
 between processes using this backend on one local filesystem, a replacement never overwrites a newer object
 nor brings back a deleted one (every write renames a new file into place: a rewrite always changes the inode).
 ``flock`` is advisory, and on network filesystems its reach is the server's: there the guarantee is not given.
+
+A copy inside the store (``copy_object``) is a hard link renamed into place: since no write ever changes a file in
+place, the two keys stay independent objects that share their bytes until one is written again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import io
 import os
+import secrets
 import stat
 import tempfile
 import time
@@ -86,6 +91,13 @@ _PIECE_BYTES = 200
 # Uploads in progress are written to '<TEMP_PREFIX><name>.<random>' beside their target. The prefix lets
 # ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
 TEMP_PREFIX = ".kts-partial."
+# Why a hard link may be refused where a copy of the bytes still works: another filesystem mounted below the root,
+# the file's link limit, a filesystem without hard links, or the source's name gone since it was opened.
+_LINK_REFUSED = frozenset(
+    {errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOENT}
+)
+# Why the kernel's copy_file_range may be unavailable here (old kernels, some filesystems): then sendfile copies.
+_COPY_RANGE_REFUSED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
 
 
 @contextlib.contextmanager
@@ -440,6 +452,82 @@ class FileSystemBackend:
             if isinstance(e.__cause__, FileNotFoundError):  # the directory went with the last object in it
                 raise PreconditionFailed(key, f"filesystem root {self.root}", "deleted") from None
             raise
+
+    # --- copies inside the store (backends.base.CopiesObjects) --------------------------------------------
+    def copy_object(self, source_key: str, target_key: str) -> None:
+        """A hard link to the source's file, made under a temp name beside the target and renamed over it: no
+        byte moves, and a reader sees the old target or the whole copy. Every write of this backend renames a
+        new file into place and never rewrites one, so a later write to either key leaves the other as it was.
+        Where the filesystem refuses the link, the kernel copies the bytes into the temp file instead."""
+        path = self._path(target_key)
+        directory = os.path.dirname(path)
+        operation = f"copy (to {target_key!r})"
+        with self._failing(operation, source_key):
+            source = self._open_fd(source_key)
+        try:
+            with self._failing(operation, source_key):
+                os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.path.basename(path)}.{secrets.token_hex(8)}")
+            try:
+                with self._failing(operation, source_key):
+                    if not self._link_open_file(source, self._path(source_key), tmp):
+                        self._copy_open_file(source, tmp)
+                    with _locked_dir(directory):
+                        os.replace(tmp, path)
+                        if self.fsync:
+                            self._fsync_dir(directory)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        finally:
+            os.close(source)
+
+    @staticmethod
+    def _link_open_file(fd: int, source: str, path: str) -> bool:
+        """Hard-link ``source`` at ``path`` if it still is the file open as ``fd``; False when the filesystem
+        refuses the link (see ``_LINK_REFUSED``) or the name now leads to another file (replaced since it was
+        opened, or a symlink): then ``path`` is not left behind."""
+        try:
+            os.link(source, path, follow_symlinks=False)
+        except OSError as e:
+            if e.errno in _LINK_REFUSED:
+                return False
+            raise
+        linked, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
+        if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino):
+            os.unlink(path)
+            return False
+        return True
+
+    def _copy_open_file(self, fd: int, path: str) -> None:
+        """Copy the bytes of the file open as ``fd`` into a new file ``path`` inside the kernel (copy_file_range,
+        which shares the blocks where the filesystem can; sendfile otherwise), synced when fsync is on."""
+        size = os.fstat(fd).st_size
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            copied = 0
+            use_range = hasattr(os, "copy_file_range")
+            while copied < size:
+                want = min(size - copied, 1 << 30)
+                if use_range:
+                    try:
+                        n = os.copy_file_range(fd, out, want, copied, copied)
+                    except OSError as e:
+                        if e.errno not in _COPY_RANGE_REFUSED:
+                            raise
+                        use_range = False
+                        continue
+                else:
+                    os.lseek(out, copied, os.SEEK_SET)
+                    n = os.sendfile(out, fd, copied, want)
+                if n == 0:  # the source shrank under us: what it holds now is the copy
+                    break
+                copied += n
+            if self.fsync:
+                os.fsync(out)
+        finally:
+            os.close(out)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:

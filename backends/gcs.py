@@ -443,6 +443,50 @@ class GcsBackend(CloudBackend):
                 e,
             )
 
+    # --- copies inside the store (backends.base.CopiesObjects) --------------------------------------------
+    def copy_object(self, source_key: str, target_key: str) -> None:
+        """The JSON API's rewrite, called again with its rewrite token until GCS says it is done (one call within
+        a location and storage class; large cross-location copies take several), under the backend's upload
+        deadline. GCS writes the target only when the rewrite is done, so a copy that fails leaves none."""
+        deadline = self._upload_deadline()
+        if source_key == target_key:  # the object is its own copy already; only its existence is asked
+            self._call("object-metadata", source_key, lambda: self._metadata(source_key), deadline=deadline)
+            return
+        url = (
+            self._object_url(source_key)
+            + f"/rewriteTo/b/{urllib.parse.quote(self.bucket, safe='')}/o/{urllib.parse.quote(target_key, safe='')}"
+        )
+
+        def attempt(token: str | None) -> dict[str, Any]:
+            response = self.session.post(
+                url, params={"rewriteToken": token} if token else None, json={}, timeout=self._timeout
+            )
+            if response.status_code != 200:
+                raise _error_from(response)
+            return dict(response.json())
+
+        token: str | None = None
+        while True:
+            try:
+                deadline.check(f"GCS rewrite of key {source_key!r} to {target_key!r} in bucket {self.bucket!r}")
+            except DeadlineExceeded as e:
+                raise self._map_error("object-rewrite", source_key, e) from e
+            answer = self._call("object-rewrite", source_key, lambda tok=token: attempt(tok), deadline=deadline)
+            if answer.get("done"):
+                return
+            token = answer.get("rewriteToken") or None
+            if token is None:
+                raise StorageBackendException(
+                    f"GCS object-rewrite of key {source_key!r} to {target_key!r} in {self._where()} failed: the "
+                    f"answer says it is not done and gives no rewrite token to go on with: {answer}"
+                )
+
+    def _metadata(self, key: str) -> dict[str, Any]:
+        response = self.session.get(self._object_url(key) + "?fields=name,size", timeout=self._timeout)
+        if response.status_code != 200:
+            raise _error_from(response)
+        return dict(response.json())
+
     # --- read -------------------------------------------------------------------------------------
     def _fetch_once(self, key: str, start: int, end: int | None) -> BinaryIO:
         self._check_range(key, start, end)

@@ -14,6 +14,8 @@ the same way on every store and counts each failed attempt, and the overall uplo
 from __future__ import annotations
 
 import base64
+import collections
+import concurrent.futures
 import configparser
 import datetime
 import email.utils
@@ -51,6 +53,12 @@ log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_SIZE = 2_147_483_639
+COPY_SINGLE_LIMIT = 5 * 1024**3
+"""The largest object one CopyObject copies (S3's limit); a larger one is copied part by part (UploadPartCopy)."""
+COPY_PART_SIZE = 512 * 1024**2
+"""The part size of a multipart copy (grown when the object needs more than ``MAX_PARTS`` parts of it)."""
+MAX_PARTS = 10_000
+MAX_COPY_PART_SIZE = 5 * 1024**3
 DELETE_BATCH = 1000  # the DeleteObjects limit
 STORAGE_CLASSES = (
     "STANDARD",
@@ -288,6 +296,8 @@ class S3Backend(CloudBackend):
         self.storage_class: str | None = None
         self.md5 = False
         self.checksums = False
+        self.copy_single_limit = COPY_SINGLE_LIMIT
+        self.copy_part_size = COPY_PART_SIZE
         self._client: Any = None
 
     # --- configuration ----------------------------------------------------------------------------
@@ -529,6 +539,138 @@ class S3Backend(CloudBackend):
                 self._where(),
                 e,
             )
+
+    # --- copies inside the store (backends.base.CopiesObjects) --------------------------------------------
+    def copy_object(self, source_key: str, target_key: str) -> None:
+        """CopyObject up to ``copy_single_limit`` bytes; above it a multipart upload whose parts are ranges of the
+        source (UploadPartCopy, ``copy_part_size`` each, in parallel), aborted when any part fails so nothing is
+        left behind. The target becomes visible only when the copy completes, under the backend's upload
+        deadline. A source that is gone, before or during the copy, raises ``KeyNotFound`` naming it."""
+        deadline = self._upload_deadline()
+        head = self._call(
+            "head-object",
+            source_key,
+            lambda: self.client.head_object(Bucket=self.bucket, Key=source_key),
+            deadline=deadline,
+        )
+        if source_key == target_key:
+            return  # S3 refuses a copy onto itself that changes nothing; the object is its own copy already
+        size = int(head.get("ContentLength", 0))
+        if size <= self.copy_single_limit:
+            extra = self._extra()
+            if self.checksums:
+                extra["ChecksumAlgorithm"] = "CRC32"
+            self._call(
+                "copy-object",
+                source_key,
+                lambda: self.client.copy_object(
+                    Bucket=self.bucket,
+                    Key=target_key,
+                    CopySource={"Bucket": self.bucket, "Key": source_key},
+                    **extra,
+                ),
+                deadline=deadline,
+            )
+            return
+        self._multipart_copy(source_key, target_key, size, str(head["ETag"]), deadline)
+
+    def _copy_ranges(self, size: int) -> list[tuple[int, int]]:
+        """The inclusive byte ranges of a multipart copy of ``size`` bytes."""
+        part = max(self.copy_part_size, MIN_PART_SIZE, -(-size // MAX_PARTS))
+        part = min(part, MAX_COPY_PART_SIZE)
+        return [(start, min(start + part, size) - 1) for start in range(0, size, part)]
+
+    def _multipart_copy(self, source_key: str, target_key: str, size: int, etag: str, deadline: Deadline) -> None:
+        """Every part copies from the version of the source that was sized (CopySourceIfMatch its ETag): a
+        source replaced meanwhile fails the copy instead of mixing two versions."""
+        extra = self._extra()
+        if self.checksums:
+            extra["ChecksumAlgorithm"] = "CRC32"
+        created = self._call(
+            "create-multipart-upload",
+            target_key,
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=target_key, **extra),
+            deadline=deadline,
+            key_read=False,
+        )
+        upload_id = created["UploadId"]
+        source = {"Bucket": self.bucket, "Key": source_key}
+        what = f"S3 multipart copy of key {source_key!r} to {target_key!r} in bucket {self.bucket!r}"
+
+        def copy_part(number: int, first: int, last: int) -> dict[str, Any]:
+            from botocore.exceptions import ClientError
+
+            def attempt() -> Any:
+                try:
+                    return self.client.upload_part_copy(
+                        Bucket=self.bucket,
+                        Key=target_key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        CopySource=source,
+                        CopySourceRange=f"bytes={first}-{last}",
+                        CopySourceIfMatch=etag,
+                    )
+                except ClientError as e:
+                    code = self._error_code(e)
+                    if code == "NoSuchUpload":  # not the source that is missing: the upload of the copy
+                        raise StorageBackendException(
+                            f"{what} failed: its multipart upload {upload_id} was aborted meanwhile (by kts gc or "
+                            f"a lifecycle rule?); copy it again"
+                        ) from e
+                    if code == "PreconditionFailed":
+                        raise StorageBackendException(
+                            f"{what} failed: the source was replaced during the copy (its ETag is no longer "
+                            f"{etag}); nothing was copied, copy it again"
+                        ) from e
+                    raise
+
+            answer = self._call("upload-part-copy", source_key, attempt, deadline=deadline)
+            result = answer.get("CopyPartResult", {})
+            part = {"PartNumber": number, "ETag": result["ETag"]}
+            if result.get("ChecksumCRC32"):
+                part["ChecksumCRC32"] = result["ChecksumCRC32"]
+            return part
+
+        def settle(future: concurrent.futures.Future[dict[str, Any]]) -> dict[str, Any]:
+            remaining = deadline.remaining()
+            try:
+                return future.result(timeout=None if remaining is None else max(remaining, 0.0))
+            except concurrent.futures.TimeoutError:
+                raise DeadlineExceeded(f"{what}: deadline of {deadline.seconds:.1f} s exceeded") from None
+
+        # At most `concurrency` parts in the pool at once: uploads share it, and must not wait behind a long copy.
+        pool = self._worker_pool(self.concurrency, "kts-s3-part")
+        in_flight: collections.deque[concurrent.futures.Future[dict[str, Any]]] = collections.deque()
+        try:
+            parts = []
+            for number, (first, last) in enumerate(self._copy_ranges(size), start=1):
+                if len(in_flight) >= self.concurrency:
+                    parts.append(settle(in_flight[0]))  # popped once settled: a part still running stays waited for
+                    in_flight.popleft()
+                in_flight.append(pool.submit(copy_part, number, first, last))
+            while in_flight:
+                parts.append(settle(in_flight[0]))
+                in_flight.popleft()
+            self._call(
+                "complete-multipart-upload",
+                target_key,
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=target_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                ),
+                deadline=deadline,
+                key_read=False,
+            )
+        except BaseException as e:
+            for future in in_flight:
+                future.cancel()
+            running = [f for f in in_flight if not f.done()]
+            if running:
+                concurrent.futures.wait(running, timeout=30)
+            self._abort(target_key, upload_id)
+            if isinstance(e, DeadlineExceeded):
+                raise self._map_error("multipart copy", source_key, e) from e
+            raise
 
     # --- garbage collection (optional backend methods, see backends.base.GarbageCapable) ---------------
     def list_details(self, prefix: str) -> Iterator[ObjectInfo]:

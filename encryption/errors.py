@@ -30,3 +30,12 @@ class KeyServiceError(KeyRingError):
     def __init__(self, message: str, *, retriable: bool = True) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class KeyServiceLoginError(KeyServiceError):
+    """A key service refused the plugin's credentials in a way that trying again makes worse: a PKCS#11 token's
+    user PIN is wrong, expired or locked (tokens lock the PIN after a few failed logins). Never retriable: no
+    login is tried again until the plugin is configured with new credentials."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message, retriable=False)

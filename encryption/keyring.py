@@ -19,7 +19,7 @@ from Crypto.PublicKey import RSA
 from Crypto.Signature.pss import MGF1
 
 from encryption.errors import KeyPairError, KeyRingError
-from encryption.keyservice import KeyPair
+from encryption.keyservice import KeyPair, ServiceKeyPair, parse_scheme
 
 MIN_MODULUS_BITS = 2 * 64 * 8 + 2 * 8 + 32 * 8  # OAEP-SHA3-512 overhead (130 B) + a 32-byte key
 
@@ -74,6 +74,9 @@ class RsaKeyPair:
         """A file pair answers when it has a private key (the PEM was checked when it was loaded)."""
         if self.private_key is None:
             raise KeyRingError(f"key pair {self.key_id!r} has no private key configured")
+
+    def is_current(self, scheme: str | None) -> bool:
+        return scheme is None
 
     def wrap_field(self, data_key: bytes) -> str:
         """Aiven's ``<id>:<base64>``, byte for byte."""
@@ -165,6 +168,23 @@ class RsaKeyRing:
     def split(data_key_field: str) -> tuple[str, bytes]:
         key_id, _scheme, wrapped = RsaKeyRing.parse(data_key_field)
         return key_id, wrapped
+
+    @staticmethod
+    def wrapped_under(data_key_field: str) -> tuple[str, str | None]:
+        """``(pair id, key version)`` that wrapped a manifest's ``dataKey``; the version is None for key files."""
+        key_id, scheme, _wrapped = RsaKeyRing.parse(data_key_field)
+        return key_id, (parse_scheme(scheme)[1] if scheme is not None else None)
+
+    def is_current(self, data_key_field: str) -> bool:
+        """Whether ``data_key_field`` is wrapped as the active pair wraps now: by that pair and, for a key service,
+        under the key version it pins (an older version of the same key is not current: rotation re-wraps it)."""
+        key_id, scheme, _wrapped = self.parse(data_key_field)
+        return key_id == self._active and self._pairs[key_id].is_current(scheme)
+
+    def refresh_active(self) -> str | None:
+        """Ask the active pair's key service for its latest public key now; its version (None for key files)."""
+        pair = self._pairs[self._active]
+        return pair.refresh() if isinstance(pair, ServiceKeyPair) else None
 
     def unwrap(self, data_key_field: str) -> bytes:
         key_id, scheme, wrapped = self.parse(data_key_field)

@@ -22,6 +22,7 @@ from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
+from rsm.operator_tools.garbage import quarantine_usage
 
 
 def iso_time(ms: int | None) -> str | None:
@@ -61,7 +62,8 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
     """List tiered segments (all, a topic, or topic/partition): offsets, time, sizes, codec and key id.
 
     Reads manifests only (--workers at once): no private key is needed. A scope with nothing tiered is an error
-    (exit 1); so is a manifest that cannot be read (named on stderr; the other rows still print)."""
+    (exit 1); so is a manifest that cannot be read (named on stderr; the other rows still print). A last line
+    says how many objects and bytes of the scope kts gc holds in its quarantine, when it holds any."""
     wanted = parse_scope(scope)
     with open_manager(config, sets, keys=False) as manager:
         columns = Columns(
@@ -106,6 +108,12 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                         row["key_id"],
                     )
         columns.close()
+        held, held_bytes = quarantine_usage(manager, wanted.topic, wanted.partition)
+        if held and not as_json:
+            click.echo(
+                f"quarantine: {held} objects, {held_bytes:,} bytes held by kts gc --delete "
+                "(kts gc quarantine lists them; kts gc restore puts them back)"
+            )
     for failure in failures:
         click.echo(f"FAILED {failure.describe()}", err=True)
     return 1 if failures else 0

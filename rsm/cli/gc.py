@@ -12,9 +12,18 @@ import click
 from rich.table import Table
 
 from rsm.cli.gc_cluster import cluster_options, deletes_iceberg_rows, reconcile_with_cluster, show_lost
+from rsm.cli.gc_quarantine import purge_command, quarantine_command, restore_command
 from rsm.cli.progress import progress_bar, stdout
-from rsm.cli.settings import config_options, open_manager
-from rsm.operator_tools.garbage import delete_garbage, find_garbage, where
+from rsm.cli.settings import config_options, load_configs, open_manager
+from rsm.deletion.quarantine import new_run_id
+from rsm.operator_tools.garbage import (
+    delete_garbage,
+    find_garbage,
+    purge_expired,
+    quarantine_of,
+    upload_deadline_seconds,
+    where,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -28,7 +37,8 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
-@click.command("gc")
+@click.group("gc", invoke_without_command=True)
+@click.pass_context
 @config_options
 @click.option(
     "--older-than",
@@ -39,6 +49,7 @@ def parse_duration(text: str) -> float:
 @click.option("--delete", is_flag=True, help="remove what is listed (without it, only list)")
 @cluster_options
 def gc_command(
+    ctx: click.Context,
     config: str | None,
     sets: tuple[str, ...],
     older_than: str,
@@ -47,10 +58,11 @@ def gc_command(
     command_config: str | None,
     watch: str | None,
     metrics_port: int,
-) -> int:
+) -> int | None:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
     multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
-    Iceberg tables that no snapshot references; a dry run unless --delete.
+    Iceberg tables that no snapshot references; a dry run unless --delete, which moves what it removes into the
+    quarantine (kts gc restore puts it back) and purges what was held longer than gc.quarantine.ms.
 
     An Iceberg table's file is listed once no kept version of the table has referenced it for the table's orphan
     grace (iceberg.mode.maintenance.orphan.grace.ms, at least a day for data files; not --older-than), counted
@@ -69,6 +81,8 @@ def gc_command(
     Needs no private key, except to remove the rows of an Iceberg-mode segment
     (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
     cache only when its directory exists."""
+    if ctx.invoked_subcommand is not None:
+        return None
     grace = parse_duration(older_than)
     if watch is not None:
         from rsm.cli.gc_cluster import watch_loop
@@ -79,10 +93,11 @@ def gc_command(
     lost = []
     # removing an Iceberg-mode segment's rows reads its manifest's data key: only then is the key ring needed
     keys = bootstrap_server is not None and delete and deletes_iceberg_rows(config, sets)
+    deadline = upload_deadline_seconds(load_configs(config, sets))  # the broker's, before the tool's own settings
     with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
-            items = find_garbage(manager, grace, on_listed=listed, record=delete)
+            items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline, record=delete)
         if bootstrap_server is not None:
             items, lost = reconcile_with_cluster(manager, items, grace, bootstrap_server, command_config)
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
@@ -95,12 +110,29 @@ def gc_command(
         if not delete:
             stdout.print(f"{len(items)} items, {total:,} bytes; dry run: pass --delete to remove them")
             return 3 if lost else 0
+        run = new_run_id()
+        quarantine = quarantine_of(manager)
+        days = quarantine.retention_s / 86400
+        stdout.print(f"run {run}: what can be undone moves into {quarantine.describe()} for {days:g} days")
         with progress_bar("deleting", total=len(items)) as advance:
-            report = delete_garbage(manager, items, progress=lambda item: advance(item.key))
+            report = delete_garbage(manager, items, progress=lambda item: advance(item.key), run=run)
+        purged = purge_expired(manager)
+    held_bytes = sum(h.size for h in report.held)
     stdout.print(
-        f"deleted {len(report.deleted)}, skipped {len(report.skipped)} (their copy completed), "
-        f"failed {len(report.failed)}"
+        f"moved {len(report.held)} objects ({held_bytes:,} bytes) into the quarantine, run {run} "
+        f"(kts gc restore --run {run} puts them back); deleted {len(report.deleted)} items in all, "
+        f"skipped {len(report.skipped)}, failed {len(report.failed)}"
     )
+    stdout.print(
+        f"purged {len(purged.purged)} objects ({purged.bytes_freed:,} bytes) held longer than gc.quarantine.ms"
+    )
+    for item, why in report.skipped:
+        stdout.print(f"skipped {item.kind} {item.key}: {why}")
     for item, why in report.failed:
         click.echo(f"FAILED {item.kind} {item.key}: {why}", err=True)
     return 1 if report.failed else 3 if lost else 0
+
+
+gc_command.add_command(quarantine_command)
+gc_command.add_command(restore_command)
+gc_command.add_command(purge_command)

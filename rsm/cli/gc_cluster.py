@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from backends.base import StorageBackendException
 from rsm.cli.progress import stdout
 from rsm.cli.properties import read_properties
 from rsm.cli.settings import load_configs, open_manager
@@ -25,7 +26,7 @@ from rsm.errors import RemoteStorageException
 from rsm.metadata import RemoteLogSegmentState
 from rsm.metrics.catalog import GC_CLUSTER_METRICS, GC_CLUSTER_SUBSYSTEM
 from rsm.operator_tools.cluster_record import ClusterReadError, client_settings, read_cluster
-from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.garbage import GarbageItem, quarantine_usage
 from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,
@@ -163,6 +164,7 @@ def watch_loop(
     segments, garbage, garbage_bytes = family["segments"], family["garbage_segments"], family["garbage_bytes"]
     lost, unaccounted, unknown = family["lost_segments"], family["unaccounted_bytes"], family["unknown_bytes"]
     last, failures = family["last_success_timestamp_seconds"], family["check_failures"]
+    held_objects, held_bytes = family["quarantined_objects"], family["quarantined_bytes"]
     server, _thread = start_http_server(port, addr="0.0.0.0", registry=registry)
     stdout.print(f"serving the reconciliation on :{port}/metrics, every {interval:.0f} s")
     done = 0
@@ -171,7 +173,8 @@ def watch_loop(
             while rounds is None or done < rounds:
                 try:
                     result, _ids = check(manager, grace, bootstrap_server, command_config)
-                except (RemoteStorageException, OSError) as e:
+                    held = quarantine_usage(manager)
+                except (RemoteStorageException, StorageBackendException, OSError) as e:
                     failures.inc()
                     click.echo(f"check failed: {e}", err=True)
                 else:
@@ -184,6 +187,8 @@ def watch_loop(
                     lost.set(len(result.lost))
                     unaccounted.set(result.unaccounted_bytes)
                     unknown.set(result.unknown_bytes)
+                    held_objects.set(held[0])
+                    held_bytes.set(held[1])
                     last.set(time.time())
                     if result.lost:
                         show_lost(result.lost)

@@ -89,7 +89,7 @@ def maintain_command(
             out.add_row(name, r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", note)
     warehouse = props.get("warehouse")
     if orphans and warehouse:
-        r = purge_quarantine(ours[0].io, warehouse, dry_run=dry_run)
+        r = purge_quarantine(ours[0].io, warehouse, cfg.maintenance.quarantine_s, dry_run=dry_run)
         out.add_row("(warehouse)", r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", "")
     stdout.print(out)
     return 0

@@ -90,12 +90,21 @@ def config_lines(key_id: str, public: Path, private: Path) -> list[str]:
 @click.group("keys", invoke_without_command=True)
 @config_options
 @click.option("--no-connect", is_flag=True, help="list the pairs without asking their key services")
+@click.option(
+    "--usage",
+    is_flag=True,
+    help="also count the segments each key pair and key version wraps (reads every manifest under key.prefix)",
+)
 @click.pass_context
-def keys_group(ctx: click.Context, config: str | None, sets: tuple[str, ...], no_connect: bool) -> int | None:
+def keys_group(
+    ctx: click.Context, config: str | None, sets: tuple[str, ...], no_connect: bool, usage: bool
+) -> int | None:
     """RSA key pairs: list them with their provider and whether it answers; generate one; rotate data keys onto one.
 
-    Without a subcommand: one line per key pair of encryption.key.pairs (its provider, its key, whether the key
-    service answers and unwraps a probe with it). Exit 1 when one does not answer."""
+    Without a subcommand: one line per key pair of encryption.key.pairs (its provider, its key, the key version
+    its service serves now, whether the service answers and unwraps a probe with it). With --usage, then one line
+    per key pair and key version that wraps stored segments, with their count. Exit 1 when a service does not
+    answer. Changes nothing."""
     if ctx.invoked_subcommand is not None:
         return None
     from rsm.cli.settings import load_configs
@@ -107,10 +116,29 @@ def keys_group(ctx: click.Context, config: str | None, sets: tuple[str, ...], no
         return 0
     for s in statuses:
         answer = {True: "answers", False: "DOES NOT ANSWER", None: "-"}[s.answers]
-        click.echo(f"{'*' if s.active else ' '} {s.key_id}\t{s.provider}\t{s.key}\t{answer}")
+        version = f"v{s.version}" if s.version is not None else "-"
+        click.echo(f"{'*' if s.active else ' '} {s.key_id}\t{s.provider}\t{s.key}\t{version}\t{answer}")
         if s.answers is False:
             click.echo(f"    {s.detail}", err=True)
+    if usage:
+        _print_usage(config, sets)
     return 1 if any(s.answers is False for s in statuses) else 0
+
+
+def _print_usage(config: str | None, sets: tuple[str, ...]) -> None:
+    """``segments <pair> [v<version>] <count>`` per key pair and version wrapping stored segments."""
+    from rsm.operator_tools.rotation import key_usage
+
+    manager = open_manager(config, sets)
+    try:
+        counts = key_usage(manager)
+        where = f"under {manager.config['key.prefix']!r} in {store_label(manager.config)}"
+    finally:
+        manager.close()
+    if not counts:
+        raise NothingMatched(f"no segment manifests {where}: check key.prefix and storage.*")
+    for label, count in sorted(counts.items()):
+        click.echo(f"segments {label}\t{count}")
 
 
 @keys_group.command("generate")
@@ -145,9 +173,11 @@ def keys_generate(key_id: str, bits: int, out: Path) -> int:
 def keys_rotate(
     config: str | None, sets: tuple[str, ...], to: str | None, prefix: str | None, dry_run: bool, workers: int
 ) -> int:
-    """Re-wrap every segment's data key under one key pair, rewriting manifests only.
+    """Re-wrap every segment's data key under one key pair and its latest key version, rewriting manifests only.
 
-    Resumable: a manifest already wrapped by the target pair is skipped, so an interrupted run is run again.
+    A data key of the target pair wrapped under an older version of its key service's key (a rotated Transit key)
+    is re-wrapped too. Resumable: a manifest already wrapped by the target pair under its latest version is skipped,
+    so an interrupted run is run again.
     No manifest found (a wrong key.prefix or --prefix) is an error (exit 1), never a finished rotation.
     """
     from rsm.operator_tools.rotation import rewrap_all

@@ -137,6 +137,17 @@ def metrics_docs_command(check: str | None, write: str | None) -> int:
     return _generated_tables(tables, "metrics-docs", check, write)
 
 
+@cli.command("rules-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current rules table")
+@click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")
+def rules_docs_command(check: str | None, write: str | None) -> int:
+    """Print the table of the deletion rules (kind, signals required, grace, reversible) from rsm.deletion.rules
+    (docs/reliability.md)."""
+    from rsm.deletion.rules import rules_markdown
+
+    return _generated_tables({"rules-table": rules_markdown()}, "rules-docs", check, write)
+
+
 @cli.command("cli-docs")
 @click.option("--check", metavar="FILE", help="fail if FILE does not contain the current command table")
 @click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")

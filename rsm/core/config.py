@@ -225,8 +225,8 @@ CORE = ConfigDef().extend(
             "encryption.key.pairs.<id>.vault.token.file",
             "string",
             None,
-            "vault-transit: a file holding the token (read at start; e.g. written by Vault Agent). Unset: "
-            "$VAULT_TOKEN.",
+            "vault-transit: a file holding the token (e.g. written by Vault Agent); read again when it changes "
+            "and when Vault refuses the token. Unset: $VAULT_TOKEN.",
             dynamic=True,
         ),
         ConfigKey(
@@ -262,7 +262,8 @@ CORE = ConfigDef().extend(
             "encryption.key.pairs.<id>.pkcs11.pin.file",
             "string",
             None,
-            "pkcs11: a file holding the token's user PIN (read at start). Unset: $KTS_PKCS11_PIN.",
+            "pkcs11: a file holding the token's user PIN (read at start). Unset: $KTS_PKCS11_PIN. A wrong, "
+            "expired or locked PIN stops further logins until the plugin is configured again with a new PIN.",
             dynamic=True,
         ),
         ConfigKey(
@@ -270,6 +271,16 @@ CORE = ConfigDef().extend(
             "long",
             5000,
             "How long a call to a key service may take (per attempt) before the fetch fails as retriable.",
+            validator=in_range(1, None),
+        ),
+        ConfigKey(
+            "encryption.key.service.public.key.refresh.ms",
+            "long",
+            300000,
+            "How old the pinned public key of a key service pair may get before a copy fetches it again, so that "
+            "a key version rotated in the service (a Transit key's rotate) wraps new segments within this time. A "
+            "segment read under a newer version triggers the refresh at once; while the service does not answer, "
+            "the pinned key keeps wrapping.",
             validator=in_range(1, None),
         ),
         ConfigKey(
@@ -284,7 +295,8 @@ CORE = ConfigDef().extend(
             "encryption.data.key.cache.ttl.ms",
             "long",
             3600000,
-            "How long an unwrapped data key stays in that cache.",
+            "How long an unwrapped data key stays in that cache; past it, the key is dropped and its bytes zeroed "
+            "within a tenth of this time (at most a minute later), even when no fetch comes.",
             validator=in_range(1, None),
         ),
         ConfigKey(
@@ -460,6 +472,15 @@ CORE = ConfigDef().extend(
             "Bytes per second for all remote reads of the process together; unset = unlimited. Prefetch yields "
             "to readers a broker thread waits for.",
             validator=in_range(1048576, 1000000000),
+        ),
+        ConfigKey(
+            "gc.quarantine.ms",
+            "long",
+            604800000,
+            "How long `kts gc --delete` keeps what it removes in the quarantine (`<key.prefix>kts-quarantine/`) "
+            "before a later `kts gc --delete` purges it; until then `kts gc restore` puts it back. 0 purges at "
+            "the next run.",
+            validator=in_range(0, None),
         ),
     ]
 )

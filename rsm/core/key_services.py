@@ -59,8 +59,18 @@ def key_service(pair: KeyPairSource, timeout_s: float) -> KeyService:
                 f"Missing configuration encryption.key.pairs.{pair.key_id}.vault.url (or $VAULT_ADDR) for key pair "
                 f"{pair.key_id!r}"
             )
-        token = _secret(pair, "vault.token.file", "VAULT_TOKEN", "Vault token")
-        return VaultTransit(s["key.id"], url, token, s["vault.mount"], s["vault.namespace"], timeout_s)
+        token_file = s["vault.token.file"]
+        if token_file:  # read by the client, and again when Vault Agent rewrites it
+            _secret(pair, "vault.token.file", "VAULT_TOKEN", "Vault token")  # unreadable: a ConfigException now
+            token = None
+        else:
+            token = _secret(pair, "vault.token.file", "VAULT_TOKEN", "Vault token")
+        try:
+            return VaultTransit(
+                s["key.id"], url, token, s["vault.mount"], s["vault.namespace"], timeout_s, token_file=token_file
+            )
+        except KeyServiceError as e:
+            raise ConfigException(f"key pair {pair.key_id!r}: {e}") from None
     if pair.provider == "pkcs11":
         pin = _secret(pair, "pkcs11.pin.file", "KTS_PKCS11_PIN", "PKCS#11 user PIN")
         return Pkcs11(s["key.id"], s["pkcs11.library"], s["pkcs11.token.label"], s["pkcs11.slot"], pin)
@@ -77,13 +87,14 @@ def build_key_ring(
         return None
     cache = DataKeyCache(config["encryption.data.key.cache.size"], config["encryption.data.key.cache.ttl.ms"] / 1000)
     timeout_s = config["encryption.key.service.timeout.ms"] / 1000
+    refresh_s = config["encryption.key.service.public.key.refresh.ms"] / 1000
     try:
         pairs: dict[str, KeyPair] = {}
         for p in config.key_pairs:
             if p.provider == "file":
                 pairs[p.key_id] = RsaKeyPair.from_pem(p.key_id, p.public_pem, p.private_pem)
             else:
-                pairs[p.key_id] = ServiceKeyPair(p.key_id, service_factory(p, timeout_s), cache, observer)
+                pairs[p.key_id] = ServiceKeyPair(p.key_id, service_factory(p, timeout_s), cache, observer, refresh_s)
         ring = RsaKeyRing(pairs, config["encryption.key.pair.id"])
     except KeyPairError as e:
         raise ConfigException(str(e)) from None
@@ -114,6 +125,8 @@ class PairStatus:
     """True: the service answered and unwrapped a probe with the key; False: it did not (see ``detail``); None:
     not asked (key files)."""
     detail: str
+    version: str | None = None
+    """The key version the service serves now (the one new segments are wrapped under); None when not asked."""
 
 
 def key_pair_status(configs: Mapping[str, Any], connect: bool = True) -> list[PairStatus]:
@@ -140,7 +153,8 @@ def key_pair_status(configs: Mapping[str, Any], connect: bool = True) -> list[Pa
         try:
             pair = ServiceKeyPair(key_id, key_service(source, timeout_s), DataKeyCache(0, 1))
             pair.check()
-            out.append(PairStatus(key_id, provider, key, key_id == active, True, "answers and holds the key"))
+            version = pair.public_key()[1]
+            out.append(PairStatus(key_id, provider, key, key_id == active, True, "answers and holds the key", version))
         except (KeyServiceError, KeyPairError, ConfigException) as e:
             out.append(PairStatus(key_id, provider, key, key_id == active, False, str(e)))
     return out

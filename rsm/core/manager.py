@@ -162,6 +162,18 @@ class RemoteStorageManager:
         finally:
             self._forget(meta)
 
+    def delete_segment_rows(self, meta: RemoteLogSegmentMetadata) -> None:
+        """With ``iceberg.mode.delete.rows.enabled``, delete an Iceberg-mode segment's rows from its table and
+        nothing else (``kts gc`` moves the segment's objects into the quarantine itself); otherwise nothing."""
+        try:
+            self._ready().objects.delete_rows(meta)
+        finally:
+            self._forget(meta)
+
+    def forget_segment(self, meta: RemoteLogSegmentMetadata) -> None:
+        """Drop what the caches hold of the segment (its objects were moved away)."""
+        self._forget(meta)
+
     def _forget(self, meta: RemoteLogSegmentMetadata) -> None:
         """A segment was copied (maybe again) or deleted: no cache may answer for its old copy, and the partition's
         listing, which tells what segment follows which, is out of date."""

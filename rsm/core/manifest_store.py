@@ -59,6 +59,8 @@ class RewrapResult:
     previous_key_id: str | None
     rewrapped: bool
     gone: bool = False
+    previous_version: str | None = None
+    """The key version of the key service that wrapped the data key (None: key files, or unencrypted)."""
 
 
 # How often a re-wrap reads the manifest again after a concurrent change (someone else re-wrapped it) before it
@@ -208,7 +210,8 @@ class ManifestStore:
 
     def rewrap(self, manifest_key: str, dry_run: bool = False) -> RewrapResult:
         """Re-wrap one segment's data key under the active key pair by rewriting only its manifest (the segment's
-        data is untouched). With ``dry_run`` the manifest is only inspected.
+        data is untouched); a data key wrapped by the active pair under an older version of its service's key is
+        re-wrapped under the pinned version. With ``dry_run`` the manifest is only inspected.
 
         The rewrite is conditional on the manifest being unchanged since it was read (``ConditionalWrites``): a
         segment deleted in between (retention) stays deleted and is reported ``gone``; a manifest changed in
@@ -230,10 +233,19 @@ class ManifestStore:
             if manifest.encryption is None:
                 return RewrapResult(None, False)
             old_id = manifest.encryption.key_pair_id
-            if old_id == self.key_ring.active_key_id:
-                return RewrapResult(old_id, False)
+            try:
+                old_version = self.key_ring.wrapped_under(manifest.encryption.data_key)[1]
+                current = self.key_ring.is_current(manifest.encryption.data_key)
+            except KeyServiceError as e:
+                if e.retriable:
+                    raise KeyServiceException(f"cannot re-wrap {self.show(manifest_key)} now: {e}") from None
+                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
+            except KeyRingError as e:
+                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
+            if current:
+                return RewrapResult(old_id, False, previous_version=old_version)
             if dry_run:
-                return RewrapResult(old_id, True)
+                return RewrapResult(old_id, True, previous_version=old_version)
             if self.conditional is None:
                 raise RemoteStorageException(
                     f"cannot re-wrap {what}: {self.backend} cannot replace an object only if it is unchanged, so a "
@@ -255,7 +267,7 @@ class ManifestStore:
                 self.forget(manifest_key)
                 continue  # deleted or rewritten meanwhile: the next read tells which
             self.forget(manifest_key)
-            return RewrapResult(old_id, True)
+            return RewrapResult(old_id, True, previous_version=old_version)
         raise RemoteStorageException(
             f"cannot re-wrap {what}: it changed on every one of {_REWRAP_ATTEMPTS} attempts; run the rotation again"
         )

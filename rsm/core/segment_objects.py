@@ -39,7 +39,13 @@ from rsm.core.manifest import (
 )
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
-from rsm.errors import KeyServiceException, RemoteResourceNotFoundException, RemoteStorageException, storage_failure
+from rsm.errors import (
+    KeyRingException,
+    KeyServiceException,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    storage_failure,
+)
 from rsm.fetch.rate_limit import RateLimiter, ThrottledReader, throttled
 from rsm.iceberg.section import IcebergSection
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
@@ -116,6 +122,8 @@ class SegmentObjects:
                 try:
                     encryption = EncryptionMetadata(self.key_ring.wrap(dk.data_key), dk.aad)
                 except KeyServiceError as e:  # only the first copy asks the service (for its public key)
+                    if not e.retriable:
+                        raise KeyRingException(f"copy of {meta.describe()} failed: {e}") from None
                     raise KeyServiceException(f"copy of {meta.describe()} failed: {e}") from None
                 cipher = ChunkCipher(dk)
             transformer = ChunkTransformer(compression, config["compression.level"], cipher)
@@ -304,7 +312,7 @@ class SegmentObjects:
         keys = self.manifests.keys(meta)
         started = time.monotonic()
         try:
-            self._delete_rows(meta)
+            self.delete_rows(meta)
             self.backend.delete(keys.manifest)
             self.backend.delete_many([keys.log, keys.indexes])
         except BaseException as e:
@@ -314,7 +322,7 @@ class SegmentObjects:
             raise
         self.recorder.segment_deleted(tip.topic, tip.partition, meta.segment_size_in_bytes, time.monotonic() - started)
 
-    def _delete_rows(self, meta: RemoteLogSegmentMetadata) -> None:
+    def delete_rows(self, meta: RemoteLogSegmentMetadata) -> None:
         """With ``iceberg.mode.delete.rows.enabled``, an Iceberg segment's rows go before its manifest (a failure
         leaves the manifest, so the broker's retry knows the rows to delete)."""
         if self.iceberg is None or not self.iceberg.cfg.delete_rows:

@@ -17,10 +17,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
+from rsm.deletion.quarantine import QUARANTINE_DIR
 from rsm.errors import RemoteStorageException
 
-QUARANTINE_DIR = "kts-quarantine/"
-"""The quarantine's folder under the warehouse (outside every table's location)."""
 _AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 _COPY_BUFFER = 8 << 20
 
@@ -87,16 +86,14 @@ class FileIOHolding:
     def describe(self) -> str:
         return f"warehouse {self.warehouse}"
 
-    def relative(self, name: str) -> str:
-        """``name``'s path under the warehouse; :class:`RemoteStorageException` for a location outside it (never
-        the quarantine's to hold)."""
+    def relative(self, name: str) -> str | None:
+        """``name``'s path under the warehouse; None for a location outside it or in the quarantine (never the
+        quarantine's to hold)."""
         normal = normal_location(name)
         if not normal.startswith(self._normal_warehouse):
-            raise RemoteStorageException(
-                f"{name} is outside the warehouse {self.warehouse}: the quarantine holds only the warehouse's files; "
-                "it is left as it is"
-            )
-        return normal[len(self._normal_warehouse) :]
+            return None
+        relative = normal[len(self._normal_warehouse) :]
+        return None if not relative or relative.startswith(QUARANTINE_DIR) else relative
 
     def location(self, relative: str) -> str:
         """The location of ``relative`` (a path under the warehouse)."""
@@ -158,9 +155,11 @@ class FileIOHolding:
 
     def list(self, prefix: str) -> Iterator[str]:
         """The locations of the files whose location starts with ``prefix`` (a folder's, ending in ``/``, lists
-        that folder; another lists the folder ``prefix`` is in and keeps what matches)."""
+        that folder; another lists the folder ``prefix`` is in and keeps what matches), spelt as the warehouse is
+        (Azure lists ``abfs://container/x`` for the warehouse's ``abfs://container@account.../x``)."""
         folder = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
         wanted = normal_location(prefix) + ("/" if prefix.endswith("/") else "")
         for path, _size, _mtime in list_locations(self.io, folder):
-            if normal_location(path).startswith(wanted):
-                yield path
+            normal = normal_location(path)
+            if normal.startswith(wanted) and normal.startswith(self._normal_warehouse):
+                yield self.warehouse + normal[len(self._normal_warehouse) :]

@@ -20,6 +20,11 @@ class HoldingStore(Protocol):
         """The place, for messages: ``S3Backend(bucket='b')``, ``warehouse s3://w/``."""
         ...
 
+    def relative(self, name: str) -> str | None:
+        """``name`` below the place's own root (``key.prefix``, the warehouse) when it is the plugin's to hold;
+        None for anything else (another application's object, the quarantine's own), which is never held."""
+        ...
+
     def copy(self, source: str, target: str) -> None:
         """Copy ``source`` to ``target`` inside the store, server-side where the store can; ``KeyNotFound`` (or
         ``FileNotFoundError``) when ``source`` is gone."""
@@ -62,3 +67,6 @@ class Held:
     topic: str | None = None
     evidence: tuple[str, ...] = ()
     """The signals that authorised the move, as ``signal: detail`` lines."""
+    present: bool = True
+    """Whether the held copy is there. False for a hold interrupted before its copy completed (the original was
+    never deleted then): purging such an item removes only its record."""

@@ -127,7 +127,8 @@ RULES: Mapping[str, Rule] = {
             "a filesystem backend's temporary file of an upload whose process was killed",
             (STORE_AGE, UPLOAD_DEADLINE),
             _CLUSTER_GRACE,
-            True,
+            False,
+            "a partial upload that no key names; nothing can read it, and putting it back would give nothing to read",
         ),
         Rule(
             "cache-entry",
@@ -197,3 +198,17 @@ def authorize(kind: str, subject: str, evidence: Iterable[Evidence]) -> Rule:
             f"({'; '.join(SIGNALS[m] for m in missing)}); it is kept"
         )
     return found
+
+
+def rules_markdown() -> str:
+    """The table of every rule (docs/reliability.md holds it between its ``rules-table`` markers)."""
+    lines = [
+        "| kind | what | signals required (all of them) | grace | reversible |",
+        "|---|---|---|---|---|",
+    ]
+    for r in RULES.values():
+        signals = "<br>".join(f"`{s}`: {SIGNALS[s]}" for s in r.signals)
+        reversible = "yes: held in the quarantine" if r.reversible else f"no: {r.why_not_reversible}"
+        cells = [f"`{r.kind}`", r.what, signals, r.grace, reversible]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

@@ -7,6 +7,10 @@ requirements itself (pyiceberg's SQL catalog) is given one that the property sti
 so of two brokers taking a free lease at once one commit fails. A REST catalog checks only the requirements of
 the Iceberg spec; there the lease is read back after the commit and kept only if it still names this broker (two
 brokers may then both run a pass now and then: every step is safe beside another run, only wasted work).
+
+A pass keeps its lease while it runs (``LeaseKeeper``: renewed every third of its time to live) and releases it
+when it ends, so another broker can take the table at once; a pass whose lease another broker took ends before
+its next step.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from pydantic import Field
@@ -75,11 +80,17 @@ def _checks_requirements_locally(catalog: Catalog) -> bool:
 
 
 def take_lease(
-    table: Table, owner: str, ttl_s: float, now_ms: int | None = None, guard: Guard = nullcontext
+    table: Table,
+    owner: str,
+    ttl_s: float,
+    now_ms: int | None = None,
+    guard: Guard = nullcontext,
+    renew_below: float = 0.5,
 ) -> Table | None:
-    """The table with a lease for ``owner`` valid ``ttl_s`` from now (taken, or renewed when half gone), or
-    None when another owner holds an unexpired lease or won the race for it. A commit is made under ``guard``
-    (this broker's copies to the table wait), on the table loaded again there."""
+    """The table with a lease for ``owner`` valid ``ttl_s`` from now (taken, or renewed when less than
+    ``renew_below`` of ``ttl_s`` is left; 1.0: always), or None when another owner holds an unexpired lease or won
+    the race for it. A commit is made under ``guard`` (this broker's copies to the table wait), on the table
+    loaded again there."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     ttl_ms = int(ttl_s * 1000)
 
@@ -87,7 +98,7 @@ def take_lease(
         held = Lease.parse(t.properties.get(LEASE_PROPERTY))
         if held is not None and held.owner != owner and held.expiry_ms > now_ms:
             return "theirs"
-        if held is not None and held.owner == owner and held.expiry_ms - now_ms > ttl_ms // 2:
+        if held is not None and held.owner == owner and held.expiry_ms - now_ms >= ttl_ms * renew_below:
             return "ours"
         return "take"
 
@@ -112,20 +123,93 @@ def take_lease(
     return fresh if mine is not None and mine.owner == owner else None
 
 
-def release_lease(table: Table, owner: str) -> None:
-    """Give the lease up (only when it is still ``owner``'s)."""
-    raw = table.properties.get(LEASE_PROPERTY)
-    held = Lease.parse(raw)
-    if held is None or held.owner != owner:
+def release_lease(table: Table, owner: str, guard: Guard = nullcontext) -> None:
+    """Give the lease up (only when it is still ``owner``'s), under ``guard`` on the table loaded again there."""
+    if not _holds(table, owner):
         return
-    txn = table.transaction()
-    if _checks_requirements_locally(table.catalog):
-        txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001
-    txn.remove_properties(LEASE_PROPERTY)
-    try:
-        txn.commit_transaction()
-    except CommitFailedException:
-        pass
+    with guard():
+        table = table.catalog.load_table(table.name())
+        raw = table.properties.get(LEASE_PROPERTY)
+        if not _holds(table, owner):
+            return
+        txn = table.transaction()
+        if _checks_requirements_locally(table.catalog):
+            txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001
+        txn.remove_properties(LEASE_PROPERTY)
+        try:
+            txn.commit_transaction()
+        except CommitFailedException:
+            pass
+
+
+def _holds(table: Table, owner: str) -> bool:
+    held = Lease.parse(table.properties.get(LEASE_PROPERTY))
+    return held is not None and held.owner == owner
+
+
+class LeaseKeeper:
+    """Keeps ``owner``'s lease of a table while a pass runs: a thread renews it every third of ``ttl_s`` (so a
+    renewal late by up to two thirds of it still comes in time), and ``held`` turns False for good once a
+    renewal finds another owner's unexpired lease (the pass should then stop). Leaving the ``with`` stops the
+    thread and releases the lease; a failure to release is logged (the lease then expires)."""
+
+    def __init__(self, catalog: Catalog, ident: tuple[str, ...], owner: str, ttl_s: float, guard: Guard) -> None:
+        self._catalog = catalog
+        self._ident = ident
+        self._owner = owner
+        self._ttl_s = ttl_s
+        self._guard = guard
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"kts-lease-{ident[-1]}", daemon=True)
+
+    @property
+    def held(self) -> bool:
+        return not self._lost.is_set()
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if not self.held:
+            return
+        try:
+            release_lease(self._catalog.load_table(self._ident), self._owner, self._guard)
+        except Exception as e:
+            log.warning(
+                "Iceberg maintenance of %s: cannot release its lease (it expires in at most %.0f s): %s",
+                ".".join(self._ident),
+                self._ttl_s,
+                e,
+            )
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self._ttl_s / 3):
+            try:
+                kept = self._renew_once()
+            except Exception as e:  # the catalog may answer again before the lease expires
+                log.warning("Iceberg maintenance of %s: cannot renew its lease: %s", ".".join(self._ident), e)
+                continue
+            if not kept:
+                log.info(
+                    "Iceberg maintenance of %s: another broker holds its lease now; this pass ends before its "
+                    "next step",
+                    ".".join(self._ident),
+                )
+                self._lost.set()
+                return
+
+    def _renew_once(self) -> bool:
+        """Whether the lease is still ours: renewed, or its commit lost a race to another writer's commit and the
+        lease still names this broker (renewed at the next turn)."""
+        table = self._catalog.load_table(self._ident)
+        if take_lease(table, self._owner, self._ttl_s, guard=self._guard, renew_below=1.0) is not None:
+            return True
+        held = Lease.parse(self._catalog.load_table(self._ident).properties.get(LEASE_PROPERTY))
+        return held is None or held.owner == self._owner or held.expiry_ms <= time.time() * 1000
 
 
 class CommitGate:
@@ -247,8 +331,10 @@ class Maintainer:
         orphan_interval_s: float,
         owner: str | None = None,
         warehouse: str | None = None,
+        lease_ttl_s: float | None = None,
     ) -> None:
         self.catalog = catalog
+        self._lease_ttl_s = lease_ttl_s
         self.namespace = namespace
         self.settings = settings
         self.interval_s = interval_s
@@ -268,7 +354,8 @@ class Maintainer:
 
     @property
     def lease_ttl_s(self) -> float:
-        return max(3 * self.interval_s, 300.0)
+        """How long a lease lasts unless renewed (a pass renews it every third of that while it runs)."""
+        return self._lease_ttl_s if self._lease_ttl_s is not None else max(3 * self.interval_s, 300.0)
 
     def start(self) -> None:
         with self._lock:
@@ -323,20 +410,24 @@ class Maintainer:
                 )
 
     def _expire(self, tables: set[str]) -> None:
-        """Expiry alone on ``tables`` (those whose lease this broker gets)."""
+        """Expiry alone on ``tables`` (those whose lease this broker gets; the lease released after)."""
         for name in sorted(tables):
+            ident = (self.namespace, name)
             try:
                 catalog = self.catalog()
-                table = catalog.load_table((self.namespace, name))
+                table = catalog.load_table(ident)
                 gate = self.gate(name)
                 leased = (
                     take_lease(table, self.owner, self.lease_ttl_s, guard=gate.exclusive) if is_ours(table) else None
                 )
-                if leased is not None:
-                    with gate.exclusive():
-                        # Loaded again under the gate: the copies committed since are in it.
-                        fresh = catalog.load_table((self.namespace, name))
-                        self.stats.add([expire_snapshots(fresh, self.settings)])
+                if leased is None:
+                    continue
+                with LeaseKeeper(catalog, ident, self.owner, self.lease_ttl_s, gate.exclusive), gate.exclusive():
+                    # Loaded again under the gate: the copies committed since are in it.
+                    fresh = catalog.load_table(ident)
+                    self.stats.add([expire_snapshots(fresh, self.settings)])
+            except NoSuchTableError:
+                continue  # dropped since its commit woke the thread
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg snapshot expiry of %s.%s failed: %s", self.namespace, name, e)
@@ -350,8 +441,12 @@ class Maintainer:
         from pyiceberg.io import load_file_io
 
         io = load_file_io(dict(catalog.properties), self.warehouse)
-        self.stats.add([purge_quarantine(io, self.warehouse)])
+        self.stats.add([purge_quarantine(io, self.warehouse, self.settings.quarantine_s)])
         self._last_purge = now
+
+    def _proceeds(self, lease: LeaseKeeper) -> bool:
+        """Whether a pass goes on to its next step: its lease still held and the plugin not closing."""
+        return lease.held and not self._stop.is_set()
 
     def run_pass(self) -> None:
         """One pass over the namespace's tables (the thread's work; also callable directly)."""
@@ -366,28 +461,30 @@ class Maintainer:
                 continue
             if not is_ours(table):
                 continue
-            leased = take_lease(table, self.owner, self.lease_ttl_s, guard=self.gate(ident[-1]).exclusive)
+            gate = self.gate(ident[-1])
+            leased = take_lease(table, self.owner, self.lease_ttl_s, guard=gate.exclusive)
             if leased is None:
                 continue
             now = time.monotonic()
             last = self._last_orphans.get(ident)
             orphans = last is None or now - last >= self.orphan_interval_s
             try:
-                others = _locations(catalog, ident) if orphans else None
-                gate = self.gate(ident[-1])
-                results = maintain(
-                    leased,
-                    self.settings,
-                    orphans=orphans,
-                    others=others,
-                    guard=gate.exclusive,
-                    warehouse=self.warehouse,
-                )
+                with LeaseKeeper(catalog, tuple(ident), self.owner, self.lease_ttl_s, gate.exclusive) as lease:
+                    others = _locations(catalog, ident) if orphans else None
+                    results = maintain(
+                        leased,
+                        self.settings,
+                        orphans=orphans,
+                        others=others,
+                        guard=gate.exclusive,
+                        warehouse=self.warehouse,
+                        proceed=partial(self._proceeds, lease),
+                    )
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg maintenance of %s failed (next pass retries): %s", ".".join(ident), e)
                 continue
-            if orphans:
+            if orphans and "remove-orphans" in {r.step for r in results}:
                 self._last_orphans[ident] = now
             self.stats.add(results)
             table = catalog.load_table(ident)

@@ -45,7 +45,7 @@ from pyiceberg.types import IntegerType, LongType
 
 from rsm.deletion.fileio_holding import FileIOHolding, list_locations, normal_location
 from rsm.deletion.holding import Held
-from rsm.deletion.quarantine import Quarantine
+from rsm.deletion.quarantine import Quarantine, new_run_id
 from rsm.deletion.rules import (
     TABLE_UNREFERENCED,
     TABLE_UNREFERENCED_FOR_GRACE,
@@ -642,12 +642,6 @@ def find_orphans(
     return orphans
 
 
-def run_id(now: float | None = None) -> str:
-    """A time-sortable id for one removal run (the quarantine's folder): ``20261129T041500Z-1a2b``."""
-    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{uuid.uuid4().hex[:4]}"
-
-
 def _warehouse_of(table: Table, warehouse: str | None) -> str | None:
     """The warehouse the table's files are quarantined in: ``warehouse``, else the catalog's; None when the
     table's location is not inside it."""
@@ -681,7 +675,7 @@ def hold_orphans(
     versions = len(fresh.metadata.metadata_log) + 1
     store = FileIOHolding(fresh.io, warehouse)
     quarantine = Quarantine(store, store.root, retention_s)
-    run = run or run_id()
+    run = run or new_run_id()
     topic = fresh.properties.get(OWNER_PROPERTY)
     held: list[Held] = []
     for orphan in orphans:
@@ -742,14 +736,17 @@ def remove_orphans(
     return result
 
 
-def purge_quarantine(io: FileIO, warehouse: str, now: float | None = None, dry_run: bool = False) -> StepResult:
-    """Remove for good what the warehouse's quarantine has held past its time (``gc.quarantine.ms``)."""
+def purge_quarantine(
+    io: FileIO, warehouse: str, retention_s: float, now: float | None = None, dry_run: bool = False
+) -> StepResult:
+    """Remove for good what the warehouse's quarantine has held longer than ``retention_s`` (``gc.quarantine.ms``
+    as configured now)."""
     result = StepResult("purge-quarantine")
     store = FileIOHolding(io, warehouse)
-    quarantine = Quarantine(store, store.root)
+    quarantine = Quarantine(store, store.root, retention_s)
     expired = quarantine.expired(time.time() if now is None else now)
     result.count = len(expired)
-    result.bytes = sum(h.size for h in expired)
+    result.bytes = sum(h.size for h in expired if h.present)
     result.details = [h.original for h in expired]
     if expired and not dry_run:
         quarantine.purge(expired)
@@ -776,9 +773,11 @@ def maintain(
     guard: Guard = nullcontext,
     attempts: int = 3,
     warehouse: str | None = None,
+    proceed: Callable[[], bool] | None = None,
 ) -> list[StepResult]:
     """Every step once on ``table`` (ours only; another table gives nothing). Compaction comes before the
-    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry.
+    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry. ``proceed``, asked
+    before each step: False ends the run there (the steps not run are not in the results).
 
     ``guard``: held around each commit (the plugin's copies to the same table wait meanwhile, so a commit of
     maintenance is not starved by a table that commits without pause). A step whose commit loses to another
@@ -795,6 +794,9 @@ def maintain(
     if orphans:
         steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
     for name, step, guarded in steps:
+        if proceed is not None and not proceed():
+            log.info("maintenance of %s: stopped before %s", table.name(), name)
+            break
         started = time.monotonic()
         result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
         for attempt in range(attempts):
@@ -872,7 +874,7 @@ def hold_if_orphans(
     ours, locations = plugin_tables(catalog, namespace)
     held: list[Held] = []
     kept: list[tuple[str, str]] = []
-    run = run or run_id(now)
+    run = run or new_run_id(now)
     for table in ours:
         name = table.name()[-1]
         others = [loc for n, loc in locations.items() if n != name]

@@ -44,7 +44,7 @@ class IcebergMode:
             from rsm.iceberg.values import value_column_factory
 
             factory = value_column_factory(cfg.value_schemas)
-        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
+        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes, slice_readers=cfg.fetch_slice_readers)
         self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
         self.maintainer: Maintainer | None = None
@@ -142,9 +142,12 @@ class IcebergMode:
             rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
             tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
             first = next(tables, None)
-        if first is not None:
-            yield first
-            yield from tables
+        try:
+            if first is not None:
+                yield first
+                yield from tables
+        finally:
+            tables.close()  # its files, when the consumer stops early
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""
@@ -157,9 +160,11 @@ class IcebergMode:
             raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
 
     def close(self) -> None:
-        """Stop the maintenance thread (a pass under way ends after its current table step)."""
+        """Stop the maintenance thread (a pass under way ends after its current step) and close the readers kept
+        between fetches."""
         if self.maintainer is not None:
             self.maintainer.close()
+        self.row_groups.cursors.close()
 
     def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
         """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does

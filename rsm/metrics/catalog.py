@@ -514,6 +514,15 @@ GC_CLUSTER_METRICS = tuple(
             "progress, segments the record does not know.",
         ),
         ("unknown_bytes", "gauge", (), "Bytes of segments the cluster's record does not know (left alone)."),
+        (
+            "quarantined_objects",
+            "gauge",
+            (),
+            "Objects `kts gc --delete` moved into the quarantine (`<key.prefix>kts-quarantine/`) and not yet "
+            "purged: `kts gc restore` puts them back, `kts gc purge` or the next `--delete` after "
+            "`gc.quarantine.ms` removes them.",
+        ),
+        ("quarantined_bytes", "gauge", (), "Bytes of those objects (they are still stored, and billed)."),
         ("last_success_timestamp_seconds", "gauge", (), "Unix time when the last check completed."),
         (
             "check_failures",

@@ -39,15 +39,29 @@ are not listed for it (never deleted on a guess).
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackend, StorageBackendException
+from backends.configdef import ConfigException
+from backends.registry import AIVEN_CLASS_NAMES, SHORT_NAMES
 from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
-from rsm.core.object_keys import Suffix, parse_object_key
+from rsm.core.object_keys import Suffix, parse_object_key, segment_keys
 from rsm.core.parallel import DEFAULT_CONCURRENCY, ordered_map
+from rsm.deletion.holding import Held
+from rsm.deletion.quarantine import QUARANTINE_DIR, RECORD_SUFFIX, BackendHolding, PurgeReport, Quarantine, new_run_id
+from rsm.deletion.rules import (
+    SEGMENT_GONE,
+    STORE_AGE,
+    STORE_RELISTED,
+    UPLOAD_DEADLINE,
+    DeletionRefused,
+    Evidence,
+    authorize,
+)
 from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.iceberg.config import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
@@ -75,17 +89,23 @@ class GarbageItem:
     size: int | None = None
     upload: PendingUpload | None = None
     segment: RemoteLogSegmentMetadata | None = None
-    """Set for the kinds of ``rsm.operator_tools.reconcile``: the segment the cluster's record ties the objects to,
-    removed through the plugin's own delete."""
+    """Set for the kinds of ``rsm.operator_tools.reconcile``: the segment the cluster's record ties the objects to;
+    all of its objects are moved into the quarantine together."""
+    evidence: tuple[Evidence, ...] = ()
+    """The signals observed for the item (``rsm.deletion.rules``); its removal is authorised on them."""
 
 
 @dataclass
 class GarbageReport:
-    """What ``delete_garbage`` did: the items removed, the bytes they held (where known), and the failures."""
+    """What ``delete_garbage`` did: the items removed (moved into the quarantine, or deleted where their kind cannot
+    be undone), the bytes they held (where known), the items kept and why, and the failures. ``held`` lists the
+    objects the quarantine now holds, all of run ``run``."""
 
+    run: str = ""
     deleted: list[GarbageItem] = field(default_factory=list)
     skipped: list[tuple[GarbageItem, str]] = field(default_factory=list)
     failed: list[tuple[GarbageItem, str]] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)
 
     @property
     def bytes_freed(self) -> int:
@@ -103,10 +123,13 @@ def find_garbage(
     older_than_seconds: float,
     concurrency: int = DEFAULT_CONCURRENCY,
     on_listed: Callable[[str], None] | None = None,
+    upload_deadline_s: float | None = None,
     record: bool = False,
 ) -> list[GarbageItem]:
     """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
     ``on_listed`` is called with each listed object's key (progress: a store of 10,000 segments lists 30,000).
+    Each item carries the evidence observed for it; an unfinished upload gets ``upload-deadline`` only when it is
+    older than ``upload_deadline_s`` (default: ``upload_deadline_seconds`` of the manager's configuration).
     Iceberg tables' orphan files wait their tables' own grace instead, counted from when a recorded pass first
     saw them unreferenced; ``record`` (for a caller that then deletes) records this look in the tables' ledgers.
 
@@ -121,8 +144,15 @@ def find_garbage(
     backend = manager.backend
     capabilities = manager.backend_capabilities
     prefix = manager.config["key.prefix"]
+    if upload_deadline_s is None:
+        upload_deadline_s = upload_deadline_seconds(manager.config.raw)
     now = time.time()
     items: list[GarbageItem] = []
+
+    def dated(kind: str, info: ObjectInfo) -> GarbageItem:
+        age = now - info.modified
+        return GarbageItem(kind, info.key, age, info.size, evidence=(_aged(age, older_than_seconds),))
+
     try:
         if capabilities.details is not None:
             by_segment: dict[str, dict[Suffix, ObjectInfo]] = {}
@@ -138,37 +168,81 @@ def find_garbage(
                 if manifest is None:
                     for info in objects.values():
                         if now - info.modified > older_than_seconds:
-                            items.append(GarbageItem(ORPHAN_OBJECT, info.key, now - info.modified, info.size))
+                            items.append(dated(ORPHAN_OBJECT, info))
                 elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
                     # A copy writes its manifest last and a delete removes it first: a manifest without its
                     # data was left by something else (a rewrite racing a delete), and answers for nothing.
                     if set(objects) == {Suffix.MANIFEST, Suffix.INDEXES}:
                         without_log.append(manifest)  # an Iceberg-mode segment's, unless its manifest says not
                     else:
-                        items.append(
-                            GarbageItem(MANIFEST_WITHOUT_DATA, manifest.key, now - manifest.modified, manifest.size)
-                        )
+                        items.append(dated(MANIFEST_WITHOUT_DATA, manifest))
             for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
                 if isinstance(outcome.error, StorageBackendException):
                     raise outcome.error
                 if outcome.error is not None:
                     raise RemoteStorageException(f"cannot read manifest {outcome.item.key}: {outcome.error}")
                 if outcome.result:
-                    info = outcome.item
-                    items.append(GarbageItem(MANIFEST_WITHOUT_DATA, info.key, now - info.modified, info.size))
+                    items.append(dated(MANIFEST_WITHOUT_DATA, outcome.item))
         if capabilities.pending_uploads is not None:
             for upload in capabilities.pending_uploads.list_pending_uploads(prefix):
                 if parse_object_key(upload.key, prefix) is None:
                     continue  # not an upload of the plugin's layout: someone else's
                 if upload.key.startswith(prefix + ICEBERG_DIR):
                     continue  # an upload of an Iceberg table's FileIO, not ours
-                if now - upload.started > older_than_seconds:
-                    items.append(GarbageItem(upload.kind, upload.key, now - upload.started, upload.size, upload))
+                age = now - upload.started
+                if age > older_than_seconds:
+                    evidence = [_aged(age, older_than_seconds)]
+                    if upload_deadline_s is not None and age > upload_deadline_s:
+                        bound = f"{_hours(age)} old; uploads end within {_hours(upload_deadline_s)}"
+                        evidence.append(Evidence(UPLOAD_DEADLINE, bound))
+                    found = GarbageItem(upload.kind, upload.key, age, upload.size, upload, evidence=tuple(evidence))
+                    items.append(found)
         items.extend(_stale_cache_entries(manager, concurrency))
         items.extend(_iceberg_orphans(manager, record))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+def _aged(age: float, grace: float) -> Evidence:
+    return Evidence(STORE_AGE, f"dated {_hours(age)} old by the store, grace {_hours(grace)}")
+
+
+# The key of each of our backends that bounds how long one upload may run (the filesystem has no deadline of its own:
+# its temp files count as abandoned after ``storage.stale.upload.age.ms``, which the operator keeps above any upload).
+_UPLOAD_DEADLINE_KEYS = {
+    "filesystem": "stale.upload.age.ms",
+    "s3": "s3.upload.timeout.ms",
+    "gcs": "gcs.upload.timeout.ms",
+    "azure": "azure.upload.timeout.ms",
+}
+
+
+def upload_deadline_seconds(configs: Mapping[str, Any]) -> float | None:
+    """The longest one upload of the plugin may run in the store ``configs`` name (the backend's upload timeout),
+    in seconds; None for a backend of another's making, whose uploads then never count as abandoned."""
+    name = str(configs.get("storage.backend.class") or "filesystem").strip()
+    short = AIVEN_CLASS_NAMES.get(name, name)
+    if short not in SHORT_NAMES:
+        short = next((s for s, spec in SHORT_NAMES.items() if spec == name), "")
+    key = _UPLOAD_DEADLINE_KEYS.get(short)
+    if key is None:
+        return None
+    value = configs.get("storage." + key)
+    if value is None:
+        module_name = SHORT_NAMES[short].partition(":")[0]
+        try:
+            value = importlib.import_module(module_name).CONFIG_DEF.keys[key].default
+        except ImportError:
+            return None
+    try:
+        return int(value) / 1000
+    except (TypeError, ValueError):
+        raise ConfigException(f"Invalid value {value!r} for configuration storage.{key}: expected milliseconds")
 
 
 def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
@@ -196,7 +270,7 @@ def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[Garbag
     catalog, warehouse = opened
     cfg = manager.iceberg.cfg
     found = all_orphans(catalog, cfg.namespace, cfg.maintenance.orphan_grace_s, warehouse, record=record)
-    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size) for o in found]
+    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size, evidence=o.evidence) for o in found]
 
 
 def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
@@ -229,8 +303,51 @@ def _stale_cache_entries(manager: RemoteStorageManager, concurrency: int) -> lis
         if outcome.error is not None:
             raise outcome.error
         if not outcome.result:
-            stale.append(GarbageItem(CACHE_ENTRY, outcome.item, 0.0))
+            gone = Evidence(SEGMENT_GONE, f"no {outcome.item} in the store")
+            stale.append(GarbageItem(CACHE_ENTRY, outcome.item, 0.0, evidence=(gone,)))
     return stale
+
+
+def quarantine_of(manager: RemoteStorageManager) -> Quarantine:
+    """The quarantine of the plugin's store: ``<key.prefix>kts-quarantine/``, holding only keys of the plugin's
+    layout, for ``gc.quarantine.ms``."""
+    prefix = manager.config["key.prefix"]
+    store = BackendHolding(
+        manager.backend,
+        prefix,
+        owned=lambda key: parse_object_key(key, prefix) is not None,
+        capabilities=manager.backend_capabilities,
+    )
+    return Quarantine(store, store.root, manager.config["gc.quarantine.ms"] / 1000)
+
+
+def quarantine_usage(
+    manager: RemoteStorageManager, topic: str | None = None, partition: int | None = None
+) -> tuple[int, int]:
+    """How many objects the store's quarantine holds and their bytes (of one topic, or one partition of it):
+    one listing, no record read."""
+    root = manager.config["key.prefix"] + QUARANTINE_DIR
+    details = manager.backend_capabilities.details
+    if details is None:
+        held = [h for h in quarantine_of(manager).held() if h.present]
+        infos = [ObjectInfo(h.location, h.size, h.held_at) for h in held]
+    else:
+        infos = [i for i in details.list_details(root) if not i.key.endswith(RECORD_SUFFIX)]
+    objects = size = 0
+    for info in infos:
+        if topic is not None:
+            parsed = parse_object_key(info.key[len(root) :].partition("/")[2], "")
+            if parsed is None or parsed.topic != topic or partition not in (None, parsed.partition):
+                continue
+        objects += 1
+        size += info.size
+    return objects, size
+
+
+def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
+    """Purge what the store's quarantine has held longer than ``gc.quarantine.ms``."""
+    quarantine = quarantine_of(manager)
+    return quarantine.purge(quarantine.expired(now))
 
 
 def delete_garbage(
@@ -238,28 +355,36 @@ def delete_garbage(
     items: Iterable[GarbageItem],
     progress: Callable[[GarbageItem], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    run: str | None = None,
 ) -> GarbageReport:
     """Remove ``items`` (from ``find_garbage``), ``concurrency`` at a time; ``progress`` is called (in the caller's
     thread, in the items' order) after each item is handled.
 
-    An orphan object whose manifest has appeared since it was listed (a slow copy completed) is skipped, not
-    deleted. A failure on one item is recorded and the others still go.
+    Every item's removal is authorised by ``rsm.deletion.rules.authorize`` on its evidence (an item lacking a
+    signal is skipped, with the reason); what can be undone is moved into the store's quarantine under ``run``
+    (a new run id when None), the rest (unfinished uploads, cache entries) is deleted. An orphan object whose
+    manifest has appeared since it was listed (a slow copy completed) is skipped. A failure on one item is
+    recorded and the others still go.
     """
-    report = GarbageReport()
+    report = GarbageReport(run=run or new_run_id())
+    quarantine = quarantine_of(manager)
     items = list(items)
     orphans = [i for i in items if i.kind == ICEBERG_ORPHAN]
     if orphans:
         items = [i for i in items if i.kind != ICEBERG_ORPHAN]
         _remove_iceberg_orphans(manager, orphans, report, progress)
-    for outcome in ordered_map(lambda item: _remove(manager, item), items, concurrency, "kts-gc-delete"):
+    for outcome in ordered_map(
+        lambda item: _remove(manager, quarantine, report.run, item), items, concurrency, "kts-gc-delete"
+    ):
         item = outcome.item
-        if isinstance(outcome.error, StorageBackendException):
+        if isinstance(outcome.error, StorageBackendException | DeletionRefused):
             report.failed.append((item, str(outcome.error)))
         elif outcome.error is not None:
             raise outcome.error
         else:
             assert outcome.result is not None
-            state, why = outcome.result
+            state, why, held = outcome.result
+            report.held += held
             if state == _DELETED:
                 report.deleted.append(item)
             else:
@@ -270,6 +395,7 @@ def delete_garbage(
 
 
 _DELETED, _SKIPPED, _FAILED = "deleted", "skipped", "failed"
+_Outcome = tuple[str, str, list[Held]]
 
 
 def _remove_iceberg_orphans(
@@ -289,7 +415,10 @@ def _remove_iceberg_orphans(
 
     catalog, warehouse = opened
     cfg = manager.iceberg.cfg
-    held, kept = hold_if_orphans(catalog, cfg.namespace, [i.key for i in items], warehouse, cfg.maintenance)
+    held, kept = hold_if_orphans(
+        catalog, cfg.namespace, [i.key for i in items], warehouse, cfg.maintenance, run=report.run
+    )
+    report.held += held
     gone = {h.original for h in held}
     why = dict(kept)
     for item in items:
@@ -301,38 +430,74 @@ def _remove_iceberg_orphans(
             progress(item)
 
 
-def _remove(manager: RemoteStorageManager, item: GarbageItem) -> tuple[str, str]:
-    """Remove one item; returns what became of it (``_DELETED``, ``_SKIPPED`` or ``_FAILED``) and why."""
+def _refused(item: GarbageItem, evidence: Iterable[Evidence]) -> str | None:
+    """Why the rules refuse ``item`` on ``evidence``; None when they allow it."""
+    try:
+        authorize(item.kind, item.key, evidence)
+    except DeletionRefused as e:
+        return str(e)
+    return None
+
+
+def _remove(manager: RemoteStorageManager, quarantine: Quarantine, run: str, item: GarbageItem) -> _Outcome:
+    """Remove one item; returns what became of it (``_DELETED``, ``_SKIPPED`` or ``_FAILED``), why, and what the
+    quarantine now holds of it."""
     backend = manager.backend
     if item.kind == CACHE_ENTRY:
+        if (why := _refused(item, item.evidence)) is not None:
+            return _SKIPPED, why, []
         if manager.chunk_cache is not None and manager.chunk_cache.disk is not None:
             manager.chunk_cache.forget_segment(item.key)
-        return _DELETED, ""
+        return _DELETED, "", []
     if item.segment is not None:
-        try:
-            manager.delete_log_segment_data(item.segment)
-        except RemoteStorageException as e:
-            return _FAILED, str(e)
-        return _DELETED, ""
+        return _remove_segment(manager, quarantine, run, item)
     prefix = manager.config["key.prefix"]
     parsed = parse_object_key(item.key, prefix)
     if parsed is None:
-        return _FAILED, "not a key of the plugin's object layout; left alone"
+        return _FAILED, "not a key of the plugin's object layout; left alone", []
     if item.upload is not None:
+        if (why := _refused(item, item.evidence)) is not None:
+            return _SKIPPED, why, []
         pending_uploads = manager.backend_capabilities.pending_uploads
         if pending_uploads is None:
-            return _FAILED, f"{backend} cannot abort uploads"
+            return _FAILED, f"{backend} cannot abort uploads", []
         pending_uploads.abort_pending_upload(item.upload)
-        return _DELETED, ""
+        return _DELETED, "", []
     keys = parsed.keys
     if item.kind == MANIFEST_WITHOUT_DATA:
         present = set(backend.list(keys.prefix + parsed.main_path + "."))
         if keys.log in present and keys.indexes in present:
-            return _SKIPPED, "its segment's data exists now"
-        backend.delete(keys.manifest)
-        backend.delete_many([k for k in (keys.log, keys.indexes) if k in present])
-        return _DELETED, ""
+            return _SKIPPED, "its segment's data exists now", []
+        relisted = Evidence(STORE_RELISTED, "listed again: the segment's .log or .indexes is still missing")
+        if (why := _refused(item, (*item.evidence, relisted))) is not None:
+            return _SKIPPED, why, []
+        names = [(keys.manifest, item.size)] + [(k, None) for k in (keys.log, keys.indexes) if k in present]
+        held = quarantine.hold(item.kind, names, (*item.evidence, relisted), run, parsed.topic)
+        return _DELETED, "", held
     if any(k == keys.manifest for k in backend.list(keys.manifest)):
-        return _SKIPPED, "its segment's manifest exists now (the copy completed)"
-    backend.delete(item.key)
-    return _DELETED, ""
+        return _SKIPPED, "its segment's manifest exists now (the copy completed)", []
+    relisted = Evidence(STORE_RELISTED, "listed again: the segment still has no manifest")
+    if (why := _refused(item, (*item.evidence, relisted))) is not None:
+        return _SKIPPED, why, []
+    held = quarantine.hold(item.kind, [(item.key, item.size)], (*item.evidence, relisted), run, parsed.topic)
+    return _DELETED, "", held
+
+
+def _remove_segment(manager: RemoteStorageManager, quarantine: Quarantine, run: str, item: GarbageItem) -> _Outcome:
+    """A segment the cluster's record ties to nothing live: its rows go through the table writer when
+    ``iceberg.mode.delete.rows.enabled`` (before its manifest, as the plugin's delete does), then its objects move
+    into the quarantine together."""
+    assert item.segment is not None
+    if (why := _refused(item, item.evidence)) is not None:
+        return _SKIPPED, why, []
+    keys = segment_keys(manager.config["key.prefix"], item.segment)
+    try:
+        manager.delete_segment_rows(item.segment)
+    except RemoteStorageException as e:
+        return _FAILED, str(e), []
+    present = set(manager.backend.list(keys.prefix + keys.main_path + "."))
+    names = [(k, None) for k in (keys.manifest, keys.log, keys.indexes) if k in present]
+    topic = item.segment.topic_id_partition.topic
+    held = quarantine.hold(item.kind, names, item.evidence, run, topic)
+    manager.forget_segment(item.segment)
+    return _DELETED, "", held

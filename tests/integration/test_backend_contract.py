@@ -31,9 +31,18 @@ from emulators import (  # noqa: F401 - fixtures are found by name
     s3_moto_server,
     s3_seaweedfs_server,
 )
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from backends.azure import AzureBlobBackend
-from backends.base import InvalidRange, KeyNotFound, StorageBackend, StorageBackendException, read_range
+from backends.base import (
+    BackendCapabilities,
+    InvalidRange,
+    KeyNotFound,
+    StorageBackend,
+    StorageBackendException,
+    read_range,
+)
 from backends.filesystem import FileSystemBackend
 from backends.gcs import GcsBackend
 from backends.retry import ErrorKind, RetryPolicy, call_with_retry
@@ -345,6 +354,342 @@ def test_list_by_prefix(harness: Harness, backend: Any) -> None:
     assert list(backend.list(harness.key("b"))) == [harness.key(n) for n in ("b/c", "b/d", "b/e/f", "ba")]
     assert list(backend.list(harness.key("b/"))) == [harness.key(n) for n in ("b/c", "b/d", "b/e/f")]
     assert list(backend.list(harness.key("zzz"))) == []
+
+
+# --- copies inside the store (backends.base.CopiesObjects) ------------------------------------------
+
+
+def copying(harness: Harness) -> Any:
+    """A backend whose S3 copies go multipart above one 5 MiB part (S3's smallest), so the part-by-part copy is
+    exercised with objects of a few MiB; the other stores copy any size in one call."""
+    backend = harness.make()
+    if harness.kind == "s3":
+        backend.copy_single_limit = 5 * MiB
+        backend.copy_part_size = 5 * MiB
+    return backend
+
+
+COPY_SIZES = st.one_of(st.integers(0, 300_000), st.integers(5 * MiB - 2, 11 * MiB + 7))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=COPY_SIZES)
+@example(size=0)
+@example(size=2 * 5 * MiB + 3)  # three parts of an S3 multipart copy
+def test_copy_gives_the_same_bytes(harness: Harness, size: int) -> None:
+    backend = copying(harness)
+    assert BackendCapabilities.of(backend).copies is backend
+    data = payload(size, size % 89)
+    source, target = harness.key(f"copy-{size}/source"), harness.key(f"copied/{size}/target")
+    backend.upload(source, io.BytesIO(data))
+    backend.copy_object(source, target)
+    assert fetch_all(backend, target) == data
+    assert fetch_all(backend, source) == data
+    if harness.kind == "s3":
+        pending = backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=harness.prefix)
+        assert pending.get("Uploads", []) == []
+        parts = backend.metrics().get("upload-part-copy-requests", 0)
+        assert parts == (0 if size <= 5 * MiB else -(-size // (5 * MiB)))
+
+
+def test_copy_of_a_missing_source_is_key_not_found(harness: Harness) -> None:
+    backend = copying(harness)
+    source, target = harness.key("gone/source"), harness.key("gone/target")
+    with pytest.raises(KeyNotFound) as info:
+        backend.copy_object(source, target)
+    assert info.value.key == source
+    backend.upload(target, io.BytesIO(b"kept"))  # a failed copy leaves an existing target as it was
+    with pytest.raises(KeyNotFound):
+        backend.copy_object(source, target)
+    assert fetch_all(backend, target) == b"kept"
+    assert list(backend.list(harness.prefix)) == [target]
+
+
+def test_copy_overwrites_the_target_and_leaves_the_source(harness: Harness) -> None:
+    backend = copying(harness)
+    source, target = harness.key("over/source"), harness.key("over/target")
+    data = payload(50_000, 3)
+    backend.upload(source, io.BytesIO(data))
+    backend.upload(target, io.BytesIO(payload(harness.part_size + 11, 4)))
+    backend.copy_object(source, target)
+    assert fetch_all(backend, target) == data
+    assert fetch_all(backend, source) == data
+    assert list(backend.list(harness.prefix)) == [source, target]
+    backend.copy_object(source, source)  # onto itself: nothing changes
+    assert fetch_all(backend, source) == data
+    with pytest.raises(KeyNotFound):
+        backend.copy_object(harness.key("over/none"), harness.key("over/none"))
+
+
+def test_a_write_after_a_copy_changes_one_key_only(harness: Harness) -> None:
+    """The copy is an object of its own: writing, replacing or deleting either key leaves the other as it was
+    (on the filesystem the copy is a hard link, and every write renames a new file into place)."""
+    backend = copying(harness)
+    source, target = harness.key("apart/source"), harness.key("apart/target")
+    first = payload(20_000, 1)
+    backend.upload(source, io.BytesIO(first))
+    backend.copy_object(source, target)
+    backend.upload(source, io.BytesIO(b"source rewritten"))
+    assert fetch_all(backend, target) == first
+    backend.upload(target, io.BytesIO(b"target rewritten"))
+    assert fetch_all(backend, source) == b"source rewritten"
+    backend.copy_object(target, source)
+    seen = backend.fetch_versioned(source, 100)
+    backend.replace_if_unchanged(source, b"source replaced", seen.version)
+    assert fetch_all(backend, target) == b"target rewritten"
+    backend.delete(target)
+    assert fetch_all(backend, source) == b"source replaced"
+
+
+@pytest.mark.parametrize("flavour", S3_FLAVOURS)
+def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: pytest.FixtureRequest) -> None:
+    """The source is deleted after the first part was copied: the copy raises KeyNotFound for the source, and
+    neither a target nor an open multipart upload is left."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    backend = S3Backend()
+    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
+    backend.copy_single_limit = backend.copy_part_size = 5 * MiB
+    prefix = f"copy-break-{uuid.uuid4().hex[:8]}/"
+    source, target = prefix + "source", prefix + "target"
+    backend.upload(source, io.BytesIO(payload(3 * 5 * MiB + 1, 5)))
+    real = backend.client.upload_part_copy
+    calls = {"n": 0}
+
+    def delete_source_after_the_first_part(**kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            backend.delete(source)
+        return real(**kwargs)
+
+    backend.client.upload_part_copy = delete_source_after_the_first_part
+    try:
+        with pytest.raises(KeyNotFound) as info:
+            backend.copy_object(source, target)
+        assert info.value.key == source and calls["n"] >= 2
+        with pytest.raises(KeyNotFound):
+            backend.fetch(target)
+        assert backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=prefix).get("Uploads", []) == []
+        assert list(backend.list(prefix)) == []
+    finally:
+        backend.close()
+
+
+def test_s3_multipart_copy_never_mixes_two_versions(request: pytest.FixtureRequest) -> None:
+    """The source is replaced after the first part was copied: every part copies only the version that was sized
+    (CopySourceIfMatch), so the copy fails and leaves nothing. SeaweedFS checks the condition; moto ignores it on
+    UploadPartCopy, so this runs on SeaweedFS only."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR["s3-seaweedfs"])
+    backend = S3Backend()
+    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
+    backend.copy_single_limit = backend.copy_part_size = 5 * MiB
+    prefix = f"copy-mix-{uuid.uuid4().hex[:8]}/"
+    source, target = prefix + "source", prefix + "target"
+    backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 1)))
+    real = backend.client.upload_part_copy
+    calls = {"n": 0}
+
+    def replace_source_after_the_first_part(**kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 2)))
+        return real(**kwargs)
+
+    backend.client.upload_part_copy = replace_source_after_the_first_part
+    try:
+        with pytest.raises(StorageBackendException, match="source was replaced during the copy") as info:
+            backend.copy_object(source, target)
+        assert not isinstance(info.value, KeyNotFound)
+        with pytest.raises(KeyNotFound):
+            backend.fetch(target)
+        assert backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=prefix).get("Uploads", []) == []
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("flavour", S3_FLAVOURS)
+def test_s3_multipart_copy_past_the_deadline_is_aborted(flavour: str, request: pytest.FixtureRequest) -> None:
+    """A part that answers after s3.upload.timeout.ms (1 s, the least allowed) fails the copy: the part still
+    running is waited for, then the multipart upload is aborted. The 10 s bound leaves 7 s over the 1 s deadline
+    and the 2 s part for the abort on a loaded machine."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    backend = S3Backend()
+    backend.configure(
+        server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1", "s3.upload.timeout.ms": "1000"})
+    )
+    backend.copy_single_limit = backend.copy_part_size = 5 * MiB
+    prefix = f"copy-slow-{uuid.uuid4().hex[:8]}/"
+    source, target = prefix + "source", prefix + "target"
+    backend.upload(source, io.BytesIO(payload(2 * 5 * MiB + 1, 7)))
+    real = backend.client.upload_part_copy
+
+    def slow_part(**kwargs: Any) -> Any:
+        time.sleep(2)
+        return real(**kwargs)
+
+    backend.client.upload_part_copy = slow_part
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageBackendException, match="deadline") as info:
+            backend.copy_object(source, target)
+        assert time.monotonic() - started < 10
+        assert info.value.retriable
+        with pytest.raises(KeyNotFound):
+            backend.fetch(target)
+        assert backend.client.list_multipart_uploads(Bucket=backend.bucket, Prefix=prefix).get("Uploads", []) == []
+        assert list(backend.list(prefix)) == [source]
+    finally:
+        backend.close()
+
+
+def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy on one filesystem is a hard link (no byte moves); where the link is refused, the kernel copies
+    the bytes into a file of its own. Either way no temp file stays behind."""
+    b = FileSystemBackend()
+    b.configure({"root": str(tmp_path / "store"), "fsync.enabled": "true"})
+    data = payload(3 * MiB + 5, 2)
+    b.upload("t/source", io.BytesIO(data))
+    b.copy_object("t/source", "q/run/t/linked")
+    root = tmp_path / "store"
+    assert (root / "q/run/t/linked").stat().st_ino == (root / "t/source").stat().st_ino
+
+    monkeypatch.setattr(FileSystemBackend, "_link_open_file", staticmethod(lambda fd, source, path: False))
+    b.copy_object("t/source", "q/run/t/copied")
+    assert (root / "q/run/t/copied").stat().st_ino != (root / "t/source").stat().st_ino
+    assert fetch_all(b, "q/run/t/copied") == data
+    assert list(b.list_pending_uploads("")) == []
+    assert list(b.list("")) == ["q/run/t/copied", "q/run/t/linked", "t/source"]
+
+    import errno
+    import os
+
+    real_copy = os.copy_file_range
+    calls = {"n": 0}
+
+    def disk_full_after_one_call(*args: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_copy(args[0], args[1], min(args[2], MiB), *args[3:])
+
+    b.upload("q/run/t/copied", io.BytesIO(b"previous"))
+    monkeypatch.setattr(os, "copy_file_range", disk_full_after_one_call)
+    with pytest.raises(StorageBackendException, match="No space left") as info:
+        b.copy_object("t/source", "q/run/t/copied")  # a failed copy keeps the previous target whole
+    assert "'t/source'" in str(info.value) and "'q/run/t/copied'" in str(info.value) and calls["n"] == 2
+    assert fetch_all(b, "q/run/t/copied") == b"previous"
+    assert list(b.list_pending_uploads("")) == []
+
+
+def test_gcs_copy_follows_the_rewrite_token(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GCS may answer a rewrite "not done" with a token to call again with (large or cross-location copies);
+    fake-gcs-server always finishes in one call, so its first answer is turned into such an answer here. The
+    backend calls again with the token until GCS says done."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR["gcs-fake"])
+    backend = GcsBackend()
+    backend.configure(server.config(**TEST_TUNING["gcs"]))
+    prefix = f"rewrite-{uuid.uuid4().hex[:8]}/"
+    data = payload(700_000, 9)
+    backend.upload(prefix + "source", io.BytesIO(data))
+    real = backend.session.post
+    tokens: list[str | None] = []
+
+    class NotDoneYet:
+        status_code = 200
+
+        def json(self) -> dict[str, Any]:
+            return {"kind": "storage#rewriteResponse", "done": False, "rewriteToken": "token-1"}
+
+    def post(url: str, *args: Any, **kwargs: Any) -> Any:
+        if "/rewriteTo/" not in url:
+            return real(url, *args, **kwargs)
+        params = kwargs.pop("params", None) or {}
+        tokens.append(params.get("rewriteToken"))
+        answer = real(url, *args, **kwargs)
+        return NotDoneYet() if len(tokens) == 1 else answer
+
+    monkeypatch.setattr(backend.session, "post", post)
+    try:
+        backend.copy_object(prefix + "source", prefix + "target")
+        assert tokens == [None, "token-1"]
+        assert fetch_all(backend, prefix + "target") == data
+        assert backend.metrics()["object-rewrite-requests"] == 2
+    finally:
+        backend.close()
+
+
+def _azure_copy_status(monkeypatch: pytest.MonkeyPatch, statuses: list[str]) -> None:
+    """The Copy Blob answer and the next polls report ``statuses`` in turn (then the service's own): Azurite
+    finishes every copy before it answers, while Azure may still be copying ("pending") or may fail."""
+    from azure.storage.blob import BlobClient
+
+    real_start, real_properties = BlobClient.start_copy_from_url, BlobClient.get_blob_properties
+    told = list(statuses)
+
+    def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = dict(real_start(self, *args, **kwargs))
+        if told:
+            answer["copy_status"] = told.pop(0)
+        return answer
+
+    def properties(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = real_properties(self, *args, **kwargs)
+        if told:
+            answer.copy.status = told.pop(0)
+            answer.copy.status_description = "injected"
+        return answer
+
+    monkeypatch.setattr(BlobClient, "start_copy_from_url", start)
+    monkeypatch.setattr(BlobClient, "get_blob_properties", properties)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "ends"),
+    [(["pending", "pending"], "success"), (["pending", "failed"], "failed"), (["aborted"], "aborted")],
+)
+def test_azure_copy_polls_until_it_ends(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, statuses: list[str], ends: str
+) -> None:
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR["azure-azurite"])
+    backend = AzureBlobBackend()
+    backend.configure(server.config(**TEST_TUNING["azure"]))
+    prefix = f"poll-{uuid.uuid4().hex[:8]}/"
+    data = payload(300_000, 6)
+    backend.upload(prefix + "source", io.BytesIO(data))
+    _azure_copy_status(monkeypatch, statuses)
+    try:
+        if ends == "success":
+            backend.copy_object(prefix + "source", prefix + "target")
+            assert fetch_all(backend, prefix + "target") == data
+            assert backend.metrics()["blob-properties-requests"] == 2
+        else:
+            with pytest.raises(StorageBackendException, match=f"ended '{ends}'") as info:
+                backend.copy_object(prefix + "source", prefix + "target")
+            assert not isinstance(info.value, KeyNotFound) and "nothing is left under the target" in str(info.value)
+            assert list(backend.list(prefix)) == [prefix + "source"]
+        assert fetch_all(backend, prefix + "source") == data
+    finally:
+        backend.close()
+
+
+def test_azure_copy_past_the_deadline_is_aborted(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy still pending when azure.upload.timeout.ms (1 s here, the least allowed) has passed is aborted and
+    its target deleted. The 10 s bound leaves 9 s for the abort, the delete and the polls on a loaded machine."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR["azure-azurite"])
+    backend = AzureBlobBackend()
+    backend.configure(server.config(**TEST_TUNING["azure"], **{"azure.upload.timeout.ms": "1000"}))
+    prefix = f"stuck-{uuid.uuid4().hex[:8]}/"
+    backend.upload(prefix + "source", io.BytesIO(b"stuck"))
+    _azure_copy_status(monkeypatch, ["pending"] * 1000)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageBackendException, match="deadline"):
+            backend.copy_object(prefix + "source", prefix + "target")
+        assert time.monotonic() - started < 10
+        assert list(backend.list(prefix)) == [prefix + "source"]
+    finally:
+        backend.close()
 
 
 # --- concurrency and failures ---------------------------------------------------------------------
@@ -666,7 +1011,10 @@ def test_azure_connection_string_and_sas(request: pytest.FixtureRequest) -> None
         {"azure.container.name": server.bucket, "azure.endpoint.url": server.endpoint, "azure.sas.token": sas}
     )
     assert fetch_all(by_sas, key) == b"via connection string"
-    by_sas.delete_many([key, key + "-missing"])
+    by_sas.copy_object(key, key + "-sas-copy")  # the source URL carries the SAS (a key signs for its own account)
+    by_string.copy_object(key + "-sas-copy", key + "-string-copy")
+    assert fetch_all(by_sas, key + "-string-copy") == b"via connection string"
+    by_sas.delete_many([key, key + "-missing", key + "-sas-copy", key + "-string-copy"])
     assert list(by_string.list(key)) == []
     by_string.close()
     by_sas.close()
@@ -830,6 +1178,22 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
         )
     assert ("put-object-requests", 1) in seen and ("errors-other", 1) in seen
     assert len(sleeps) == 2  # not retried
+
+
+@given(size=st.integers(1, 5 * 1024**4), part=st.integers(1, 6 * 1024**3))
+def test_s3_copy_ranges_cover_the_object_in_parts_s3_accepts(size: int, part: int) -> None:
+    """Whatever the object size (up to S3's 5 TiB) and the part size asked for, a multipart copy's ranges cover
+    the object once, in order, in at most 10,000 parts of 5 MiB to 5 GiB (the last one may be shorter)."""
+    from backends.s3 import MIN_PART_SIZE
+
+    backend = S3Backend()
+    backend.copy_part_size = part
+    ranges = backend._copy_ranges(size)
+    assert ranges[0][0] == 0 and ranges[-1][1] == size - 1
+    assert all(a_last + 1 == b_first for (_, a_last), (b_first, _) in zip(ranges, ranges[1:], strict=False))
+    assert len(ranges) <= 10_000
+    assert all(MIN_PART_SIZE <= last - first + 1 <= 5 * 1024**3 for first, last in ranges[:-1])
+    assert 1 <= ranges[-1][1] - ranges[-1][0] + 1 <= 5 * 1024**3
 
 
 def test_streaming_upload_holds_bounded_memory() -> None:

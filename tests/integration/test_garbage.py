@@ -2,7 +2,7 @@
 
 After the kill no segment is visible as complete, ``find_garbage`` lists what the dead copy left (temp files,
 objects without a manifest, open multipart uploads, Azure blobs of uncommitted blocks), ``delete_garbage`` removes
-it all, and a retry of the same segment id reads back exactly.
+it all (what can be undone into the quarantine), and a retry of the same segment id reads back exactly.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend
 from backends.filesystem import TEMP_PREFIX, FileSystemBackend
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
-from rsm.operator_tools.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, TEMP_FILE, delete_garbage, find_garbage
+from rsm.operator_tools.garbage import (
+    MULTIPART_UPLOAD,
+    ORPHAN_OBJECT,
+    TEMP_FILE,
+    delete_garbage,
+    find_garbage,
+    quarantine_of,
+)
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
@@ -107,16 +114,24 @@ def test_kill_mid_copy_on_the_filesystem(segment_factory: Any, tmp_path: Path) -
         assert list(m.backend.list("")) == [k for k in m.backend.list("") if not k.endswith(".rsm-manifest")]
         assert m.catalog().segments() == []
         assert find_garbage(m, older_than_seconds=3600) == [], "a fresh upload must be left alone"
+        # within the upload deadline a temp file is listed, yet kept: its upload may still be running
         items = find_garbage(m, older_than_seconds=0)
         assert TEMP_FILE in {i.kind for i in items}
-        assert {i.kind for i in items} <= {TEMP_FILE, ORPHAN_OBJECT}
+        report = delete_garbage(m, items)
+        assert {i.kind for i, why in report.skipped} == {TEMP_FILE} and "upload-deadline" in report.skipped[0][1]
+        # the copy was killed: no upload runs, whatever its age
+        items = find_garbage(m, older_than_seconds=0, upload_deadline_s=0)
+        assert {i.kind for i in items} == {TEMP_FILE}, "the orphan objects are in the quarantine already"
         progressed: list[Any] = []
         report = delete_garbage(m, items, progress=progressed.append)
         assert report.failed == [] and len(report.deleted) == len(items) == len(progressed)
-        assert report.bytes_freed == leftover_bytes > 0
+        held = quarantine_of(m).held()
+        assert sum(h.size for h in held) + report.bytes_freed == leftover_bytes > 0
+        assert not [p for p in _files(store) if "kts-quarantine" not in p.parts], "orphan bytes remain after gc"
+        assert quarantine_of(m).purge(held).bytes_freed == sum(h.size for h in held)
     finally:
         m.close()
-    assert _files(store) == [], "orphan bytes remain after garbage collection"
+    assert _files(store) == [], "orphan bytes remain after the quarantine's purge"
     _read_back(configs, seg, meta)
 
 
@@ -209,11 +224,13 @@ def test_kill_mid_multipart_copy(
         m = RemoteStorageManager()
         m.configure(configs)
         try:
-            items = find_garbage(m, 0)
+            items = find_garbage(m, 0, upload_deadline_s=0)  # the copy was killed: no upload runs
             assert kind in {i.kind for i in items}
             report = delete_garbage(m, items)
-            assert report.failed == []
+            assert report.failed == [] and report.skipped == []
             assert list(direct.list_pending_uploads(prefix)) == []
+            assert [k for k in direct.list(prefix) if not k.startswith(prefix + "kts-quarantine/")] == []
+            quarantine_of(m).purge(quarantine_of(m).held())
             assert list(direct.list(prefix)) == []
         finally:
             m.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
+import rsm.iceberg.maintenance as maintenance_module
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.errors import RemoteStorageException
@@ -440,7 +442,7 @@ def test_the_plugins_thread_maintains_its_tables_and_counts_it(tmp_path: Path) -
         assert any("iceberg-maintenance-metrics" in bean for bean in rows)
     table = load_table(cfg)
     assert _offsets(table) == list(range(120))
-    assert Lease.parse(table.properties.get(LEASE_PROPERTY)) is not None
+    assert LEASE_PROPERTY not in table.properties  # released after each pass
 
 
 def test_maintenance_off_starts_no_thread(tmp_path: Path) -> None:
@@ -452,13 +454,120 @@ def test_maintenance_off_starts_no_thread(tmp_path: Path) -> None:
 
 def test_a_maintainer_pass_skips_tables_of_others_and_of_another_lease(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=3)
-    other = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="other")
-    other.run_pass()
+    assert take_lease(load_table(cfg), "other", 60) is not None
     mine = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="mine")
     before = load_table(cfg).metadata_location
     mine.run_pass()
     assert load_table(cfg).metadata_location == before  # other's lease: untouched
     assert mine.stats.stats()["passes-total"] == 1
+
+
+LEASE_TTL_S = 3.0
+"""A lease this short is renewed every second by a pass; a renewal may come up to 2 s late and still be in time."""
+
+
+class _SlowCompaction:
+    """The first compaction waits until ``go`` is set (at most a minute) after setting ``started``: a pass
+    longer than any lease. Records the thread of every compaction."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+        self.threads: list[str] = []
+        self._compact = maintenance_module.compact
+        monkeypatch.setattr(maintenance_module, "compact", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) == 1:
+            self.started.set()
+            assert self.go.wait(60)
+        return self._compact(*args, **kwargs)
+
+
+def _maintainer(cfg: dict[str, str], owner: str) -> Maintainer:
+    return Maintainer(
+        lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner=owner, lease_ttl_s=LEASE_TTL_S
+    )
+
+
+def _pass_in_a_thread(maintainer: Maintainer) -> threading.Thread:
+    thread = threading.Thread(target=maintainer.run_pass, name="first-pass")
+    thread.start()
+    return thread
+
+
+def test_a_pass_longer_than_its_lease_keeps_it_and_releases_it_when_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    slow = _SlowCompaction(monkeypatch)
+    first, second = _maintainer(cfg, "first"), _maintainer(cfg, "second")
+    thread = _pass_in_a_thread(first)
+    try:
+        assert slow.started.wait(60)
+        time.sleep(2 * LEASE_TTL_S)  # the lease taken at the start expired a whole TTL ago, unless renewed
+        held = Lease.parse(load_table(cfg).properties.get(LEASE_PROPERTY))
+        assert held is not None and held.owner == "first" and held.expiry_ms > time.time() * 1000
+        second.run_pass()
+        assert slow.threads == ["first-pass"]  # the second broker started no maintenance meanwhile
+    finally:
+        slow.go.set()
+        thread.join(120)
+    assert first.stats.stats()["files-compacted-total"] >= 2
+    assert LEASE_PROPERTY not in load_table(cfg).properties  # released: the other broker may take it at once
+    second.run_pass()
+    assert slow.threads == ["first-pass", threading.current_thread().name]
+
+
+def test_a_pass_whose_lease_another_broker_took_stops_before_its_next_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    slow = _SlowCompaction(monkeypatch)
+    first = _maintainer(cfg, "first")
+    caplog.set_level(logging.INFO, logger="rsm.iceberg.maintainer")
+    thread = _pass_in_a_thread(first)
+    try:
+        assert slow.started.wait(60)
+        theirs = str(Lease("intruder", int(time.time() * 1000) + 3_600_000))
+        with load_table(cfg).transaction() as txn:  # as an operator's tool or a broker with a wrong clock would
+            txn.set_properties({LEASE_PROPERTY: theirs})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            "another broker holds its lease" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.1)
+    finally:
+        slow.go.set()
+        thread.join(120)
+    assert any("another broker holds its lease" in r.getMessage() for r in caplog.records)
+    values = first.stats.stats()
+    assert values["compaction-time-ms-total"] > 0  # the step under way finished
+    assert values["rewrite-manifests-time-ms-total"] == 0 and values["remove-orphans-time-ms-total"] == 0
+    assert load_table(cfg).properties[LEASE_PROPERTY] == theirs  # not released: it is not ours
+
+
+def test_a_pass_that_fails_releases_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+
+    def failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise RemoteStorageException("the warehouse did not answer")
+
+    monkeypatch.setattr(maintenance_module, "compact", failing)
+    maintainer = _maintainer(cfg, "mine")
+    maintainer.run_pass()
+    assert maintainer.stats.stats()["errors-total"] == 1
+    assert LEASE_PROPERTY not in load_table(cfg).properties
+
+
+def test_an_expiry_skips_a_table_dropped_since_and_releases_the_lease(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    maintainer = _maintainer(cfg, "mine")
+    maintainer._expire({"orders", "dropped"})  # noqa: SLF001 - what a commit's wake-up runs
+    values = maintainer.stats.stats()
+    assert values["errors-total"] == 0
+    assert values["snapshots-expired-total"] == 2  # of 6, max.keep 4
+    assert LEASE_PROPERTY not in load_table(cfg).properties
 
 
 # --- kts iceberg maintain -------------------------------------------------------------------------------------

@@ -131,11 +131,15 @@ def test_kts_ls_and_gc_at_size_name_every_segment_and_every_orphan_once(
 
 def test_planning_keeps_a_few_numbers_per_segment_not_the_manifests(tmp_path: Path) -> None:
     """What a plan holds grows by a fraction of a parsed manifest (chunk index, per-chunk checksums) per segment:
-    the peak of planning 300 and 1,200 segments of 40 chunks each, the difference per segment."""
+    the peak of planning 300 and 2,100 segments of 40 chunks each, the difference per segment.
+
+    Quiet, a segment costs about 1,650 bytes against a bound of half a manifest (about 2,560): a 35% margin. Under
+    load, threads and the cyclic collector move a peak by up to about 750 KB; spread over 1,800 segments that is
+    about 420 bytes a segment, inside the margin (over 900 segments it was not)."""
     config = {**_fs(tmp_path / "store"), **_plugin({"chunk.size": "1024"}), "key.prefix": "mem/"}
     peaks: dict[int, int] = {}
     per_manifest = 0.0
-    for n in (300, 1200):
+    for n in (300, 2100):
         spec = GeneratorSpec("mem/", n, topic=f"mem-{n}", records_per_segment=100)
         generate(config, config, spec, processes=1)
         reader = TieredReader({**config, "topic": spec.topic, "planningConcurrency": "4"})
@@ -156,7 +160,7 @@ def test_planning_keeps_a_few_numbers_per_segment_not_the_manifests(tmp_path: Pa
             peaks[n] = tracemalloc.get_traced_memory()[1] - base
         finally:
             tracemalloc.stop()
-    per_segment = (peaks[1200] - peaks[300]) / 900
+    per_segment = (peaks[2100] - peaks[300]) / 1800
     assert per_segment < per_manifest / 2, (per_segment, per_manifest)
 
 

@@ -203,8 +203,13 @@ def test_gc_reconciles_the_store_with_the_cluster(
     out, err = capsys.readouterr()
     assert code == 3, out + err  # still lost: kts gc never touches it
     assert "failed 0" in out, out + err
-    after = keys(s3, bucket, prefix)
+    listed = keys(s3, bucket, prefix)
+    held = {k for k in listed if k.startswith(f"{prefix}kts-quarantine/")}
+    after = listed - held
     assert after == before - gone - killed_attempt, (sorted(before - after), sorted(after - before))
+    # what went is in the quarantine, under its key below the prefix
+    moved = {prefix + k.split("/", 3)[3] for k in held if not k.endswith(".kts-held.json")}
+    assert moved == gone | killed_attempt, sorted(moved ^ (gone | killed_attempt))
     assert not objects("gone")
     assert lost_id in err
 

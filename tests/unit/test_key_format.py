@@ -44,6 +44,25 @@ def test_service_fields_round_trip_and_old_parsers_refuse_them(
         _old_split(field)
 
 
+@given(IDS, st.one_of(st.none(), st.tuples(PROVIDER, VERSION)), st.binary(min_size=1, max_size=512))
+def test_the_pair_and_key_version_that_wrapped_a_field(
+    key_id: str, service: tuple[str, str] | None, wrapped: bytes
+) -> None:
+    """Rotation and ``kts keys --usage`` read the version from the field: None for key files."""
+    b64 = base64.b64encode(wrapped).decode()
+    field = f"{key_id}:{b64}" if service is None else f"{key_id}:{scheme_of(*service)}:{b64}"
+    assert RsaKeyRing.wrapped_under(field) == (key_id, None if service is None else service[1])
+
+
+@given(st.text(max_size=200))
+def test_any_field_gives_its_version_or_a_key_ring_error(field: str) -> None:
+    try:
+        key_id, version = RsaKeyRing.wrapped_under(field)
+    except KeyRingError:
+        return
+    assert field.startswith(key_id + ":") and (version is None or f";{version}:" in field)
+
+
 @given(IDS, st.binary(min_size=1, max_size=512))
 def test_file_fields_parse_as_before(key_id: str, wrapped: bytes) -> None:
     field = f"{key_id}:{base64.b64encode(wrapped).decode()}"

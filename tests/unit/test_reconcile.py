@@ -1,6 +1,6 @@
 """``rsm.operator_tools.reconcile`` on a real store of the demo's segments (filesystem backend) against records as Kafka
 writes them: each kind found for the state that makes it, lost segments named, unknown ones left alone, and
-removal through the plugin's delete taking exactly the segments listed."""
+removal taking exactly the segments listed, into the quarantine, and only on every signal its rule needs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import pytest
 
 from rsm.cli.main import main
 from rsm.cli.settings import open_manager
+from rsm.core.object_keys import segment_keys
+from rsm.deletion.rules import RECORD_COMPLETE, RULES, STORE_AGE, TOPIC_GONE_CONFIRMED, Evidence
 from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
-from rsm.operator_tools.garbage import delete_garbage
+from rsm.operator_tools.garbage import GarbageItem, delete_garbage, quarantine_of
 from rsm.operator_tools.reconcile import (
     DEAD_TOPIC_ICEBERG,
     DEAD_TOPIC_SEGMENT,
@@ -27,6 +29,15 @@ from rsm.operator_tools.reconcile import (
 pytestmark = pytest.mark.unit
 S = RemoteLogSegmentState
 HOUR_MS = 3_600_000
+
+
+def observed(items: list[GarbageItem], *lacking: str) -> list[GarbageItem]:
+    """``items`` with every signal their rule needs but ``lacking``, as the cluster's record and the store show
+    them to the reconciliation."""
+    return [
+        replace(i, evidence=tuple(Evidence(s, "by hand") for s in RULES[i.kind].signals if s not in lacking))
+        for i in items
+    ]
 
 
 def history(meta: RemoteLogSegmentMetadata, *states: RemoteLogSegmentState, at_ms: int) -> list[object]:
@@ -89,11 +100,28 @@ def test_each_state_gives_its_kind_and_delete_takes_exactly_those(demo: Path) ->
         dead = reconcile(manager, segments, [], older_than_seconds=0.01)
         assert {i.kind for i in dead.items} == {DEAD_TOPIC_SEGMENT} and len(dead.items) == 3 and not dead.lost
 
-        report = delete_garbage(manager, result.items)
+        # an item lacking one of its rule's signals is kept, whatever the others say
+        for lacking in (RECORD_COMPLETE, STORE_AGE):
+            report = delete_garbage(manager, observed(result.items, lacking))
+            assert not report.deleted and not report.held and len(report.skipped) == 2
+            assert all(f"lacks the signal(s) {lacking}" in why for _item, why in report.skipped)
+        dead_refused = delete_garbage(manager, observed(dead.items, TOPIC_GONE_CONFIRMED))
+        assert not dead_refused.deleted and len(dead_refused.skipped) == 3
+        assert {s.metadata_stub().remote_log_segment_id.id for s in manager.catalog().segments()} == {
+            m.remote_log_segment_id.id for m in metas
+        }
+
+        report = delete_garbage(manager, observed(result.items))
         assert len(report.deleted) == 2 and not report.failed
         left = {s.metadata_stub().remote_log_segment_id.id for s in manager.catalog().segments()}
         assert left == {metas[0].remote_log_segment_id.id, metas[3].remote_log_segment_id.id}
-    store_files = [p.name for p in (demo / "store").rglob("*") if p.is_file()]
+        held = quarantine_of(manager).held(run=report.run)
+        assert sorted(h.original for h in held) == sorted(
+            k for m in metas[1:3] for k in segment_keys(manager.config["key.prefix"], m).all()
+        )
+        assert {h.kind for h in held} == {DELETED_SEGMENT, UNFINISHED_COPY}
+        assert all("record-complete: by hand" in h.evidence for h in held)
+    store_files = [p.name for p in (demo / "store").rglob("*") if p.is_file() and "kts-quarantine" not in p.parts]
     for meta in metas[1:3]:
         assert not [n for n in store_files if meta.remote_log_segment_id.id in n], store_files
     for meta in (metas[0], metas[3]):
@@ -121,7 +149,9 @@ def test_an_iceberg_topics_segments_are_named_and_their_rows_go_with_them(tmp_pa
         assert not result.iceberg_rows_kept
         table = manager.iceberg.mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
         assert table.scan().to_arrow().num_rows > 0
-        report = delete_garbage(manager, result.items)
+        report = delete_garbage(manager, observed(result.items))
         assert len(report.deleted) == len(metas) and not report.failed
         assert not manager.catalog().segments(demo_iceberg.TOPIC)
         assert table.refresh().scan().to_arrow().num_rows == 0
+        # the manifests and .indexes are held; an Iceberg-mode segment has no .log
+        assert len(quarantine_of(manager).held(run=report.run, topic=demo_iceberg.TOPIC)) == 2 * len(metas)
