@@ -345,9 +345,21 @@ def quarantine_usage(
 
 
 def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
-    """Purge what the store's quarantine has held longer than ``gc.quarantine.ms``."""
+    """Purge what the store's quarantine, and in Iceberg mode the warehouse's (``<warehouse>/kts-quarantine/``),
+    have held longer than ``gc.quarantine.ms``."""
     quarantine = quarantine_of(manager)
-    return quarantine.purge(quarantine.expired(now))
+    report = quarantine.purge(quarantine.expired(now))
+    opened = _iceberg_catalog(manager)
+    if opened is not None and opened[1]:
+        from pyiceberg.io import load_file_io
+
+        from rsm.deletion.fileio_holding import FileIOHolding
+
+        catalog, warehouse = opened
+        store = FileIOHolding(load_file_io(dict(catalog.properties), warehouse), warehouse)
+        tables = Quarantine(store, store.root, quarantine.retention_s)
+        report.purged += tables.purge(tables.expired(now)).purged
+    return report
 
 
 def delete_garbage(

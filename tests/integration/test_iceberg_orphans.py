@@ -284,3 +284,24 @@ def test_the_maintenance_thread_holds_orphans_in_the_quarantine_and_purges_them_
     assert Quarantine(store, store.root).held() == [] and not _path(held.location).exists()
     assert maintainer.stats.stats()["quarantine-files-purged-total"] == 1
     assert load_table(cfg).scan().to_arrow().num_rows == SEGMENT_RECORDS
+
+
+def test_kts_gc_delete_holds_orphans_in_the_warehouse_and_purges_them_after_gc_quarantine_ms(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=1)
+    location = _path(load_table(cfg).location())
+    warehouse = cfg["iceberg.mode.warehouse"]
+    stray = location / "data" / "stray.parquet"
+    stray.write_bytes(b"left by a copy killed before its commit")
+    props = _props_file(tmp_path, cfg)
+    out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--delete"])
+    assert out.exit_code == 0 and stray.exists(), out.output  # first seen unreferenced by this run
+    assert age_ledger(location, 3 * DAY) == 1  # the default grace: iceberg.mode.maintenance.orphan.grace.ms
+    out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--delete"])
+    assert out.exit_code == 0, out.output
+    assert not stray.exists() and "moved 1 objects" in out.output, out.output
+    store = FileIOHolding(load_table(cfg).io, warehouse)
+    (held,) = Quarantine(store, store.root).held()
+    assert held.original == f"file://{stray}" and held.kind == "iceberg-orphan"
+    out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--delete", "--set", "gc.quarantine.ms=0"])
+    assert out.exit_code == 0 and "purged 1 objects" in out.output, out.output
+    assert Quarantine(store, store.root).held() == [] and not _path(held.location).exists()
