@@ -691,7 +691,10 @@ def hold_orphans(
         except DeletionRefused as e:
             kept.append((orphan, str(e)))
             continue
-        held += quarantine.hold(ICEBERG_ORPHAN, [(orphan.path, orphan.size)], evidence, run, topic)
+        try:
+            held += quarantine.hold(ICEBERG_ORPHAN, [(orphan.path, orphan.size)], evidence, run, topic)
+        except RemoteStorageException as e:  # not the warehouse's to hold, or written while it was moved
+            kept.append((orphan, str(e)))
     if held:  # what was moved leaves the ledger now rather than at the next pass
         ledger = UnreferencedLedger.read(fresh.io, fresh.location())
         base = _normal(fresh.location()).rstrip("/") + "/"
