@@ -158,7 +158,7 @@ class FileIOHolding:
         that folder; another lists the folder ``prefix`` is in and keeps what matches), spelt as the warehouse is
         (Azure lists ``abfs://container/x`` for the warehouse's ``abfs://container@account.../x``)."""
         folder = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
-        wanted = normal_location(prefix) + ("/" if prefix.endswith("/") else "")
+        wanted = normal_location(prefix).rstrip("/") + ("/" if prefix.endswith("/") else "")
         for path, _size, _mtime in list_locations(self.io, folder):
             normal = normal_location(path)
             if normal.startswith(wanted) and normal.startswith(self._normal_warehouse):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
 from iceberg_tables import kafka_rows
 from iceberg_testing import (
     SPARK_SQL,
@@ -305,3 +306,34 @@ def test_kts_gc_delete_holds_orphans_in_the_warehouse_and_purges_them_after_gc_q
     out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--delete", "--set", "gc.quarantine.ms=0"])
     assert out.exit_code == 0 and "purged 1 objects" in out.output, out.output
     assert Quarantine(store, store.root).held() == [] and not _path(held.location).exists()
+
+
+def test_orphans_of_a_table_on_s3_are_held_in_the_warehouse_by_a_server_side_copy(
+    s3_moto_server: StoreServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The same on S3 (moto): the quarantine's names are the warehouse's s3:// locations, the copy is S3's."""
+    prefix = f"orphans-{uuid.uuid4().hex[:8]}/"
+    storage = {f"storage.{k}": str(v) for k, v in s3_moto_server.config().items()}
+    cfg = iceberg_config(
+        tmp_path,
+        **{"storage.backend.class": s3_moto_server.backend, "key.prefix": prefix, **storage},
+        **{"iceberg.mode.maintenance.enabled": "false", "iceberg.mode.warehouse": ""},
+    )
+    tier(cfg, new_tip(), [segment_of(tmp_path / "seg", order_records(0, SEGMENT_RECORDS))])
+    table = load_table(cfg)
+    warehouse = f"s3://{storage['storage.s3.bucket.name']}/{prefix}iceberg"  # the plugin's: under key.prefix
+    assert table.location() == f"{warehouse}/kafka/orders"
+    stray = f"{table.location()}/data/stray.parquet"
+    store = FileIOHolding(table.io, warehouse)
+    store.put(stray, b"left by a copy killed before its commit")
+    settings = MaintenanceSettings(orphan_grace_s=3600)
+    t0 = time.time()
+    assert remove_orphans(table, settings, warehouse=warehouse, now=t0).count == 0
+    later = t0 + DATA_FILE_MIN_GRACE_S
+    assert remove_orphans(load_table(cfg), settings, warehouse=warehouse, now=later).details == [stray]
+    assert not store.exists(stray)
+    (held,) = Quarantine(store, store.root).held()
+    assert held.original == stray and held.location.startswith(f"{warehouse}/kts-quarantine/")
+    assert store.get(held.location) == b"left by a copy killed before its commit"
+    assert load_table(cfg).scan().to_arrow().num_rows == SEGMENT_RECORDS
