@@ -452,7 +452,11 @@ class UnreferencedLedger:
     next pass, so it holds the files of about one grace period's commits however old the table. It is written
     only by a pass that may remove files (the maintenance lease holder, ``kts gc --delete``, ``kts iceberg
     maintain``); a read-only look reads it. Lost or unreadable, it starts again empty: files then wait a whole
-    grace from the next pass (more kept, never less)."""
+    grace from the next pass (more kept, never less). Two writers at once (a broker's pass beside ``kts gc
+    --delete``) may lose one's update: a file then re-enters later (kept longer), or keeps an earlier time that
+    the other had dropped on seeing it referenced; the reference check just before each move still holds. Passes
+    run every ``orphan.interval.ms``: a file referenced and dropped again between two passes keeps the time the
+    first one saw, so the grace is counted to within that interval."""
 
     location: str
     first_seen: dict[str, float] = field(default_factory=dict)
