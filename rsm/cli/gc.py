@@ -82,6 +82,11 @@ def gc_command(
     (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
     cache only when its directory exists."""
     if ctx.invoked_subcommand is not None:
+        if delete or bootstrap_server or watch or command_config:
+            raise click.UsageError(
+                f"--delete, --bootstrap-server, --watch do not apply to kts gc {ctx.invoked_subcommand}"
+            )
+        ctx.obj = (config, sets)  # kts gc --config FILE restore ...: the subcommand reads the same store
         return None
     grace = parse_duration(older_than)
     if watch is not None:
@@ -114,13 +119,13 @@ def gc_command(
         quarantine = quarantine_of(manager)
         days = quarantine.retention_s / 86400
         stdout.print(f"run {run}: what can be undone moves into {quarantine.describe()} for {days:g} days")
+        purged = purge_expired(manager)  # first: what this run holds stays for gc.quarantine.ms, even if 0
         with progress_bar("deleting", total=len(items)) as advance:
             report = delete_garbage(manager, items, progress=lambda item: advance(item.key), run=run)
-        purged = purge_expired(manager)
     held_bytes = sum(h.size for h in report.held)
     stdout.print(
         f"moved {len(report.held)} objects ({held_bytes:,} bytes) into the quarantine, run {run} "
-        f"(kts gc restore --run {run} puts them back); deleted {len(report.deleted)} items in all, "
+        f"(kts gc restore --run {run} puts them back); removed {len(report.deleted)} items in all, "
         f"skipped {len(report.skipped)}, failed {len(report.failed)}"
     )
     stdout.print(

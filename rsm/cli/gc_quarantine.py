@@ -38,6 +38,13 @@ def scope_options(func: F) -> F:
     return click.option("--key", help="one object, by the key it had before it was held")(func)
 
 
+def _store(config: str | None, sets: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The subcommand's --config and --set, after those given to ``kts gc`` itself (which they override)."""
+    ctx = click.get_current_context()
+    outer = ctx.obj if isinstance(ctx.obj, tuple) else (None, ())
+    return config or outer[0], (*outer[1], *sets)
+
+
 def _select(quarantine: Quarantine, key: str | None, topic: str | None, run: str | None) -> list[Held]:
     """The held objects matching every given scope; none matching is an error naming the scope."""
     found = quarantine.held(run=run, topic=topic, key=key)
@@ -65,7 +72,7 @@ def quarantine_command(
 ) -> int:
     """List what `kts gc --delete` moved into the quarantine: run, kind, original key, size and until when it is
     kept (gc.quarantine.ms). Reads only."""
-    with open_manager(config, sets, keys=False) as manager:
+    with open_manager(*_store(config, sets), keys=False) as manager:
         quarantine = quarantine_of(manager)
         held = quarantine.held(run=run, topic=topic, key=key)
         if not held and (key or topic or run):
@@ -85,7 +92,7 @@ def restore_command(
     An object whose key holds a live object now is refused and stays held (exit 1)."""
     if not (key or topic or run):
         raise click.UsageError("name what to restore: --key, --topic or --run")
-    with open_manager(config, sets, keys=False) as manager:
+    with open_manager(*_store(config, sets), keys=False) as manager:
         quarantine = quarantine_of(manager)
         report = quarantine.restore(_select(quarantine, key, topic, run))
     for h in report.restored:
@@ -116,7 +123,7 @@ def purge_command(
     several, those matching all). Asks first unless --yes."""
     if not (key or topic or run or expired):
         raise click.UsageError("name what to purge: --key, --topic, --run or --expired")
-    with open_manager(config, sets, keys=False) as manager:
+    with open_manager(*_store(config, sets), keys=False) as manager:
         quarantine = quarantine_of(manager)
         if expired:
             chosen = {h.location for h in (_select(quarantine, key, topic, run) if key or topic or run else [])}

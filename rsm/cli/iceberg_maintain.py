@@ -81,11 +81,11 @@ def maintain_command(
     out = RichTable("table", "step", "count", "bytes", "note", title="dry run" if dry_run else "maintenance")
     for t in ours:
         name = t.name()[-1]
-        others = [loc for n, loc in locations.items() if n != name]
+        others = {f"{cfg.namespace}.{n}": loc for n, loc in locations.items() if n != name}
         for r in maintain(
             t, cfg.maintenance, dry_run=dry_run, orphans=orphans, others=others, warehouse=props.get("warehouse")
         ):
-            note = r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
+            note = r.refused or r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
             out.add_row(name, r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", note)
     warehouse = props.get("warehouse")
     if orphans and warehouse:

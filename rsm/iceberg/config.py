@@ -157,8 +157,9 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.delete.rows.enabled",
             "boolean",
             False,
-            "When Kafka deletes an Iceberg-mode segment (retention), also delete its offset range from the table. "
-            "By default the rows stay for SQL readers and only Kafka's view of the segment goes.",
+            "When Kafka deletes an Iceberg-mode segment (retention), also delete the rows its copy wrote from the "
+            "table (those of its offset range carrying its segment and topic ids; rows without ids, from earlier "
+            "releases, stay). By default the rows stay for SQL readers and only Kafka's view of the segment goes.",
             group="iceberg",
         ),
         ConfigKey(

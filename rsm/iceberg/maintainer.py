@@ -279,6 +279,9 @@ class MaintenanceStats:
                     self.totals[bytes_name] = self.totals.get(bytes_name, 0) + r.bytes
                 if r.skipped:
                     self.totals["conflicts-total"] = self.totals.get("conflicts-total", 0) + 1
+                if r.refused:
+                    name = "orphan-removals-refused-total"
+                    self.totals[name] = self.totals.get(name, 0) + 1
                 if r.given_up:
                     name = "compaction-bins-given-up-total"
                     self.totals[name] = self.totals.get(name, 0) + r.given_up
@@ -298,6 +301,7 @@ class MaintenanceStats:
                     "errors-total",
                     "conflicts-total",
                     "compaction-bins-given-up-total",
+                    "orphan-removals-refused-total",
                     "snapshots-expired-total",
                     "files-compacted-total",
                     "bytes-compacted-total",
@@ -500,13 +504,13 @@ class Maintainer:
             self.stats.totals["passes-total"] = self.stats.totals.get("passes-total", 0) + 1
 
 
-def _locations(catalog: Catalog, ident: tuple[str, ...]) -> list[str]:
-    """The locations of the other tables of the namespace (their files are never this table's orphans)."""
-    out = []
+def _locations(catalog: Catalog, ident: tuple[str, ...]) -> dict[str, str]:
+    """The other tables of the namespace, name to location (their files are never this table's orphans)."""
+    out = {}
     for other in catalog.list_tables(ident[:-1]):
         if tuple(other) != tuple(ident):
             try:
-                out.append(catalog.load_table(other).location())
+                out[".".join(other)] = catalog.load_table(other).location()
             except NoSuchTableError:
                 continue
     return out

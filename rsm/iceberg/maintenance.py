@@ -37,7 +37,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile, read_manifest_list
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
@@ -57,6 +57,7 @@ from rsm.errors import RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.file_bounds import file_bounds, overlaps
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.tables import FORCED_METADATA_PROPERTIES, METADATA_PROPERTIES, compacted_file_properties
 from rsm.iceberg.transaction import transaction
@@ -82,6 +83,7 @@ class StepResult:
     skipped: str = ""
     seconds: float = 0.0
     given_up: int = 0  # compaction: bins left because their files changed meanwhile
+    refused: str = ""  # why the step did nothing and will not until an operator acts (not a conflict)
 
 
 def is_ours(table: Table) -> bool:
@@ -200,6 +202,8 @@ class CompactionBin:
     partition: int
     day: object
     files: tuple[_Small, ...]
+    since: int = 0
+    """The sequence number of the snapshot the plan read: delete files committed after it are new to the bin."""
 
     @property
     def first(self) -> int:
@@ -272,8 +276,10 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
     among the files under the target size (a file at the target size, or one that cannot be compacted, ends a
     run). Files with delete files attached, of another partition spec, or without the plugin's bounds are left
     alone."""
-    if table.current_snapshot() is None:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
         return []
+    since = snapshot.sequence_number or 0
     schema, spec = table.schema(), table.spec()
     if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
         return []
@@ -301,7 +307,7 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
                 stretch.append(entry)
                 continue
             for start, end in compaction_runs([(f.rows, f.size) for f in stretch], fan_in, settings.target_file_bytes):
-                bins.append(CompactionBin(p, day, tuple(stretch[start:end])))
+                bins.append(CompactionBin(p, day, tuple(stretch[start:end]), since))
             stretch = []
     return bins
 
@@ -338,13 +344,50 @@ def _holders(table: Table, bins: Sequence[CompactionBin]) -> list[set[str]]:
     holders: list[set[str]] = [set() for _ in bins]
     for task in table.scan().plan_files():
         f = task.file
-        bounds = _bounds(f, ids)
+        bounds = file_bounds(f, *ids)
         for held, b in zip(holders, bins, strict=True):
             if f.spec_id != b.files[0].task.file.spec_id or f.partition[0] != b.day:
                 continue
-            if bounds is None or (bounds[0] == b.partition and bounds[1] <= b.last and bounds[2] >= b.first):
+            if overlaps(bounds, b.partition, b.first, b.last):
                 held.add(f.file_path)
     return holders
+
+
+POSITION_PATH_FIELD_ID = 2147483546
+"""Field id of ``file_path`` in position delete files (Iceberg's spec): its bounds name the data files they hit."""
+
+
+def _may_apply(delete: DataFile, data: DataFile) -> bool:
+    """Whether a delete file (position or equality deletes) may apply to a data file. Position deletes whose
+    ``file_path`` bounds leave the data file out do not; otherwise a delete of the same spec and another
+    partition does not; anything else may (an equality delete of an unpartitioned spec hits every partition)."""
+    if delete.content == DataFileContent.POSITION_DELETES:
+        lower = (delete.lower_bounds or {}).get(POSITION_PATH_FIELD_ID)
+        upper = (delete.upper_bounds or {}).get(POSITION_PATH_FIELD_ID)
+        if lower is not None and upper is not None:
+            path = data.file_path.encode()
+            return lower <= path <= upper
+    return delete.spec_id != data.spec_id or delete.partition == data.partition
+
+
+def _gained_deletes(table: Table, bins: Sequence[CompactionBin]) -> list[list[str]]:
+    """For each bin, the delete files committed since its plan's snapshot that may apply to one of its files
+    (another engine's merge-on-read DELETE, UPDATE or MERGE): rewriting the bin's rows as they were read would
+    bring the deleted rows back. Read from the delete manifests of the current snapshot."""
+    gained: list[list[str]] = [[] for _ in bins]
+    snapshot = table.current_snapshot()
+    if snapshot is None or not bins:
+        return gained
+    since = min(b.since for b in bins)
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES or (manifest.sequence_number or 0) <= since:
+            continue  # a manifest holds no entry newer than the snapshot that wrote it
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            delete = entry.data_file
+            for found, b in zip(gained, bins, strict=True):
+                if (entry.sequence_number or 0) > b.since and any(_may_apply(delete, f.task.file) for f in b.files):
+                    found.append(delete.file_path)
+    return gained
 
 
 def compact_bins(
@@ -353,7 +396,9 @@ def compact_bins(
     """Rewrite each bin's files as one file, sorted by (partition, offset), and commit one overwrite that removes
     exactly those files, holding ``guard`` once (the plugin's copies to the table wait meanwhile). The table is
     read again under the guard: a bin whose range's live files are no longer exactly its own (a copy replaced
-    some, another engine rewrote them) is given up and its new file deleted. Returns the bins committed."""
+    some, another engine rewrote them), or one of whose files gained delete files since the plan (as Iceberg's
+    ``RewriteFiles`` validates), is given up and its new file deleted. Another writer committing between that
+    read and the commit fails the commit, and the checks run again. Returns the bins committed."""
     new: dict[int, list[DataFile]] = {}
     try:
         for i, b in enumerate(bins):
@@ -364,6 +409,18 @@ def compact_bins(
                     # Loaded under the guard: the copies that committed while the bins were rewritten are in it,
                     # so the commit does not fail on stale metadata (nor does pyiceberg's retry sleep in the guard).
                     current = table.catalog.load_table(table.name())
+                    gained = _gained_deletes(current, [bins[i] for i in new])
+                    for i, deletes in zip(list(new), gained, strict=True):
+                        if deletes:
+                            log.info(
+                                "compaction of %s %s given up: its files gained delete files %s",
+                                ".".join(table.name()),
+                                bins[i].describe(),
+                                ", ".join(deletes[:3]),
+                            )
+                            _delete(table.io, [f.file_path for f in new.pop(i)])
+                    if not new:
+                        return []
                     holders = _holders(current, [bins[i] for i in new])
                     for i, held in zip(list(new), holders, strict=True):
                         if held != {f.task.file.file_path for f in bins[i].files}:
@@ -596,6 +653,27 @@ def _previous_versions(table: Table) -> Iterator[_Version]:
         yield version
 
 
+def shared_location(table: Table, others: Mapping[str, str]) -> str | None:
+    """Why the table's orphan files must not be removed, or None: another table (``others``: name to location)
+    at the same location, or one whose location holds the table's (a ``register_table`` clone or a backup of
+    it). Each table's search would list the other's live files as its own orphans, so the search is refused for
+    both, with a message naming them. A table inside this one's location is no such case: its files are left
+    alone (``find_orphans``' ``others``)."""
+    location = _normal(table.location()).rstrip("/")
+    sharing = sorted(
+        name
+        for name, other in others.items()
+        if location == _normal(other).rstrip("/") or location.startswith(_normal(other).rstrip("/") + "/")
+    )
+    if not sharing:
+        return None
+    return (
+        f"orphan files of table {'.'.join(table.name())} are not removed: table {', '.join(sharing)} is at its "
+        f"location {table.location()} or holds it, so each would take the other's live files for orphans; drop "
+        "the copy (a register_table clone or a backup) or give each table its own location"
+    )
+
+
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -670,10 +748,11 @@ def hold_orphans(
         return [], []
     fresh = table.catalog.load_table(table.name())
     kept: list[tuple[OrphanFile, str]] = []
-    location = _normal(fresh.location()).rstrip("/")
-    sharing = [o for o in others if _normal(o).rstrip("/") == location]
-    if sharing or not is_ours(fresh) or location != _normal(table.location()).rstrip("/"):
-        why = f"table {'.'.join(fresh.name())} shares its location with another table, or changed it; kept"
+    shared = shared_location(fresh, {o: o for o in others})
+    if shared is not None:
+        return [], [(o, shared) for o in orphans]
+    if not is_ours(fresh) or _normal(fresh.location()) != _normal(table.location()):
+        why = f"table {'.'.join(fresh.name())} is no longer the plugin's, or moved; its files are kept"
         return [], [(o, why) for o in orphans]
     refs = referenced_files(fresh)
     versions = len(fresh.metadata.metadata_log) + 1
@@ -776,7 +855,7 @@ def maintain(
     settings: MaintenanceSettings,
     dry_run: bool = False,
     orphans: bool = True,
-    others: list[str] | None = None,
+    others: Mapping[str, str] | None = None,
     guard: Guard = nullcontext,
     attempts: int = 3,
     warehouse: str | None = None,
@@ -786,6 +865,8 @@ def maintain(
     manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry. ``proceed``, asked
     before each step: False ends the run there (the steps not run are not in the results).
 
+    ``others``: the other tables of the namespace, name to location (their files are never this table's
+    orphans; one sharing the table's location stops the orphan step, see ``shared_location``).
     ``guard``: held around each commit (the plugin's copies to the same table wait meanwhile, so a commit of
     maintenance is not starved by a table that commits without pause). A step whose commit loses to another
     writer is tried again on the table as it is then, ``attempts`` times, and otherwise left for the next run."""
@@ -799,7 +880,15 @@ def maintain(
         ("rewrite-manifests", lambda t: rewrite_manifests(t, settings, dry_run), True),
     ]
     if orphans:
-        steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
+        refused = shared_location(table, others or {})
+        if refused is not None:
+            log.warning("%s", refused)
+            steps.append(("remove-orphans", lambda t: StepResult("remove-orphans", refused=refused), False))
+        else:
+            locations = list((others or {}).values())
+            steps.append(
+                ("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, locations, warehouse), False)
+            )
     for name, step, guarded in steps:
         if proceed is not None and not proceed():
             log.info("maintenance of %s: stopped before %s", table.name(), name)
@@ -861,8 +950,12 @@ def all_orphans(
     out = []
     for table in ours:
         name = table.name()[-1]
-        others = [loc for n, loc in locations.items() if n != name]
-        out += find_orphans(table, grace_s, others, warehouse, now, record)
+        others = {f"{namespace}.{n}": loc for n, loc in locations.items() if n != name}
+        refused = shared_location(table, others)
+        if refused is not None:
+            log.warning("%s", refused)
+            continue
+        out += find_orphans(table, grace_s, list(others.values()), warehouse, now, record)
     return out
 
 
@@ -884,10 +977,12 @@ def hold_if_orphans(
     run = run or new_run_id(now)
     for table in ours:
         name = table.name()[-1]
-        others = [loc for n, loc in locations.items() if n != name]
-        found = find_orphans(table, settings.orphan_grace_s, others, warehouse, now, record=True)
+        others = {f"{namespace}.{n}": loc for n, loc in locations.items() if n != name}
+        if shared_location(table, others) is not None:
+            continue  # its files stay: not found as orphans now
+        found = find_orphans(table, settings.orphan_grace_s, list(others.values()), warehouse, now, record=True)
         mine = [o for o in found if _normal(o.path) in wanted]
-        got, refused = hold_orphans(table, mine, warehouse, settings.quarantine_s, run, others)
+        got, refused = hold_orphans(table, mine, warehouse, settings.quarantine_s, run, list(others.values()))
         held += got
         kept += [(o.path, why) for o, why in refused]
         for o in mine:

@@ -279,8 +279,15 @@ ICEBERG_MAINTENANCE_METRICS = [
         (
             "compaction-bins-given-up-total",
             "total",
-            "Compaction bins given up because a copy or another engine replaced rows of their files meanwhile "
-            "(left for the next pass). Rising at every pass for an hour: alert `KtsIcebergCompactionGivingUp`.",
+            "Compaction bins given up because a copy or another engine replaced rows of their files, or another "
+            "engine's merge-on-read delete added delete files to them, meanwhile (left for the next pass). Rising "
+            "at every pass for an hour: alert `KtsIcebergCompactionGivingUp`.",
+        ),
+        (
+            "orphan-removals-refused-total",
+            "total",
+            "Orphan-file removals refused because another table of the namespace shares the table's location "
+            "(a register_table clone, a backup); the log names both tables.",
         ),
         ("snapshots-expired-total", "total", "Snapshots expired."),
         ("files-compacted-total", "total", "Small data files rewritten into larger ones."),

@@ -30,8 +30,11 @@ Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garba
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
-``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
-shows the list and asks before deleting). A backend offers what it can through the optional protocols of
+``find_garbage`` only lists, and attaches to each item the evidence it observed (``rsm.deletion.rules``);
+``delete_garbage`` removes what it is given once ``authorize`` allows it on that evidence: what can be undone into
+the store's quarantine (``<key.prefix>kts-quarantine/<run>/``, ``rsm.deletion.quarantine``), the rest (unfinished
+uploads, cache entries) for good. ``kts gc`` calls both (a dry run unless ``--delete``).
+A backend offers what it can through the optional protocols of
 ``backends.base`` (``ListsDetails``, ``PendingUploads``), as the manager found them when it wired the backend
 (``manager.backend_capabilities``); a backend without ``list_details`` cannot date its objects, so orphan objects
 are not listed for it (never deleted on a guess).
@@ -169,13 +172,18 @@ def find_garbage(
                     for info in objects.values():
                         if now - info.modified > older_than_seconds:
                             items.append(dated(ORPHAN_OBJECT, info))
-                elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
+                elif len(objects) < len(_DATA_SUFFIXES) + 1 and all(
+                    now - o.modified > older_than_seconds for o in objects.values()
+                ):
                     # A copy writes its manifest last and a delete removes it first: a manifest without its
-                    # data was left by something else (a rewrite racing a delete), and answers for nothing.
+                    # data was left by something else (a rewrite racing a delete), and answers for nothing. The
+                    # item is dated by its youngest object: all of them go with it.
+                    youngest = max(objects.values(), key=lambda o: o.modified)
+                    dated_by = ObjectInfo(manifest.key, manifest.size, youngest.modified)
                     if set(objects) == {Suffix.MANIFEST, Suffix.INDEXES}:
-                        without_log.append(manifest)  # an Iceberg-mode segment's, unless its manifest says not
+                        without_log.append(dated_by)  # an Iceberg-mode segment's, unless its manifest says not
                     else:
-                        items.append(dated(MANIFEST_WITHOUT_DATA, manifest))
+                        items.append(dated(MANIFEST_WITHOUT_DATA, dated_by))
             for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
                 if isinstance(outcome.error, StorageBackendException):
                     raise outcome.error

@@ -15,9 +15,10 @@ attempt) through the key layout (``parse_object_key``). From that:
 - lost: a segment whose last state is COPY_SEGMENT_FINISHED, of a live topic, whose manifest or ``.indexes`` (or
   ``.log``, unless it is an Iceberg-mode segment) the store lacks. The cluster serves reads from it: data loss.
 
-The first three are removed through the plugin's own delete (``delete_log_segment_data``: the manifest first,
-then the data; an Iceberg-mode segment's rows through the table writer when ``iceberg.mode.delete.rows.enabled``),
-and only when every object is older than the grace period. Objects of segments the record does not know are
+The first three are removed by ``delete_garbage`` on the evidence their rules need: the segment's objects move
+into the quarantine together (an Iceberg-mode segment's rows go first, through the table writer, when
+``iceberg.mode.delete.rows.enabled``), and only when every object is older than the grace period.
+Objects of segments the record does not know are
 never listed here (another cluster's, or newer than the read): they only count as unaccounted bytes.
 """
 

@@ -37,6 +37,7 @@ from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
     REFERENCES,
     _normal,
+    all_orphans,
     compact,
     compact_bins,
     expire_snapshots,
@@ -47,6 +48,7 @@ from rsm.iceberg.maintenance import (
     remove_orphans,
     rewrite_manifests,
     set_metadata_properties,
+    shared_location,
 )
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -715,3 +717,57 @@ def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> N
     referenced = "abfs://kts@acct.dfs.core.windows.net/p/iceberg/kafka/orders/data/x.parquet"
     assert _normal(referenced) == _normal("abfs://kts/p/iceberg/kafka/orders/data/x.parquet")
     assert _normal(referenced) != _normal("abfs://other/p/iceberg/kafka/orders/data/x.parquet")
+
+
+def test_tables_sharing_a_location_remove_no_orphan_of_either(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A ``register_table`` clone of the topic's table (a backup kept in the namespace) shares its location, and
+    the table's new files are not the clone's: the clone's orphan search would delete them (and the table's, once
+    its metadata log no longer names the versions the clone has, the clone's files).
+    `kts iceberg maintain`'s run, the plugin's thread and gc's search leave every file, and say why, naming both
+    tables; both tables stay whole."""
+    tip = new_tip()
+    cfg = _tiered(tmp_path, segments=4, tip=tip)
+    catalog = load_table(cfg).catalog
+    clone = catalog.register_table(("kafka", "orders_backup"), load_table(cfg).metadata_location)
+    clone_rows = _rows(clone)
+    # The topic's table moves on: a new copy, a compaction and expiry; the clone keeps the files it had.
+    tier(cfg, tip, [segment_of(tmp_path / "s4", order_records(4 * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+    expire_snapshots(load_table(cfg), replace(SETTINGS, snapshot_max_keep=2, snapshot_min_keep=1))
+    assert compact(load_table(cfg), SETTINGS).count >= 2
+    expire_snapshots(load_table(cfg), replace(SETTINGS, snapshot_max_keep=1, snapshot_min_keep=1))
+    table = load_table(cfg)
+    assert not referenced_files(clone) >= referenced_files(table)  # the table's new files are not the clone's
+    _age_all(cfg)
+    settings = replace(SETTINGS, orphan_grace_s=3600)
+    warehouse = cfg["iceberg.mode.warehouse"]
+    location = table.location()
+    caplog.set_level(logging.WARNING, logger="rsm.iceberg.maintenance")
+    runs = {
+        "kafka.orders": maintain(table, settings, others={"kafka.orders_backup": location}, warehouse=warehouse),
+        "kafka.orders_backup": maintain(clone, settings, others={"kafka.orders": location}, warehouse=warehouse),
+    }
+    Maintainer(lambda: catalog, "kafka", settings, 60, 0, warehouse=warehouse).run_pass()
+    found = all_orphans(catalog, "kafka", 3600, warehouse)
+    assert _offsets(load_table(cfg)) == list(range(5 * SEGMENT_RECORDS))
+    assert _rows(catalog.load_table(("kafka", "orders_backup"))) == clone_rows
+    assert found == []
+    for name, results in runs.items():
+        (step,) = [r for r in results if r.step == "remove-orphans"]
+        assert step.count == 0 and "kafka.orders " in step.refused + " " and "kafka.orders_backup" in step.refused
+        assert step.refused.startswith(f"orphan files of table {name} are not removed"), step.refused
+        stats = MaintenanceStats()
+        stats.add(results)
+        assert stats.stats()["orphan-removals-refused-total"] == 1 and stats.stats()["conflicts-total"] == 0
+    warned = [r.getMessage() for r in caplog.records if "are not removed" in r.getMessage()]
+    assert len(warned) >= 2 + 2 + 2  # each table: maintain's run, the thread's, gc's search
+
+
+def test_a_table_nested_in_another_refuses_orphan_removal_and_the_outer_leaves_its_files(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=2)
+    table = load_table(cfg)
+    inner = f"{table.location()}/nested"
+    assert shared_location(table, {"kafka.inner": inner}) is None  # the inner table's files are left alone
+    refused = shared_location(table, {"kafka.outer": table.location().rsplit("/", 1)[0]})
+    assert refused is not None and "kafka.outer" in refused and "kafka.orders" in refused
+    assert shared_location(table, {"kafka.orders_copy": table.location() + "/"}) is not None
+    assert shared_location(table, {"kafka.neighbour": table.location() + "_2"}) is None
