@@ -65,6 +65,11 @@ def gc_command(
     Iceberg tables that no snapshot references; a dry run unless --delete, which moves what it removes into the
     quarantine (kts gc restore puts it back) and purges what was held longer than gc.quarantine.ms.
 
+    An Iceberg table's file is listed once no kept version of the table has referenced it for the table's orphan
+    grace (iceberg.mode.maintenance.orphan.grace.ms, at least a day for data files; not --older-than), counted
+    from the first run with --delete (or maintenance pass) that saw it so; --delete moves it into the
+    warehouse's kts-quarantine/ folder.
+
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.
 
@@ -105,7 +110,7 @@ def gc_command(
     with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
-            items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline)
+            items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline, record=delete)
         if bootstrap_server is not None:
             items, lost = reconcile_with_cluster(
                 manager, items, grace, bootstrap_server, command_config, delete=delete, confirm_after=confirm_s

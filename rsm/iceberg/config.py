@@ -289,8 +289,11 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.maintenance.orphan.grace.ms",
             "long",
             3 * 86_400_000,
-            "Files under a table's location that no snapshot references are deleted once older than this: "
-            "longer than any copy, any other engine's write and any reader of an expired snapshot takes.",
+            "Files under a table's data/ and metadata/ that no kept table version references are moved into the "
+            "warehouse's quarantine (kts-quarantine/, kept gc.quarantine.ms) once they have been unreferenced this "
+            "long, counted from the first maintenance pass (or kts gc --delete) that saw them so: longer than any "
+            "copy, any other engine's write and any reader of an expired snapshot takes. Data files wait at least "
+            "a day whatever is set here.",
             validator=in_range(3_600_000, None),
             group="iceberg",
         ),
@@ -326,6 +329,9 @@ class MaintenanceSettings:
     target_file_bytes: int = 128 << 20
     min_input_files: int = 4
     orphan_grace_s: float = 3 * 86400.0
+    quarantine_s: float = 7 * 86400.0
+    """How long an orphan file stays in the warehouse's quarantine before maintenance purges it (the plugin's
+    ``gc.quarantine.ms``)."""
 
 
 def mode_on(configs: Mapping[str, Any]) -> bool:
@@ -337,6 +343,17 @@ WRITER_MEMORY_FACTOR = 3
 """A segment copy in Iceberg mode holds about this many times ``iceberg.mode.write.batch.bytes``: the rows in
 Arrow buffers, the table pyiceberg writes from them and the Parquet encoder's pages. pyarrow's allocator peaked at
 2.9-3.1x while 16 and 32 MiB of records became rows (uncompressed and zstd segments; docs/kubernetes.md)."""
+
+
+def _quarantine_s(raw: Mapping[str, Any]) -> float:
+    """``gc.quarantine.ms`` (a key of the plugin's own table, rsm.core.config) in seconds; 7 days when unset."""
+    value = raw.get("gc.quarantine.ms")
+    try:
+        return 7 * 86400.0 if value in (None, "") else int(value) / 1000
+    except (TypeError, ValueError):
+        raise ConfigException(
+            f"Invalid value {value!r} for configuration gc.quarantine.ms: expected milliseconds"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -429,6 +446,7 @@ class IcebergConfig:
                 target_file_bytes=values["iceberg.mode.maintenance.compaction.target.bytes"],
                 min_input_files=values["iceberg.mode.maintenance.compaction.min.files"],
                 orphan_grace_s=values["iceberg.mode.maintenance.orphan.grace.ms"] / 1000,
+                quarantine_s=_quarantine_s(raw),
             ),
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))

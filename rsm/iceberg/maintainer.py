@@ -33,7 +33,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import ValidatableTableRequirement
 
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance import Guard, StepResult, expire_snapshots, is_ours, maintain
+from rsm.iceberg.maintenance import Guard, StepResult, expire_snapshots, is_ours, maintain, purge_quarantine
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +268,7 @@ class MaintenanceStats:
             "compaction": ("files-compacted-total", "bytes-compacted-total"),
             "rewrite-manifests": ("manifests-rewritten-total", None),
             "remove-orphans": ("orphan-files-removed-total", "orphan-bytes-removed-total"),
+            "purge-quarantine": ("quarantine-files-purged-total", "quarantine-bytes-purged-total"),
         }
         with self.lock:
             for r in results:
@@ -307,6 +308,8 @@ class MaintenanceStats:
                     "manifests-rewritten-total",
                     "orphan-files-removed-total",
                     "orphan-bytes-removed-total",
+                    "quarantine-files-purged-total",
+                    "quarantine-bytes-purged-total",
                 )
             }
             for step in ("expire-snapshots", "compaction", "rewrite-manifests", "remove-orphans"):
@@ -344,6 +347,7 @@ class Maintainer:
         self.warehouse = warehouse
         self.stats = MaintenanceStats()
         self._last_orphans: dict[tuple[str, ...], float] = {}
+        self._last_purge: float | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._commits: dict[str, int] = {}
@@ -432,6 +436,18 @@ class Maintainer:
                 self.stats.count("errors-total")
                 log.warning("Iceberg snapshot expiry of %s.%s failed: %s", self.namespace, name, e)
 
+    def _purge(self, catalog: Catalog) -> None:
+        """Remove what the warehouse's quarantine held past its time, at most every ``orphan_interval_s`` (any
+        broker may: an item purged twice is gone once)."""
+        now = time.monotonic()
+        if not self.warehouse or (self._last_purge is not None and now - self._last_purge < self.orphan_interval_s):
+            return
+        from pyiceberg.io import load_file_io
+
+        io = load_file_io(dict(catalog.properties), self.warehouse)
+        self.stats.add([purge_quarantine(io, self.warehouse, self.settings.quarantine_s)])
+        self._last_purge = now
+
     def _proceeds(self, lease: LeaseKeeper) -> bool:
         """Whether a pass goes on to its next step: its lease still held and the plugin not closing."""
         return lease.held and not self._stop.is_set()
@@ -480,6 +496,7 @@ class Maintainer:
             snapshots_max = max(snapshots_max, len(table.metadata.snapshots))
             if snapshot is not None:
                 manifests_max = max(manifests_max, len(snapshot.manifests(table.io)))
+        self._purge(catalog)
         with self.stats.lock:
             self.stats.snapshots_max = snapshots_max
             self.stats.manifests_max = manifests_max

@@ -13,20 +13,19 @@ files not yet committed) and a reader of an earlier version of the table are nev
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import (
@@ -37,20 +36,30 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IntegerType, LongType
 
+from rsm.deletion.fileio_holding import FileIOHolding, list_locations, normal_location
+from rsm.deletion.holding import Held
+from rsm.deletion.quarantine import Quarantine, new_run_id
+from rsm.deletion.rules import (
+    TABLE_UNREFERENCED,
+    TABLE_UNREFERENCED_FOR_GRACE,
+    DeletionRefused,
+    Evidence,
+    authorize,
+)
 from rsm.errors import RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.file_bounds import file_bounds, overlaps
 from rsm.iceberg.schema import partition_spec
-from rsm.iceberg.tables import METADATA_PROPERTIES, compacted_file_properties
+from rsm.iceberg.tables import FORCED_METADATA_PROPERTIES, METADATA_PROPERTIES, compacted_file_properties
 from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
@@ -58,6 +67,8 @@ log = logging.getLogger(__name__)
 OWNER_PROPERTY = "kafka.topic"
 """Set by the writer on every table it creates: the mark of a table whose files maintenance may touch."""
 COMPACTION_SNAPSHOT_PROPERTY = "kafka.maintenance"
+ICEBERG_ORPHAN = "iceberg-orphan"
+"""The deletion rule (``rsm.deletion.rules``) of a table's orphan files."""
 Guard = Callable[[], AbstractContextManager[object]]
 
 
@@ -83,9 +94,14 @@ def is_ours(table: Table) -> bool:
 
 
 def set_metadata_properties(table: Table, dry_run: bool = False) -> StepResult:
-    """Give the table the properties that make each commit delete old metadata files (unless set already)."""
+    """Give the table the properties that bound its metadata log (unless set already), and turn off pyiceberg's
+    deletion of old metadata files on commit (their removal is the orphan step's, through the quarantine)."""
     result = StepResult("metadata-properties")
-    missing = {k: v for k, v in METADATA_PROPERTIES.items() if k not in table.properties}
+    missing = {
+        k: v
+        for k, v in METADATA_PROPERTIES.items()
+        if k not in table.properties or (k in FORCED_METADATA_PROPERTIES and table.properties[k] != v)
+    }
     result.count = len(missing)
     result.details = [f"set {k}={v}" for k, v in missing.items()]
     if missing and not dry_run:
@@ -456,51 +472,71 @@ def compact(
 # --- orphan files -----------------------------------------------------------------------------------------------
 
 
+DATA_FILE_MIN_GRACE_S = 86400.0
+"""The least grace of a data file (under a table's ``data/``), whatever ``orphan.grace.ms`` says: a Spark job or
+a long compaction may write for hours before its commit, and a reader of an expired snapshot reads as long."""
+LEDGER_PATH = "kts/unreferenced.json"
+"""Where, under a table's location (outside ``data/`` and ``metadata/``), the plugin keeps when each of the
+table's unreferenced files was first seen so (:class:`UnreferencedLedger`)."""
+
+
 @dataclass(frozen=True)
 class OrphanFile:
+    """A file of a table that no kept version references. ``age_s``: seconds since it was first seen so."""
+
     path: str
     size: int
     age_s: float
+    evidence: tuple[Evidence, ...] = ()
 
 
-_AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
+def orphan_grace_s(relative: str, grace_s: float) -> float:
+    """The grace of a file at ``relative`` (its path under the table's location): ``grace_s``, at least
+    :data:`DATA_FILE_MIN_GRACE_S` for a file outside ``metadata/``."""
+    return grace_s if relative.startswith("metadata/") else max(grace_s, DATA_FILE_MIN_GRACE_S)
 
 
-def _normal(uri: str) -> str:
-    """A location as a comparable string: ``file:/x``, ``file:///x`` and ``/x`` are the same file, and so are
-    Azure's ``abfs://container@account.dfs.core.windows.net/x`` (what tables reference) and
-    ``abfs://container/x`` (what listing the container gives)."""
-    u = urlparse(uri)
-    if u.scheme in ("", "file"):
-        return "file://" + os.path.normpath(u.path)
-    netloc = u.netloc.split("@", 1)[0] if u.scheme in _AZURE_SCHEMES else u.netloc
-    return f"{u.scheme}://{netloc}{u.path}"
+_normal = normal_location
+list_files = list_locations
 
 
-def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:
-    """(URI, size, modified epoch seconds) of every file under ``location`` (nothing when it does not exist)."""
-    u = urlparse(location)
-    scheme = u.scheme or "file"
-    if isinstance(io, PyArrowFileIO):
-        _, netloc, path = io.parse_location(location)
-        fs = io.fs_by_scheme(scheme, netloc)
-        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
-        for info in infos:
-            if info.type == pafs.FileType.File:
-                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
-                yield (f"file://{info.path}" if scheme == "file" else f"{scheme}://{info.path}"), info.size or 0, mtime
-        return
-    get_fs = getattr(io, "get_fs", None)
-    if get_fs is None:
-        raise RemoteStorageException(
-            f"cannot list {location}: the FileIO {type(io).__name__} lists no files; orphan files are not removed"
-        )
-    fs = get_fs(scheme)
-    root = location.split("://", 1)[-1].rstrip("/")
-    for path, info in fs.find(root, detail=True).items():
-        modified = info.get("last_modified") or info.get("mtime") or info.get("LastModified") or time.time()
-        epoch = modified.timestamp() if isinstance(modified, datetime) else float(modified)
-        yield f"{scheme}://{path}", int(info.get("size") or 0), epoch
+@dataclass
+class UnreferencedLedger:
+    """When each unreferenced file of one table was first seen unreferenced by a pass (epoch seconds, by path
+    under the table's location), kept as JSON at :data:`LEDGER_PATH`.
+
+    A file is in it only while it is unreferenced and present: one referenced again, or gone, leaves it at the
+    next pass, so it holds the files of about one grace period's commits however old the table. It is written
+    only by a pass that may remove files (the maintenance lease holder, ``kts gc --delete``, ``kts iceberg
+    maintain``); a read-only look reads it. Lost or unreadable, it starts again empty: files then wait a whole
+    grace from the next pass (more kept, never less). Two writers at once (a broker's pass beside ``kts gc
+    --delete``) may lose one's update: a file then re-enters later (kept longer), or keeps an earlier time that
+    the other had dropped on seeing it referenced; the reference check just before each move still holds. Passes
+    run every ``orphan.interval.ms``: a file referenced and dropped again between two passes keeps the time the
+    first one saw, so the grace is counted to within that interval."""
+
+    location: str
+    first_seen: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def read(io: FileIO, table_location: str) -> UnreferencedLedger:
+        location = f"{table_location.rstrip('/')}/{LEDGER_PATH}"
+        entry = io.new_input(location)
+        try:
+            if not entry.exists():
+                return UnreferencedLedger(location)
+            with entry.open() as f:
+                raw = json.loads(f.read())
+            first_seen = {str(k): float(v) for k, v in raw["first_seen"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("%s is unreadable (%s): unreferenced files wait a whole grace from now", location, e)
+            return UnreferencedLedger(location)
+        return UnreferencedLedger(location, first_seen)
+
+    def write(self, io: FileIO) -> None:
+        data = json.dumps({"format": 1, "first_seen": self.first_seen}, sort_keys=True).encode()
+        with io.new_output(self.location).create(overwrite=True) as out:
+            out.write(data)
 
 
 @dataclass(frozen=True)
@@ -638,30 +674,118 @@ def shared_location(table: Table, others: Mapping[str, str]) -> str | None:
     )
 
 
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def find_orphans(
-    table: Table, grace_s: float, others: list[str] | None = None, warehouse: str | None = None
+    table: Table,
+    grace_s: float,
+    others: list[str] | None = None,
+    warehouse: str | None = None,
+    now: float | None = None,
+    record: bool = False,
 ) -> list[OrphanFile]:
-    """Files under the table's ``data/`` and ``metadata/`` that no snapshot references and that are older than
-    ``grace_s``; none of a table that is not ours or (``warehouse`` given) lies outside the warehouse.
-    ``others``: locations of other tables, whose files are left alone even when under this table's location."""
+    """Files under the table's ``data/`` and ``metadata/`` that no kept version of the table references and that
+    were first seen so at least their grace ago (:func:`orphan_grace_s`); none of a table that is not ours or
+    (``warehouse`` given) lies outside the warehouse. ``others``: locations of other tables, whose files are left
+    alone even when under this table's location.
+
+    The grace counts from when a pass first saw the file unreferenced (the table's :class:`UnreferencedLedger`),
+    never from its modification time alone: a file of a snapshot expired a minute ago is days old, and a reader
+    that planned on that snapshot still reads it. ``record``: write the ledger (only a caller that may remove
+    files); a read-only look reads it and finds only what earlier recorded passes saw. Each file found carries
+    the evidence ``TABLE_UNREFERENCED_FOR_GRACE``."""
     location = table.location().rstrip("/")
     if not is_ours(table) or (warehouse and not _normal(location).startswith(_normal(warehouse).rstrip("/") + "/")):
         return []
-    now = time.time()
-    listed = [
-        f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/") if now - f[2] > grace_s
-    ]
-    if not listed:
-        return []
-    refs = referenced_files(table)
-    nested = [_normal(o).rstrip("/") + "/" for o in others or [] if _normal(o).startswith(_normal(location) + "/")]
+    now = time.time() if now is None else now
+    listed = [f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/")]
+    ledger = UnreferencedLedger.read(table.io, location)
+    refs = referenced_files(table) if listed else set()
+    base = _normal(location) + "/"
+    nested = [_normal(o).rstrip("/") + "/" for o in others or [] if _normal(o).startswith(base)]
+    seen: dict[str, float] = {}
     orphans = []
     for path, size, mtime in listed:
         p = _normal(path)
-        if p in refs or any(p.startswith(n) for n in nested):
+        if p in refs or any(p.startswith(n) for n in nested) or not p.startswith(base):
             continue
-        orphans.append(OrphanFile(path, size, now - mtime))
+        relative = p[len(base) :]
+        first = seen[relative] = ledger.first_seen.get(relative, now)
+        since = max(first, mtime)  # a file written again in place starts over
+        grace = orphan_grace_s(relative, grace_s)
+        if now - since >= grace:
+            detail = f"unreferenced since {_iso(since)} (first seen so by a pass), grace {grace:.0f} s"
+            orphans.append(OrphanFile(path, size, now - since, (Evidence(TABLE_UNREFERENCED_FOR_GRACE, detail),)))
+    if record and seen != ledger.first_seen:
+        ledger.first_seen = seen
+        ledger.write(table.io)
     return orphans
+
+
+def _warehouse_of(table: Table, warehouse: str | None) -> str | None:
+    """The warehouse the table's files are quarantined in: ``warehouse``, else the catalog's; None when the
+    table's location is not inside it."""
+    found = warehouse or table.catalog.properties.get("warehouse")
+    if not found or not _normal(table.location()).startswith(_normal(found).rstrip("/") + "/"):
+        return None
+    return found
+
+
+def hold_orphans(
+    table: Table,
+    orphans: Sequence[OrphanFile],
+    warehouse: str,
+    retention_s: float,
+    run: str | None = None,
+    others: Sequence[str] = (),
+) -> tuple[list[Held], list[tuple[OrphanFile, str]]]:
+    """Move ``orphans`` of ``table`` into the warehouse's quarantine, each once the deletion rule allows it: the
+    table is loaded again and what its kept versions reference read again just before (``TABLE_UNREFERENCED``);
+    a file referenced now, or of a table whose location another table shares, is kept. (held, kept with why)."""
+    if not orphans:
+        return [], []
+    fresh = table.catalog.load_table(table.name())
+    kept: list[tuple[OrphanFile, str]] = []
+    shared = shared_location(fresh, {o: o for o in others})
+    if shared is not None:
+        return [], [(o, shared) for o in orphans]
+    if not is_ours(fresh) or _normal(fresh.location()) != _normal(table.location()):
+        why = f"table {'.'.join(fresh.name())} is no longer the plugin's, or moved; its files are kept"
+        return [], [(o, why) for o in orphans]
+    refs = referenced_files(fresh)
+    versions = len(fresh.metadata.metadata_log) + 1
+    store = FileIOHolding(fresh.io, warehouse)
+    quarantine = Quarantine(store, store.root, retention_s)
+    run = run or new_run_id()
+    topic = fresh.properties.get(OWNER_PROPERTY)
+    held: list[Held] = []
+    for orphan in orphans:
+        if _normal(orphan.path) in refs:
+            kept.append((orphan, "a version of the table references it now"))
+            continue
+        evidence = (
+            *orphan.evidence,
+            Evidence(TABLE_UNREFERENCED, f"none of the {versions} kept versions up to {fresh.metadata_location}"),
+        )
+        try:
+            authorize(ICEBERG_ORPHAN, orphan.path, evidence)
+        except DeletionRefused as e:
+            kept.append((orphan, str(e)))
+            continue
+        try:
+            held += quarantine.hold(ICEBERG_ORPHAN, [(orphan.path, orphan.size)], evidence, run, topic)
+        except RemoteStorageException as e:  # not the warehouse's to hold, or written while it was moved
+            kept.append((orphan, str(e)))
+    if held:  # what was moved leaves the ledger now rather than at the next pass
+        ledger = UnreferencedLedger.read(fresh.io, fresh.location())
+        base = _normal(fresh.location()).rstrip("/") + "/"
+        moved = {_normal(h.original)[len(base) :] for h in held}
+        if moved & set(ledger.first_seen):
+            ledger.first_seen = {k: v for k, v in ledger.first_seen.items() if k not in moved}
+            ledger.write(fresh.io)
+    return held, kept
 
 
 def remove_orphans(
@@ -670,14 +794,48 @@ def remove_orphans(
     dry_run: bool = False,
     others: list[str] | None = None,
     warehouse: str | None = None,
+    now: float | None = None,
+    run: str | None = None,
 ) -> StepResult:
+    """Move the table's orphan files (:func:`find_orphans`) into the warehouse's quarantine (:func:`hold_orphans`),
+    where they stay ``settings.quarantine_s`` before :func:`purge_quarantine` removes them. A dry run records
+    nothing and moves nothing."""
     result = StepResult("remove-orphans")
-    orphans = find_orphans(table, settings.orphan_grace_s, others, warehouse)
-    result.count = len(orphans)
-    result.bytes = sum(o.size for o in orphans)
-    result.details = [o.path for o in orphans]
-    if not dry_run:
-        _delete(table.io, [o.path for o in orphans])
+    if not is_ours(table):
+        return result
+    root = _warehouse_of(table, warehouse)
+    if root is None:
+        result.skipped = f"the table's location {table.location()} is outside the warehouse: no quarantine to use"
+        return result
+    orphans = find_orphans(table, settings.orphan_grace_s, others, root, now, record=not dry_run)
+    if dry_run:
+        result.count = len(orphans)
+        result.bytes = sum(o.size for o in orphans)
+        result.details = [o.path for o in orphans]
+        return result
+    held, kept = hold_orphans(table, orphans, root, settings.quarantine_s, run, others or ())
+    result.count = len(held)
+    result.bytes = sum(h.size for h in held)
+    result.details = [h.original for h in held]
+    if kept:
+        result.skipped = f"{len(kept)} kept: {kept[0][1]}"
+    return result
+
+
+def purge_quarantine(
+    io: FileIO, warehouse: str, retention_s: float, now: float | None = None, dry_run: bool = False
+) -> StepResult:
+    """Remove for good what the warehouse's quarantine has held longer than ``retention_s`` (``gc.quarantine.ms``
+    as configured now)."""
+    result = StepResult("purge-quarantine")
+    store = FileIOHolding(io, warehouse)
+    quarantine = Quarantine(store, store.root, retention_s)
+    expired = quarantine.expired(time.time() if now is None else now)
+    result.count = len(expired)
+    result.bytes = sum(h.size for h in expired if h.present)
+    result.details = [h.original for h in expired]
+    if expired and not dry_run:
+        quarantine.purge(expired)
     return result
 
 
@@ -783,8 +941,11 @@ def plugin_tables(catalog: Catalog, namespace: str) -> tuple[list[Table], dict[s
     return ours, locations
 
 
-def all_orphans(catalog: Catalog, namespace: str, grace_s: float, warehouse: str) -> list[OrphanFile]:
-    """The orphan files of every table of the plugin in ``namespace`` whose location is inside ``warehouse``."""
+def all_orphans(
+    catalog: Catalog, namespace: str, grace_s: float, warehouse: str, record: bool = False, now: float | None = None
+) -> list[OrphanFile]:
+    """The orphan files (:func:`find_orphans`) of every table of the plugin in ``namespace`` whose location is
+    inside ``warehouse``. ``record``: write each table's ledger (only for a caller that then removes them)."""
     ours, locations = plugin_tables(catalog, namespace)
     out = []
     for table in ours:
@@ -794,22 +955,38 @@ def all_orphans(catalog: Catalog, namespace: str, grace_s: float, warehouse: str
         if refused is not None:
             log.warning("%s", refused)
             continue
-        out += find_orphans(table, grace_s, list(others.values()), warehouse)
+        out += find_orphans(table, grace_s, list(others.values()), warehouse, now, record)
     return out
 
 
-def delete_if_orphans(
-    catalog: Catalog, namespace: str, paths: list[str], warehouse: str
-) -> tuple[list[str], list[str]]:
-    """Delete those of ``paths`` that are still orphans now (no grace: they were found older than it before);
-    (deleted, kept: referenced meanwhile or no longer under a table of the plugin)."""
-    still = {_normal(o.path) for o in all_orphans(catalog, namespace, 0.0, warehouse)}
-    deleted, kept = [], []
-    io = catalog.load_table(catalog.list_tables(namespace)[0]).io if paths and still else None
-    for path in paths:
-        if _normal(path) in still and io is not None:
-            _delete(io, [path])
-            deleted.append(path)
-        else:
-            kept.append(path)
-    return deleted, kept
+def hold_if_orphans(
+    catalog: Catalog,
+    namespace: str,
+    paths: list[str],
+    warehouse: str,
+    settings: MaintenanceSettings,
+    run: str | None = None,
+    now: float | None = None,
+) -> tuple[list[Held], list[tuple[str, str]]]:
+    """Move into the warehouse's quarantine those of ``paths`` that are orphans past their grace now (each table's
+    ledger is updated, its references read again just before the move); (held, kept with why)."""
+    wanted = {_normal(p): p for p in paths}
+    ours, locations = plugin_tables(catalog, namespace)
+    held: list[Held] = []
+    kept: list[tuple[str, str]] = []
+    run = run or new_run_id(now)
+    for table in ours:
+        name = table.name()[-1]
+        others = {f"{namespace}.{n}": loc for n, loc in locations.items() if n != name}
+        if shared_location(table, others) is not None:
+            continue  # its files stay: not found as orphans now
+        found = find_orphans(table, settings.orphan_grace_s, list(others.values()), warehouse, now, record=True)
+        mine = [o for o in found if _normal(o.path) in wanted]
+        got, refused = hold_orphans(table, mine, warehouse, settings.quarantine_s, run, list(others.values()))
+        held += got
+        kept += [(o.path, why) for o, why in refused]
+        for o in mine:
+            wanted.pop(_normal(o.path), None)
+    why = "not an orphan past its grace now (referenced again, gone, or no longer a table's)"
+    kept += [(p, why) for p in wanted.values()]
+    return held, kept

@@ -293,12 +293,23 @@ ICEBERG_MAINTENANCE_METRICS = [
         ("files-compacted-total", "total", "Small data files rewritten into larger ones."),
         ("bytes-compacted-total", "total", "Bytes of the small data files rewritten."),
         ("manifests-rewritten-total", "total", "Data manifests merged."),
-        ("orphan-files-removed-total", "total", "Files no snapshot referenced, older than the grace period, deleted."),
+        (
+            "orphan-files-removed-total",
+            "total",
+            "Files no kept table version referenced for longer than the grace period, moved into the warehouse's "
+            "quarantine.",
+        ),
         ("orphan-bytes-removed-total", "total", "Bytes of those files."),
+        (
+            "quarantine-files-purged-total",
+            "total",
+            "Files the warehouse's quarantine held past gc.quarantine.ms, removed for good.",
+        ),
+        ("quarantine-bytes-purged-total", "total", "Bytes of those files."),
         ("expire-snapshots-time-ms-total", "total", "Time spent expiring snapshots."),
         ("compaction-time-ms-total", "total", "Time spent compacting."),
         ("rewrite-manifests-time-ms-total", "total", "Time spent merging manifests."),
-        ("remove-orphans-time-ms-total", "total", "Time spent finding and deleting orphan files."),
+        ("remove-orphans-time-ms-total", "total", "Time spent finding orphan files and moving them aside."),
         (
             "seconds-since-last-pass",
             "gauge",

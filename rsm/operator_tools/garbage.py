@@ -24,7 +24,9 @@ Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garba
 - ``iceberg-orphan``: a file under the location of one of the plugin's Iceberg tables (property ``kafka.topic``,
   inside the plugin's warehouse) that no snapshot of its table references, neither in the current metadata file
   nor in one still in its metadata log: the data, manifest and metadata files of a copy killed before its
-  commit's swap, or a file of an expired snapshot. Deletion checks again, against the tables as they are then.
+  commit's swap, or a file of an expired snapshot. Listed only once unreferenced for the table's own orphan grace
+  (not ``--older-than``), counted from the first recorded look that saw it so; removal checks again against the
+  tables as they are then and moves the file into the warehouse's quarantine.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
@@ -125,11 +127,14 @@ def find_garbage(
     concurrency: int = DEFAULT_CONCURRENCY,
     on_listed: Callable[[str], None] | None = None,
     upload_deadline_s: float | None = None,
+    record: bool = False,
 ) -> list[GarbageItem]:
     """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
     ``on_listed`` is called with each listed object's key (progress: a store of 10,000 segments lists 30,000).
     Each item carries the evidence observed for it; an unfinished upload gets ``upload-deadline`` only when it is
     older than ``upload_deadline_s`` (default: ``upload_deadline_seconds`` of the manager's configuration).
+    Iceberg tables' orphan files wait their tables' own grace instead, counted from when a recorded pass first
+    saw them unreferenced; ``record`` (for a caller that then deletes) records this look in the tables' ledgers.
 
     Only keys that parse as the plugin's object layout (``parse_object_key``) are considered: another
     application's objects and uploads under the same prefix are never listed, whatever their names end with.
@@ -201,7 +206,7 @@ def find_garbage(
                     found = GarbageItem(upload.kind, upload.key, age, upload.size, upload, evidence=tuple(evidence))
                     items.append(found)
         items.extend(_stale_cache_entries(manager, concurrency))
-        items.extend(_iceberg_orphans(manager, older_than_seconds))
+        items.extend(_iceberg_orphans(manager, record))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
@@ -261,15 +266,19 @@ def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     return None if catalog is None else (catalog, mode.properties.get("warehouse", ""))
 
 
-def _iceberg_orphans(manager: RemoteStorageManager, older_than_seconds: float) -> list[GarbageItem]:
+def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[GarbageItem]:
+    """The Iceberg tables' orphan files past the tables' own grace (``iceberg.mode.maintenance.orphan.grace.ms``,
+    at least a day for data files), never gc's ``--older-than``: a Spark job or a compaction may write for hours
+    before its commit. ``record``: update the tables' ledgers of unreferenced files (``kts gc --delete`` only)."""
     opened = _iceberg_catalog(manager)
     if opened is None:
         return []
     from rsm.iceberg.maintenance import all_orphans
 
     catalog, warehouse = opened
-    found = all_orphans(catalog, manager.iceberg.cfg.namespace, older_than_seconds, warehouse)
-    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size) for o in found]
+    cfg = manager.iceberg.cfg
+    found = all_orphans(catalog, cfg.namespace, cfg.maintenance.orphan_grace_s, warehouse, record=record)
+    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size, evidence=o.evidence) for o in found]
 
 
 def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
@@ -344,9 +353,21 @@ def quarantine_usage(
 
 
 def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
-    """Purge what the store's quarantine has held longer than ``gc.quarantine.ms``."""
+    """Purge what the store's quarantine, and in Iceberg mode the warehouse's (``<warehouse>/kts-quarantine/``),
+    have held longer than ``gc.quarantine.ms``."""
     quarantine = quarantine_of(manager)
-    return quarantine.purge(quarantine.expired(now))
+    report = quarantine.purge(quarantine.expired(now))
+    opened = _iceberg_catalog(manager)
+    if opened is not None and opened[1]:
+        from pyiceberg.io import load_file_io
+
+        from rsm.deletion.fileio_holding import FileIOHolding
+
+        catalog, warehouse = opened
+        store = FileIOHolding(load_file_io(dict(catalog.properties), warehouse), warehouse)
+        tables = Quarantine(store, store.root, quarantine.retention_s)
+        report.purged += tables.purge(tables.expired(now)).purged
+    return report
 
 
 def delete_garbage(
@@ -403,21 +424,28 @@ def _remove_iceberg_orphans(
     report: GarbageReport,
     progress: Callable[[GarbageItem], None] | None,
 ) -> None:
-    """Delete the Iceberg orphans that are orphans still (a table's snapshots are read again first)."""
+    """Move the Iceberg orphans that are orphans still into the warehouse's quarantine (``kts-quarantine/``):
+    each table's ledger and references are read again, and each move is authorised by the ``iceberg-orphan``
+    rule."""
     opened = _iceberg_catalog(manager)
     if opened is None:
         report.skipped += [(i, "Iceberg mode is off or its namespace is gone") for i in items]
         return
-    from rsm.iceberg.maintenance import delete_if_orphans
+    from rsm.iceberg.maintenance import hold_if_orphans
 
     catalog, warehouse = opened
-    deleted, _kept = delete_if_orphans(catalog, manager.iceberg.cfg.namespace, [i.key for i in items], warehouse)
-    gone = set(deleted)
+    cfg = manager.iceberg.cfg
+    held, kept = hold_if_orphans(
+        catalog, cfg.namespace, [i.key for i in items], warehouse, cfg.maintenance, run=report.run
+    )
+    report.held += held
+    gone = {h.original for h in held}
+    why = dict(kept)
     for item in items:
         if item.key in gone:
             report.deleted.append(item)
         else:
-            report.skipped.append((item, "a snapshot references it now"))
+            report.skipped.append((item, why.get(item.key, "not an orphan now")))
         if progress is not None:
             progress(item)
 

@@ -1,6 +1,7 @@
 """Iceberg-mode copies and retention deletes killed (SIGKILL) at every point of their way, one point per test:
 the table stays whole, the retry succeeds and reads back byte-identical, and `kts gc --delete` (grace 0) then
-removes everything the dead process left, in the warehouse and in the store, and nothing else.
+removes everything the dead process left, in the warehouse (into its quarantine, once the table's orphan grace
+has passed) and in the store, and nothing else.
 
 Real SQLite catalog and filesystem warehouse and store; the child (tests/support/kill_point_child.py) kills
 itself at the named point, so each point is hit every run."""
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of
+from iceberg_testing import age_ledger, iceberg_config, load_table, new_tip, order_records, segment_of
 from kill_point_child import NOT_REACHED, POINTS
 
 from backends.filesystem import TEMP_PREFIX
@@ -105,7 +106,8 @@ def _store_objects(cfg: dict[str, str]) -> set[str]:
 
 
 def _gc_and_check(cfg: dict[str, str], tmp_path: Path, live: list[tuple[Any, SegmentFiles]]) -> None:
-    """`kts gc --delete --older-than 0s`, then: no file of the table that its metadata does not reference, the
+    """`kts gc --delete --older-than 0s` twice, the table's ledger aged past its grace between, then: no file
+    of the table that its metadata does not reference (each in the warehouse's quarantine), the
     store holds exactly the live segments' manifests and indexes and the foreign object, every referenced file
     is there and every live segment reads back byte-identical."""
     warehouse = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://"))
@@ -117,10 +119,21 @@ def _gc_and_check(cfg: dict[str, str], tmp_path: Path, live: list[tuple[Any, Seg
     two_hours_ago = time.time() - 7200
     for temp in Path(cfg["storage.root"]).rglob(f"{TEMP_PREFIX}*"):
         os.utime(temp, (two_hours_ago, two_hours_ago))
+    left = _table_files(cfg)
+    out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--older-than", "0s", "--delete"])
+    assert out.exit_code == 0, out.output
+    # The table's files wait the table's orphan grace from this first run that saw them unreferenced, whatever
+    # --older-than says (a write may still be under way); once it has passed, the next run moves them aside.
+    assert _table_files(cfg) == left
+    unreferenced = left[0] - left[1]
+    assert age_ledger(warehouse / "kafka" / "orders", 4 * 86400) == len(unreferenced)
     out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--older-than", "0s", "--delete"])
     assert out.exit_code == 0, out.output
     listed, refs = _table_files(cfg)
     assert listed - refs == set(), "left after kts gc --delete"
+    quarantine = warehouse / "kts-quarantine"
+    held = [p for p in quarantine.rglob("*") if p.is_file() and not p.name.endswith(".kts-held.json")]
+    assert len(held) == len(unreferenced), "not all in the quarantine"
     assert refs <= listed, "kts gc removed a referenced file"
     assert foreign_file.exists()
     with RemoteStorageManager() as m:

@@ -103,26 +103,35 @@ def test_expiry_keeps_the_newest_and_drops_the_rest_by_count_and_age(tmp_path: P
     assert [s.snapshot_id for s in load_table(cfg).metadata.snapshots] == newest[-2:]
 
 
-def test_metadata_properties_bound_the_metadata_files(tmp_path: Path) -> None:
+def test_metadata_properties_bound_the_log_and_old_metadata_files_go_as_orphans(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=2)
     table = load_table(cfg)
     assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES  # a new table has them
-    with table.transaction() as txn:  # as a table made before the writer set them
-        txn.remove_properties(*METADATA_PROPERTIES)
+    assert table.properties["write.metadata.delete-after-commit.enabled"] == "false"
+    with table.transaction() as txn:  # as a table made before: no bound on its log, deleting on commit
+        txn.remove_properties("write.metadata.previous-versions-max")
+        txn.set_properties({"write.metadata.delete-after-commit.enabled": "true"})
     table = load_table(cfg)
     assert set_metadata_properties(table).count == 2
-    assert set_metadata_properties(load_table(cfg)).count == 0  # set once; an operator's value is kept
+    assert set_metadata_properties(load_table(cfg)).count == 0  # set once; an operator's bound is kept
     tier(cfg, new_tip(), [segment_of(tmp_path / f"more{i}", order_records(1000 + i * 10, 10)) for i in range(14)])
     table = load_table(cfg)
     assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES
     kept = int(METADATA_PROPERTIES["write.metadata.previous-versions-max"])
     metadata_dir = Path(table.metadata_location.removeprefix("file://")).parent
     assert len(table.metadata.metadata_log) == kept
-    # those dropped from the log before the properties were set go as orphans, once past the grace
-    for p in metadata_dir.iterdir():
-        _age(p, 7200)
-    remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
+    # No commit deleted a metadata file: those out of the log go as orphans, into the quarantine, after the grace
+    # (counted from the first pass that saw them so).
+    before = set(metadata_dir.glob("*.metadata.json"))
+    assert len(before) > kept + 1
+    settings = MaintenanceSettings(orphan_grace_s=3600)
+    t0 = time.time()
+    assert remove_orphans(table, settings, now=t0).count == 0
+    held = remove_orphans(load_table(cfg), settings, now=t0 + 3600)
     assert len(list(metadata_dir.glob("*.metadata.json"))) == kept + 1
+    assert {Path(d.removeprefix("file://")) for d in held.details} >= before - set(metadata_dir.glob("*"))
+    quarantine = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "kts-quarantine"
+    assert len([p for p in quarantine.rglob("*.metadata.json")]) == len(before) - kept - 1
 
 
 def test_compaction_rewrites_small_files_sorted_with_bounds_and_removes_exactly_what_it_read(tmp_path: Path) -> None:
@@ -270,33 +279,35 @@ def test_rewrite_manifests_merges_them_and_keeps_every_file(tmp_path: Path) -> N
     assert "commit.manifest.min-count-to-merge" not in table.properties
 
 
-def test_orphans_only_ours_only_old_and_never_a_referenced_file(tmp_path: Path) -> None:
+def test_orphans_only_ours_only_unreferenced_for_the_grace_and_never_a_referenced_file(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=3)
     table = load_table(cfg)
+    warehouse = cfg["iceberg.mode.warehouse"]
     data = Path(table.location().removeprefix("file://")) / "data"
-    old_orphan, young_orphan = data / "old-orphan.parquet", data / "young-orphan.parquet"
-    pq.write_table(pa.table({"x": [1]}), old_orphan)
-    pq.write_table(pa.table({"x": [1]}), young_orphan)
-    _age(old_orphan, 7200)
-    foreign = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "someone-else" / "f.parquet"
+    orphan, later = data / "orphan.parquet", data / "later.parquet"
+    pq.write_table(pa.table({"x": [1]}), orphan)
+    _age(orphan, 10 * 86400)  # days old by mtime: that alone makes nothing an orphan
+    foreign = Path(warehouse.removeprefix("file://")) / "someone-else" / "f.parquet"
     foreign.parent.mkdir(parents=True)
     pq.write_table(pa.table({"x": [1]}), foreign)
-    _age(foreign, 7200)
-    for p in Path(table.location().removeprefix("file://")).rglob("*"):
-        if p.is_file() and p != young_orphan:
-            _age(p, 7200)
+    _age(foreign, 10 * 86400)
     refs = referenced_files(table)
-    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}") == []  # not under the warehouse
-    found = find_orphans(table, 3600, warehouse=cfg["iceberg.mode.warehouse"])
-    assert [Path(o.path.removeprefix("file://")) for o in found] == [old_orphan]
+    t0 = time.time()
+    day = 86400
+    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}", now=t0, record=True) == []
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0 + 2 * day) == []  # no recorded pass saw it yet
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0, record=True) == []  # first seen unreferenced
+    pq.write_table(pa.table({"x": [1]}), later)
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0 + day - 1, record=True) == []  # data: a day
+    found = find_orphans(table, 3600, warehouse=warehouse, now=t0 + day)
+    assert [Path(o.path.removeprefix("file://")) for o in found] == [orphan]
     assert all(o.path not in refs for o in found)
-    assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600)).count == 1
-    assert not old_orphan.exists() and young_orphan.exists() and foreign.exists()
+    assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600), now=t0 + day).count == 1
+    assert not orphan.exists() and later.exists() and foreign.exists()
     assert _offsets(load_table(cfg)) == list(range(3 * SEGMENT_RECORDS))
     # a table the plugin did not make is never looked into
     table.transaction().remove_properties("kafka.topic").commit_transaction()
-    _age(young_orphan, 7200)
-    assert find_orphans(load_table(cfg), 3600) == []
+    assert find_orphans(load_table(cfg), 3600, now=t0 + 10 * day) == []
 
 
 def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Path) -> None:
@@ -326,8 +337,8 @@ def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Pat
         txn.set_properties({"write.metadata.previous-versions-max": "1"})
     with load_table(cfg).transaction() as txn:
         txn.set_properties({"kafka.test": "one more commit"})
-    _age_all(cfg)
-    assert remove_orphans(load_table(cfg), settings).count >= 8
+    assert remove_orphans(load_table(cfg), settings).count == 0  # first seen unreferenced now
+    assert remove_orphans(load_table(cfg), settings, now=time.time() + 86400).count >= 8  # data files: a day
     assert {p for p in _data_files(cfg) if p.is_file()} == live
     assert _rows(load_table(cfg)) == before
 
@@ -624,7 +635,9 @@ def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path
         remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
     assert orphan.exists()
     previous.unlink()  # gone: it references nothing any more
-    assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
+    assert find_orphans(load_table(cfg), 3600, record=True) == []
+    later = find_orphans(load_table(cfg), 3600, now=time.time() + 86400)
+    assert [Path(o.path.removeprefix("file://")) for o in later] == [orphan]
 
 
 def _counted_refs(cfg: dict[str, str]) -> tuple[set[str], list[str]]:
@@ -661,6 +674,8 @@ def test_a_maintenance_pass_on_a_table_loaded_before_copies_logs_no_warning(
     as pyiceberg does after a commit, metadata files of its old log that the copies' commits already deleted.
     pyiceberg's "Failed to delete metadata file" for those is dropped."""
     cfg = _tiered(tmp_path, segments=2, **{"iceberg.mode.maintenance.enabled": "false"})
+    with load_table(cfg).transaction() as txn:  # as a table of a plugin that had pyiceberg delete them
+        txn.set_properties({"write.metadata.delete-after-commit.enabled": "true"})
     table = load_table(cfg)  # as the maintainer loaded it
     old_log = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
     late = [segment_of(tmp_path / f"late{i}", order_records(1000 + i * 10, 10)) for i in range(12)]
