@@ -352,21 +352,34 @@ def quarantine_usage(
     return objects, size
 
 
-def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
-    """Purge what the store's quarantine, and in Iceberg mode the warehouse's (``<warehouse>/kts-quarantine/``),
-    have held longer than ``gc.quarantine.ms``."""
-    quarantine = quarantine_of(manager)
-    report = quarantine.purge(quarantine.expired(now))
+def warehouse_quarantine(manager: RemoteStorageManager) -> Quarantine | None:
+    """The quarantine of the Iceberg warehouse (``<warehouse>/kts-quarantine/``, through the tables' FileIO) when
+    Iceberg mode is on and its catalog holds the namespace; None otherwise (nothing is created)."""
     opened = _iceberg_catalog(manager)
-    if opened is not None and opened[1]:
-        from pyiceberg.io import load_file_io
+    if opened is None or not opened[1]:
+        return None
+    from pyiceberg.io import load_file_io
 
-        from rsm.deletion.fileio_holding import FileIOHolding
+    from rsm.deletion.fileio_holding import FileIOHolding
 
-        catalog, warehouse = opened
-        store = FileIOHolding(load_file_io(dict(catalog.properties), warehouse), warehouse)
-        tables = Quarantine(store, store.root, quarantine.retention_s)
-        report.purged += tables.purge(tables.expired(now)).purged
+    catalog, warehouse = opened
+    store = FileIOHolding(load_file_io(dict(catalog.properties), warehouse), warehouse)
+    return Quarantine(store, store.root, manager.config["gc.quarantine.ms"] / 1000)
+
+
+def quarantines_of(manager: RemoteStorageManager) -> list[Quarantine]:
+    """Every quarantine gc and maintenance hold things in: the store's, then the warehouse's in Iceberg mode."""
+    warehouse = warehouse_quarantine(manager)
+    return [quarantine_of(manager), *([warehouse] if warehouse is not None else [])]
+
+
+def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
+    """Purge what the store's quarantine, and in Iceberg mode the warehouse's, have held longer than
+    ``gc.quarantine.ms``."""
+    quarantines = quarantines_of(manager)
+    report = quarantines[0].purge(quarantines[0].expired(now))
+    for other in quarantines[1:]:
+        report.purged += other.purge(other.expired(now)).purged
     return report
 
 

@@ -170,6 +170,7 @@ def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch
     """`kts gc --watch` serves the quarantine's objects and bytes beside the reconciliation (the cluster's answer
     is a stand-in here: tests/system/test_gc_cluster.py reads a real one)."""
     import io
+    from types import SimpleNamespace
 
     from gc_watch import watch_metrics
 
@@ -182,7 +183,8 @@ def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch
     store = tmp_path / "store"
     props.write_text(f"storage.backend.class=filesystem\nstorage.root={store}\nkey.prefix=t/\nchunk.size=4096\n")
     (tmp_path / "store").mkdir()
-    monkeypatch.setattr(gc_cluster, "check", lambda *_args: (Reconciliation(), {}))
+    empty = SimpleNamespace(record=SimpleNamespace(complete=True), topics=None, result=Reconciliation())
+    monkeypatch.setattr(gc_cluster, "check", lambda *_args: empty)
     assert watch_metrics(str(props), "unused:9092", rounds=2)["kts_gc_cluster_quarantined_objects"] == 0
 
     from rsm.metadata import random_kafka_uuid
