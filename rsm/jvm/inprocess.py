@@ -18,7 +18,10 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 * a plain Python exception reaches Java as a message-less PyExceptionProxy, so every entry point maps errors
   to Kafka's RemoteResourceNotFoundException / RemoteStorageException with the Python type and message;
 * JPype's own JVM shutdown hook disables proxies before the broker's hook runs; :func:`adopt_shutdown_hooks`
-  moves the broker's hooks under JPype's so they still reach the plugin.
+  moves the broker's hooks under JPype's so they still reach the plugin;
+* once JPype's hook has told its native side that the JVM is going away, making the Python wrapper of a Java
+  class Python has not met before crashes the process (SIGSEGV in ``TypeFactoryNative.newWrapper``);
+  :func:`wrap_shutdown_classes` makes every wrapper the bridge may need while the JVM shuts down beforehand.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from rsm.errors import ConfigException
+from rsm.errors import ConfigException, RemoteResourceNotFoundException, RetriableRemoteStorageException
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
@@ -149,6 +152,50 @@ def adopt_shutdown_hooks() -> int:
     return moved
 
 
+SHUTDOWN_CLASSES = (
+    # what an interrupted broker thread may see thrown from a Java call
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+    "java.nio.channels.AsynchronousCloseException",
+    "java.lang.IllegalStateException",
+    # what _java_error raises into Java
+    "org.apache.kafka.server.log.remote.storage.RemoteStorageException",
+    "org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException",
+    "io.kts.shim.KafkaErrors",
+)
+"""Java classes the bridge or an interrupted broker thread may meet while the JVM shuts down (besides the runtime
+classes :func:`wrap_shutdown_classes` finds by making the objects themselves)."""
+
+
+def wrap_shutdown_classes() -> list[str]:
+    """Make JPype's Python wrapper of every Java class the bridge may meet while the JVM shuts down; returns their
+    names.
+
+    JPype makes a class's wrapper the first time Python meets the class (``TypeFactoryNative.newWrapper``), and
+    reads the class's members from Java while it does. During a JVM shutdown, JPype's hook marks the JVM as gone
+    right after the broker's hooks (adopted under JPype's) have finished; a wrapper made after that fails to read
+    the members, and JPype ends the process with a SIGSEGV instead of an exception. Made here, before any
+    shutdown can begin, each wrapper is only looked up later. Besides :data:`SHUTDOWN_CLASSES`, this makes what
+    :func:`_java_error` builds for each kind of failure (on a broker with Kafka's
+    RetriableRemoteStorageException, that class too) and the direct buffers a fetch hands over."""
+    import jpype
+    import jpype.nio
+
+    names = [str(jpype.JClass(name).class_.getName()) for name in SHUTDOWN_CLASSES]
+    samples: list[BaseException] = [
+        RemoteResourceNotFoundException("probe"),
+        RetriableRemoteStorageException("probe"),
+        ValueError("probe"),
+    ]
+    objects = [_java_error(e) for e in samples]
+    writable = jpype.nio.convertToDirectBuffer(bytearray(8))
+    read_only = jpype.nio.convertToDirectBuffer(b"\0" * 8)
+    objects += [writable, writable.slice(0, 4), read_only, read_only.slice(0, 4)]
+    names += [str(o.getClass().getName()) for o in objects]
+    return sorted(set(names))
+
+
 def _java_error(exc: BaseException) -> BaseException:
     """Kafka's exception classes with the Python type and message; Java exceptions pass through."""
     import jpype
@@ -175,6 +222,8 @@ def define_bridge() -> dict[str, Any]:
     from jpype import JImplements, JOverride
 
     byte_array = jpype.JArray(jpype.JByte)  # building the array type costs ~9 us: once, not per call
+    wrapped = wrap_shutdown_classes()
+    log.debug("in-process transport: Python wrappers made before any shutdown: %s", ", ".join(wrapped))
     own_buffers = ChunkBufferPool(CHUNK, max_idle=_POOL_MAX)  # for streams that are not SegmentStreams
 
     def direct_buffer(buf: ChunkBuffer) -> Any:
@@ -337,6 +386,7 @@ def define_bridge() -> dict[str, Any]:
                 self.manager.close()
             except Exception as e:
                 raise _java_error(e) from None
+            log.info("in-process transport: RemoteStorageManager closed")
 
     @JImplements("io.kts.shim.PythonBridge")
     class Bridge:
