@@ -21,7 +21,8 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
   moves the broker's hooks under JPype's so they still reach the plugin;
 * once JPype's hook has told its native side that the JVM is going away, making the Python wrapper of a Java
   class Python has not met before crashes the process (SIGSEGV in ``TypeFactoryNative.newWrapper``);
-  :func:`wrap_shutdown_classes` makes every wrapper the bridge may need while the JVM shuts down beforehand.
+  :func:`wrap_shutdown_classes` makes every wrapper the bridge may need while the JVM shuts down beforehand,
+  and a call that fails after that point waits for the JVM's halt instead of raising (:func:`_into_java`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import logging
 import mmap
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -213,6 +215,20 @@ def _java_error(exc: BaseException) -> BaseException:
     return jpype.JClass(pkg + name)(text)
 
 
+def _into_java(exc: BaseException) -> BaseException:
+    """What a bridge method raises into Java for ``exc``: :func:`_java_error`'s exception, unless JPype has
+    already been told the JVM is going away. Then this thread waits here for the JVM's halt to end the process:
+    JPype can no longer turn any exception into a Java one and ends the process with a SIGSEGV instead, while
+    returning would report a failed call as a success. Only a call still running after the broker's shutdown
+    hook has finished (say, a fetch from a store that stopped answering) gets here."""
+    import jpype
+
+    if not jpype.isJVMStarted():
+        while True:
+            time.sleep(3600)
+    return _java_error(exc)
+
+
 def define_bridge() -> dict[str, Any]:
     """Create the @JImplements classes (possible only once the JVM runs and the shim jar is on its class path)."""
     if _defined:
@@ -261,12 +277,12 @@ def define_bridge() -> dict[str, Any]:
                 if self.own is None:
                     self.own = own_buffers.take(CHUNK)
                 n = readinto_some(self.stream, self.own.memory)
+                if n <= 0:
+                    self.done = True
+                    return None
+                return direct_buffer(self.own).slice(0, n)
             except Exception as e:
-                raise _java_error(e) from None
-            if n <= 0:
-                self.done = True
-                return None
-            return direct_buffer(self.own).slice(0, n)
+                raise _into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -322,7 +338,10 @@ def define_bridge() -> dict[str, Any]:
         @JOverride
         def scratch(self) -> Any:
             pin_thread_state()
-            return scratch()[1]
+            try:
+                return scratch()[1]
+            except Exception as e:
+                raise _into_java(e) from None
 
         @JOverride
         def copy(self, meta: Any, seg: Any, off: Any, tim: Any, txn: Any, snap: Any, epochs: Any) -> Any:
@@ -338,9 +357,9 @@ def define_bridge() -> dict[str, Any]:
                     leader_epoch_index=bytes(epochs),
                 )
                 custom = self.manager.copy_log_segment_data(m, data)
+                return None if custom is None else byte_array(bytes(custom))
             except Exception as e:
-                raise _java_error(e) from None
-            return None if custom is None else byte_array(bytes(custom))
+                raise _into_java(e) from None
 
         @JOverride
         def fetch(self, meta: Any, start: int, end: int) -> Any:
@@ -349,7 +368,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(bytes(meta))
                 return result(self.manager.fetch_log_segment(m, int(start), None if end < 0 else int(end)))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def fetchIndex(self, request: Any) -> Any:  # noqa: N802 - Java's name
@@ -361,7 +380,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(raw[1 + n :])
                 return result(self.manager.fetch_index(m, kind))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def delete(self, meta: Any) -> None:
@@ -369,7 +388,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.delete_log_segment_data(wire.decode_metadata(bytes(meta)))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def metrics(self) -> Any:
@@ -377,7 +396,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 return byte_array(to_lines(self.capabilities.metrics_rows()))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -385,7 +404,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.close()
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
             log.info("in-process transport: RemoteStorageManager closed")
 
     @JImplements("io.kts.shim.PythonBridge")
@@ -417,7 +436,7 @@ def define_bridge() -> dict[str, Any]:
                 log.info("in-process transport: %d start-up objects left out of Python's GC", freeze_startup_objects())
                 return session
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
     _defined.update(Bridge=Bridge, Session=Session, Chunks=Chunks)
     return _defined

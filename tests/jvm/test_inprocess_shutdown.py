@@ -43,6 +43,48 @@ def fake_kafka_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+def sigterm_fake_broker(home: Path, work: Path, ready: str, *extra: str) -> tuple[int, str]:
+    """Runs the stand-in broker under the watcher (shutdown_watch.py) with ``extra`` server.properties lines,
+    sends SIGTERM once it printed a line containing ``ready``; returns the exit code and its output."""
+    props = work / "server.properties"
+    lines = [
+        "remote.log.storage.system.enable=true",
+        f"remote.log.storage.manager.class.name={jt.SHIM_CLASS}",
+        "rsm.config.chunk.size=1048576",
+        "rsm.config.storage.backend.class=filesystem",
+        f"rsm.config.storage.root={work / 'store'}",
+        "fake.kafka.wait.ms=60000",
+        *extra,
+    ]
+    props.write_text("\n".join(lines) + "\n")
+    env = dict(
+        os.environ,
+        KAFKA_HEAP_OPTS="-Xmx200M",
+        KAFKA_OPTS=f"-XX:ErrorFile={work}/hs_err_%p.log",
+        PYTHONPATH=os.pathsep.join([str(jt.REPO), str(HERE)]),
+        LOG_DIR=str(work / "logs"),
+    )
+    cmd = [sys.executable, str(HERE / "shutdown_watch.py"), "--kafka-home", str(home), str(props)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=work)
+    seen: list[str] = []
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            seen.append(line)
+            if not line or ready in line:
+                break
+        assert ready in seen[-1], "".join(seen)
+        p.send_signal(signal.SIGTERM)
+        out = "".join(seen) + p.communicate(timeout=120)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out
+
+
 def test_sigterm_makes_no_python_wrapper_once_the_jvm_shuts_down(fake_kafka_home: Path, tmp_path: Path) -> None:
     """The stand-in broker's main thread sleeps in Java; SIGTERM runs its hook (which calls the plugin and
     closes it), then JPype interrupts the main thread. Its InterruptedException must not come back into
@@ -50,50 +92,31 @@ def test_sigterm_makes_no_python_wrapper_once_the_jvm_shuts_down(fake_kafka_home
     the in-process broker at shutdown. The watcher (shutdown_watch.py) reports the main thread coming back
     into Python and any wrapper made after the shutdown began, so a crash the timing happens to avoid still
     fails the test."""
-    props = tmp_path / "server.properties"
-    props.write_text(
-        "\n".join(
-            [
-                "remote.log.storage.system.enable=true",
-                f"remote.log.storage.manager.class.name={jt.SHIM_CLASS}",
-                "rsm.config.chunk.size=1048576",
-                "rsm.config.storage.backend.class=filesystem",
-                f"rsm.config.storage.root={tmp_path / 'store'}",
-                "fake.kafka.wait.ms=60000",
-            ]
-        )
-        + "\n"
-    )
-    env = dict(
-        os.environ,
-        KAFKA_HEAP_OPTS="-Xmx200M",
-        KAFKA_OPTS=f"-XX:ErrorFile={tmp_path}/hs_err_%p.log",
-        PYTHONPATH=os.pathsep.join([str(jt.REPO), str(HERE)]),
-        LOG_DIR=str(tmp_path / "logs"),
-    )
-    cmd = [sys.executable, str(HERE / "shutdown_watch.py"), "--kafka-home", str(fake_kafka_home), str(props)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
-    lines: list[str] = []
-    try:
-        assert p.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            lines.append(line)
-            if not line or "main-probe" in line:
-                break
-        assert "main-probe" in lines[-1], "".join(lines)
-        p.send_signal(signal.SIGTERM)
-        out = "".join(lines) + p.communicate(timeout=120)[0]
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    code, out = sigterm_fake_broker(fake_kafka_home, tmp_path, "main-probe")
     assert MAIN_BACK not in out, out
     assert NEW_WRAPPER not in out, out
     assert not list(tmp_path.glob("hs_err_*.log")), out
-    assert p.returncode == 143, f"exit {p.returncode}:\n{out}"
+    assert code == 143, f"exit {code}:\n{out}"
     assert "FAKE-KAFKA hook-closed" in out and CLOSED in out, out
+
+
+def test_a_plugin_call_failing_after_jpype_let_go_waits_for_the_halt(fake_kafka_home: Path, tmp_path: Path) -> None:
+    """A broker thread's fetch is still in the plugin when the broker's hook has finished, and fails just after
+    JPype has been told the JVM is going away (stuck_manager.py). JPype can no longer hand any exception to
+    Java then; raising one made it end the process with a SIGSEGV. The call must wait for the halt instead:
+    exit 143, the plugin closed by the hook, no crash report."""
+    code, out = sigterm_fake_broker(
+        fake_kafka_home,
+        tmp_path,
+        "STUCK-FETCH waiting",
+        "fake.kafka.stuck.reader=true",
+        "rsm.config.python.manager.class=stuck_manager:StuckManager",
+    )
+    assert "FAKE-KAFKA stuck-reader started" in out, out
+    assert not list(tmp_path.glob("hs_err_*.log")), out
+    assert code == 143, f"exit {code}:\n{out}"
+    assert "FAKE-KAFKA hook-closed" in out and CLOSED in out, out
+    assert "stuck-reader failed" not in out and "stuck-reader-probe" not in out, out
 
 
 TOPIC = "tiered"
