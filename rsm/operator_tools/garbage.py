@@ -61,6 +61,7 @@ from rsm.deletion.rules import (
     authorize,
 )
 from rsm.errors import CorruptDataException, RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
 
@@ -243,7 +244,7 @@ def upload_deadline_seconds(configs: Mapping[str, Any]) -> float | None:
 def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     """The plugin's Iceberg catalog and warehouse when Iceberg mode is on and its namespace exists (nothing is
     created), else None."""
-    link = manager.iceberg
+    link = iceberg_format(manager)
     if not link.cfg.enabled:
         return None
     from rsm.iceberg.maintenance import open_existing_catalog
@@ -260,7 +261,7 @@ def _iceberg_orphans(manager: RemoteStorageManager, older_than_seconds: float) -
     from rsm.iceberg.maintenance import all_orphans
 
     catalog, warehouse = opened
-    found = all_orphans(catalog, manager.iceberg.cfg.namespace, older_than_seconds, warehouse)
+    found = all_orphans(catalog, iceberg_format(manager).cfg.namespace, older_than_seconds, warehouse)
     return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size) for o in found]
 
 
@@ -403,7 +404,9 @@ def _remove_iceberg_orphans(
     from rsm.iceberg.maintenance import delete_if_orphans
 
     catalog, warehouse = opened
-    deleted, _kept = delete_if_orphans(catalog, manager.iceberg.cfg.namespace, [i.key for i in items], warehouse)
+    deleted, _kept = delete_if_orphans(
+        catalog, iceberg_format(manager).cfg.namespace, [i.key for i in items], warehouse
+    )
     gone = set(deleted)
     for item in items:
         if item.key in gone:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import decode_offset_index
 from rsm.kafka.records import ControlRecordType, batch_view, decode_records, iter_batches
@@ -49,7 +50,13 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
 
 
 def _table(m: RemoteStorageManager, topic: str = "orders") -> Any:
-    return m.iceberg.mode().handle.catalog.load_table(m.iceberg.mode().handle.table_identifier(topic)).scan().to_arrow()
+    return (
+        iceberg_format(m)
+        .mode()
+        .handle.catalog.load_table(iceberg_format(m).mode().handle.table_identifier(topic))
+        .scan()
+        .to_arrow()
+    )
 
 
 def _offsets(table: Any, partition: int | None = None) -> list[int]:
@@ -260,7 +267,7 @@ def test_a_copy_cancelled_before_its_commit_commits_nothing(tmp_path: Path) -> N
         with pytest.raises(CopyCancelled, match="commit"):
             m.copy_log_segment_data_unless(seg.to_metadata(TIP), seg.to_log_segment_data(), cancelled)
         assert asked == [0, 1]  # the data file was written when the commit was called off
-        assert m.iceberg.mode().handle.catalog.load_table(("kafka", "orders")).current_snapshot() is None
+        assert iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders")).current_snapshot() is None
         assert _data_files(tmp_path) == []
     finally:
         m.close()
@@ -279,7 +286,7 @@ def test_a_commit_lost_at_commit_deletes_nothing_it_cannot_rule_out(tmp_path: Pa
     meta = seg.to_metadata(TIP)
     m = _manager(_configs(tmp_path))
     try:
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         real_commit, real_load = catalog.commit_table, catalog.load_table
         down = []
 
@@ -362,7 +369,7 @@ def test_a_changed_namespace_keeps_deletes_working(tmp_path: Path) -> None:
     m = _manager(_configs(tmp_path, **{"iceberg.mode.namespace": "lake", "iceberg.mode.delete.rows.enabled": "true"}))
     try:
         m.delete_log_segment_data(meta)
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         assert catalog.load_table(("kafka", "orders")).scan().to_arrow().num_rows == 0
     finally:
         m.close()
@@ -622,7 +629,7 @@ def test_iceberg_mode_over_cloud_backends(
         classic = seg.to_metadata(TopicIdPartition(TIP.topic_id, "classic-orders", TIP.partition))
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         m.copy_log_segment_data(classic, seg.to_log_segment_data())
-        section = m.fetch_manifest(meta).iceberg
+        section = m.fetch_manifest(meta).section
         assert section is not None and section.files
         assert all(f.path.startswith(_SCHEMES[server.backend]) for f in section.files)
         stored = set(m.backend.list(prefix))
@@ -707,9 +714,9 @@ def test_a_value_column_another_broker_added_first_is_taken_as_added(
         plain.copy_log_segment_data(
             seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 1)), seg.to_log_segment_data()
         )
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         stale = catalog.load_table(("kafka", "ice_json"))  # loaded before the other broker's change
-        other = plain.iceberg.mode().handle.catalog.load_table(("kafka", "ice_json"))
+        other = iceberg_format(plain).mode().handle.catalog.load_table(("kafka", "ice_json"))
         with other.update_schema() as update:
             update.union_by_name(pa.schema([pa.field("value", _VALUE_TYPE)]))
         loads = iter([stale])
@@ -750,12 +757,12 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
     try:
         meta = seg.to_metadata(TIP)
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-        section = m.fetch_manifest(meta).iceberg
+        section = m.fetch_manifest(meta).section
         assert section is not None and len(section.files) == 3
         groups = [pq.ParquetFile(urlparse(f.path).path).metadata.num_row_groups for f in section.files]
         assert min(groups) > 1, groups
         # each day's file carries the exact offset bounds of its own rows
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         oid = table.schema().find_field("kafka.offset").field_id
         for task in table.scan().plan_files():
             offsets = pc.struct_field(pq.read_table(urlparse(task.file.file_path).path).column("kafka"), "offset")
@@ -792,13 +799,13 @@ def test_the_row_group_cache_is_sized_by_config(tmp_path: Path, cache_bytes: str
         positions = [h.position for h, _ in iter_batches(original)]
         for p in positions[::5]:
             assert _fetched_view(m.fetch_log_segment(meta, p).read()) == _fetched_view(original[p:])
-        cache = m.iceberg.mode().row_groups
+        cache = iceberg_format(m).mode().row_groups
         bean = m.metrics()[f"{CACHE_DOMAIN}:type={ICEBERG_CACHE_TYPE}"]
         assert bean["cache-weight-total"] == cache.held_bytes
         declared = {a for d in ALL if d.bean.endswith(f"type={ICEBERG_CACHE_TYPE}") for a in d.attributes}
         assert set(bean) == declared
         if cache_bytes is None:
-            assert m.iceberg.mode().cfg.fetch_cache_bytes == 64 << 20
+            assert iceberg_format(m).mode().cfg.fetch_cache_bytes == 64 << 20
             assert 0 < cache.held_bytes <= 64 << 20
             assert bean["cache-hits-total"] > 0, "later fetches read row groups the earlier ones cached"
         else:
@@ -865,14 +872,14 @@ def test_a_segment_refused_half_way_leaves_no_files_and_no_commit(tmp_path: Path
     try:
         first = write_entries_segment(tmp_path / "first", good)
         m.copy_log_segment_data(first.to_metadata(TIP), first.to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         snapshots = [s.snapshot_id for s in table.snapshots()]
         files = sorted(tmp_path.rglob("*.parquet"))
         seg = write_entries_segment(tmp_path / "seg", entries)
         meta = seg.to_metadata(TIP)
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         assert m.fetch_manifest(meta).kind == "classic"
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert [s.snapshot_id for s in table.snapshots()] == snapshots
         assert sorted(tmp_path.rglob("*.parquet")) == files
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
@@ -903,7 +910,7 @@ def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
             m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
         m.copy_log_segment_data(seg.to_metadata(TIP, "retriedCopyxxxxxxxxxxx"), seg.to_log_segment_data())
         assert reads == []
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         schema = table.schema()
         pid, oid = schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id
         bounds = sorted(
@@ -934,7 +941,7 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
     m = _manager(_configs(tmp_path))
     try:
         m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert {
             "kafka.topic": "orders",
             "write.parquet.compression-codec": "snappy",
