@@ -3,6 +3,8 @@ and a fetch from any batch position gives what the classic path gives, record by
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import random
 import struct
@@ -10,15 +12,16 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from crc32c import crc32c
 from emulators import FIXTURE_FOR, azure_azurite_server, gcs_fake_server, s3_moto_server  # noqa: F401 - fixtures
-from helpers import TIP
+from helpers import TIP, encryption_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,13 +53,8 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
 
 
 def _table(m: RemoteStorageManager, topic: str = "orders") -> Any:
-    return (
-        iceberg_format(m)
-        .mode()
-        .handle.catalog.load_table(iceberg_format(m).mode().handle.table_identifier(topic))
-        .scan()
-        .to_arrow()
-    )
+    handle = iceberg_format(m).mode().handle
+    return handle.catalog.load_table(handle.table_identifier(topic)).scan().to_arrow()
 
 
 def _offsets(table: Any, partition: int | None = None) -> list[int]:
@@ -423,6 +421,67 @@ def test_delete_keeps_rows_unless_told(segment_factory: Any, tmp_path: Path) -> 
             m.delete_log_segment_data(meta)  # again: already gone is fine
         finally:
             m.close()
+
+
+class _CountingFileIO(io.FileIO):
+    """The segment file as the OS gives it: counts the bytes every read takes from it."""
+
+    counted: ClassVar[list[int]] = []
+
+    def readinto(self, buffer: Any) -> int | None:
+        n = super().readinto(buffer)
+        _CountingFileIO.counted.append(n or 0)
+        return n
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        _CountingFileIO.counted.append(len(data))
+        return data
+
+
+def test_an_iceberg_copy_reads_the_log_once_and_makes_no_data_key(
+    segment_factory: Any, tmp_path: Path, key_pairs: dict[str, tuple[Path, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With compression (and its heuristic) and encryption on, an Iceberg copy still only writes rows: the
+    segment file is opened once and each byte read once (the row walk, whose CRC-32C the manifest records), no
+    data key is made, and the manifest says the body is neither compressed nor encrypted."""
+    seg = segment_factory(num_batches=40, codec="none", seed=11)
+    log_path = Path(seg.log).resolve()
+    size = log_path.stat().st_size
+    configs = _configs(
+        tmp_path,
+        **encryption_configs(key_pairs),
+        **{"compression.enabled": "true", "compression.heuristic.enabled": "true"},
+    )
+    m = _manager(configs)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, Path)) and Path(file).resolve() == log_path:
+            assert mode == "rb", mode
+            opened.append(mode)
+            return io.BufferedReader(_CountingFileIO(log_path))
+        return real_open(file, mode, *args, **kwargs)
+
+    try:
+        meta = seg.to_metadata(TIP)
+        _CountingFileIO.counted.clear()
+        monkeypatch.setattr(builtins, "open", counting_open)
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        monkeypatch.undo()
+        assert opened == ["rb"]
+        assert sum(_CountingFileIO.counted) == size
+        manifest = m.fetch_manifest(meta)
+        assert manifest.kind == "iceberg"
+        assert manifest.encryption is None and manifest.compression is False
+        assert manifest.chunk_index.original_file_size == size and manifest.chunk_index.chunk_count == 1
+        assert manifest.integrity is not None
+        assert manifest.integrity.chunk_crcs == [crc32c(log_path.read_bytes())]
+        with m.fetch_log_segment(meta, 0) as f:
+            assert f.read() == log_path.read_bytes()
+    finally:
+        m.close()
 
 
 def test_a_topic_switched_over_keeps_serving_its_classic_segments(segment_factory: Any, tmp_path: Path) -> None:
