@@ -17,6 +17,7 @@ from rsm.core.segment_format import plugged_formats
 
 
 def config_value(raw: Mapping[str, Any], name: str, cdef: ConfigDef = CORE) -> Any:
+    """``name``'s value in ``raw`` as ``cdef`` declares it; its default where the value is invalid."""
     key = cdef.keys[name]
     try:
         return key.value_from(raw.get(name))

@@ -49,8 +49,8 @@ def iceberg_section(manifest: SegmentManifest) -> IcebergSection | None:
 
 
 class IcebergFormat:
-    """``SegmentFormat`` of rows in a topic's Iceberg table. ``wants``/``takes``: is the topic in Iceberg mode;
-    ``mode()``: the mode (built once)."""
+    """``SegmentFormat`` of rows in a topic's Iceberg table. ``takes``: is the topic in Iceberg mode; ``mode()``:
+    the mode (built once)."""
 
     kind = "iceberg"
     stores_log = False
@@ -69,8 +69,6 @@ class IcebergFormat:
 
     def takes(self, topic: str) -> bool:
         return self.cfg.is_iceberg_topic(topic)
-
-    wants = takes
 
     def mode(self) -> IcebergMode:
         with self._lock:
