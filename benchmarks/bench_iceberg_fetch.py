@@ -30,7 +30,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
-from rsm.formats.iceberg import iceberg_format  # noqa: E402
+from rsm.formats.iceberg import iceberg_format, iceberg_section  # noqa: E402
 from rsm.iceberg.config import MaintenanceSettings  # noqa: E402
 from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
 from rsm.iceberg.maintenance import compact  # noqa: E402
@@ -98,7 +98,7 @@ def main() -> None:
                 meta = metas["ice"][i]
                 total += _catch_up(lambda p, meta=meta: m.fetch_log_segment(meta, p), pos)
             else:  # the data files the manifest lists, as fetches read them before
-                section = m.fetch_manifest(metas["ice"][i]).section
+                section = iceberg_section(m.fetch_manifest(metas["ice"][i]))
                 assert section is not None
                 rows = SegmentRows(
                     mode.handle.io,

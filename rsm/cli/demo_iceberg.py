@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rsm.core.manager import RemoteStorageManager
-from rsm.formats.iceberg import iceberg_format
+from rsm.formats.iceberg import iceberg_format, iceberg_section
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
 from rsm.kafka.records import batch_view
 from rsm.kafka.writer import SegmentFiles
@@ -151,7 +151,7 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
         meta = seg.to_metadata(tip, RemoteLogSegmentId(tip, _segment_id(p)), event_timestamp_ms=0)
         manager.copy_log_segment_data(meta, seg.to_log_segment_data())
         metas.append(meta)
-    sections = [manager.fetch_manifest(m).section for m in metas]
+    sections = [iceberg_section(manager.fetch_manifest(m)) for m in metas]
     if any(s is None for s in sections):
         say("      MISMATCH: a segment was tiered in the classic format, not as rows")
         return None
