@@ -66,6 +66,7 @@ from rsm.deletion.rules import (
     authorize,
 )
 from rsm.errors import CorruptDataException, RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
 
@@ -256,7 +257,7 @@ def upload_deadline_seconds(configs: Mapping[str, Any]) -> float | None:
 def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     """The plugin's Iceberg catalog and warehouse when Iceberg mode is on and its namespace exists (nothing is
     created), else None."""
-    link = manager.iceberg
+    link = iceberg_format(manager)
     if not link.cfg.enabled:
         return None
     from rsm.iceberg.maintenance import open_existing_catalog
@@ -276,7 +277,7 @@ def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[Garbag
     from rsm.iceberg.maintenance import all_orphans
 
     catalog, warehouse = opened
-    cfg = manager.iceberg.cfg
+    cfg = iceberg_format(manager).cfg
     found = all_orphans(catalog, cfg.namespace, cfg.maintenance.orphan_grace_s, warehouse, record=record)
     return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size, evidence=o.evidence) for o in found]
 
@@ -447,7 +448,7 @@ def _remove_iceberg_orphans(
     from rsm.iceberg.maintenance import hold_if_orphans
 
     catalog, warehouse = opened
-    cfg = manager.iceberg.cfg
+    cfg = iceberg_format(manager).cfg
     held, kept = hold_if_orphans(
         catalog, cfg.namespace, [i.key for i in items], warehouse, cfg.maintenance, run=report.run
     )

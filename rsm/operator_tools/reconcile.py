@@ -37,6 +37,7 @@ from backends.base import ObjectInfo, StorageBackendException
 from rsm.core.object_keys import Suffix, parse_object_key, segment_keys
 from rsm.deletion.rules import STORE_AGE, Evidence
 from rsm.errors import RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.remote_log_metadata import (
     PartitionDeleteRecord,
     RemoteLogMetadataRecord,
@@ -162,7 +163,7 @@ def reconcile(
                 stored.setdefault(parsed.segment_id, {})[parsed.suffix] = info
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list {prefix!r} in {manager.backend}: {e}") from e
-    result = Reconciliation(iceberg_rows_kept=not manager.iceberg.cfg.delete_rows)
+    result = Reconciliation(iceberg_rows_kept=not iceberg_format(manager).cfg.delete_rows)
     for seg in segments.values():
         result.states[seg.state.name] += 1
     for segment_id, objects in sorted(stored.items()):

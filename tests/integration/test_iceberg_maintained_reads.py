@@ -20,6 +20,7 @@ import pytest
 from iceberg_testing import iceberg_config, load_table, rewrite_sorted, spark_maintain, spark_sql_statements
 
 from rsm import RemoteStorageManager, RetriableRemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.maintainer import MaintenanceStats
 from rsm.iceberg.maintenance import compact, plan_compaction
@@ -198,7 +199,7 @@ def _break_catalog(m: RemoteStorageManager | None, config: dict[str, str]) -> by
     saved = path.read_bytes()
     path.write_bytes(b"not a database" * 512)
     if m is not None:
-        m.iceberg.mode().handle.catalog.engine.dispose()  # type: ignore[attr-defined]
+        iceberg_format(m).mode().handle.catalog.engine.dispose()  # type: ignore[attr-defined]
     return saved
 
 

@@ -31,6 +31,7 @@ import rsm.iceberg.maintenance as maintenance_module
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.errors import RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, MaintenanceStats, release_lease, take_lease
 from rsm.iceberg.maintenance import (
@@ -429,7 +430,7 @@ def test_the_plugins_thread_maintains_its_tables_and_counts_it(tmp_path: Path) -
         for i in range(6):
             s = segment_of(tmp_path / f"s{i}", order_records(i * 20, 20))
             m.copy_log_segment_data(s.to_metadata(tip), s.to_log_segment_data())
-        stats = m.iceberg.maintenance_stats()
+        stats = iceberg_format(m).maintenance_stats()
         assert stats is not None
         deadline = time.monotonic() + 60
         # a pass compacts, then expires: wait for both (a loaded machine can be read between the two)

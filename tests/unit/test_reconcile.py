@@ -14,6 +14,7 @@ from rsm.cli.main import main
 from rsm.cli.settings import open_manager
 from rsm.core.object_keys import segment_keys
 from rsm.deletion.rules import RECORD_COMPLETE, RULES, STORE_AGE, TOPIC_GONE_CONFIRMED, Evidence
+from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
 from rsm.operator_tools.garbage import GarbageItem, delete_garbage, quarantine_of
@@ -153,7 +154,7 @@ def test_an_iceberg_topics_segments_are_named_and_their_rows_go_with_them(tmp_pa
         assert all(not RULES[i.kind].missing(i.evidence) for i in result.items)  # the reconciliation's own
         assert {i.kind for i in result.items} == {DEAD_TOPIC_ICEBERG} and len(result.items) == len(metas)
         assert not result.iceberg_rows_kept
-        table = manager.iceberg.mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
+        table = iceberg_format(manager).mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
         assert table.scan().to_arrow().num_rows > 0
         report = delete_garbage(manager, observed(result.items))
         assert len(report.deleted) == len(metas) and not report.failed
