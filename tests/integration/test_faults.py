@@ -30,13 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from faultproxy import FaultPlan, FaultProxy
 from helpers import TIP
 from reliability_table import record_row

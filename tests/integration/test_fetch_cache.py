@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
+from emulators import StoreServer
 from helpers import TIP, damage_stored_index, encryption_configs, wait_until
 
 from rsm import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException

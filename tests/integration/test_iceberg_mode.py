@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from emulators import FIXTURE_FOR, azure_azurite_server, gcs_fake_server, s3_moto_server  # noqa: F401 - fixtures
+from emulators import FIXTURE_FOR
 from helpers import TIP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -15,12 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
-from emulators import (  # noqa: F401 - fixtures found by name
-    FIXTURE_FOR,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR
 from faultproxy import FaultPlan, FaultProxy
 from helpers import TIP
 from hypothesis import given, settings

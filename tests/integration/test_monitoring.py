@@ -33,7 +33,7 @@ from typing import Any
 import jvm_testing as jt
 import pytest
 import yaml
-from emulators import StoreServer, free_port, s3_moto_server  # noqa: F401 - fixtures are found by name
+from emulators import StoreServer, free_port
 from helpers import wait_until
 from jvm_testing import java_meta
 from shim_in_jvm import java_data, jvm, shim  # noqa: F401 - jvm is a fixture

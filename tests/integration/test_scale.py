@@ -22,13 +22,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from faultproxy import NO_FAULTS, FaultPlan, FaultProxy, Link
 from helpers import encryption_configs
 from hypothesis import given, settings

@@ -31,7 +31,7 @@ from typing import Any
 
 import jvm_testing as jt
 import pytest
-from emulators import StoreServer, s3_moto_server  # noqa: F401,F811 - fixtures are found by name
+from emulators import StoreServer
 from faultproxy import FaultPlan, FaultProxy
 from reliability_table import record_row
 from test_faults import open_uploads

@@ -24,7 +24,7 @@ import kafka_dist as kd
 import kraft_cluster as kc
 import pytest
 from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
 from faultproxy import FaultPlan, FaultProxy, object_kind
 from gc_watch import watch_metrics
 

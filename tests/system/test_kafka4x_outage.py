@@ -28,7 +28,7 @@ import jvm_testing as jt
 import kraft_cluster as kc
 import pytest
 from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
 from faultproxy import FaultPlan, FaultProxy, object_kind
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.timeout(900)]
