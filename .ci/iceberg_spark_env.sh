@@ -2,8 +2,8 @@
 # Spark for reading the Iceberg tables: Iceberg's own Spark runtime is built for one Spark minor, and the newest
 # (iceberg-spark-runtime-4.1_2.13) does not load into the project's newer PySpark. This makes .venv-iceberg-spark:
 # PySpark 4.1 on top of the project's .venv (a .pth file adds .venv's packages after its own), and fetches the
-# matching runtime jar into ~/.m2, with the SQLite and PostgreSQL JDBC drivers that let Spark open the plugin's
-# catalog as Iceberg's JDBC catalog. Prints the jars as one comma-separated list (the value of spark.jars), the
+# matching runtime jar into ~/.m2, with Iceberg's AWS bundle (S3FileIO, for tables on S3) and the SQLite and
+# PostgreSQL JDBC drivers that let Spark open the plugin's catalog as Iceberg's JDBC catalog. Prints the jars as one comma-separated list (the value of spark.jars), the
 # runtime first. Used by the Iceberg reader tests and bench_iceberg.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,8 @@ if [[ ! -x $VENV/bin/python || ! -e $VENV/.installed-$PYSPARK_VERSION ]]; then
     touch "$VENV/.installed-$PYSPARK_VERSION"
 fi
 jars=()
-for coords in "org.apache.iceberg:$ARTIFACT:$ICEBERG_VERSION" org.xerial:sqlite-jdbc:3.54.1.0 \
+for coords in "org.apache.iceberg:$ARTIFACT:$ICEBERG_VERSION" "org.apache.iceberg:iceberg-aws-bundle:$ICEBERG_VERSION" \
+    org.xerial:sqlite-jdbc:3.54.1.0 \
     org.postgresql:postgresql:42.7.14; do
     IFS=: read -r group name version <<<"$coords"
     jar="$HOME/.m2/repository/${group//.//}/$name/$version/$name-$version.jar"

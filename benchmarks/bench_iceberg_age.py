@@ -38,6 +38,7 @@ from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on s
 from pyiceberg.exceptions import NoSuchTableError  # noqa: E402
 
 from rsm import RemoteStorageManager  # noqa: E402
+from rsm.formats.iceberg import iceberg_format  # noqa: E402
 from rsm.iceberg.maintainer import CommitGate  # noqa: E402
 from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
@@ -99,7 +100,7 @@ class RetryCounter(logging.Handler):
 
 
 def shape(m: RemoteStorageManager, topic: str) -> str:
-    handle = m.iceberg.mode().handle
+    handle = iceberg_format(m).mode().handle
     table = handle.catalog.load_table(handle.table_identifier(topic))
     snap = table.current_snapshot()
     manifests = len(snap.manifests(table.io)) if snap else 0
@@ -134,7 +135,7 @@ logging.getLogger("rsm.iceberg.maintainer").addFilter(DROPPED)
 
 def drop(m: RemoteStorageManager, topic: str) -> None:
     """Drop a young table once measured, so that every checkpoint has the same tables beside the aged one."""
-    handle = m.iceberg.mode().handle
+    handle = iceberg_format(m).mode().handle
     identifier = handle.table_identifier(topic)
     DROPPED.names.append(".".join(identifier))
     try:
@@ -187,7 +188,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     took = aged.copy(m)
                     harness += time.perf_counter() - t0 - took
-                maintainer = m.iceberg.mode().maintainer
+                maintainer = iceberg_format(m).mode().maintainer
                 gate = maintainer.gate("aging") if maintainer is not None else CommitGate()
                 waited = gate.copies_waited_s
                 young = Partition(f"young-{point}", work, args.records, args.segment_ms)
@@ -209,7 +210,7 @@ def main() -> None:
                     f"{retries.count}; load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
-            stats = m.iceberg.maintenance_stats()
+            stats = iceberg_format(m).maintenance_stats()
             if stats is not None:
                 print("maintenance:", {k: round(v, 1) for k, v in stats.stats().items()})
                 if DROPPED.hidden:

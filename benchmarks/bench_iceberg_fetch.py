@@ -30,6 +30,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from iceberg_testing import iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
+from rsm.formats.iceberg import iceberg_format, iceberg_section  # noqa: E402
 from rsm.iceberg.config import MaintenanceSettings  # noqa: E402
 from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
 from rsm.iceberg.maintenance import compact  # noqa: E402
@@ -81,7 +82,7 @@ def main() -> None:
             m.copy_log_segment_data(meta, seg.to_log_segment_data())
             metas[topic].append(meta)
     positions = [[h.position for h, _ in iter_batches(seg.log.read_bytes())] for seg in segs]
-    mode = m.iceberg.mode()
+    mode = iceberg_format(m).mode()
 
     def run(name: str) -> float:
         # "whole-groups": compacted row groups read whole, as fetches read them before slices
@@ -97,7 +98,7 @@ def main() -> None:
                 meta = metas["ice"][i]
                 total += _catch_up(lambda p, meta=meta: m.fetch_log_segment(meta, p), pos)
             else:  # the data files the manifest lists, as fetches read them before
-                section = m.fetch_manifest(metas["ice"][i]).iceberg
+                section = iceberg_section(m.fetch_manifest(metas["ice"][i]))
                 assert section is not None
                 rows = SegmentRows(
                     mode.handle.io,

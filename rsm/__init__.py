@@ -6,7 +6,9 @@ metadata types and the exception family. Its subpackages, one per concern, from 
 - ``rsm.cli``: the ``kts`` commands and the demo; may import everything.
 - ``rsm.spark``: the PySpark data source over tiered segments.
 - ``rsm.jvm``: the Python half of the JVM shim (sidecar, in-process bridge, launcher).
-- ``rsm.core``: the plugin itself: manager, config, manifest, object keys, copy pipeline, key rotation.
+- ``rsm.formats``: the segment formats plugged in beside the classic one (Iceberg mode); the root plugs them in.
+- ``rsm.core``: the plugin itself: manager, config, manifest, object keys, the classic format, copy pipeline.
+- ``rsm.iceberg``: Iceberg mode's tables, rows and fetches, which ``rsm.formats.iceberg`` drives.
 - ``rsm.fetch``: the read path below the manager: segment streams (and caches, prefetch, coalescing).
 - ``rsm.kafka``: Kafka's on-disk formats (record batches, indexes, snapshots) and a segment writer.
 - ``rsm.errors``, ``rsm.metadata``: the exceptions and Kafka's types that every layer above shares.
@@ -25,6 +27,7 @@ from rsm.errors import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
+from rsm.formats import plug_all as _plug_formats
 from rsm.metadata import (
     IndexType,
     LogSegmentData,
@@ -33,6 +36,8 @@ from rsm.metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+
+_plug_formats()  # every manager, however imported, reads and writes the formats of rsm.formats
 
 __all__ = [
     "ConfigException",

@@ -21,6 +21,7 @@ from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import DEFAULT_CONCURRENCY
+from rsm.formats.iceberg import iceberg_section
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 from rsm.operator_tools.garbage import quarantine_usage
 
@@ -38,7 +39,7 @@ def _shown(value: str | None) -> str:
 
 
 def _codec(manifest: SegmentManifest) -> str:
-    if manifest.iceberg is not None:
+    if manifest.kind == "iceberg":
         return "none (rows of an Iceberg table)"
     return "zstd" if manifest.compression else "none"
 
@@ -142,8 +143,8 @@ def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> 
         click.echo(f"offsets      {meta.start_offset}..{meta.end_offset}, max timestamp {when}")
         click.echo(f"leader epochs {meta.segment_leader_epochs}")
         click.echo(f"kind         {manifest.kind}")
-        if manifest.iceberg is not None:
-            section = manifest.iceberg
+        section = iceberg_section(manifest)
+        if section is not None:
             stored = sum(f.size for f in section.files)
             click.echo(
                 f"table        {section.table} (snapshot {section.snapshot_id}): {section.rows:,} rows of "

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rsm.core.manager import RemoteStorageManager
+from rsm.formats.iceberg import iceberg_format, iceberg_section
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
 from rsm.kafka.records import batch_view
 from rsm.kafka.writer import SegmentFiles
@@ -150,11 +151,11 @@ def run(manager: RemoteStorageManager, workdir: Path, say: Callable[[str], None]
         meta = seg.to_metadata(tip, RemoteLogSegmentId(tip, _segment_id(p)), event_timestamp_ms=0)
         manager.copy_log_segment_data(meta, seg.to_log_segment_data())
         metas.append(meta)
-    sections = [manager.fetch_manifest(m).iceberg for m in metas]
+    sections = [iceberg_section(manager.fetch_manifest(m)) for m in metas]
     if any(s is None for s in sections):
         say("      MISMATCH: a segment was tiered in the classic format, not as rows")
         return None
-    table = manager.iceberg.mode().handle.catalog.load_table((NAMESPACE, TOPIC))
+    table = iceberg_format(manager).mode().handle.catalog.load_table((NAMESPACE, TOPIC))
     files = sum(len(s.files) for s in sections if s is not None)
     rows = sum(s.rows for s in sections if s is not None)
     size = sum(s.size for s in segments)

@@ -58,11 +58,17 @@ def gc_command(
     command_config: str | None,
     watch: str | None,
     metrics_port: int,
+    confirm_after: str,
 ) -> int | None:
     """Find leftovers of crashed copies (objects without a manifest), manifests whose data is gone, stale
     multipart uploads, temp files, disk-cache chunks of segments no longer tiered and files of the plugin's
     Iceberg tables that no snapshot references; a dry run unless --delete, which moves what it removes into the
     quarantine (kts gc restore puts it back) and purges what was held longer than gc.quarantine.ms.
+
+    An Iceberg table's file is listed once no kept version of the table has referenced it for the table's orphan
+    grace (iceberg.mode.maintenance.orphan.grace.ms, at least a day for data files; not --older-than), counted
+    from the first run with --delete (or maintenance pass) that saw it so; --delete moves it into the
+    warehouse's kts-quarantine/ folder.
 
     Only objects and uploads whose keys follow the plugin's layout under key.prefix are listed: other
     applications' objects under the same prefix are never touched.
@@ -70,21 +76,33 @@ def gc_command(
     With --bootstrap-server it also reads the cluster's record of tiered segments (__remote_log_metadata and
     the cluster's topic ids) and lists segments of deleted topics, segments whose delete finished, and copies
     started longer ago than --older-than and never finished; segments the cluster believes tiered but the store
-    lacks are reported as data loss (exit code 3). --watch repeats that check without deleting and exports it as
-    Prometheus metrics.
+    lacks (still so when the record is read again after the listing) are reported as data loss (exit code 3).
+    Nothing is removed on the record's word unless it was read whole (every partition from offset 0, without a
+    gap); a topic is dead only when a partition delete marker or a second read --confirm-after later confirms it
+    (--delete waits for that read; a dry run lists such topics as suspected). --watch repeats that check without
+    deleting and exports it as Prometheus metrics.
 
     Needs no private key, except to remove the rows of an Iceberg-mode segment
     (iceberg.mode.delete.rows.enabled with --bootstrap-server --delete). Looks into the broker's disk chunk
     cache only when its directory exists."""
     if ctx.invoked_subcommand is not None:
+        if delete or bootstrap_server or watch or command_config:
+            raise click.UsageError(
+                f"--delete, --bootstrap-server, --watch do not apply to kts gc {ctx.invoked_subcommand}"
+            )
+        ctx.obj = (config, sets)  # kts gc --config FILE restore ...: the subcommand reads the same store
         return None
     grace = parse_duration(older_than)
+    confirm_s = parse_duration(confirm_after)
     if watch is not None:
         from rsm.cli.gc_cluster import watch_loop
 
         if delete or bootstrap_server is None:
             raise click.UsageError("--watch needs --bootstrap-server and never deletes (no --delete)")
-        return watch_loop(config, sets, grace, bootstrap_server, command_config, parse_duration(watch), metrics_port)
+        interval = parse_duration(watch)
+        return watch_loop(
+            config, sets, grace, bootstrap_server, command_config, interval, metrics_port, confirm_after=confirm_s
+        )
     lost = []
     # removing an Iceberg-mode segment's rows reads its manifest's data key: only then is the key ring needed
     keys = bootstrap_server is not None and delete and deletes_iceberg_rows(config, sets)
@@ -92,9 +110,11 @@ def gc_command(
     with open_manager(config, sets, keys=keys, disk_cache=True) as manager:
         stdout.print(f"looking in {where(manager)}; only keys of the plugin's object layout are considered")
         with progress_bar("listing objects") as listed:
-            items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline)
+            items = find_garbage(manager, grace, on_listed=listed, upload_deadline_s=deadline, record=delete)
         if bootstrap_server is not None:
-            items, lost = reconcile_with_cluster(manager, items, grace, bootstrap_server, command_config)
+            items, lost = reconcile_with_cluster(
+                manager, items, grace, bootstrap_server, command_config, delete=delete, confirm_after=confirm_s
+            )
         table = Table("kind", "key", "age", "bytes", title=f"garbage older than {older_than}")
         for item in items:
             size = "" if item.size is None else f"{item.size:,}"
@@ -109,13 +129,13 @@ def gc_command(
         quarantine = quarantine_of(manager)
         days = quarantine.retention_s / 86400
         stdout.print(f"run {run}: what can be undone moves into {quarantine.describe()} for {days:g} days")
+        purged = purge_expired(manager)  # first: what this run holds stays for gc.quarantine.ms, even if 0
         with progress_bar("deleting", total=len(items)) as advance:
             report = delete_garbage(manager, items, progress=lambda item: advance(item.key), run=run)
-        purged = purge_expired(manager)
     held_bytes = sum(h.size for h in report.held)
     stdout.print(
         f"moved {len(report.held)} objects ({held_bytes:,} bytes) into the quarantine, run {run} "
-        f"(kts gc restore --run {run} puts them back); deleted {len(report.deleted)} items in all, "
+        f"(kts gc restore --run {run} puts them back); removed {len(report.deleted)} items in all, "
         f"skipped {len(report.skipped)}, failed {len(report.failed)}"
     )
     stdout.print(

@@ -13,7 +13,7 @@ from rsm.cli.columns import Columns
 from rsm.cli.settings import config_options, open_manager
 from rsm.deletion.holding import Held
 from rsm.deletion.quarantine import Quarantine, check_run_id
-from rsm.operator_tools.garbage import quarantine_of
+from rsm.operator_tools.garbage import quarantines_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,15 +38,24 @@ def scope_options(func: F) -> F:
     return click.option("--key", help="one object, by the key it had before it was held")(func)
 
 
-def _select(quarantine: Quarantine, key: str | None, topic: str | None, run: str | None) -> list[Held]:
-    """The held objects matching every given scope; none matching is an error naming the scope."""
-    found = quarantine.held(run=run, topic=topic, key=key)
-    if not found:
+def _store(config: str | None, sets: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The subcommand's --config and --set, after those given to ``kts gc`` itself (which they override)."""
+    ctx = click.get_current_context()
+    outer = ctx.obj if isinstance(ctx.obj, tuple) else (None, ())
+    return config or outer[0], (*outer[1], *sets)
+
+
+def _select(
+    quarantines: list[Quarantine], key: str | None, topic: str | None, run: str | None
+) -> list[tuple[Quarantine, list[Held]]]:
+    """The held objects matching every given scope, by quarantine (the store's, the warehouse's); none matching
+    in any is an error naming the scope."""
+    found = [(q, q.held(run=run, topic=topic, key=key)) for q in quarantines]
+    if not any(held for _q, held in found):
         scope = ", ".join(f"{n} {v}" for n, v in (("--key", key), ("--topic", topic), ("--run", run)) if v)
-        raise click.ClickException(
-            f"nothing in {quarantine.describe()} matches {scope}; `kts gc quarantine` lists what is held"
-        )
-    return found
+        where = " or ".join(q.describe() for q in quarantines)
+        raise click.ClickException(f"nothing in {where} matches {scope}; `kts gc quarantine` lists what is held")
+    return [(q, held) for q, held in found if held]
 
 
 def _show(held: list[Held]) -> None:
@@ -65,13 +74,15 @@ def quarantine_command(
 ) -> int:
     """List what `kts gc --delete` moved into the quarantine: run, kind, original key, size and until when it is
     kept (gc.quarantine.ms). Reads only."""
-    with open_manager(config, sets, keys=False) as manager:
-        quarantine = quarantine_of(manager)
-        held = quarantine.held(run=run, topic=topic, key=key)
-        if not held and (key or topic or run):
-            _select(quarantine, key, topic, run)  # a scope that matches nothing is an error
-        _show(held)
-        click.echo(f"{len(held)} objects, {sum(h.size for h in held if h.present):,} bytes in {quarantine.describe()}")
+    with open_manager(*_store(config, sets), keys=False) as manager:
+        quarantines = quarantines_of(manager)
+        if key or topic or run:
+            _select(quarantines, key, topic, run)  # a scope that matches nothing is an error
+        for quarantine in quarantines:
+            held = quarantine.held(run=run, topic=topic, key=key)
+            _show(held)
+            size = sum(h.size for h in held if h.present)
+            click.echo(f"{len(held)} objects, {size:,} bytes in {quarantine.describe()}")
     return 0
 
 
@@ -85,9 +96,13 @@ def restore_command(
     An object whose key holds a live object now is refused and stays held (exit 1)."""
     if not (key or topic or run):
         raise click.UsageError("name what to restore: --key, --topic or --run")
-    with open_manager(config, sets, keys=False) as manager:
-        quarantine = quarantine_of(manager)
-        report = quarantine.restore(_select(quarantine, key, topic, run))
+    with open_manager(*_store(config, sets), keys=False) as manager:
+        reports = [q.restore(held) for q, held in _select(quarantines_of(manager), key, topic, run)]
+    report = reports[0]
+    for other in reports[1:]:
+        report.restored += other.restored
+        report.refused += other.refused
+        report.missing += other.missing
     for h in report.restored:
         click.echo(f"restored {h.original} ({h.size:,} bytes, {h.kind}, run {h.run})")
     for h, why in report.refused:
@@ -116,18 +131,23 @@ def purge_command(
     several, those matching all). Asks first unless --yes."""
     if not (key or topic or run or expired):
         raise click.UsageError("name what to purge: --key, --topic, --run or --expired")
-    with open_manager(config, sets, keys=False) as manager:
-        quarantine = quarantine_of(manager)
+    with open_manager(*_store(config, sets), keys=False) as manager:
+        quarantines = quarantines_of(manager)
         if expired:
-            chosen = {h.location for h in (_select(quarantine, key, topic, run) if key or topic or run else [])}
-            items = [h for h in quarantine.expired() if not chosen or h.location in chosen]
-            if not items:
-                raise click.ClickException(f"nothing in {quarantine.describe()} is held past gc.quarantine.ms")
+            scoped = _select(quarantines, key, topic, run) if key or topic or run else []
+            chosen = {h.location for _q, held in scoped for h in held}
+            chosen_items = [(q, [h for h in q.expired() if not chosen or h.location in chosen]) for q in quarantines]
+            chosen_items = [(q, held) for q, held in chosen_items if held]
+            if not chosen_items:
+                where = " or ".join(q.describe() for q in quarantines)
+                raise click.ClickException(f"nothing in {where} is held past gc.quarantine.ms")
         else:
-            items = _select(quarantine, key, topic, run)
-        total = sum(h.size for h in items if h.present)
+            chosen_items = _select(quarantines, key, topic, run)
+        count = sum(len(held) for _q, held in chosen_items)
+        total = sum(h.size for _q, held in chosen_items for h in held if h.present)
         if not yes:
-            click.confirm(f"purge {len(items)} objects ({total:,} bytes) for good?", abort=True, err=True)
-        report = quarantine.purge(items)
-    click.echo(f"purged {len(report.purged)} objects, {report.bytes_freed:,} bytes")
+            click.confirm(f"purge {count} objects ({total:,} bytes) for good?", abort=True, err=True)
+        reports = [q.purge(held) for q, held in chosen_items]
+    purged = sum(len(r.purged) for r in reports)
+    click.echo(f"purged {purged} objects, {sum(r.bytes_freed for r in reports):,} bytes")
     return 0

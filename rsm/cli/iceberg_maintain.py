@@ -31,7 +31,11 @@ def iceberg_group() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="change nothing: print what a run would do")
 @click.option(
-    "--orphans/--no-orphans", default=True, show_default=True, help="also remove orphan files older than the grace"
+    "--orphans/--no-orphans",
+    default=True,
+    show_default=True,
+    help="also move orphan files unreferenced for longer than the grace into the quarantine, and purge what it "
+    "held past gc.quarantine.ms",
 )
 def maintain_command(
     config: str | None, sets: tuple[str, ...], tables: tuple[str, ...], dry_run: bool, orphans: bool
@@ -40,9 +44,11 @@ def maintain_command(
     Iceberg tables (those with the kafka.topic property), as the iceberg.mode.maintenance.* keys say.
 
     Safe beside the brokers' own maintenance and beside Spark's procedures: every commit is checked against the
-    table as it is then, and only files no snapshot references and older than the grace period are deleted."""
+    table as it is then, and only files no kept table version has referenced for the grace period (counted from
+    the first run or pass that saw them so, at least a day for data files) are moved, into the warehouse's
+    kts-quarantine/ folder; what it held past gc.quarantine.ms is then removed for good."""
     from rsm.iceberg.catalog import catalog_properties
-    from rsm.iceberg.maintenance import maintain, open_existing_catalog, plugin_tables
+    from rsm.iceberg.maintenance import maintain, open_existing_catalog, plugin_tables, purge_quarantine
 
     configs = load_configs(config, sets)
     cfg = IcebergConfig.from_map(configs)
@@ -75,11 +81,15 @@ def maintain_command(
     out = RichTable("table", "step", "count", "bytes", "note", title="dry run" if dry_run else "maintenance")
     for t in ours:
         name = t.name()[-1]
-        others = [loc for n, loc in locations.items() if n != name]
+        others = {f"{cfg.namespace}.{n}": loc for n, loc in locations.items() if n != name}
         for r in maintain(
             t, cfg.maintenance, dry_run=dry_run, orphans=orphans, others=others, warehouse=props.get("warehouse")
         ):
-            note = r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
+            note = r.refused or r.skipped or "; ".join(r.details[:3]) + (" ..." if len(r.details) > 3 else "")
             out.add_row(name, r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", note)
+    warehouse = props.get("warehouse")
+    if orphans and warehouse:
+        r = purge_quarantine(ours[0].io, warehouse, cfg.maintenance.quarantine_s, dry_run=dry_run)
+        out.add_row("(warehouse)", r.step, str(r.count), f"{r.bytes:,}" if r.bytes else "", "")
     stdout.print(out)
     return 0

@@ -148,6 +148,27 @@ def rules_docs_command(check: str | None, write: str | None) -> int:
     return _generated_tables({"rules-table": rules_markdown()}, "rules-docs", check, write)
 
 
+@cli.command("memory-docs")
+@click.option("--check", metavar="FILE", help="fail if FILE does not contain the current memory blocks it marks")
+@click.option("--write", metavar="FILE", help="replace the memory blocks between their markers in FILE")
+def memory_docs_command(check: str | None, write: str | None) -> int:
+    """Print the guides' memory blocks, computed by the code of `kts config check`: the formula at the defaults
+    (docs/operations.md, docs/kubernetes.md), the README's S3 broker and the Strimzi example. With a FILE, only
+    the blocks whose markers it holds, and at least one."""
+    from rsm.cli.memory_docs import memory_tables
+
+    tables = memory_tables()
+    path = check or write
+    if path:
+        text = Path(path).read_text(encoding="utf-8")
+        tables = {m: block for m, block in tables.items() if f"<!-- {m}:begin -->" in text}
+        if not tables:
+            markers = ", ".join(f"<!-- {m}:begin -->" for m in memory_tables())
+            click.echo(f"{path} has none of the memory blocks' markers ({markers}): add one first", err=True)
+            return 1
+    return _generated_tables(tables, "memory-docs", check, write)
+
+
 @cli.command("cli-docs")
 @click.option("--check", metavar="FILE", help="fail if FILE does not contain the current command table")
 @click.option("--write", metavar="FILE", help="replace the table between the markers in FILE")

@@ -11,7 +11,8 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   allocated outside it while the fetch lasts.
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
-  the streaming readers of large row groups kept between fetches (``rsm.iceberg.row_slices``), and the rows each
+  the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
+  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the rows each
   copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
   (counted on top of the uploads: a thread copies either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
@@ -30,7 +31,7 @@ from typing import Any
 
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
-from rsm.iceberg.config import CURSOR_MEMORY_BYTES, MAX_CURSORS, WRITER_MEMORY_FACTOR, mode_on
+from rsm.iceberg.config import CURSOR_MEMORY_BYTES, WRITER_MEMORY_FACTOR, mode_on
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -109,9 +110,12 @@ def _upload_parts(configs: Mapping[str, Any]) -> tuple[int, str]:
     return 0, "filesystem: streamed"
 
 
-def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> MemoryBudget | None:
+def memory_budget(
+    configs: Mapping[str, Any], broker: Mapping[str, str], cpus: int | None = None
+) -> MemoryBudget | None:
     """The budget for the plugin keys ``configs`` (``rsm.config.`` stripped) under the broker file ``broker``;
-    None when ``chunk.size`` is missing or invalid (every term depends on it)."""
+    None when ``chunk.size`` is missing or invalid (every term depends on it). ``cpus`` stands for this host's
+    core count where ``transform.thread.pool.size`` is unset (the guides size a host they name)."""
     core = CORE.parse_all(configs)[0]
     shim = SHIM_CONFIG_DEF.parse_all(configs)[0]
     iceberg = ICEBERG_CONFIG_DEF.parse_all(configs)[0]
@@ -156,14 +160,8 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
         budget.terms.append(
             Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
         )
-        budget.terms.append(
-            Term(
-                "Iceberg slice readers",
-                MAX_CURSORS * CURSOR_MEMORY_BYTES,
-                f"{MAX_CURSORS} readers of large row groups kept between fetches x {_mib(CURSOR_MEMORY_BYTES)}",
-            )
-        )
-    transform = core["transform.thread.pool.size"] or (os.cpu_count() or 1)
+        _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
+    transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
     window = (2 * transform + 1) * chunk
     budget.terms.append(
@@ -192,6 +190,24 @@ def memory_budget(configs: Mapping[str, Any], broker: Mapping[str, str]) -> Memo
             "process once it is reached: set a size"
         )
     return budget
+
+
+def _slice_readers(budget: MemoryBudget, kept: int, readers: int) -> None:
+    """The readers of large row groups kept between fetches; a warning when fewer than the reader threads."""
+    budget.terms.append(
+        Term(
+            "Iceberg slice readers",
+            kept * CURSOR_MEMORY_BYTES,
+            f"iceberg.mode.fetch.slice.readers {kept} readers of large row groups kept between fetches x "
+            f"{_mib(CURSOR_MEMORY_BYTES)}",
+        )
+    )
+    if kept < readers:
+        budget.warnings.append(
+            f"iceberg.mode.fetch.slice.readers is {kept}, fewer than {READER_THREADS_KEY} {readers}: when more "
+            "consumers catch up through compacted Iceberg files at once than readers are kept, each fetch opens a "
+            f"reader again and decodes its row group from the start. Set it to {readers}"
+        )
 
 
 def _thrashing_warning(

@@ -18,6 +18,7 @@ from rsm.cli.settings import config_options, open_manager
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
 from rsm.core.manifest import SegmentManifest
+from rsm.formats.iceberg import iceberg_section
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
 
 READ_PIECE = 1024 * 1024
@@ -51,7 +52,7 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
         manifest = manager.fetch_manifest(meta)
     except Exception as e:
         return 0, 0, 0, [Damage(keys.manifest, seg.describe(), _problem(e))]
-    if manifest.iceberg is not None:
+    if manifest.kind == "iceberg":
         return _scrub_iceberg(manager, seg, meta, manifest)
     damage: list[Damage] = []
     size = 0
@@ -101,7 +102,7 @@ def _scrub_iceberg(
     and offsets must be those the manifest records; then its indexes, as for any segment."""
     from rsm.kafka.records import iter_batches
 
-    section = manifest.iceberg
+    section = iceberg_section(manifest)
     assert section is not None
     where = f"{seg.keys.manifest} (table {section.table})"
     damage: list[Damage] = []

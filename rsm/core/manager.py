@@ -28,10 +28,10 @@ from chunking.buffer_pool import ChunkBufferPool
 from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
 from rsm.core.config import RsmConfig, refuse_unknown_keys, register_known_keys, warn_aiven_differences
-from rsm.core.iceberg_link import IcebergLink
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
 from rsm.core.memory_floor import memory_floor
+from rsm.core.segment_format import Formats, SegmentFormat
 from rsm.core.wiring import Wiring, make_key_ring, wire
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache
@@ -41,8 +41,6 @@ from rsm.fetch.next_segment import NextSegmentFinder
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
 from rsm.fetch.segment_reader import SegmentReader
-from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
-from rsm.iceberg.values_config import VALUES_CONFIG_DEF
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
@@ -57,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 register_known_keys(METRICS_CONFIG_DEF)
-register_known_keys(ICEBERG_CONFIG_DEF)
-register_known_keys(VALUES_CONFIG_DEF)
 
 
 class RemoteStorageManager:
@@ -115,7 +111,7 @@ class RemoteStorageManager:
         wired = self._wired
         if wired is None:
             return
-        wired.iceberg.close()
+        wired.formats.close()
         wired.pools.close()
         wired.chunks.memory.clear()
         if wired.chunks.disk is not None:
@@ -163,10 +159,11 @@ class RemoteStorageManager:
             self._forget(meta)
 
     def delete_segment_rows(self, meta: RemoteLogSegmentMetadata) -> None:
-        """With ``iceberg.mode.delete.rows.enabled``, delete an Iceberg-mode segment's rows from its table and
-        nothing else (``kts gc`` moves the segment's objects into the quarantine itself); otherwise nothing."""
+        """Delete what the segment's format stored outside its objects (an Iceberg-mode segment's rows, with
+        ``iceberg.mode.delete.rows.enabled``) and nothing else: ``kts gc`` moves the objects into the quarantine
+        itself."""
         try:
-            self._ready().objects.delete_rows(meta)
+            self._ready().objects.delete_body(meta)
         finally:
             self._forget(meta)
 
@@ -210,13 +207,11 @@ class RemoteStorageManager:
         return self._open(meta, start_position, None)
 
     def _open(self, meta: RemoteLogSegmentMetadata, start_position: int, end_position: int | None) -> BinaryIO:
-        """A classic segment's stream over its chunks, or an Iceberg segment's batches rebuilt from its rows (the
-        manifest says which kind the segment is)."""
+        """The segment's stream, opened by the format its manifest names."""
         wired = self._ready(opening=True)
         src, manifest = wired.manifests.opened(meta)
-        if manifest.iceberg is not None:
-            return wired.iceberg.mode().open_fetch(meta, manifest.iceberg, start_position, end_position)
-        return wired.segments.open(meta, start_position, end_position, src)  # type: ignore[return-value]
+        fmt = wired.formats.of(manifest, src.segment_key)
+        return fmt.open_fetch(meta, manifest, src, start_position, end_position)
 
     def fetch_segment_rows(
         self,
@@ -232,14 +227,9 @@ class RemoteStorageManager:
         rows, when given: null where a data file has none). For readers that want records, not Kafka's bytes (Spark's
         ``kafka-tiered`` source); a classic segment raises ``RemoteStorageException``."""
         wired = self._ready(opening=True)
-        _src, manifest = wired.manifests.opened(meta)
-        if manifest.iceberg is None:
-            raise RemoteStorageException(
-                f"{meta.describe()} is a classic segment, not rows of an Iceberg table: read it with fetch_log_segment"
-            )
-        return wired.iceberg.mode().open_rows(
-            meta, manifest.iceberg, start_position, end_position, columns, kafka_fields
-        )
+        src, manifest = wired.manifests.opened(meta)
+        fmt = wired.formats.of(manifest, src.segment_key)
+        return fmt.open_rows(meta, manifest, start_position, end_position, columns, kafka_fields)
 
     def record_resumed_fetch(self, meta: RemoteLogSegmentMetadata, start_position: int) -> None:
         """A broker fetch the JVM shim served from a stream it kept open since the previous fetch of the same
@@ -292,9 +282,7 @@ class RemoteStorageManager:
                 wired.prefetcher,
                 limiters,
                 wired.pools.stats,
-                wired.iceberg.row_group_cache,
-                wired.iceberg.value_stats,
-                wired.iceberg.maintenance_stats,
+                **wired.formats.metric_sources(),
             )
         return collect(self.metrics_registry, sources, self.metrics_settings.get("metrics.jmx.mirror.domain"))
 
@@ -344,9 +332,13 @@ class RemoteStorageManager:
         return self._wired.key_ring if self._wired is not None else None
 
     @property
-    def iceberg(self) -> IcebergLink:
-        """Iceberg mode: which topics it takes (``wants``) and the mode itself (``mode()``, built on first use)."""
-        return self._ready().iceberg
+    def formats(self) -> Formats:
+        """The segment formats: the classic one and those plugged in (``rsm.core.segment_format``)."""
+        return self._ready().formats
+
+    def segment_format(self, kind: str) -> SegmentFormat | None:
+        """The configured format named ``kind`` (``classic``, ``iceberg``), or None where none is plugged in."""
+        return self._ready().formats.named(kind)
 
     @property
     def manifests(self) -> ManifestStore:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from chunking.chunk_index import MAX_FILE_SIZE, ChunkIndex, ChunkIndexError, json_int
+from rsm.core.manifest_sections import ManifestSection, section_parsers
 from rsm.errors import CorruptDataException
-from rsm.iceberg.section import IcebergSection
 from rsm.metadata import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 # A manifest is a few KiB (a variable index of the largest allowed chunk count stays well under this); anything
@@ -166,14 +166,14 @@ class SegmentManifest:
     encryption: EncryptionMetadata | None
     remote_log_segment_metadata: dict[str, Any] | None = None
     integrity: IntegrityRecord | None = None
-    iceberg: IcebergSection | None = None
-    """Set for an Iceberg-mode segment: its rows are in a table's data files, and there is no ``.log`` object
-    (the chunk index then describes the original segment as one chunk, for its size)."""
+    section: ManifestSection | None = None
+    """Set for a segment of a format other than the classic one (Iceberg mode: rows in a table's data files);
+    such a segment has no ``.log`` object, and its chunk index describes the original segment as one chunk."""
 
     @property
     def kind(self) -> str:
-        """``classic`` (chunks of the segment file) or ``iceberg`` (rows of the topic's Iceberg table)."""
-        return "iceberg" if self.iceberg is not None else "classic"
+        """``classic`` (chunks of the segment file) or the name of the format whose section the manifest holds."""
+        return self.section.kind if self.section is not None else "classic"
 
     def to_json_bytes(self) -> bytes:
         indexes: dict[str, Any] = {}
@@ -196,8 +196,8 @@ class SegmentManifest:
             rlsm["integrity"] = self.integrity.to_json()
         if rlsm:
             doc["remoteLogSegmentMetadata"] = rlsm
-        if self.iceberg is not None:
-            doc["iceberg"] = self.iceberg.to_json()
+        if self.section is not None:
+            doc[self.section.kind] = self.section.to_json()
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     def recorded_metadata(self, what: str = "manifest") -> RemoteLogSegmentMetadata:
@@ -270,9 +270,14 @@ class SegmentManifest:
                         f"integrity lists {len(integrity.chunk_crcs)} chunk checksums for "
                         f"{chunk_index.chunk_count} chunks"
                     )
-            iceberg = IcebergSection.from_json(doc["iceberg"]) if doc.get("iceberg") is not None else None
+            section = None
+            for kind, parse in section_parsers().items():
+                if doc.get(kind) is not None:
+                    if section is not None:
+                        raise ValueError(f"holds sections of two formats, {section.kind} and {kind}")
+                    section = parse(doc[kind])
         except CorruptDataException:
             raise
         except (KeyError, TypeError, ValueError, binascii.Error, ChunkIndexError, struct.error) as e:
             raise CorruptDataException(f"{what} is malformed: {type(e).__name__}: {str(e)[:300]}") from None
-        return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity, iceberg)
+        return SegmentManifest(chunk_index, indexes, compression, encryption, rlsm, integrity, section)

@@ -56,7 +56,8 @@ class SegmentSummary:
     transaction_index_size: int | None
     producer_snapshot_size: int | None
     kind: str = "classic"
-    """``classic`` or ``iceberg`` (rows of the topic's table; ``stored_size`` is then its data files' size)."""
+    """``classic``, or the format of the manifest's section (``iceberg``: rows of the topic's table;
+    ``stored_size`` is then the size of the data files the copy wrote)."""
 
     @property
     def segment_leader_epochs(self) -> dict[int, int]:
@@ -105,9 +106,7 @@ def read_summary(catalog: SegmentCatalog, segment: TieredSegment) -> SegmentSumm
         event_timestamp_ms=meta.event_timestamp_ms,
         leader_epochs=tuple(sorted(meta.segment_leader_epochs.items())),
         segment_size_in_bytes=index.original_file_size,
-        stored_size=index.transformed_file_size
-        if manifest.iceberg is None
-        else sum(f.size for f in manifest.iceberg.files),
+        stored_size=index.transformed_file_size if manifest.section is None else manifest.section.stored_size,
         chunk_size=index.original_chunk_size,
         chunk_count=index.chunk_count,
         compression=manifest.compression,

@@ -124,7 +124,7 @@ class ManifestStore:
             self.show(keys.indexes),
             manifest.segment_indexes,
             integrity.index_crcs if integrity is not None else None,
-            manifest.iceberg is None,
+            manifest.section is None,
         ), manifest
 
     def catalog(self) -> SegmentCatalog:

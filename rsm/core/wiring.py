@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from backends.base import BackendCapabilities, RangeReader, StorageBackend
 from chunking.buffer_pool import ChunkBufferPool
 from encryption.keyring import RsaKeyRing
+from rsm.core.classic_format import ClassicFormat
 from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig
-from rsm.core.iceberg_link import IcebergLink
 from rsm.core.key_services import build_key_ring
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.pools import ThreadPools
+from rsm.core.segment_format import Formats, plugged_formats
 from rsm.core.segment_objects import SegmentObjects
 from rsm.fetch.chunk_cache import ChunkBufferSupply, ChunkCache, ChunkCacheSettings
 from rsm.fetch.disk_store import DiskChunkStore
@@ -45,7 +46,7 @@ class Wiring:
     next_segments: NextSegmentFinder
     prefetcher: Prefetcher
     segments: SegmentReader
-    iceberg: IcebergLink
+    formats: Formats
 
 
 def wire(
@@ -63,8 +64,6 @@ def wire(
     background = config["fetch.chunk.cache.thread.pool.size"] or (os.cpu_count() or 2)
     pools = ThreadPools(config.thread_pool_size, background)
     manifests = ManifestStore(config, backend, key_ring, upload_limiter, capabilities.conditional_writes)
-    iceberg = IcebergLink(config)
-    objects = SegmentObjects(config, backend, key_ring, manifests, pools.transform, upload_limiter, recorder, iceberg)
     ranges = RangeReader(backend, capabilities)
     chunks = _chunk_cache(config, ranges, pools, fetch_limiter, buffer_supply)
     indexes = IndexReader(
@@ -78,6 +77,9 @@ def wire(
     next_segments = NextSegmentFinder(manifests, manifests, indexes, PREFETCH_LISTING_CACHE_S, listing_timeout)
     prefetcher = Prefetcher(chunks, config["fetch.chunk.cache.prefetch.max.size"], pools.background, next_segments)
     segments = SegmentReader(manifests, chunks, pools.transform, config["fetch.readahead.chunks"], prefetcher)
+    classic = ClassicFormat(config, backend, key_ring, manifests, pools.transform, upload_limiter, segments)
+    formats = Formats(classic, [plugin.build(config) for plugin in plugged_formats()])
+    objects = SegmentObjects(config, backend, manifests, formats, upload_limiter, recorder)
     return Wiring(
         config=config,
         backend=backend,
@@ -93,7 +95,7 @@ def wire(
         next_segments=next_segments,
         prefetcher=prefetcher,
         segments=segments,
-        iceberg=iceberg,
+        formats=formats,
     )
 
 

@@ -44,6 +44,7 @@ RECORD_SUFFIX = ".kts-held.json"
 """A held object's record sits beside its copy, under the copy's name plus this suffix."""
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 _RECORD_FORMAT = 1
+_MAX_TIME = 1e13  # seconds since 1970: far beyond any clock, within a float's exact integers
 _MAX_RECORD_BYTES = 1 << 20
 _RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4}")
 
@@ -59,6 +60,16 @@ def check_run_id(run: str) -> str:
     if not _RUN_ID.fullmatch(run):
         raise ValueError(f"{run!r} is not a quarantine run id such as 20261129T041500Z-9f3a")
     return run
+
+
+def run_started(run: str) -> float | None:
+    """When the run ``run`` started (its id says, to the second); None for a name that is no run id."""
+    if not _RUN_ID.fullmatch(run):
+        return None
+    try:
+        return datetime.strptime(run[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def encode_record(held: Held) -> bytes:
@@ -107,8 +118,8 @@ def decode_record(raw: bytes, name: str) -> Held:
 
     def number(field_name: str) -> float:
         value = doc.get(field_name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise bad(f"has no finite, non-negative number {field_name!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value > _MAX_TIME:
+            raise bad(f"has no time {field_name!r} (seconds since 1970, at most {_MAX_TIME:g})")
         return float(value)
 
     size = doc.get("size")
@@ -177,8 +188,16 @@ class Quarantine:
     def describe(self) -> str:
         return f"the quarantine {self.root!r} in {self.store.describe()}"
 
+    def _owned(self, name: str) -> str | None:
+        """``name`` below the store's root when the store calls it the plugin's, else None (a store may say no by
+        returning None or by raising ``RemoteStorageException``)."""
+        try:
+            return self.store.relative(name)
+        except RemoteStorageException:
+            return None
+
     def _relative(self, name: str) -> str:
-        rel = self.store.relative(name)
+        rel = self._owned(name)
         if rel is None or rel.endswith(RECORD_SUFFIX):
             raise DeletionRefused(
                 f"{name} is not the plugin's in {self.store.describe()}: the quarantine holds only the plugin's own "
@@ -243,7 +262,7 @@ class Quarantine:
         location = record[: -len(RECORD_SUFFIX)]
         rest = location[len(self.root) :] if location.startswith(self.root) else ""
         run, _, rel = rest.partition("/")
-        if held.location != location or held.run != run or self.store.relative(held.original) != rel:
+        if held.location != location or held.run != run or self._owned(held.original) != rel:
             raise CorruptDataException(
                 f"quarantine record {record} names {held.original} held at {held.location} in run {held.run}, "
                 "which is not where the record is: it is left alone (check it, then remove it by hand)"
@@ -259,7 +278,7 @@ class Quarantine:
         names = set(self.store.list(base))
         records = sorted(n for n in names if n.endswith(RECORD_SUFFIX))
         if key is not None:
-            rel = self.store.relative(key)
+            rel = self._owned(key)
             if rel is None:
                 return []
             records = [r for r in records if r[len(self.root) :].partition("/")[2] == rel + RECORD_SUFFIX]
@@ -269,9 +288,19 @@ class Quarantine:
         return out
 
     def expired(self, now: float | None = None) -> list[Held]:
-        """What has been held past its ``until``."""
+        """What has been held past its ``until``. One listing; only the records of runs that started longer ago
+        than the retention are read (a run's id is its start time, and nothing of it was held before that)."""
         now = self.clock() if now is None else now
-        return [h for h in self.held() if h.until <= now]
+        names = set(self.store.list(self.root))
+        out = []
+        for record in sorted(n for n in names if n.endswith(RECORD_SUFFIX)):
+            started = run_started(record[len(self.root) :].partition("/")[0])
+            if started is not None and started + self.retention_s > now:
+                continue
+            held = self._read(record, record[: -len(RECORD_SUFFIX)] in names)
+            if held.until <= now:
+                out.append(held)
+        return out
 
     def restore(self, items: Sequence[Held]) -> RestoreReport:
         """Copy each item back to its original name when nothing lives there now (a live object is never

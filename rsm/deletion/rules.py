@@ -35,8 +35,9 @@ TABLE_UNREFERENCED = "table-unreferenced"
 """No version of the table that is kept (the current metadata file and every one in its metadata log) references
 the file, read again just before the move; and no other table shares its location."""
 TABLE_UNREFERENCED_FOR_GRACE = "table-unreferenced-for-grace"
-"""The last table version that referenced the file (or, for a file no version ever referenced, the file itself)
-is older than the table's orphan grace, never less than a day for data files."""
+"""The file has been unreferenced for longer than the table's orphan grace (never less than a day for data files),
+counted from the first pass that saw it so, as the table's ledger of unreferenced files records (a file referenced
+again leaves the ledger and starts over), and the file was not written since."""
 SEGMENT_GONE = "segment-gone"
 """The store no longer holds the manifest of the segment a local cache entry belongs to."""
 
@@ -47,7 +48,7 @@ SIGNALS: Mapping[str, str] = {
     RECORD_COMPLETE: "the cluster's record, read complete, says so",
     TOPIC_GONE_CONFIRMED: "the topic id is gone in two reads minutes apart, or in a read and a delete marker",
     TABLE_UNREFERENCED: "no kept table version references it, read again just before the move",
-    TABLE_UNREFERENCED_FOR_GRACE: "unreferenced for longer than the table's orphan grace",
+    TABLE_UNREFERENCED_FOR_GRACE: "unreferenced for longer than the table's orphan grace, by its ledger",
     SEGMENT_GONE: "the store has no manifest for the segment",
 }
 

@@ -39,6 +39,18 @@ def _factory(_key: str, value: Any) -> str | None:
 
 _factory.valid_values = "module:function"  # type: ignore[attr-defined]
 
+SLICE_BYTES = 16 << 20
+"""About the most bytes (a row group's uncompressed size per row) a fetch's slice of a large row group holds
+(rsm.iceberg.row_slices): large records get fewer rows a slice, so that the row-group cache (64 MiB by default,
+entries up to half of it) keeps several slices."""
+SLICE_READERS_DEFAULT = 10
+"""Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
+so each of the broker's reader threads catching up through a compacted file keeps its own."""
+CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
+"""What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
+the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
+
+
 CONFIG_DEF = ConfigDef().extend(
     [
         ConfigKey(
@@ -145,8 +157,9 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.delete.rows.enabled",
             "boolean",
             False,
-            "When Kafka deletes an Iceberg-mode segment (retention), also delete its offset range from the table. "
-            "By default the rows stay for SQL readers and only Kafka's view of the segment goes.",
+            "When Kafka deletes an Iceberg-mode segment (retention), also delete the rows its copy wrote from the "
+            "table (those of its offset range carrying its segment and topic ids; rows without ids, from earlier "
+            "releases, stay). By default the rows stay for SQL readers and only Kafka's view of the segment goes.",
             group="iceberg",
         ),
         ConfigKey(
@@ -174,6 +187,19 @@ CONFIG_DEF = ConfigDef().extend(
             "catches up 1 MiB at a time reads and decodes each row group once. Row groups of more than 32,768 rows "
             "(compaction's) or 16 MiB are read and kept in slices of up to 32,768 rows and 16 MiB. A row group or "
             "slice over half of it is served but not kept. 0: no cache.",
+            validator=in_range(0, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.fetch.slice.readers",
+            "int",
+            SLICE_READERS_DEFAULT,
+            "Readers of large row groups (compaction's) kept open between fetches, each where its last fetch "
+            "stopped, so a consumer catching up decodes each slice once. Set it to the broker's "
+            "remote.log.reader.threads (Kafka's default, 10): with more consumers catching up at once than readers "
+            "kept, readers are closed and opened again, each time decoding its group from the start. An idle "
+            "reader holds up to 32 MiB (kts config check counts them) and is closed after a minute unused. 0: none "
+            "kept.",
             validator=in_range(0, None),
             group="iceberg",
         ),
@@ -263,8 +289,11 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.maintenance.orphan.grace.ms",
             "long",
             3 * 86_400_000,
-            "Files under a table's location that no snapshot references are deleted once older than this: "
-            "longer than any copy, any other engine's write and any reader of an expired snapshot takes.",
+            "Files under a table's data/ and metadata/ that no kept table version references are moved into the "
+            "warehouse's quarantine (kts-quarantine/, kept gc.quarantine.ms) once they have been unreferenced this "
+            "long, counted from the first maintenance pass (or kts gc --delete) that saw them so: longer than any "
+            "copy, any other engine's write and any reader of an expired snapshot takes. Data files wait at least "
+            "a day whatever is set here.",
             validator=in_range(3_600_000, None),
             group="iceberg",
         ),
@@ -300,6 +329,9 @@ class MaintenanceSettings:
     target_file_bytes: int = 128 << 20
     min_input_files: int = 4
     orphan_grace_s: float = 3 * 86400.0
+    quarantine_s: float = 7 * 86400.0
+    """How long an orphan file stays in the warehouse's quarantine before maintenance purges it (the plugin's
+    ``gc.quarantine.ms``)."""
 
 
 def mode_on(configs: Mapping[str, Any]) -> bool:
@@ -311,16 +343,17 @@ WRITER_MEMORY_FACTOR = 3
 """A segment copy in Iceberg mode holds about this many times ``iceberg.mode.write.batch.bytes``: the rows in
 Arrow buffers, the table pyiceberg writes from them and the Parquet encoder's pages. pyarrow's allocator peaked at
 2.9-3.1x while 16 and 32 MiB of records became rows (uncompressed and zstd segments; docs/kubernetes.md)."""
-SLICE_BYTES = 16 << 20
-"""About the most bytes (a row group's uncompressed size per row) a fetch's slice of a large row group holds
-(rsm.iceberg.row_slices): large records get fewer rows a slice, so that the row-group cache (64 MiB by default,
-entries up to half of it) keeps several slices."""
-MAX_CURSORS = 2
-"""Readers of large row groups kept open between fetches: a compacted file holds one Kafka partition's rows, which
-one consumer reads in order; a second reader of the same group (another consumer group) gets the other."""
-CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
-"""What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
-the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
+
+
+def _quarantine_s(raw: Mapping[str, Any]) -> float:
+    """``gc.quarantine.ms`` (a key of the plugin's own table, rsm.core.config) in seconds; 7 days when unset."""
+    value = raw.get("gc.quarantine.ms")
+    try:
+        return 7 * 86400.0 if value in (None, "") else int(value) / 1000
+    except (TypeError, ValueError):
+        raise ConfigException(
+            f"Invalid value {value!r} for configuration gc.quarantine.ms: expected milliseconds"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -340,6 +373,7 @@ class IcebergConfig:
     write_batch_bytes: int = 64 << 20
     fetch_cache_bytes: int = 64 << 20
     fetch_table_refresh_ms: int = 5000
+    fetch_slice_readers: int = SLICE_READERS_DEFAULT
     value_column_factory: str = ""
     maintenance_enabled: bool = True
     maintenance_interval_s: float = 60.0
@@ -399,6 +433,7 @@ class IcebergConfig:
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
+            fetch_slice_readers=values["iceberg.mode.fetch.slice.readers"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
             maintenance_enabled=values["iceberg.mode.maintenance.enabled"],
             maintenance_interval_s=values["iceberg.mode.maintenance.interval.ms"] / 1000,
@@ -411,6 +446,7 @@ class IcebergConfig:
                 target_file_bytes=values["iceberg.mode.maintenance.compaction.target.bytes"],
                 min_input_files=values["iceberg.mode.maintenance.compaction.min.files"],
                 orphan_grace_s=values["iceberg.mode.maintenance.orphan.grace.ms"] / 1000,
+                quarantine_s=_quarantine_s(raw),
             ),
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))

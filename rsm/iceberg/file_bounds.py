@@ -17,13 +17,13 @@ from pyiceberg.types import IntegerType, LongType
 
 from rsm.fetch.lru import TimedLru
 
-__all__ = ["MANIFEST_BOUNDS", "ManifestBounds"]
+__all__ = ["MANIFEST_BOUNDS", "Bounds", "ManifestBounds", "file_bounds", "overlaps"]
 
-# (partition low, partition high, offset low, offset high) of one live data file; None where a bound is missing.
-_Bounds = tuple[int | None, int | None, int | None, int | None]
+Bounds = tuple[int | None, int | None, int | None, int | None]
+"""(partition low, partition high, offset low, offset high) of one data file; None where a bound is missing."""
 
 
-def _file_bounds(f: DataFile, partition_id: int, offset_id: int) -> _Bounds:
+def file_bounds(f: DataFile, partition_id: int, offset_id: int) -> Bounds:
     lower, upper = f.lower_bounds or {}, f.upper_bounds or {}
 
     def bound(bounds: dict[int, bytes], field_id: int, kind: IntegerType | LongType) -> int | None:
@@ -38,7 +38,7 @@ def _file_bounds(f: DataFile, partition_id: int, offset_id: int) -> _Bounds:
     )
 
 
-def _overlaps(b: _Bounds, partition: int, first: int, last: int) -> bool:
+def overlaps(b: Bounds, partition: int, first: int, last: int) -> bool:
     """Whether a file of bounds ``b`` may hold rows of ``partition`` at offsets ``first..last`` (a missing bound
     may hold anything)."""
     p_lo, p_hi, o_lo, o_hi = b
@@ -52,7 +52,7 @@ class ManifestBounds:
     bounds in all (least recently used out first, and read again when needed)."""
 
     def __init__(self, files: int = 100_000) -> None:
-        self._cache: TimedLru[str, tuple[_Bounds, ...]] = TimedLru(
+        self._cache: TimedLru[str, tuple[Bounds, ...]] = TimedLru(
             "iceberg-manifest-bounds", files, None, weigher=lambda bounds: len(bounds) + 1
         )
 
@@ -67,15 +67,15 @@ class ManifestBounds:
         for manifest in snapshot.manifests(table.io):
             if manifest.content != ManifestContent.DATA:
                 continue
-            if any(_overlaps(b, partition, first, last) for b in self._bounds(table.io, manifest, ids)):
+            if any(overlaps(b, partition, first, last) for b in self._bounds(table.io, manifest, ids)):
                 return True
         return False
 
-    def _bounds(self, io: FileIO, manifest: ManifestFile, ids: tuple[int, int]) -> tuple[_Bounds, ...]:
+    def _bounds(self, io: FileIO, manifest: ManifestFile, ids: tuple[int, int]) -> tuple[Bounds, ...]:
         bounds = self._cache.get(manifest.manifest_path)
         if bounds is None:
             entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
-            bounds = tuple(_file_bounds(e.data_file, *ids) for e in entries)
+            bounds = tuple(file_bounds(e.data_file, *ids) for e in entries)
             self._cache.put(manifest.manifest_path, bounds)
         return bounds
 

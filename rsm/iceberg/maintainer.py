@@ -7,6 +7,10 @@ requirements itself (pyiceberg's SQL catalog) is given one that the property sti
 so of two brokers taking a free lease at once one commit fails. A REST catalog checks only the requirements of
 the Iceberg spec; there the lease is read back after the commit and kept only if it still names this broker (two
 brokers may then both run a pass now and then: every step is safe beside another run, only wasted work).
+
+A pass keeps its lease while it runs (``LeaseKeeper``: renewed every third of its time to live) and releases it
+when it ends, so another broker can take the table at once; a pass whose lease another broker took ends before
+its next step.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from pydantic import Field
@@ -28,7 +33,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import ValidatableTableRequirement
 
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance import Guard, StepResult, expire_snapshots, is_ours, maintain
+from rsm.iceberg.maintenance import Guard, StepResult, expire_snapshots, is_ours, maintain, purge_quarantine
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +80,17 @@ def _checks_requirements_locally(catalog: Catalog) -> bool:
 
 
 def take_lease(
-    table: Table, owner: str, ttl_s: float, now_ms: int | None = None, guard: Guard = nullcontext
+    table: Table,
+    owner: str,
+    ttl_s: float,
+    now_ms: int | None = None,
+    guard: Guard = nullcontext,
+    renew_below: float = 0.5,
 ) -> Table | None:
-    """The table with a lease for ``owner`` valid ``ttl_s`` from now (taken, or renewed when half gone), or
-    None when another owner holds an unexpired lease or won the race for it. A commit is made under ``guard``
-    (this broker's copies to the table wait), on the table loaded again there."""
+    """The table with a lease for ``owner`` valid ``ttl_s`` from now (taken, or renewed when less than
+    ``renew_below`` of ``ttl_s`` is left; 1.0: always), or None when another owner holds an unexpired lease or won
+    the race for it. A commit is made under ``guard`` (this broker's copies to the table wait), on the table
+    loaded again there."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     ttl_ms = int(ttl_s * 1000)
 
@@ -87,7 +98,7 @@ def take_lease(
         held = Lease.parse(t.properties.get(LEASE_PROPERTY))
         if held is not None and held.owner != owner and held.expiry_ms > now_ms:
             return "theirs"
-        if held is not None and held.owner == owner and held.expiry_ms - now_ms > ttl_ms // 2:
+        if held is not None and held.owner == owner and held.expiry_ms - now_ms >= ttl_ms * renew_below:
             return "ours"
         return "take"
 
@@ -112,20 +123,93 @@ def take_lease(
     return fresh if mine is not None and mine.owner == owner else None
 
 
-def release_lease(table: Table, owner: str) -> None:
-    """Give the lease up (only when it is still ``owner``'s)."""
-    raw = table.properties.get(LEASE_PROPERTY)
-    held = Lease.parse(raw)
-    if held is None or held.owner != owner:
+def release_lease(table: Table, owner: str, guard: Guard = nullcontext) -> None:
+    """Give the lease up (only when it is still ``owner``'s), under ``guard`` on the table loaded again there."""
+    if not _holds(table, owner):
         return
-    txn = table.transaction()
-    if _checks_requirements_locally(table.catalog):
-        txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001
-    txn.remove_properties(LEASE_PROPERTY)
-    try:
-        txn.commit_transaction()
-    except CommitFailedException:
-        pass
+    with guard():
+        table = table.catalog.load_table(table.name())
+        raw = table.properties.get(LEASE_PROPERTY)
+        if not _holds(table, owner):
+            return
+        txn = table.transaction()
+        if _checks_requirements_locally(table.catalog):
+            txn._stage((), (_AssertProperty(key=LEASE_PROPERTY, value=raw),))  # noqa: SLF001
+        txn.remove_properties(LEASE_PROPERTY)
+        try:
+            txn.commit_transaction()
+        except CommitFailedException:
+            pass
+
+
+def _holds(table: Table, owner: str) -> bool:
+    held = Lease.parse(table.properties.get(LEASE_PROPERTY))
+    return held is not None and held.owner == owner
+
+
+class LeaseKeeper:
+    """Keeps ``owner``'s lease of a table while a pass runs: a thread renews it every third of ``ttl_s`` (so a
+    renewal late by up to two thirds of it still comes in time), and ``held`` turns False for good once a
+    renewal finds another owner's unexpired lease (the pass should then stop). Leaving the ``with`` stops the
+    thread and releases the lease; a failure to release is logged (the lease then expires)."""
+
+    def __init__(self, catalog: Catalog, ident: tuple[str, ...], owner: str, ttl_s: float, guard: Guard) -> None:
+        self._catalog = catalog
+        self._ident = ident
+        self._owner = owner
+        self._ttl_s = ttl_s
+        self._guard = guard
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"kts-lease-{ident[-1]}", daemon=True)
+
+    @property
+    def held(self) -> bool:
+        return not self._lost.is_set()
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if not self.held:
+            return
+        try:
+            release_lease(self._catalog.load_table(self._ident), self._owner, self._guard)
+        except Exception as e:
+            log.warning(
+                "Iceberg maintenance of %s: cannot release its lease (it expires in at most %.0f s): %s",
+                ".".join(self._ident),
+                self._ttl_s,
+                e,
+            )
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self._ttl_s / 3):
+            try:
+                kept = self._renew_once()
+            except Exception as e:  # the catalog may answer again before the lease expires
+                log.warning("Iceberg maintenance of %s: cannot renew its lease: %s", ".".join(self._ident), e)
+                continue
+            if not kept:
+                log.info(
+                    "Iceberg maintenance of %s: another broker holds its lease now; this pass ends before its "
+                    "next step",
+                    ".".join(self._ident),
+                )
+                self._lost.set()
+                return
+
+    def _renew_once(self) -> bool:
+        """Whether the lease is still ours: renewed, or its commit lost a race to another writer's commit and the
+        lease still names this broker (renewed at the next turn)."""
+        table = self._catalog.load_table(self._ident)
+        if take_lease(table, self._owner, self._ttl_s, guard=self._guard, renew_below=1.0) is not None:
+            return True
+        held = Lease.parse(self._catalog.load_table(self._ident).properties.get(LEASE_PROPERTY))
+        return held is None or held.owner == self._owner or held.expiry_ms <= time.time() * 1000
 
 
 class CommitGate:
@@ -184,6 +268,7 @@ class MaintenanceStats:
             "compaction": ("files-compacted-total", "bytes-compacted-total"),
             "rewrite-manifests": ("manifests-rewritten-total", None),
             "remove-orphans": ("orphan-files-removed-total", "orphan-bytes-removed-total"),
+            "purge-quarantine": ("quarantine-files-purged-total", "quarantine-bytes-purged-total"),
         }
         with self.lock:
             for r in results:
@@ -194,6 +279,9 @@ class MaintenanceStats:
                     self.totals[bytes_name] = self.totals.get(bytes_name, 0) + r.bytes
                 if r.skipped:
                     self.totals["conflicts-total"] = self.totals.get("conflicts-total", 0) + 1
+                if r.refused:
+                    name = "orphan-removals-refused-total"
+                    self.totals[name] = self.totals.get(name, 0) + 1
                 if r.given_up:
                     name = "compaction-bins-given-up-total"
                     self.totals[name] = self.totals.get(name, 0) + r.given_up
@@ -213,12 +301,15 @@ class MaintenanceStats:
                     "errors-total",
                     "conflicts-total",
                     "compaction-bins-given-up-total",
+                    "orphan-removals-refused-total",
                     "snapshots-expired-total",
                     "files-compacted-total",
                     "bytes-compacted-total",
                     "manifests-rewritten-total",
                     "orphan-files-removed-total",
                     "orphan-bytes-removed-total",
+                    "quarantine-files-purged-total",
+                    "quarantine-bytes-purged-total",
                 )
             }
             for step in ("expire-snapshots", "compaction", "rewrite-manifests", "remove-orphans"):
@@ -244,8 +335,10 @@ class Maintainer:
         orphan_interval_s: float,
         owner: str | None = None,
         warehouse: str | None = None,
+        lease_ttl_s: float | None = None,
     ) -> None:
         self.catalog = catalog
+        self._lease_ttl_s = lease_ttl_s
         self.namespace = namespace
         self.settings = settings
         self.interval_s = interval_s
@@ -254,6 +347,7 @@ class Maintainer:
         self.warehouse = warehouse
         self.stats = MaintenanceStats()
         self._last_orphans: dict[tuple[str, ...], float] = {}
+        self._last_purge: float | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._commits: dict[str, int] = {}
@@ -264,7 +358,8 @@ class Maintainer:
 
     @property
     def lease_ttl_s(self) -> float:
-        return max(3 * self.interval_s, 300.0)
+        """How long a lease lasts unless renewed (a pass renews it every third of that while it runs)."""
+        return self._lease_ttl_s if self._lease_ttl_s is not None else max(3 * self.interval_s, 300.0)
 
     def start(self) -> None:
         with self._lock:
@@ -319,23 +414,43 @@ class Maintainer:
                 )
 
     def _expire(self, tables: set[str]) -> None:
-        """Expiry alone on ``tables`` (those whose lease this broker gets)."""
+        """Expiry alone on ``tables`` (those whose lease this broker gets; the lease released after)."""
         for name in sorted(tables):
+            ident = (self.namespace, name)
             try:
                 catalog = self.catalog()
-                table = catalog.load_table((self.namespace, name))
+                table = catalog.load_table(ident)
                 gate = self.gate(name)
                 leased = (
                     take_lease(table, self.owner, self.lease_ttl_s, guard=gate.exclusive) if is_ours(table) else None
                 )
-                if leased is not None:
-                    with gate.exclusive():
-                        # Loaded again under the gate: the copies committed since are in it.
-                        fresh = catalog.load_table((self.namespace, name))
-                        self.stats.add([expire_snapshots(fresh, self.settings)])
+                if leased is None:
+                    continue
+                with LeaseKeeper(catalog, ident, self.owner, self.lease_ttl_s, gate.exclusive), gate.exclusive():
+                    # Loaded again under the gate: the copies committed since are in it.
+                    fresh = catalog.load_table(ident)
+                    self.stats.add([expire_snapshots(fresh, self.settings)])
+            except NoSuchTableError:
+                continue  # dropped since its commit woke the thread
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg snapshot expiry of %s.%s failed: %s", self.namespace, name, e)
+
+    def _purge(self, catalog: Catalog) -> None:
+        """Remove what the warehouse's quarantine held past its time, at most every ``orphan_interval_s`` (any
+        broker may: an item purged twice is gone once)."""
+        now = time.monotonic()
+        if not self.warehouse or (self._last_purge is not None and now - self._last_purge < self.orphan_interval_s):
+            return
+        from pyiceberg.io import load_file_io
+
+        io = load_file_io(dict(catalog.properties), self.warehouse)
+        self.stats.add([purge_quarantine(io, self.warehouse, self.settings.quarantine_s)])
+        self._last_purge = now
+
+    def _proceeds(self, lease: LeaseKeeper) -> bool:
+        """Whether a pass goes on to its next step: its lease still held and the plugin not closing."""
+        return lease.held and not self._stop.is_set()
 
     def run_pass(self) -> None:
         """One pass over the namespace's tables (the thread's work; also callable directly)."""
@@ -350,28 +465,30 @@ class Maintainer:
                 continue
             if not is_ours(table):
                 continue
-            leased = take_lease(table, self.owner, self.lease_ttl_s, guard=self.gate(ident[-1]).exclusive)
+            gate = self.gate(ident[-1])
+            leased = take_lease(table, self.owner, self.lease_ttl_s, guard=gate.exclusive)
             if leased is None:
                 continue
             now = time.monotonic()
             last = self._last_orphans.get(ident)
             orphans = last is None or now - last >= self.orphan_interval_s
             try:
-                others = _locations(catalog, ident) if orphans else None
-                gate = self.gate(ident[-1])
-                results = maintain(
-                    leased,
-                    self.settings,
-                    orphans=orphans,
-                    others=others,
-                    guard=gate.exclusive,
-                    warehouse=self.warehouse,
-                )
+                with LeaseKeeper(catalog, tuple(ident), self.owner, self.lease_ttl_s, gate.exclusive) as lease:
+                    others = _locations(catalog, ident) if orphans else None
+                    results = maintain(
+                        leased,
+                        self.settings,
+                        orphans=orphans,
+                        others=others,
+                        guard=gate.exclusive,
+                        warehouse=self.warehouse,
+                        proceed=partial(self._proceeds, lease),
+                    )
             except Exception as e:
                 self.stats.count("errors-total")
                 log.warning("Iceberg maintenance of %s failed (next pass retries): %s", ".".join(ident), e)
                 continue
-            if orphans:
+            if orphans and "remove-orphans" in {r.step for r in results}:
                 self._last_orphans[ident] = now
             self.stats.add(results)
             table = catalog.load_table(ident)
@@ -379,6 +496,7 @@ class Maintainer:
             snapshots_max = max(snapshots_max, len(table.metadata.snapshots))
             if snapshot is not None:
                 manifests_max = max(manifests_max, len(snapshot.manifests(table.io)))
+        self._purge(catalog)
         with self.stats.lock:
             self.stats.snapshots_max = snapshots_max
             self.stats.manifests_max = manifests_max
@@ -386,13 +504,13 @@ class Maintainer:
             self.stats.totals["passes-total"] = self.stats.totals.get("passes-total", 0) + 1
 
 
-def _locations(catalog: Catalog, ident: tuple[str, ...]) -> list[str]:
-    """The locations of the other tables of the namespace (their files are never this table's orphans)."""
-    out = []
+def _locations(catalog: Catalog, ident: tuple[str, ...]) -> dict[str, str]:
+    """The other tables of the namespace, name to location (their files are never this table's orphans)."""
+    out = {}
     for other in catalog.list_tables(ident[:-1]):
         if tuple(other) != tuple(ident):
             try:
-                out.append(catalog.load_table(other).location())
+                out[".".join(other)] = catalog.load_table(other).location()
             except NoSuchTableError:
                 continue
     return out

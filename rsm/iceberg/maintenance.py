@@ -13,20 +13,19 @@ files not yet committed) and a reader of an earlier version of the table are nev
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import (
@@ -37,19 +36,30 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile, read_manifest_list
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import IntegerType, LongType
 
+from rsm.deletion.fileio_holding import FileIOHolding, list_locations, normal_location
+from rsm.deletion.holding import Held
+from rsm.deletion.quarantine import Quarantine, new_run_id
+from rsm.deletion.rules import (
+    TABLE_UNREFERENCED,
+    TABLE_UNREFERENCED_FOR_GRACE,
+    DeletionRefused,
+    Evidence,
+    authorize,
+)
 from rsm.errors import RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.file_bounds import file_bounds, overlaps
 from rsm.iceberg.schema import partition_spec
-from rsm.iceberg.tables import METADATA_PROPERTIES, compacted_file_properties
+from rsm.iceberg.tables import FORCED_METADATA_PROPERTIES, METADATA_PROPERTIES, compacted_file_properties
 from rsm.iceberg.transaction import transaction
 
 log = logging.getLogger(__name__)
@@ -57,6 +67,8 @@ log = logging.getLogger(__name__)
 OWNER_PROPERTY = "kafka.topic"
 """Set by the writer on every table it creates: the mark of a table whose files maintenance may touch."""
 COMPACTION_SNAPSHOT_PROPERTY = "kafka.maintenance"
+ICEBERG_ORPHAN = "iceberg-orphan"
+"""The deletion rule (``rsm.deletion.rules``) of a table's orphan files."""
 Guard = Callable[[], AbstractContextManager[object]]
 
 
@@ -71,6 +83,7 @@ class StepResult:
     skipped: str = ""
     seconds: float = 0.0
     given_up: int = 0  # compaction: bins left because their files changed meanwhile
+    refused: str = ""  # why the step did nothing and will not until an operator acts (not a conflict)
 
 
 def is_ours(table: Table) -> bool:
@@ -81,9 +94,14 @@ def is_ours(table: Table) -> bool:
 
 
 def set_metadata_properties(table: Table, dry_run: bool = False) -> StepResult:
-    """Give the table the properties that make each commit delete old metadata files (unless set already)."""
+    """Give the table the properties that bound its metadata log (unless set already), and turn off pyiceberg's
+    deletion of old metadata files on commit (their removal is the orphan step's, through the quarantine)."""
     result = StepResult("metadata-properties")
-    missing = {k: v for k, v in METADATA_PROPERTIES.items() if k not in table.properties}
+    missing = {
+        k: v
+        for k, v in METADATA_PROPERTIES.items()
+        if k not in table.properties or (k in FORCED_METADATA_PROPERTIES and table.properties[k] != v)
+    }
     result.count = len(missing)
     result.details = [f"set {k}={v}" for k, v in missing.items()]
     if missing and not dry_run:
@@ -184,6 +202,8 @@ class CompactionBin:
     partition: int
     day: object
     files: tuple[_Small, ...]
+    since: int = 0
+    """The sequence number of the snapshot the plan read: delete files committed after it are new to the bin."""
 
     @property
     def first(self) -> int:
@@ -256,8 +276,10 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
     among the files under the target size (a file at the target size, or one that cannot be compacted, ends a
     run). Files with delete files attached, of another partition spec, or without the plugin's bounds are left
     alone."""
-    if table.current_snapshot() is None:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
         return []
+    since = snapshot.sequence_number or 0
     schema, spec = table.schema(), table.spec()
     if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
         return []
@@ -285,7 +307,7 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
                 stretch.append(entry)
                 continue
             for start, end in compaction_runs([(f.rows, f.size) for f in stretch], fan_in, settings.target_file_bytes):
-                bins.append(CompactionBin(p, day, tuple(stretch[start:end])))
+                bins.append(CompactionBin(p, day, tuple(stretch[start:end]), since))
             stretch = []
     return bins
 
@@ -322,13 +344,50 @@ def _holders(table: Table, bins: Sequence[CompactionBin]) -> list[set[str]]:
     holders: list[set[str]] = [set() for _ in bins]
     for task in table.scan().plan_files():
         f = task.file
-        bounds = _bounds(f, ids)
+        bounds = file_bounds(f, *ids)
         for held, b in zip(holders, bins, strict=True):
             if f.spec_id != b.files[0].task.file.spec_id or f.partition[0] != b.day:
                 continue
-            if bounds is None or (bounds[0] == b.partition and bounds[1] <= b.last and bounds[2] >= b.first):
+            if overlaps(bounds, b.partition, b.first, b.last):
                 held.add(f.file_path)
     return holders
+
+
+POSITION_PATH_FIELD_ID = 2147483546
+"""Field id of ``file_path`` in position delete files (Iceberg's spec): its bounds name the data files they hit."""
+
+
+def _may_apply(delete: DataFile, data: DataFile) -> bool:
+    """Whether a delete file (position or equality deletes) may apply to a data file. Position deletes whose
+    ``file_path`` bounds leave the data file out do not; otherwise a delete of the same spec and another
+    partition does not; anything else may (an equality delete of an unpartitioned spec hits every partition)."""
+    if delete.content == DataFileContent.POSITION_DELETES:
+        lower = (delete.lower_bounds or {}).get(POSITION_PATH_FIELD_ID)
+        upper = (delete.upper_bounds or {}).get(POSITION_PATH_FIELD_ID)
+        if lower is not None and upper is not None:
+            path = data.file_path.encode()
+            return lower <= path <= upper
+    return delete.spec_id != data.spec_id or delete.partition == data.partition
+
+
+def _gained_deletes(table: Table, bins: Sequence[CompactionBin]) -> list[list[str]]:
+    """For each bin, the delete files committed since its plan's snapshot that may apply to one of its files
+    (another engine's merge-on-read DELETE, UPDATE or MERGE): rewriting the bin's rows as they were read would
+    bring the deleted rows back. Read from the delete manifests of the current snapshot."""
+    gained: list[list[str]] = [[] for _ in bins]
+    snapshot = table.current_snapshot()
+    if snapshot is None or not bins:
+        return gained
+    since = min(b.since for b in bins)
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES or (manifest.sequence_number or 0) <= since:
+            continue  # a manifest holds no entry newer than the snapshot that wrote it
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            delete = entry.data_file
+            for found, b in zip(gained, bins, strict=True):
+                if (entry.sequence_number or 0) > b.since and any(_may_apply(delete, f.task.file) for f in b.files):
+                    found.append(delete.file_path)
+    return gained
 
 
 def compact_bins(
@@ -337,7 +396,9 @@ def compact_bins(
     """Rewrite each bin's files as one file, sorted by (partition, offset), and commit one overwrite that removes
     exactly those files, holding ``guard`` once (the plugin's copies to the table wait meanwhile). The table is
     read again under the guard: a bin whose range's live files are no longer exactly its own (a copy replaced
-    some, another engine rewrote them) is given up and its new file deleted. Returns the bins committed."""
+    some, another engine rewrote them), or one of whose files gained delete files since the plan (as Iceberg's
+    ``RewriteFiles`` validates), is given up and its new file deleted. Another writer committing between that
+    read and the commit fails the commit, and the checks run again. Returns the bins committed."""
     new: dict[int, list[DataFile]] = {}
     try:
         for i, b in enumerate(bins):
@@ -348,6 +409,18 @@ def compact_bins(
                     # Loaded under the guard: the copies that committed while the bins were rewritten are in it,
                     # so the commit does not fail on stale metadata (nor does pyiceberg's retry sleep in the guard).
                     current = table.catalog.load_table(table.name())
+                    gained = _gained_deletes(current, [bins[i] for i in new])
+                    for i, deletes in zip(list(new), gained, strict=True):
+                        if deletes:
+                            log.info(
+                                "compaction of %s %s given up: its files gained delete files %s",
+                                ".".join(table.name()),
+                                bins[i].describe(),
+                                ", ".join(deletes[:3]),
+                            )
+                            _delete(table.io, [f.file_path for f in new.pop(i)])
+                    if not new:
+                        return []
                     holders = _holders(current, [bins[i] for i in new])
                     for i, held in zip(list(new), holders, strict=True):
                         if held != {f.task.file.file_path for f in bins[i].files}:
@@ -399,51 +472,71 @@ def compact(
 # --- orphan files -----------------------------------------------------------------------------------------------
 
 
+DATA_FILE_MIN_GRACE_S = 86400.0
+"""The least grace of a data file (under a table's ``data/``), whatever ``orphan.grace.ms`` says: a Spark job or
+a long compaction may write for hours before its commit, and a reader of an expired snapshot reads as long."""
+LEDGER_PATH = "kts/unreferenced.json"
+"""Where, under a table's location (outside ``data/`` and ``metadata/``), the plugin keeps when each of the
+table's unreferenced files was first seen so (:class:`UnreferencedLedger`)."""
+
+
 @dataclass(frozen=True)
 class OrphanFile:
+    """A file of a table that no kept version references. ``age_s``: seconds since it was first seen so."""
+
     path: str
     size: int
     age_s: float
+    evidence: tuple[Evidence, ...] = ()
 
 
-_AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
+def orphan_grace_s(relative: str, grace_s: float) -> float:
+    """The grace of a file at ``relative`` (its path under the table's location): ``grace_s``, at least
+    :data:`DATA_FILE_MIN_GRACE_S` for a file outside ``metadata/``."""
+    return grace_s if relative.startswith("metadata/") else max(grace_s, DATA_FILE_MIN_GRACE_S)
 
 
-def _normal(uri: str) -> str:
-    """A location as a comparable string: ``file:/x``, ``file:///x`` and ``/x`` are the same file, and so are
-    Azure's ``abfs://container@account.dfs.core.windows.net/x`` (what tables reference) and
-    ``abfs://container/x`` (what listing the container gives)."""
-    u = urlparse(uri)
-    if u.scheme in ("", "file"):
-        return "file://" + os.path.normpath(u.path)
-    netloc = u.netloc.split("@", 1)[0] if u.scheme in _AZURE_SCHEMES else u.netloc
-    return f"{u.scheme}://{netloc}{u.path}"
+_normal = normal_location
+list_files = list_locations
 
 
-def list_files(io: FileIO, location: str) -> Iterator[tuple[str, int, float]]:
-    """(URI, size, modified epoch seconds) of every file under ``location`` (nothing when it does not exist)."""
-    u = urlparse(location)
-    scheme = u.scheme or "file"
-    if isinstance(io, PyArrowFileIO):
-        _, netloc, path = io.parse_location(location)
-        fs = io.fs_by_scheme(scheme, netloc)
-        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
-        for info in infos:
-            if info.type == pafs.FileType.File:
-                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
-                yield (f"file://{info.path}" if scheme == "file" else f"{scheme}://{info.path}"), info.size or 0, mtime
-        return
-    get_fs = getattr(io, "get_fs", None)
-    if get_fs is None:
-        raise RemoteStorageException(
-            f"cannot list {location}: the FileIO {type(io).__name__} lists no files; orphan files are not removed"
-        )
-    fs = get_fs(scheme)
-    root = location.split("://", 1)[-1].rstrip("/")
-    for path, info in fs.find(root, detail=True).items():
-        modified = info.get("last_modified") or info.get("mtime") or info.get("LastModified") or time.time()
-        epoch = modified.timestamp() if isinstance(modified, datetime) else float(modified)
-        yield f"{scheme}://{path}", int(info.get("size") or 0), epoch
+@dataclass
+class UnreferencedLedger:
+    """When each unreferenced file of one table was first seen unreferenced by a pass (epoch seconds, by path
+    under the table's location), kept as JSON at :data:`LEDGER_PATH`.
+
+    A file is in it only while it is unreferenced and present: one referenced again, or gone, leaves it at the
+    next pass, so it holds the files of about one grace period's commits however old the table. It is written
+    only by a pass that may remove files (the maintenance lease holder, ``kts gc --delete``, ``kts iceberg
+    maintain``); a read-only look reads it. Lost or unreadable, it starts again empty: files then wait a whole
+    grace from the next pass (more kept, never less). Two writers at once (a broker's pass beside ``kts gc
+    --delete``) may lose one's update: a file then re-enters later (kept longer), or keeps an earlier time that
+    the other had dropped on seeing it referenced; the reference check just before each move still holds. Passes
+    run every ``orphan.interval.ms``: a file referenced and dropped again between two passes keeps the time the
+    first one saw, so the grace is counted to within that interval."""
+
+    location: str
+    first_seen: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def read(io: FileIO, table_location: str) -> UnreferencedLedger:
+        location = f"{table_location.rstrip('/')}/{LEDGER_PATH}"
+        entry = io.new_input(location)
+        try:
+            if not entry.exists():
+                return UnreferencedLedger(location)
+            with entry.open() as f:
+                raw = json.loads(f.read())
+            first_seen = {str(k): float(v) for k, v in raw["first_seen"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("%s is unreadable (%s): unreferenced files wait a whole grace from now", location, e)
+            return UnreferencedLedger(location)
+        return UnreferencedLedger(location, first_seen)
+
+    def write(self, io: FileIO) -> None:
+        data = json.dumps({"format": 1, "first_seen": self.first_seen}, sort_keys=True).encode()
+        with io.new_output(self.location).create(overwrite=True) as out:
+            out.write(data)
 
 
 @dataclass(frozen=True)
@@ -560,30 +653,139 @@ def _previous_versions(table: Table) -> Iterator[_Version]:
         yield version
 
 
+def shared_location(table: Table, others: Mapping[str, str]) -> str | None:
+    """Why the table's orphan files must not be removed, or None: another table (``others``: name to location)
+    at the same location, or one whose location holds the table's (a ``register_table`` clone or a backup of
+    it). Each table's search would list the other's live files as its own orphans, so the search is refused for
+    both, with a message naming them. A table inside this one's location is no such case: its files are left
+    alone (``find_orphans``' ``others``)."""
+    location = _normal(table.location()).rstrip("/")
+    sharing = sorted(
+        name
+        for name, other in others.items()
+        if location == _normal(other).rstrip("/") or location.startswith(_normal(other).rstrip("/") + "/")
+    )
+    if not sharing:
+        return None
+    return (
+        f"orphan files of table {'.'.join(table.name())} are not removed: table {', '.join(sharing)} is at its "
+        f"location {table.location()} or holds it, so each would take the other's live files for orphans; drop "
+        "the copy (a register_table clone or a backup) or give each table its own location"
+    )
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def find_orphans(
-    table: Table, grace_s: float, others: list[str] | None = None, warehouse: str | None = None
+    table: Table,
+    grace_s: float,
+    others: list[str] | None = None,
+    warehouse: str | None = None,
+    now: float | None = None,
+    record: bool = False,
 ) -> list[OrphanFile]:
-    """Files under the table's ``data/`` and ``metadata/`` that no snapshot references and that are older than
-    ``grace_s``; none of a table that is not ours or (``warehouse`` given) lies outside the warehouse.
-    ``others``: locations of other tables, whose files are left alone even when under this table's location."""
+    """Files under the table's ``data/`` and ``metadata/`` that no kept version of the table references and that
+    were first seen so at least their grace ago (:func:`orphan_grace_s`); none of a table that is not ours or
+    (``warehouse`` given) lies outside the warehouse. ``others``: locations of other tables, whose files are left
+    alone even when under this table's location.
+
+    The grace counts from when a pass first saw the file unreferenced (the table's :class:`UnreferencedLedger`),
+    never from its modification time alone: a file of a snapshot expired a minute ago is days old, and a reader
+    that planned on that snapshot still reads it. ``record``: write the ledger (only a caller that may remove
+    files); a read-only look reads it and finds only what earlier recorded passes saw. Each file found carries
+    the evidence ``TABLE_UNREFERENCED_FOR_GRACE``."""
     location = table.location().rstrip("/")
     if not is_ours(table) or (warehouse and not _normal(location).startswith(_normal(warehouse).rstrip("/") + "/")):
         return []
-    now = time.time()
-    listed = [
-        f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/") if now - f[2] > grace_s
-    ]
-    if not listed:
-        return []
-    refs = referenced_files(table)
-    nested = [_normal(o).rstrip("/") + "/" for o in others or [] if _normal(o).startswith(_normal(location) + "/")]
+    now = time.time() if now is None else now
+    listed = [f for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/")]
+    ledger = UnreferencedLedger.read(table.io, location)
+    refs = referenced_files(table) if listed else set()
+    base = _normal(location) + "/"
+    nested = [_normal(o).rstrip("/") + "/" for o in others or [] if _normal(o).startswith(base)]
+    seen: dict[str, float] = {}
     orphans = []
     for path, size, mtime in listed:
         p = _normal(path)
-        if p in refs or any(p.startswith(n) for n in nested):
+        if p in refs or any(p.startswith(n) for n in nested) or not p.startswith(base):
             continue
-        orphans.append(OrphanFile(path, size, now - mtime))
+        relative = p[len(base) :]
+        first = seen[relative] = ledger.first_seen.get(relative, now)
+        since = max(first, mtime)  # a file written again in place starts over
+        grace = orphan_grace_s(relative, grace_s)
+        if now - since >= grace:
+            detail = f"unreferenced since {_iso(since)} (first seen so by a pass), grace {grace:.0f} s"
+            orphans.append(OrphanFile(path, size, now - since, (Evidence(TABLE_UNREFERENCED_FOR_GRACE, detail),)))
+    if record and seen != ledger.first_seen:
+        ledger.first_seen = seen
+        ledger.write(table.io)
     return orphans
+
+
+def _warehouse_of(table: Table, warehouse: str | None) -> str | None:
+    """The warehouse the table's files are quarantined in: ``warehouse``, else the catalog's; None when the
+    table's location is not inside it."""
+    found = warehouse or table.catalog.properties.get("warehouse")
+    if not found or not _normal(table.location()).startswith(_normal(found).rstrip("/") + "/"):
+        return None
+    return found
+
+
+def hold_orphans(
+    table: Table,
+    orphans: Sequence[OrphanFile],
+    warehouse: str,
+    retention_s: float,
+    run: str | None = None,
+    others: Sequence[str] = (),
+) -> tuple[list[Held], list[tuple[OrphanFile, str]]]:
+    """Move ``orphans`` of ``table`` into the warehouse's quarantine, each once the deletion rule allows it: the
+    table is loaded again and what its kept versions reference read again just before (``TABLE_UNREFERENCED``);
+    a file referenced now, or of a table whose location another table shares, is kept. (held, kept with why)."""
+    if not orphans:
+        return [], []
+    fresh = table.catalog.load_table(table.name())
+    kept: list[tuple[OrphanFile, str]] = []
+    shared = shared_location(fresh, {o: o for o in others})
+    if shared is not None:
+        return [], [(o, shared) for o in orphans]
+    if not is_ours(fresh) or _normal(fresh.location()) != _normal(table.location()):
+        why = f"table {'.'.join(fresh.name())} is no longer the plugin's, or moved; its files are kept"
+        return [], [(o, why) for o in orphans]
+    refs = referenced_files(fresh)
+    versions = len(fresh.metadata.metadata_log) + 1
+    store = FileIOHolding(fresh.io, warehouse)
+    quarantine = Quarantine(store, store.root, retention_s)
+    run = run or new_run_id()
+    topic = fresh.properties.get(OWNER_PROPERTY)
+    held: list[Held] = []
+    for orphan in orphans:
+        if _normal(orphan.path) in refs:
+            kept.append((orphan, "a version of the table references it now"))
+            continue
+        evidence = (
+            *orphan.evidence,
+            Evidence(TABLE_UNREFERENCED, f"none of the {versions} kept versions up to {fresh.metadata_location}"),
+        )
+        try:
+            authorize(ICEBERG_ORPHAN, orphan.path, evidence)
+        except DeletionRefused as e:
+            kept.append((orphan, str(e)))
+            continue
+        try:
+            held += quarantine.hold(ICEBERG_ORPHAN, [(orphan.path, orphan.size)], evidence, run, topic)
+        except RemoteStorageException as e:  # not the warehouse's to hold, or written while it was moved
+            kept.append((orphan, str(e)))
+    if held:  # what was moved leaves the ledger now rather than at the next pass
+        ledger = UnreferencedLedger.read(fresh.io, fresh.location())
+        base = _normal(fresh.location()).rstrip("/") + "/"
+        moved = {_normal(h.original)[len(base) :] for h in held}
+        if moved & set(ledger.first_seen):
+            ledger.first_seen = {k: v for k, v in ledger.first_seen.items() if k not in moved}
+            ledger.write(fresh.io)
+    return held, kept
 
 
 def remove_orphans(
@@ -592,14 +794,48 @@ def remove_orphans(
     dry_run: bool = False,
     others: list[str] | None = None,
     warehouse: str | None = None,
+    now: float | None = None,
+    run: str | None = None,
 ) -> StepResult:
+    """Move the table's orphan files (:func:`find_orphans`) into the warehouse's quarantine (:func:`hold_orphans`),
+    where they stay ``settings.quarantine_s`` before :func:`purge_quarantine` removes them. A dry run records
+    nothing and moves nothing."""
     result = StepResult("remove-orphans")
-    orphans = find_orphans(table, settings.orphan_grace_s, others, warehouse)
-    result.count = len(orphans)
-    result.bytes = sum(o.size for o in orphans)
-    result.details = [o.path for o in orphans]
-    if not dry_run:
-        _delete(table.io, [o.path for o in orphans])
+    if not is_ours(table):
+        return result
+    root = _warehouse_of(table, warehouse)
+    if root is None:
+        result.skipped = f"the table's location {table.location()} is outside the warehouse: no quarantine to use"
+        return result
+    orphans = find_orphans(table, settings.orphan_grace_s, others, root, now, record=not dry_run)
+    if dry_run:
+        result.count = len(orphans)
+        result.bytes = sum(o.size for o in orphans)
+        result.details = [o.path for o in orphans]
+        return result
+    held, kept = hold_orphans(table, orphans, root, settings.quarantine_s, run, others or ())
+    result.count = len(held)
+    result.bytes = sum(h.size for h in held)
+    result.details = [h.original for h in held]
+    if kept:
+        result.skipped = f"{len(kept)} kept: {kept[0][1]}"
+    return result
+
+
+def purge_quarantine(
+    io: FileIO, warehouse: str, retention_s: float, now: float | None = None, dry_run: bool = False
+) -> StepResult:
+    """Remove for good what the warehouse's quarantine has held longer than ``retention_s`` (``gc.quarantine.ms``
+    as configured now)."""
+    result = StepResult("purge-quarantine")
+    store = FileIOHolding(io, warehouse)
+    quarantine = Quarantine(store, store.root, retention_s)
+    expired = quarantine.expired(time.time() if now is None else now)
+    result.count = len(expired)
+    result.bytes = sum(h.size for h in expired if h.present)
+    result.details = [h.original for h in expired]
+    if expired and not dry_run:
+        quarantine.purge(expired)
     return result
 
 
@@ -619,14 +855,18 @@ def maintain(
     settings: MaintenanceSettings,
     dry_run: bool = False,
     orphans: bool = True,
-    others: list[str] | None = None,
+    others: Mapping[str, str] | None = None,
     guard: Guard = nullcontext,
     attempts: int = 3,
     warehouse: str | None = None,
+    proceed: Callable[[], bool] | None = None,
 ) -> list[StepResult]:
     """Every step once on ``table`` (ours only; another table gives nothing). Compaction comes before the
-    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry.
+    manifest rewrite (its overwrite adds manifests) and the orphan removal after expiry. ``proceed``, asked
+    before each step: False ends the run there (the steps not run are not in the results).
 
+    ``others``: the other tables of the namespace, name to location (their files are never this table's
+    orphans; one sharing the table's location stops the orphan step, see ``shared_location``).
     ``guard``: held around each commit (the plugin's copies to the same table wait meanwhile, so a commit of
     maintenance is not starved by a table that commits without pause). A step whose commit loses to another
     writer is tried again on the table as it is then, ``attempts`` times, and otherwise left for the next run."""
@@ -640,8 +880,19 @@ def maintain(
         ("rewrite-manifests", lambda t: rewrite_manifests(t, settings, dry_run), True),
     ]
     if orphans:
-        steps.append(("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, others, warehouse), False))
+        refused = shared_location(table, others or {})
+        if refused is not None:
+            log.warning("%s", refused)
+            steps.append(("remove-orphans", lambda t: StepResult("remove-orphans", refused=refused), False))
+        else:
+            locations = list((others or {}).values())
+            steps.append(
+                ("remove-orphans", lambda t: remove_orphans(t, settings, dry_run, locations, warehouse), False)
+            )
     for name, step, guarded in steps:
+        if proceed is not None and not proceed():
+            log.info("maintenance of %s: stopped before %s", table.name(), name)
+            break
         started = time.monotonic()
         result = StepResult(name, skipped=f"lost {attempts} commits to other writers (left for the next run)")
         for attempt in range(attempts):
@@ -690,28 +941,52 @@ def plugin_tables(catalog: Catalog, namespace: str) -> tuple[list[Table], dict[s
     return ours, locations
 
 
-def all_orphans(catalog: Catalog, namespace: str, grace_s: float, warehouse: str) -> list[OrphanFile]:
-    """The orphan files of every table of the plugin in ``namespace`` whose location is inside ``warehouse``."""
+def all_orphans(
+    catalog: Catalog, namespace: str, grace_s: float, warehouse: str, record: bool = False, now: float | None = None
+) -> list[OrphanFile]:
+    """The orphan files (:func:`find_orphans`) of every table of the plugin in ``namespace`` whose location is
+    inside ``warehouse``. ``record``: write each table's ledger (only for a caller that then removes them)."""
     ours, locations = plugin_tables(catalog, namespace)
     out = []
     for table in ours:
         name = table.name()[-1]
-        out += find_orphans(table, grace_s, [loc for n, loc in locations.items() if n != name], warehouse)
+        others = {f"{namespace}.{n}": loc for n, loc in locations.items() if n != name}
+        refused = shared_location(table, others)
+        if refused is not None:
+            log.warning("%s", refused)
+            continue
+        out += find_orphans(table, grace_s, list(others.values()), warehouse, now, record)
     return out
 
 
-def delete_if_orphans(
-    catalog: Catalog, namespace: str, paths: list[str], warehouse: str
-) -> tuple[list[str], list[str]]:
-    """Delete those of ``paths`` that are still orphans now (no grace: they were found older than it before);
-    (deleted, kept: referenced meanwhile or no longer under a table of the plugin)."""
-    still = {_normal(o.path) for o in all_orphans(catalog, namespace, 0.0, warehouse)}
-    deleted, kept = [], []
-    io = catalog.load_table(catalog.list_tables(namespace)[0]).io if paths and still else None
-    for path in paths:
-        if _normal(path) in still and io is not None:
-            _delete(io, [path])
-            deleted.append(path)
-        else:
-            kept.append(path)
-    return deleted, kept
+def hold_if_orphans(
+    catalog: Catalog,
+    namespace: str,
+    paths: list[str],
+    warehouse: str,
+    settings: MaintenanceSettings,
+    run: str | None = None,
+    now: float | None = None,
+) -> tuple[list[Held], list[tuple[str, str]]]:
+    """Move into the warehouse's quarantine those of ``paths`` that are orphans past their grace now (each table's
+    ledger is updated, its references read again just before the move); (held, kept with why)."""
+    wanted = {_normal(p): p for p in paths}
+    ours, locations = plugin_tables(catalog, namespace)
+    held: list[Held] = []
+    kept: list[tuple[str, str]] = []
+    run = run or new_run_id(now)
+    for table in ours:
+        name = table.name()[-1]
+        others = {f"{namespace}.{n}": loc for n, loc in locations.items() if n != name}
+        if shared_location(table, others) is not None:
+            continue  # its files stay: not found as orphans now
+        found = find_orphans(table, settings.orphan_grace_s, list(others.values()), warehouse, now, record=True)
+        mine = [o for o in found if _normal(o.path) in wanted]
+        got, refused = hold_orphans(table, mine, warehouse, settings.quarantine_s, run, list(others.values()))
+        held += got
+        kept += [(o.path, why) for o, why in refused]
+        for o in mine:
+            wanted.pop(_normal(o.path), None)
+    why = "not an orphan past its grace now (referenced again, gone, or no longer a table's)"
+    kept += [(p, why) for p in wanted.values()]
+    return held, kept

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -19,7 +20,7 @@ from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
 from rsm.iceberg.fetch_plan import FetchPlanner
 from rsm.iceberg.maintainer import Maintainer
-from rsm.iceberg.rows import NotRepresentable
+from rsm.iceberg.rows import NotRepresentable, SegmentSummary
 from rsm.iceberg.section import IcebergSection, section_identifier
 from rsm.iceberg.segment_fetch import RowGroupCache, iter_segment_rows, open_segment_stream
 from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
@@ -29,7 +30,16 @@ from rsm.metadata import RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IcebergMode", "NotRepresentable"]
+__all__ = ["IcebergMode", "NotRepresentable", "WrittenRows"]
+
+
+@dataclass(frozen=True)
+class WrittenRows:
+    """A segment's rows, committed: where they are (``section``), and the CRC-32C of the segment file, taken by
+    the walk that turned it into rows (the file is read once)."""
+
+    section: IcebergSection
+    crc32c: int
 
 
 class IcebergMode:
@@ -44,7 +54,7 @@ class IcebergMode:
             from rsm.iceberg.values import value_column_factory
 
             factory = value_column_factory(cfg.value_schemas)
-        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes)
+        self.row_groups = RowGroupCache(cfg.fetch_cache_bytes, slice_readers=cfg.fetch_slice_readers)
         self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
         self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
         self.maintainer: Maintainer | None = None
@@ -72,7 +82,7 @@ class IcebergMode:
         log_path: Path,
         transaction_index: Path | None,
         before_commit: Callable[[], None] | None = None,
-    ) -> IcebergSection:
+    ) -> WrittenRows:
         """The segment's rows, committed; ``NotRepresentable`` when it must be tiered classic instead.
         ``before_commit`` is called right before the commit: a cancelled copy raises there, committing nothing."""
         aborted = decode_txn_index(transaction_index.read_bytes()) if transaction_index is not None else []
@@ -80,14 +90,15 @@ class IcebergMode:
         seg = SegmentToWrite(tip.topic, tip.topic_id, tip.partition, meta.remote_log_segment_id.id, log_path, aborted)
         if self.maintainer is not None:
             self.maintainer.start()  # a broker that copies maintains; a CLI or a reader never starts it
+        summary = SegmentSummary()
         try:
             if self.maintainer is None:
-                return self.writer.write(seg, meta.describe(), before_commit)
+                return WrittenRows(self.writer.write(seg, meta.describe(), before_commit, summary), summary.crc32c)
             # The maintainer knows tables by their name in the namespace (not the topic's name: dots are mapped).
             with self.maintainer.gate(self.handle.table_identifier(tip.topic)[1]).copying():
-                section = self.writer.write(seg, meta.describe(), before_commit)
+                section = self.writer.write(seg, meta.describe(), before_commit, summary)
             self.maintainer.note_commit(section_identifier(section.table, tip.topic)[1])
-            return section
+            return WrittenRows(section, summary.crc32c)
         except (RemoteStorageException, NotRepresentable):
             raise
         except Exception as e:
@@ -142,9 +153,12 @@ class IcebergMode:
             rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
             tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
             first = next(tables, None)
-        if first is not None:
-            yield first
-            yield from tables
+        try:
+            if first is not None:
+                yield first
+                yield from tables
+        finally:
+            tables.close()  # its files, when the consumer stops early
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""
@@ -157,9 +171,11 @@ class IcebergMode:
             raise self._catalog_failure(f"cannot delete the rows of {meta.describe()}", e) from e
 
     def close(self) -> None:
-        """Stop the maintenance thread (a pass under way ends after its current table step)."""
+        """Stop the maintenance thread (a pass under way ends after its current step) and close the readers kept
+        between fetches."""
         if self.maintainer is not None:
             self.maintainer.close()
+        self.row_groups.cursors.close()
 
     def _catalog_failure(self, what: str, e: Exception) -> RemoteStorageException:
         """A failure of the catalog or the warehouse (a database down, refused credentials, a store that does

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import MAX_CURSORS, SLICE_BYTES
+from rsm.iceberg.config import SLICE_BYTES, SLICE_READERS_DEFAULT
 
 SLICE_ROWS = 32768
 """The most rows a fetch reads at a time from a larger row group (the rows per group of a copy's files)."""
@@ -153,12 +153,16 @@ class SliceCursor:
 
 
 class SliceCursors:
-    """Open cursors between fetches: at most ``max_open``, the one given back longest ago closed first, and none
-    idle for more than ``idle_s``. A cursor is taken by one fetch at a time; two fetches of one group each get
-    their own. Thread-safe."""
+    """Open cursors between fetches: at most ``max_open`` (as many as the broker's reader threads, so each of them
+    catching up keeps its own), the one given back longest ago closed first, and none idle for more than
+    ``idle_s``. A cursor is taken by one fetch at a time; two fetches of one group each get their own.
+    Thread-safe."""
 
     def __init__(
-        self, max_open: int = MAX_CURSORS, idle_s: float = CURSOR_IDLE_S, clock: Callable[[], float] = time.monotonic
+        self,
+        max_open: int = SLICE_READERS_DEFAULT,
+        idle_s: float = CURSOR_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_open = max_open
         self._idle_s = idle_s
@@ -167,6 +171,7 @@ class SliceCursors:
         self._idle: OrderedDict[tuple[Hashable, int], tuple[Hashable, SliceCursor, float]] = OrderedDict()
         self._serial = 0
         self._lock = threading.Lock()
+        self._closed = False
         self.opened = 0
 
     def _closing(self, now: float) -> list[SliceCursor]:
@@ -196,8 +201,18 @@ class SliceCursors:
         with self._lock:
             self._serial += 1
             now = self._clock()
-            self._idle[(key, self._serial)] = (key, cursor, now)
-            closing = self._closing(now)
+            if not self._closed:
+                self._idle[(key, self._serial)] = (key, cursor, now)
+            closing = [cursor] if self._closed else self._closing(now)
+        for c in closing:
+            c.close()
+
+    def close(self) -> None:
+        """Close every idle cursor (the plugin is closing; a cursor taken now is closed when given back)."""
+        with self._lock:
+            self._closed = True
+            closing = [cursor for _key, cursor, _since in self._idle.values()]
+            self._idle.clear()
         for c in closing:
             c.close()
 

@@ -62,6 +62,16 @@ class IcebergSection:
     segment_size: int
     files: tuple[DataFileRef, ...]
 
+    @property
+    def kind(self) -> str:
+        """The manifest key this section is stored under."""
+        return "iceberg"
+
+    @property
+    def stored_size(self) -> int:
+        """The bytes of the data files the copy wrote."""
+        return sum(f.size for f in self.files)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": "iceberg",

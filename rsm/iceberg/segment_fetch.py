@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from pyiceberg.io import FileIO
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
 from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
+from rsm.iceberg.config import SLICE_READERS_DEFAULT
 from rsm.iceberg.fetch_plan import SegmentRows
 from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, non_decreasing, slice_rows
 from rsm.iceberg.schema import kafka_arrow_type
@@ -58,7 +60,13 @@ class RowGroupCache:
     only that segment's rows. A data file is never changed in place (a compaction writes new files), so an entry
     never goes stale. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20, max_footers: int = 1024, max_slice_rows: int = SLICE_ROWS) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 64 << 20,
+        max_footers: int = 1024,
+        max_slice_rows: int = SLICE_ROWS,
+        slice_readers: int = SLICE_READERS_DEFAULT,
+    ) -> None:
         # A row group over half the budget is served but not kept: it would push everything else out.
         self._groups: TimedLru[Hashable, pa.Table] = TimedLru(
             "iceberg-row-groups", max_bytes, None, lambda t: t.nbytes if t.nbytes <= max_bytes // 2 else max_bytes + 1
@@ -70,7 +78,8 @@ class RowGroupCache:
             "iceberg-slice-indexes", max(max_footers, 16), None
         )
         # max_slice_rows: the most rows a slice holds (fewer for large records); 0: every row group read whole.
-        self.cursors = SliceCursors()
+        # slice_readers: the cursors kept between fetches (iceberg.mode.fetch.slice.readers).
+        self.cursors = SliceCursors(slice_readers)
         self.max_slice_rows = max_slice_rows
 
     def footer(self, path: str, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
@@ -96,11 +105,21 @@ def _open_parquet(file_io: FileIO, path: str, what: str) -> pq.ParquetFile:
     return _opening(file_io, path, what, pq.ParquetFile)
 
 
+def _close_parquet(parquet: pq.ParquetFile) -> None:
+    """Close ``parquet`` and the stream it reads (a ParquetFile given an open stream leaves it open)."""
+    parquet.close(force=True)
+
+
 def _opening(file_io: FileIO, path: str, what: str, wrap: Callable[[Any], Any]) -> Any:
-    """``wrap`` of the data file at ``path`` opened for random access; a missing or unreadable file gets the
-    plugin's exceptions."""
+    """``wrap`` of the data file at ``path`` opened for random access (the stream closed again when ``wrap``
+    fails); a missing or unreadable file gets the plugin's exceptions."""
     try:
-        return wrap(file_io.new_input(path).open(seekable=True))
+        stream = file_io.new_input(path).open(seekable=True)
+        try:
+            return wrap(stream)
+        except BaseException:
+            stream.close()
+            raise
     except FileNotFoundError:
         raise RemoteResourceNotFoundException(
             f"{what}: its data file {path} is gone (the table changed since the fetch was planned, or the file "
@@ -263,72 +282,140 @@ def iter_segment_rows(
     """The rows of the segment's batches whose original position is in ``[start, end]`` (``end`` None: to the
     end), whole batches at a time, sorted by position and offset: ``columns`` of the table (``kafka`` always).
     ``kafka_fields``: only these fields of ``kafka`` (and those that select the rows), in this order, null where
-    a data file has none; None: the whole struct, as the file has it."""
-    cache = cache if cache is not None else RowGroupCache(0, 0)
-    wanted = ["kafka", *(c for c in FETCH_COLUMNS if c != "kafka" and c in columns)]
-    fields = None if kafka_fields is None else tuple(dict.fromkeys((*_SELECTING_FIELDS, *kafka_fields)))
-    # The broker's fetches read every fetch column; another choice is cached apart.
-    variant: tuple[object, ...] = () if wanted == FETCH_COLUMNS and fields is None else (tuple(wanted), fields)
-    opened: dict[str, pq.ParquetFile] = {}
+    a data file has none; None: the whole struct, as the file has it. The files the fetch opened are closed when
+    it ends: read to the end, failed, or closed by its consumer."""
+    fetch = _SegmentFetch(rows, start, end, what, cache, columns, kafka_fields)
+    try:
+        yield from fetch.tables()
+    finally:
+        fetch.close()
 
-    def parquet(path: str) -> pq.ParquetFile:
-        if path not in opened:
-            opened[path] = _open_parquet(rows.io, path, what)
-        return opened[path]
 
-    plain = [p for p in rows.files if p not in rows.merge_on_read]
-    footers = [cache.footer(p, lambda p=p: parquet(p).metadata) for p in plain]  # type: ignore[misc]
-    groups = _row_groups(footers, rows, start, end)
-    # Files with delete files: read whole (pyiceberg applies the deletes), before every row group.
-    groups[:0] = [_RowGroup(_NO_LOW, -1 - i, -1, False) for i in range(len(rows.merge_on_read))]
-    whole = list(rows.merge_on_read.items())
-    selection = (rows.partition, rows.first_offset, rows.last_offset, rows.segment_id)
+class _SegmentFetch:
+    """One fetch of a segment's rows: the data files it opened (until ``close``), their footers, and how each row
+    group that may hold rows wanted is read (whole, or a slice at a time through the cache's cursors)."""
 
-    def read_columns(f_index: int) -> tuple[list[str], Callable[[pa.Table], pa.Table]]:
+    def __init__(
+        self,
+        rows: SegmentRows,
+        start: int,
+        end: int | None,
+        what: str,
+        cache: RowGroupCache | None,
+        columns: Sequence[str],
+        kafka_fields: Sequence[str] | None,
+    ) -> None:
+        self.rows, self.start, self.end, self.what = rows, start, end, what
+        self.cache = cache if cache is not None else RowGroupCache(0, 0)
+        self.wanted = ["kafka", *(c for c in FETCH_COLUMNS if c != "kafka" and c in columns)]
+        self.fields = None if kafka_fields is None else tuple(dict.fromkeys((*_SELECTING_FIELDS, *kafka_fields)))
+        # The broker's fetches read every fetch column; another choice is cached apart.
+        self.variant: tuple[object, ...] = (
+            () if self.wanted == FETCH_COLUMNS and self.fields is None else (tuple(self.wanted), self.fields)
+        )
+        self.selection = (rows.partition, rows.first_offset, rows.last_offset, rows.segment_id)
+        self.plain = [p for p in rows.files if p not in rows.merge_on_read]
+        self.whole = list(rows.merge_on_read.items())
+        self.footers: list[pq.FileMetaData] = []
+        self._opened: dict[str, pq.ParquetFile] = {}
+
+    def close(self) -> None:
+        """Close the data files this fetch opened (the cursors it gave back stay with the cache)."""
+        opened, self._opened = self._opened, {}
+        for parquet in opened.values():
+            _close_parquet(parquet)
+
+    def parquet(self, path: str) -> pq.ParquetFile:
+        if path not in self._opened:
+            self._opened[path] = _open_parquet(self.rows.io, path, self.what)
+        return self._opened[path]
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The rows wanted, ready batch by batch: each piece read in offset order is held until no later piece can
+        hold rows of its batches."""
+        groups = self._plan()
+        held: list[pa.Table] = []
+        for g, group in enumerate(groups):
+            after = groups[g + 1].low if g + 1 < len(groups) else None
+            for t, low, frontier in self._pieces(group, after):
+                if t.num_rows:
+                    held.append(t)
+                if not held or (frontier is not None and frontier <= low):
+                    continue  # nothing new is complete before the next piece
+                ready, held = _split(pa.concat_tables(held), self.start, self.end, frontier)
+                if ready.num_rows:
+                    yield ready
+        if held:
+            ready, _ = _split(pa.concat_tables(held), self.start, self.end, None)
+            if ready.num_rows:
+                yield ready
+
+    def _plan(self) -> list[_RowGroup]:
+        """The row groups to read, in offset order; files with delete files first, read whole (pyiceberg applies
+        the deletes)."""
+        self.footers = [self.cache.footer(p, lambda p=p: self.parquet(p).metadata) for p in self.plain]  # type: ignore[misc]
+        groups = _row_groups(self.footers, self.rows, self.start, self.end)
+        return [_RowGroup(_NO_LOW, -1 - i, -1, False) for i in range(len(self.whole))] + groups
+
+    def _pieces(self, group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
+        """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
+        n = self._rows_per_slice(group)
+        index = None if n is None else self._slice_index(group, n)
+        if n is None or index is None:
+            yield self._load(group), group.low, after
+            return
+        for k, low, frontier in index.wanted(self.start, self.end, after):
+            yield self._load_slice(group, k, n), low, frontier
+
+    def _read_columns(self, f_index: int) -> tuple[list[str], Callable[[pa.Table], pa.Table]]:
         """The columns to read of a file, and what makes the rows read of them the rows wanted."""
+        fields = self.fields
         if fields is None:
-            return wanted, lambda t: t
-        meta = footers[f_index]
+            return self.wanted, lambda t: t
+        meta = self.footers[f_index]
         have = {meta.schema.column(i).path for i in range(meta.num_columns)}
         leaves = [f"kafka.{f}" for f in fields if f"kafka.{f}" in have]
-        return [*leaves, *wanted[1:]], lambda t: _with_kafka_fields(t, fields)
+        return [*leaves, *self.wanted[1:]], lambda t: _with_kafka_fields(t, fields)
 
-    def read_group(f_index: int, index: int) -> pa.Table:
-        columns, finish = read_columns(f_index)
-        return finish(parquet(plain[f_index]).read_row_group(index, columns=columns))
+    def _read_group(self, f_index: int, index: int) -> pa.Table:
+        columns, finish = self._read_columns(f_index)
+        return finish(self.parquet(self.plain[f_index]).read_row_group(index, columns=columns))
 
-    def load(group: _RowGroup) -> pa.Table:
+    def _load(self, group: _RowGroup) -> pa.Table:
+        """A row group whole (a file with delete files: the file whole), the segment's rows of it."""
+        rows, variant = self.rows, self.variant
         if group.index < 0:
-            path, read = whole[-1 - group.file]
-            return cache.row_group(
-                (path, -1, selection, rows.snapshot_id, *variant),
-                lambda: _own_rows(_with_kafka_fields(read().select(wanted), fields), rows),
+            path, read = self.whole[-1 - group.file]
+            return self.cache.row_group(
+                (path, -1, self.selection, rows.snapshot_id, *variant),
+                lambda: _own_rows(_with_kafka_fields(read().select(self.wanted), self.fields), rows),
             )
-        path = plain[group.file]
+        path = self.plain[group.file]
         if group.own:
-            return cache.row_group((path, group.index, *variant), lambda: read_group(group.file, group.index))
-        return cache.row_group(
-            (path, group.index, selection, *variant),
-            lambda: _own_rows(read_group(group.file, group.index), rows),
+            return self.cache.row_group(
+                (path, group.index, *variant), lambda: self._read_group(group.file, group.index)
+            )
+        return self.cache.row_group(
+            (path, group.index, self.selection, *variant),
+            lambda: _own_rows(self._read_group(group.file, group.index), rows),
         )
 
-    def rows_per_slice(group: _RowGroup) -> int | None:
+    def _rows_per_slice(self, group: _RowGroup) -> int | None:
         """Rows per slice of the group; None: it is small enough to read whole."""
-        if group.index < 0 or cache.max_slice_rows <= 0:
+        if group.index < 0 or self.cache.max_slice_rows <= 0:
             return None
-        rg = footers[group.file].row_group(group.index)
-        n = slice_rows(rg.num_rows, rg.total_byte_size, cache.max_slice_rows)
+        rg = self.footers[group.file].row_group(group.index)
+        n = slice_rows(rg.num_rows, rg.total_byte_size, self.cache.max_slice_rows)
         return n if rg.num_rows > n else None
 
-    def slice_index(group: _RowGroup, n: int) -> SliceIndex | None:
+    def _slice_index(self, group: _RowGroup, n: int) -> SliceIndex | None:
         """The index of the group's slices of ``n`` rows when it holds the selecting columns and its rows of the
         segment come in order; None: read it whole."""
-        path = plain[group.file]
-
-        cols = _columns(footers[group.file])
+        path = self.plain[group.file]
+        cols = _columns(self.footers[group.file])
 
         def narrow() -> pa.Table:
-            return parquet(path).read_row_group(group.index, columns=list(cols))
+            return self.parquet(path).read_row_group(group.index, columns=list(cols))
 
         def build() -> SliceIndex:
             if not {_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH} <= cols.keys():
@@ -337,68 +424,46 @@ def iter_segment_rows(
                 t = narrow()
                 own = pa.chunked_array([pa.repeat(True, t.num_rows)])
             else:  # the segments of a compacted file share its selecting columns
-                t = cache.row_group((path, group.index, "selecting columns"), narrow)
-                own = _own_mask(t, rows)
+                t = self.cache.row_group((path, group.index, "selecting columns"), narrow)
+                own = _own_mask(t, self.rows)
             kafka = t.column("kafka")
             return SliceIndex.build(pc.struct_field(kafka, "offset"), row_positions(t), own, n)
 
-        index = cache.slice_index((path, group.index, *(() if group.own else (selection,))), build)
+        key = (path, group.index, *(() if group.own else (self.selection,)))
+        index = self.cache.slice_index(key, build)
         return index if index.in_order else None
 
-    def load_slice(group: _RowGroup, k: int, n: int) -> pa.Table:
-        path = plain[group.file]
-        columns, finish = read_columns(group.file)
-
-        def read() -> pa.Table:
-            key = (path, group.index, tuple(columns))
-
-            def open_cursor() -> SliceCursor:
-                named = f"{what}, data file {path}"
-                return _opening(rows.io, path, what, lambda src: SliceCursor(src, group.index, columns, named, n))
-
-            cursor = cache.cursors.take(key, k, open_cursor)
-            try:
-                t = cursor.read(k)
-            except BaseException:
-                cursor.close()
-                raise
-            cache.cursors.give_back(key, cursor)
-            return finish(t)
-
-        # The slice as the file holds it is kept apart from a segment's rows of it: the segments of a compacted
-        # file share it, so the next segment's first fetch finds it instead of reading the group from its start.
-        whole = (path, group.index, k, *variant)
+    def _load_slice(self, group: _RowGroup, k: int, n: int) -> pa.Table:
+        """Slice ``k`` (of ``n`` rows) of a large row group, the segment's rows of it. The slice as the file holds
+        it is kept apart from a segment's rows of it: the segments of a compacted file share it, so the next
+        segment's first fetch finds it instead of reading the group from its start."""
+        path = self.plain[group.file]
+        whole = (path, group.index, k, *self.variant)
         if group.own:
-            return cache.row_group(whole, read)
-        return cache.row_group(
-            (path, group.index, k, selection, *variant), lambda: _own_rows(cache.row_group(whole, read), rows)
+            return self.cache.row_group(whole, lambda: self._read_slice(group, k, n))
+        return self.cache.row_group(
+            (path, group.index, k, self.selection, *self.variant),
+            lambda: _own_rows(self.cache.row_group(whole, lambda: self._read_slice(group, k, n)), self.rows),
         )
 
-    def pieces(group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
-        """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
-        n = rows_per_slice(group)
-        index = None if n is None else slice_index(group, n)
-        if n is None or index is None:
-            yield load(group), group.low, after
-            return
-        for k, low, frontier in index.wanted(start, end, after):
-            yield load_slice(group, k, n), low, frontier
+    def _read_slice(self, group: _RowGroup, k: int, n: int) -> pa.Table:
+        """Slice ``k`` read through a cursor of the cache's (given back for the next fetch; closed on failure)."""
+        path = self.plain[group.file]
+        columns, finish = self._read_columns(group.file)
 
-    held: list[pa.Table] = []
-    for g, group in enumerate(groups):
-        after = groups[g + 1].low if g + 1 < len(groups) else None
-        for t, low, frontier in pieces(group, after):
-            if t.num_rows:
-                held.append(t)
-            if not held or (frontier is not None and frontier <= low):
-                continue  # nothing new is complete before the next piece
-            ready, held = _split(pa.concat_tables(held), start, end, frontier)
-            if ready.num_rows:
-                yield ready
-    if held:
-        ready, _ = _split(pa.concat_tables(held), start, end, None)
-        if ready.num_rows:
-            yield ready
+        def open_cursor() -> SliceCursor:
+            named = f"{self.what}, data file {path}"
+            return _opening(self.rows.io, path, self.what, lambda src: SliceCursor(src, group.index, columns, named, n))
+
+        key = (path, group.index, tuple(columns))
+        cursor = self.cache.cursors.take(key, k, open_cursor)
+        try:
+            t = cursor.read(k)
+        except BaseException:
+            cursor.close()
+            raise
+        self.cache.cursors.give_back(key, cursor)
+        return finish(t)
 
 
 def iter_segment_batches(
@@ -409,17 +474,19 @@ def iter_segment_batches(
     cache: RowGroupCache | None = None,
 ) -> Iterator[bytes]:
     """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
-    for ready in iter_segment_rows(rows, start, end, what, cache):
-        for _position, batch in encode_row_batches(ready, what):
-            yield batch
+    with closing(iter_segment_rows(rows, start, end, what, cache)) as tables:
+        for ready in tables:
+            for _position, batch in encode_row_batches(ready, what):
+                yield batch
 
 
 class BatchStream(io.RawIOBase):
-    """A lazy byte stream over rebuilt batches (what ``fetch_log_segment`` returns for an Iceberg segment)."""
+    """A lazy byte stream over rebuilt batches (what ``fetch_log_segment`` returns for an Iceberg segment), from
+    ``first`` (a batch read already) on; closing it closes ``batches``."""
 
-    def __init__(self, batches: Iterator[bytes]) -> None:
+    def __init__(self, batches: Iterator[bytes], first: bytes = b"") -> None:
         self._batches = batches
-        self._current = memoryview(b"")
+        self._current = memoryview(first)
 
     def readable(self) -> bool:
         return True
@@ -465,11 +532,5 @@ def open_segment_stream(
     if start < 0:
         raise RemoteStorageException(f"{what}: start position {start} is negative")
     batches = iter_segment_batches(rows, start, end, what, cache)
-    first = next(batches, None)
-
-    def chained() -> Iterator[bytes]:
-        if first is not None:
-            yield first
-            yield from batches
-
-    return _BatchReader(BatchStream(chained()), buffer_size=256 << 10)
+    first = next(batches, b"")
+    return _BatchReader(BatchStream(batches, first), buffer_size=256 << 10)

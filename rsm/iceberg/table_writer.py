@@ -147,12 +147,19 @@ class TableWriter:
             "stays on the broker's disk meanwhile"
         )
 
-    def write(self, seg: SegmentToWrite, what: str, before_commit: Callable[[], None] | None = None) -> IcebergSection:
+    def write(
+        self,
+        seg: SegmentToWrite,
+        what: str,
+        before_commit: Callable[[], None] | None = None,
+        summary: SegmentSummary | None = None,
+    ) -> IcebergSection:
         """Write the segment's rows and commit them; raises ``NotRepresentable`` (no data file left, nothing
         committed) for a segment the table cannot give back exactly. ``before_commit`` is called right before
-        the commit (a cancelled copy raises there)."""
+        the commit (a cancelled copy raises there). ``summary``, when given, receives what the walk saw (the
+        segment file's CRC-32C among it)."""
         value_column = self.value_column_for(seg.topic)  # type: ignore[operator]
-        summary = SegmentSummary()
+        summary = summary if summary is not None else SegmentSummary()
         # One walk: each chunk of rows becomes data files as it comes. A segment found not representable part
         # of the way (or any other failure) deletes the files written so far; nothing is committed. The table
         # is loaded (or created) only once the first chunk is built, so a segment refused there touches nothing.

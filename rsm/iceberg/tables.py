@@ -20,6 +20,7 @@ from rsm.iceberg.value_hook import IncompatibleSchema, ValueColumn, canonical, m
 
 __all__ = [
     "DICTIONARY_BYTES",
+    "FORCED_METADATA_PROPERTIES",
     "METADATA_PROPERTIES",
     "PAGE_ROWS",
     "ROW_GROUP_ROWS",
@@ -83,12 +84,17 @@ SMALL_SEGMENT_BYTES = 32 << 20
 
 
 METADATA_PROPERTIES = {
-    # pyiceberg (as Java Iceberg) then deletes metadata JSON files past the newest N after each commit.
-    "write.metadata.delete-after-commit.enabled": "true",
+    # Off: pyiceberg (as Java Iceberg) would delete the metadata JSON files past the newest N itself after each
+    # commit, at once and for good. They become orphans instead, taken after the grace into the quarantine.
+    "write.metadata.delete-after-commit.enabled": "false",
     "write.metadata.previous-versions-max": "10",
 }
 """Table properties that bound the metadata files a table keeps; set on the tables we create and on ours at
-each maintenance run (an operator's own value of either is left as it is)."""
+each maintenance run (an operator's own ``previous-versions-max`` is left as it is; ``delete-after-commit`` is
+always turned off, see ``FORCED_METADATA_PROPERTIES``)."""
+FORCED_METADATA_PROPERTIES = ("write.metadata.delete-after-commit.enabled",)
+"""Of ``METADATA_PROPERTIES``, those maintenance sets whatever the table holds: a metadata file deleted on commit
+bypasses the orphan grace and the quarantine."""
 
 
 def split_bytes(segment_bytes: int) -> int:

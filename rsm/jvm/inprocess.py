@@ -18,7 +18,11 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 * a plain Python exception reaches Java as a message-less PyExceptionProxy, so every entry point maps errors
   to Kafka's RemoteResourceNotFoundException / RemoteStorageException with the Python type and message;
 * JPype's own JVM shutdown hook disables proxies before the broker's hook runs; :func:`adopt_shutdown_hooks`
-  moves the broker's hooks under JPype's so they still reach the plugin.
+  moves the broker's hooks under JPype's so they still reach the plugin;
+* once JPype's hook has told its native side that the JVM is going away, making the Python wrapper of a Java
+  class Python has not met before crashes the process (SIGSEGV in ``TypeFactoryNative.newWrapper``);
+  :func:`wrap_shutdown_classes` makes every wrapper the bridge may need while the JVM shuts down beforehand,
+  and a call that fails after that point waits for the JVM's halt instead of raising (:func:`_into_java`).
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ import logging
 import mmap
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from rsm.errors import ConfigException
+from rsm.errors import ConfigException, RemoteResourceNotFoundException, RetriableRemoteStorageException
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
@@ -149,6 +154,50 @@ def adopt_shutdown_hooks() -> int:
     return moved
 
 
+SHUTDOWN_CLASSES = (
+    # what an interrupted broker thread may see thrown from a Java call
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+    "java.nio.channels.AsynchronousCloseException",
+    "java.lang.IllegalStateException",
+    # what _java_error raises into Java
+    "org.apache.kafka.server.log.remote.storage.RemoteStorageException",
+    "org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException",
+    "io.kts.shim.KafkaErrors",
+)
+"""Java classes the bridge or an interrupted broker thread may meet while the JVM shuts down (besides the runtime
+classes :func:`wrap_shutdown_classes` finds by making the objects themselves)."""
+
+
+def wrap_shutdown_classes() -> list[str]:
+    """Make JPype's Python wrapper of every Java class the bridge may meet while the JVM shuts down; returns their
+    names.
+
+    JPype makes a class's wrapper the first time Python meets the class (``TypeFactoryNative.newWrapper``), and
+    reads the class's members from Java while it does. During a JVM shutdown, JPype's hook marks the JVM as gone
+    right after the broker's hooks (adopted under JPype's) have finished; a wrapper made after that fails to read
+    the members, and JPype ends the process with a SIGSEGV instead of an exception. Made here, before any
+    shutdown can begin, each wrapper is only looked up later. Besides :data:`SHUTDOWN_CLASSES`, this makes what
+    :func:`_java_error` builds for each kind of failure (on a broker with Kafka's
+    RetriableRemoteStorageException, that class too) and the direct buffers a fetch hands over."""
+    import jpype
+    import jpype.nio
+
+    names = [str(jpype.JClass(name).class_.getName()) for name in SHUTDOWN_CLASSES]
+    samples: list[BaseException] = [
+        RemoteResourceNotFoundException("probe"),
+        RetriableRemoteStorageException("probe"),
+        ValueError("probe"),
+    ]
+    objects = [_java_error(e) for e in samples]
+    writable = jpype.nio.convertToDirectBuffer(bytearray(8))
+    read_only = jpype.nio.convertToDirectBuffer(b"\0" * 8)
+    objects += [writable, writable.slice(0, 4), read_only, read_only.slice(0, 4)]
+    names += [str(o.getClass().getName()) for o in objects]
+    return sorted(set(names))
+
+
 def _java_error(exc: BaseException) -> BaseException:
     """Kafka's exception classes with the Python type and message; Java exceptions pass through."""
     import jpype
@@ -166,6 +215,20 @@ def _java_error(exc: BaseException) -> BaseException:
     return jpype.JClass(pkg + name)(text)
 
 
+def _into_java(exc: BaseException) -> BaseException:
+    """What a bridge method raises into Java for ``exc``: :func:`_java_error`'s exception, unless JPype has
+    already been told the JVM is going away. Then this thread waits here for the JVM's halt to end the process:
+    JPype can no longer turn any exception into a Java one and ends the process with a SIGSEGV instead, while
+    returning would report a failed call as a success. Only a call still running after the broker's shutdown
+    hook has finished (say, a fetch from a store that stopped answering) gets here."""
+    import jpype
+
+    if not jpype.isJVMStarted():
+        while True:
+            time.sleep(3600)
+    return _java_error(exc)
+
+
 def define_bridge() -> dict[str, Any]:
     """Create the @JImplements classes (possible only once the JVM runs and the shim jar is on its class path)."""
     if _defined:
@@ -175,6 +238,8 @@ def define_bridge() -> dict[str, Any]:
     from jpype import JImplements, JOverride
 
     byte_array = jpype.JArray(jpype.JByte)  # building the array type costs ~9 us: once, not per call
+    wrapped = wrap_shutdown_classes()
+    log.debug("in-process transport: Python wrappers made before any shutdown: %s", ", ".join(wrapped))
     own_buffers = ChunkBufferPool(CHUNK, max_idle=_POOL_MAX)  # for streams that are not SegmentStreams
 
     def direct_buffer(buf: ChunkBuffer) -> Any:
@@ -212,12 +277,12 @@ def define_bridge() -> dict[str, Any]:
                 if self.own is None:
                     self.own = own_buffers.take(CHUNK)
                 n = readinto_some(self.stream, self.own.memory)
+                if n <= 0:
+                    self.done = True
+                    return None
+                return direct_buffer(self.own).slice(0, n)
             except Exception as e:
-                raise _java_error(e) from None
-            if n <= 0:
-                self.done = True
-                return None
-            return direct_buffer(self.own).slice(0, n)
+                raise _into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -273,7 +338,10 @@ def define_bridge() -> dict[str, Any]:
         @JOverride
         def scratch(self) -> Any:
             pin_thread_state()
-            return scratch()[1]
+            try:
+                return scratch()[1]
+            except Exception as e:
+                raise _into_java(e) from None
 
         @JOverride
         def copy(self, meta: Any, seg: Any, off: Any, tim: Any, txn: Any, snap: Any, epochs: Any) -> Any:
@@ -289,9 +357,9 @@ def define_bridge() -> dict[str, Any]:
                     leader_epoch_index=bytes(epochs),
                 )
                 custom = self.manager.copy_log_segment_data(m, data)
+                return None if custom is None else byte_array(bytes(custom))
             except Exception as e:
-                raise _java_error(e) from None
-            return None if custom is None else byte_array(bytes(custom))
+                raise _into_java(e) from None
 
         @JOverride
         def fetch(self, meta: Any, start: int, end: int) -> Any:
@@ -300,7 +368,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(bytes(meta))
                 return result(self.manager.fetch_log_segment(m, int(start), None if end < 0 else int(end)))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def fetchIndex(self, request: Any) -> Any:  # noqa: N802 - Java's name
@@ -312,7 +380,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(raw[1 + n :])
                 return result(self.manager.fetch_index(m, kind))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def delete(self, meta: Any) -> None:
@@ -320,7 +388,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.delete_log_segment_data(wire.decode_metadata(bytes(meta)))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def metrics(self) -> Any:
@@ -328,7 +396,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 return byte_array(to_lines(self.capabilities.metrics_rows()))
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -336,7 +404,8 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.close()
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
+            log.info("in-process transport: RemoteStorageManager closed")
 
     @JImplements("io.kts.shim.PythonBridge")
     class Bridge:
@@ -367,7 +436,7 @@ def define_bridge() -> dict[str, Any]:
                 log.info("in-process transport: %d start-up objects left out of Python's GC", freeze_startup_objects())
                 return session
             except Exception as e:
-                raise _java_error(e) from None
+                raise _into_java(e) from None
 
     _defined.update(Bridge=Bridge, Session=Session, Chunks=Chunks)
     return _defined

@@ -4,7 +4,8 @@ The JVM gets what ``bin/kafka-server-start.sh`` -> ``bin/kafka-run-class.sh`` wo
 ``$KAFKA_HOME/libs``, ``KAFKA_HEAP_OPTS``, ``KAFKA_JVM_PERFORMANCE_OPTS``, GC log, JMX and log4j options,
 ``KAFKA_OPTS``), plus the shim jar on the system class path and ``--add-opens java.base/java.lang`` so the
 broker's shutdown hook can be moved under JPype's (otherwise JPype disables Python proxies before the broker
-has closed the plugin). Then the Python bridge is registered and ``kafka.Kafka.main`` runs on this thread.
+has closed the plugin). Then the Python bridge is registered and ``kafka.Kafka.main`` runs on this thread,
+through the shim's ``BrokerMain``, which keeps the thread in Java once the JVM shuts down.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,16 +169,15 @@ def run(launch: BrokerLaunch) -> int:
         *launch.jvm_options, jvmpath=jpype.getDefaultJVMPath(), classpath=launch.classpath, convertStrings=False
     )
     jvm_inprocess.install()
-    main = jpype.JClass(launch.main_class)
     log.info(
         "starting %s in-process (JPype %s, Python %s)", launch.main_class, jpype.__version__, sys.version.split()[0]
     )
+    # BrokerMain keeps this thread in Java once a JVM shutdown has begun (the JVM's halt ends the process), so
+    # neither the broker's exit nor the interrupt JPype's shutdown sends this thread comes back into Python.
+    broker_main = jpype.JClass("io.kts.shim.BrokerMain")
     try:
-        main.main(jpype.JArray(jpype.JString)(launch.args))
-    except BaseException as e:  # noqa: BLE001 - see below
-        # During a shutdown JPype interrupts this thread; returning now would finalise Python in the middle of
-        # the broker's shutdown hook. The JVM's own exit ends the process.
-        log.info("broker main thread ended with %s; waiting for the JVM to exit", type(e).__name__)
-        while True:
-            time.sleep(3600)
+        broker_main.run(launch.main_class, jpype.JArray(jpype.JString)(launch.args))
+    except Exception as e:
+        log.error("broker main %s failed: %s: %s", launch.main_class, type(e).__name__, e)
+        return 1
     return 0

@@ -279,19 +279,37 @@ ICEBERG_MAINTENANCE_METRICS = [
         (
             "compaction-bins-given-up-total",
             "total",
-            "Compaction bins given up because a copy or another engine replaced rows of their files meanwhile "
-            "(left for the next pass). Rising at every pass for an hour: alert `KtsIcebergCompactionGivingUp`.",
+            "Compaction bins given up because a copy or another engine replaced rows of their files, or another "
+            "engine's merge-on-read delete added delete files to them, meanwhile (left for the next pass). Rising "
+            "at every pass for an hour: alert `KtsIcebergCompactionGivingUp`.",
+        ),
+        (
+            "orphan-removals-refused-total",
+            "total",
+            "Orphan-file removals refused because another table of the namespace shares the table's location "
+            "(a register_table clone, a backup); the log names both tables.",
         ),
         ("snapshots-expired-total", "total", "Snapshots expired."),
         ("files-compacted-total", "total", "Small data files rewritten into larger ones."),
         ("bytes-compacted-total", "total", "Bytes of the small data files rewritten."),
         ("manifests-rewritten-total", "total", "Data manifests merged."),
-        ("orphan-files-removed-total", "total", "Files no snapshot referenced, older than the grace period, deleted."),
+        (
+            "orphan-files-removed-total",
+            "total",
+            "Files no kept table version referenced for longer than the grace period, moved into the warehouse's "
+            "quarantine.",
+        ),
         ("orphan-bytes-removed-total", "total", "Bytes of those files."),
+        (
+            "quarantine-files-purged-total",
+            "total",
+            "Files the warehouse's quarantine held past gc.quarantine.ms, removed for good.",
+        ),
+        ("quarantine-bytes-purged-total", "total", "Bytes of those files."),
         ("expire-snapshots-time-ms-total", "total", "Time spent expiring snapshots."),
         ("compaction-time-ms-total", "total", "Time spent compacting."),
         ("rewrite-manifests-time-ms-total", "total", "Time spent merging manifests."),
-        ("remove-orphans-time-ms-total", "total", "Time spent finding and deleting orphan files."),
+        ("remove-orphans-time-ms-total", "total", "Time spent finding orphan files and moving them aside."),
         (
             "seconds-since-last-pass",
             "gauge",
@@ -485,10 +503,25 @@ GC_CLUSTER_METRICS = tuple(
             "garbage_segments",
             "gauge",
             ("kind",),
-            "Segments the record ties to nothing live, by kind: dead-topic-segment, dead-topic-iceberg-segment, "
-            "deleted-segment, unfinished-copy.",
+            "Segments the record ties to nothing live, by kind (dead-topic-segment, dead-topic-iceberg-segment, "
+            "deleted-segment, unfinished-copy), with every signal their removal needs: what kts gc --delete removes.",
         ),
         ("garbage_bytes", "gauge", ("kind",), "Bytes in the store of those segments, by kind."),
+        (
+            "suspected_segments",
+            "gauge",
+            ("kind",),
+            "Segments of those kinds that lack a signal their removal needs, by kind: a topic id one Metadata read "
+            "lacks, not yet confirmed by a later read or a partition delete marker; any kind while the record is "
+            "incomplete. kts gc --delete keeps them.",
+        ),
+        (
+            "record_complete",
+            "gauge",
+            (),
+            "1 when the last check read __remote_log_metadata whole (every partition from offset 0, without a gap), "
+            "else 0 (retention removed its beginning: nothing is removed on its word).",
+        ),
         (
             "lost_segments",
             "gauge",

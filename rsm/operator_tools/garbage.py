@@ -24,12 +24,17 @@ Iceberg tables' files (under ``key.prefix`` + ``iceberg/`` by default) are garba
 - ``iceberg-orphan``: a file under the location of one of the plugin's Iceberg tables (property ``kafka.topic``,
   inside the plugin's warehouse) that no snapshot of its table references, neither in the current metadata file
   nor in one still in its metadata log: the data, manifest and metadata files of a copy killed before its
-  commit's swap, or a file of an expired snapshot. Deletion checks again, against the tables as they are then.
+  commit's swap, or a file of an expired snapshot. Listed only once unreferenced for the table's own orphan grace
+  (not ``--older-than``), counted from the first recorded look that saw it so; removal checks again against the
+  tables as they are then and moves the file into the warehouse's quarantine.
 - ``cache-entry``: chunks in this broker's disk chunk cache of a segment that is no longer tiered (deleted by
   another broker, or by retention while this one was down); they would otherwise wait for eviction.
 
-``find_garbage`` only lists; ``delete_garbage`` removes what it is given. ``kts gc`` calls both (the command
-shows the list and asks before deleting). A backend offers what it can through the optional protocols of
+``find_garbage`` only lists, and attaches to each item the evidence it observed (``rsm.deletion.rules``);
+``delete_garbage`` removes what it is given once ``authorize`` allows it on that evidence: what can be undone into
+the store's quarantine (``<key.prefix>kts-quarantine/<run>/``, ``rsm.deletion.quarantine``), the rest (unfinished
+uploads, cache entries) for good. ``kts gc`` calls both (a dry run unless ``--delete``).
+A backend offers what it can through the optional protocols of
 ``backends.base`` (``ListsDetails``, ``PendingUploads``), as the manager found them when it wired the backend
 (``manager.backend_capabilities``); a backend without ``list_details`` cannot date its objects, so orphan objects
 are not listed for it (never deleted on a guess).
@@ -61,6 +66,7 @@ from rsm.deletion.rules import (
     authorize,
 )
 from rsm.errors import CorruptDataException, RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
 
@@ -122,11 +128,14 @@ def find_garbage(
     concurrency: int = DEFAULT_CONCURRENCY,
     on_listed: Callable[[str], None] | None = None,
     upload_deadline_s: float | None = None,
+    record: bool = False,
 ) -> list[GarbageItem]:
     """Everything under ``key.prefix`` older than ``older_than_seconds`` that no complete segment accounts for.
     ``on_listed`` is called with each listed object's key (progress: a store of 10,000 segments lists 30,000).
     Each item carries the evidence observed for it; an unfinished upload gets ``upload-deadline`` only when it is
     older than ``upload_deadline_s`` (default: ``upload_deadline_seconds`` of the manager's configuration).
+    Iceberg tables' orphan files wait their tables' own grace instead, counted from when a recorded pass first
+    saw them unreferenced; ``record`` (for a caller that then deletes) records this look in the tables' ledgers.
 
     Only keys that parse as the plugin's object layout (``parse_object_key``) are considered: another
     application's objects and uploads under the same prefix are never listed, whatever their names end with.
@@ -164,13 +173,18 @@ def find_garbage(
                     for info in objects.values():
                         if now - info.modified > older_than_seconds:
                             items.append(dated(ORPHAN_OBJECT, info))
-                elif len(objects) < len(_DATA_SUFFIXES) + 1 and now - manifest.modified > older_than_seconds:
+                elif len(objects) < len(_DATA_SUFFIXES) + 1 and all(
+                    now - o.modified > older_than_seconds for o in objects.values()
+                ):
                     # A copy writes its manifest last and a delete removes it first: a manifest without its
-                    # data was left by something else (a rewrite racing a delete), and answers for nothing.
+                    # data was left by something else (a rewrite racing a delete), and answers for nothing. The
+                    # item is dated by its youngest object: all of them go with it.
+                    youngest = max(objects.values(), key=lambda o: o.modified)
+                    dated_by = ObjectInfo(manifest.key, manifest.size, youngest.modified)
                     if set(objects) == {Suffix.MANIFEST, Suffix.INDEXES}:
-                        without_log.append(manifest)  # an Iceberg-mode segment's, unless its manifest says not
+                        without_log.append(dated_by)  # an Iceberg-mode segment's, unless its manifest says not
                     else:
-                        items.append(dated(MANIFEST_WITHOUT_DATA, manifest))
+                        items.append(dated(MANIFEST_WITHOUT_DATA, dated_by))
             for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
                 if isinstance(outcome.error, StorageBackendException):
                     raise outcome.error
@@ -193,7 +207,7 @@ def find_garbage(
                     found = GarbageItem(upload.kind, upload.key, age, upload.size, upload, evidence=tuple(evidence))
                     items.append(found)
         items.extend(_stale_cache_entries(manager, concurrency))
-        items.extend(_iceberg_orphans(manager, older_than_seconds))
+        items.extend(_iceberg_orphans(manager, record))
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list garbage under {prefix!r} in {backend}: {e}") from e
     return items
@@ -243,7 +257,7 @@ def upload_deadline_seconds(configs: Mapping[str, Any]) -> float | None:
 def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     """The plugin's Iceberg catalog and warehouse when Iceberg mode is on and its namespace exists (nothing is
     created), else None."""
-    link = manager.iceberg
+    link = iceberg_format(manager)
     if not link.cfg.enabled:
         return None
     from rsm.iceberg.maintenance import open_existing_catalog
@@ -253,15 +267,19 @@ def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     return None if catalog is None else (catalog, mode.properties.get("warehouse", ""))
 
 
-def _iceberg_orphans(manager: RemoteStorageManager, older_than_seconds: float) -> list[GarbageItem]:
+def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[GarbageItem]:
+    """The Iceberg tables' orphan files past the tables' own grace (``iceberg.mode.maintenance.orphan.grace.ms``,
+    at least a day for data files), never gc's ``--older-than``: a Spark job or a compaction may write for hours
+    before its commit. ``record``: update the tables' ledgers of unreferenced files (``kts gc --delete`` only)."""
     opened = _iceberg_catalog(manager)
     if opened is None:
         return []
     from rsm.iceberg.maintenance import all_orphans
 
     catalog, warehouse = opened
-    found = all_orphans(catalog, manager.iceberg.cfg.namespace, older_than_seconds, warehouse)
-    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size) for o in found]
+    cfg = iceberg_format(manager).cfg
+    found = all_orphans(catalog, cfg.namespace, cfg.maintenance.orphan_grace_s, warehouse, record=record)
+    return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size, evidence=o.evidence) for o in found]
 
 
 def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
@@ -335,10 +353,35 @@ def quarantine_usage(
     return objects, size
 
 
+def warehouse_quarantine(manager: RemoteStorageManager) -> Quarantine | None:
+    """The quarantine of the Iceberg warehouse (``<warehouse>/kts-quarantine/``, through the tables' FileIO) when
+    Iceberg mode is on and its catalog holds the namespace; None otherwise (nothing is created)."""
+    opened = _iceberg_catalog(manager)
+    if opened is None or not opened[1]:
+        return None
+    from pyiceberg.io import load_file_io
+
+    from rsm.deletion.fileio_holding import FileIOHolding
+
+    catalog, warehouse = opened
+    store = FileIOHolding(load_file_io(dict(catalog.properties), warehouse), warehouse)
+    return Quarantine(store, store.root, manager.config["gc.quarantine.ms"] / 1000)
+
+
+def quarantines_of(manager: RemoteStorageManager) -> list[Quarantine]:
+    """Every quarantine gc and maintenance hold things in: the store's, then the warehouse's in Iceberg mode."""
+    warehouse = warehouse_quarantine(manager)
+    return [quarantine_of(manager), *([warehouse] if warehouse is not None else [])]
+
+
 def purge_expired(manager: RemoteStorageManager, now: float | None = None) -> PurgeReport:
-    """Purge what the store's quarantine has held longer than ``gc.quarantine.ms``."""
-    quarantine = quarantine_of(manager)
-    return quarantine.purge(quarantine.expired(now))
+    """Purge what the store's quarantine, and in Iceberg mode the warehouse's, have held longer than
+    ``gc.quarantine.ms``."""
+    quarantines = quarantines_of(manager)
+    report = quarantines[0].purge(quarantines[0].expired(now))
+    for other in quarantines[1:]:
+        report.purged += other.purge(other.expired(now)).purged
+    return report
 
 
 def delete_garbage(
@@ -395,21 +438,28 @@ def _remove_iceberg_orphans(
     report: GarbageReport,
     progress: Callable[[GarbageItem], None] | None,
 ) -> None:
-    """Delete the Iceberg orphans that are orphans still (a table's snapshots are read again first)."""
+    """Move the Iceberg orphans that are orphans still into the warehouse's quarantine (``kts-quarantine/``):
+    each table's ledger and references are read again, and each move is authorised by the ``iceberg-orphan``
+    rule."""
     opened = _iceberg_catalog(manager)
     if opened is None:
         report.skipped += [(i, "Iceberg mode is off or its namespace is gone") for i in items]
         return
-    from rsm.iceberg.maintenance import delete_if_orphans
+    from rsm.iceberg.maintenance import hold_if_orphans
 
     catalog, warehouse = opened
-    deleted, _kept = delete_if_orphans(catalog, manager.iceberg.cfg.namespace, [i.key for i in items], warehouse)
-    gone = set(deleted)
+    cfg = iceberg_format(manager).cfg
+    held, kept = hold_if_orphans(
+        catalog, cfg.namespace, [i.key for i in items], warehouse, cfg.maintenance, run=report.run
+    )
+    report.held += held
+    gone = {h.original for h in held}
+    why = dict(kept)
     for item in items:
         if item.key in gone:
             report.deleted.append(item)
         else:
-            report.skipped.append((item, "a snapshot references it now"))
+            report.skipped.append((item, why.get(item.key, "not an orphan now")))
         if progress is not None:
             progress(item)
 

@@ -13,11 +13,15 @@ attempt) through the key layout (``parse_object_key``). From that:
 - ``unfinished-copy``: a segment whose last state is COPY_SEGMENT_STARTED, started longer ago than the grace
   period (a copy killed midway);
 - lost: a segment whose last state is COPY_SEGMENT_FINISHED, of a live topic, whose manifest or ``.indexes`` (or
-  ``.log``, unless it is an Iceberg-mode segment) the store lacks. The cluster serves reads from it: data loss.
+  ``.log``, unless it is an Iceberg-mode segment) the store lacks, and still so when the record is read again
+  after the listing (retention may delete a segment between the first read and the listing). The cluster serves
+  reads from it: data loss.
 
-The first three are removed through the plugin's own delete (``delete_log_segment_data``: the manifest first,
-then the data; an Iceberg-mode segment's rows through the table writer when ``iceberg.mode.delete.rows.enabled``),
-and only when every object is older than the grace period. Objects of segments the record does not know are
+Each item carries the evidence ``rsm.deletion.rules`` asks of its kind: ``RECORD_COMPLETE`` when the record was
+read whole, ``TOPIC_GONE_CONFIRMED`` for a dead topic's segment, ``STORE_AGE``. The first three are removed by
+``delete_garbage`` on that evidence: the segment's objects move into the quarantine together (an Iceberg-mode
+segment's rows go first, through the table writer, when ``iceberg.mode.delete.rows.enabled``), and only when every
+object is older than the grace period. Objects of segments the record does not know are
 never listed here (another cluster's, or newer than the read): they only count as unaccounted bytes.
 """
 
@@ -25,13 +29,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from backends.base import ObjectInfo, StorageBackendException
 from rsm.core.object_keys import Suffix, parse_object_key, segment_keys
+from rsm.deletion.rules import STORE_AGE, Evidence
 from rsm.errors import RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.remote_log_metadata import (
     PartitionDeleteRecord,
     RemoteLogMetadataRecord,
@@ -106,6 +112,10 @@ class Reconciliation:
     """Bytes of objects of the plugin's layout whose segment the record does not know (another cluster's, or
     newer than the read)."""
 
+    deleted_meanwhile: int = 0
+    """Segments the listing lacked whose state moved past COPY_SEGMENT_FINISHED in the record read after the
+    listing: Kafka deleted them in between (retention), so they are not lost."""
+
     iceberg_rows_kept: bool = False
     """Whether removing an Iceberg-mode segment leaves its rows in the table (``iceberg.mode.delete.rows.enabled``
     is off)."""
@@ -122,9 +132,18 @@ def reconcile(
     segments: Mapping[str, TrackedSegment],
     live_topic_ids: Iterable[str],
     older_than_seconds: float,
+    *,
+    reread: Callable[[], Mapping[str, TrackedSegment]],
+    complete: Evidence | None = None,
+    gone: Mapping[str, Evidence] | None = None,
 ) -> Reconciliation:
     """List the store once and hold every segment of the plugin's layout against ``segments`` (the record) and
-    ``live_topic_ids`` (the topics the cluster has, read after the record)."""
+    ``live_topic_ids`` (the topics the cluster has, read after the record).
+
+    Each item carries its evidence: ``complete`` (``RECORD_COMPLETE``, given only for a complete read of the
+    record), ``gone[topic_id]`` (``TOPIC_GONE_CONFIRMED``) for a dead topic's segment, and ``STORE_AGE``. A segment
+    the listing lacks is lost only if ``reread`` (the record read again, after the listing) still says its copy
+    finished, and the store, asked again, still lacks its objects: a segment Kafka deleted in between is not."""
     if older_than_seconds < 0:
         raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
     details = manager.backend_capabilities.details
@@ -144,7 +163,7 @@ def reconcile(
                 stored.setdefault(parsed.segment_id, {})[parsed.suffix] = info
     except StorageBackendException as e:
         raise RemoteStorageException(f"cannot list {prefix!r} in {manager.backend}: {e}") from e
-    result = Reconciliation(iceberg_rows_kept=not manager.iceberg.cfg.delete_rows)
+    result = Reconciliation(iceberg_rows_kept=not iceberg_format(manager).cfg.delete_rows)
     for seg in segments.values():
         result.states[seg.state.name] += 1
     for segment_id, objects in sorted(stored.items()):
@@ -180,16 +199,31 @@ def reconcile(
         if now - youngest <= older_than_seconds:
             continue  # written within the grace period: not yet
         key = (objects.get(Suffix.MANIFEST) or objects.get(Suffix.LOG) or next(iter(objects.values()))).key
-        result.items.append(GarbageItem(kind, key, now - youngest, size, segment=seg.metadata))
+        evidence = [] if complete is None else [complete]
+        if kind in (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG) and topic_id in (gone or {}):
+            evidence.append((gone or {})[topic_id])
+        age = Evidence(STORE_AGE, f"{len(objects)} objects, the youngest {now - youngest:.0f} s old")
+        item = GarbageItem(kind, key, now - youngest, size, segment=seg.metadata, evidence=(*evidence, age))
+        result.items.append(item)
+    candidates: list[str] = []
     for segment_id, seg in sorted(segments.items()):
         if seg.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
             continue
         if seg.metadata.topic_id_partition.topic_id not in live:
             continue
-        missing = _missing(manager, seg, stored.get(segment_id, {}))
-        if missing:
-            result.lost.append(LostSegment(seg, missing))
-            result.live_segment_ids.add(segment_id)
+        result.live_segment_ids.add(segment_id)
+        if _missing(manager, seg, stored.get(segment_id, {})):
+            candidates.append(segment_id)
+    if candidates:
+        again = reread()
+        for segment_id in candidates:
+            now_seg = again.get(segment_id)
+            if now_seg is None or now_seg.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+                result.deleted_meanwhile += 1  # Kafka deleted it (retention) between the two reads
+                continue
+            missing = _missing(manager, now_seg, {})  # the store asked again, after the second read
+            if missing:
+                result.lost.append(LostSegment(now_seg, missing))
     return result
 
 

@@ -233,3 +233,26 @@ def test_kill_mid_multipart_copy(
     finally:
         direct.delete_many(list(direct.list(prefix)))
         direct.close()
+
+
+def test_a_manifest_without_data_waits_for_its_youngest_object(tmp_path: Path) -> None:
+    """An old manifest beside a .log written a moment ago (a retry of the same segment id) is not garbage yet:
+    the item is dated by its youngest object, since every object of it goes with it."""
+    import io
+
+    m = RemoteStorageManager()
+    m.configure({"chunk.size": "1024", "storage.root": str(tmp_path)})
+    try:
+        path = f"t-{TIP.topic_id}/0/{0:020d}-tqimKeZwStOEOwRzT3L5oQ"
+        m.backend.upload(f"{path}.rsm-manifest", io.BytesIO(b"{}"))
+        m.backend.upload(f"{path}.log", io.BytesIO(b"12345"))
+        two_hours_ago = time.time() - 7200
+        os.utime(tmp_path / f"{path}.rsm-manifest", (two_hours_ago, two_hours_ago))
+        assert find_garbage(m, 3600) == []
+        os.utime(tmp_path / f"{path}.log", (two_hours_ago, two_hours_ago))
+        items = find_garbage(m, 3600)
+        assert [(i.kind, i.key) for i in items] == [("manifest-without-data", f"{path}.rsm-manifest")]
+        report = delete_garbage(m, items)
+        assert [(h.original, h.size) for h in report.held] == [(f"{path}.rsm-manifest", 2), (f"{path}.log", 5)]
+    finally:
+        m.close()

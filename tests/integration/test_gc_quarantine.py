@@ -116,7 +116,11 @@ def test_delete_holds_restore_puts_back_purge_removes(
             assert _fetch(m, location) == body, "the held bytes are the removed bytes"
         assert not [k for k in quarantined if any(f[len(PREFIX) :] in k for f in FOREIGN)]
 
-        assert main(["gc", "quarantine", *cfg, "--run", run_id]) == 0
+        assert main(["ls", *cfg]) == 0
+        held_bytes = sum(len(b) for b in originals.values())
+        assert f"quarantine: 2 objects, {held_bytes:,} bytes held" in capsys.readouterr().out
+
+        assert main(["gc", *cfg, "quarantine", "--run", run_id]) == 0  # --config given to kts gc itself
         out = capsys.readouterr().out
         assert crashed_keys.log in out and crashed_keys.indexes in out and "orphan-object" in out
 
@@ -131,6 +135,8 @@ def test_delete_holds_restore_puts_back_purge_removes(
         assert main(["gc", "restore", *cfg, "--key", crashed_keys.log]) == 1  # nothing held under it now
         assert "nothing in the quarantine" in capsys.readouterr().err
         assert main(["gc", "restore", *cfg]) == 2  # a scope is required
+        assert main(["gc", *cfg, "--delete", "purge", "--run", run_id]) == 2  # --delete means nothing to purge
+        assert "do not apply to kts gc purge" in capsys.readouterr().err
 
         assert main(["gc", "purge", *cfg, "--run", run_id, "--yes"]) == 0
         assert f"purged 1 objects, {len(originals[crashed_keys.indexes]):,} bytes" in capsys.readouterr().out

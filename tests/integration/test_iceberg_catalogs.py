@@ -139,7 +139,7 @@ def test_tier_fetch_and_read_through_the_catalog(kind: str, request: pytest.Fixt
     try:
         for p, seg in segments.items():
             m.copy_log_segment_data(metas[p], seg.to_log_segment_data())
-            section = m.fetch_manifest(metas[p]).iceberg
+            section = m.fetch_manifest(metas[p]).section
             assert section is not None and section.table == "kafka.payments_eu"
         retried = segments[0].to_metadata(TopicIdPartition(TOPIC_ID, TOPIC, 0), "retriedCopyxxxxxxxxxxx")
         m.copy_log_segment_data(retried, segments[0].to_log_segment_data())

@@ -1,6 +1,7 @@
 """Iceberg-mode copies and retention deletes killed (SIGKILL) at every point of their way, one point per test:
 the table stays whole, the retry succeeds and reads back byte-identical, and `kts gc --delete` (grace 0) then
-removes everything the dead process left, in the warehouse and in the store, and nothing else.
+removes everything the dead process left, in the warehouse (into its quarantine, once the table's orphan grace
+has passed) and in the store, and nothing else.
 
 Real SQLite catalog and filesystem warehouse and store; the child (tests/support/kill_point_child.py) kills
 itself at the named point, so each point is hit every run."""
@@ -11,6 +12,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from iceberg_testing import iceberg_config, load_table, new_tip, order_records, segment_of
+from iceberg_testing import age_ledger, iceberg_config, load_table, new_tip, order_records, segment_of
 from kill_point_child import NOT_REACHED, POINTS
 
 from backends.filesystem import TEMP_PREFIX
@@ -98,22 +100,40 @@ def _unreferenced_kinds(cfg: dict[str, str]) -> set[str]:
 
 
 def _store_objects(cfg: dict[str, str]) -> set[str]:
+    """The store's objects, without what `kts gc --delete` holds in its quarantine."""
     root = Path(cfg["storage.root"])
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "kts-quarantine" not in p.parts}
 
 
 def _gc_and_check(cfg: dict[str, str], tmp_path: Path, live: list[tuple[Any, SegmentFiles]]) -> None:
-    """`kts gc --delete --older-than 0s`, then: no file of the table that its metadata does not reference, the
+    """`kts gc --delete --older-than 0s` twice, the table's ledger aged past its grace between, then: no file
+    of the table that its metadata does not reference (each in the warehouse's quarantine), the
     store holds exactly the live segments' manifests and indexes and the foreign object, every referenced file
     is there and every live segment reads back byte-identical."""
     warehouse = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://"))
     foreign_file = warehouse / "kafka" / "orders-of-someone" / "data" / "x.parquet"
     props = tmp_path / "plugin.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()))
+    # The dead process's temp files, dated past the longest an upload may run (storage.stale.upload.age.ms, 1 h),
+    # as they are by the time gc may take them; gc refuses younger ones (tests/integration/test_gc_quarantine.py).
+    two_hours_ago = time.time() - 7200
+    for temp in Path(cfg["storage.root"]).rglob(f"{TEMP_PREFIX}*"):
+        os.utime(temp, (two_hours_ago, two_hours_ago))
+    left = _table_files(cfg)
+    out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--older-than", "0s", "--delete"])
+    assert out.exit_code == 0, out.output
+    # The table's files wait the table's orphan grace from this first run that saw them unreferenced, whatever
+    # --older-than says (a write may still be under way); once it has passed, the next run moves them aside.
+    assert _table_files(cfg) == left
+    unreferenced = left[0] - left[1]
+    assert age_ledger(warehouse / "kafka" / "orders", 4 * 86400) == len(unreferenced)
     out = CliRunner().invoke(cli, ["gc", "--config", str(props), "--older-than", "0s", "--delete"])
     assert out.exit_code == 0, out.output
     listed, refs = _table_files(cfg)
     assert listed - refs == set(), "left after kts gc --delete"
+    quarantine = warehouse / "kts-quarantine"
+    held = [p for p in quarantine.rglob("*") if p.is_file() and not p.name.endswith(".kts-held.json")]
+    assert len(held) == len(unreferenced), "not all in the quarantine"
     assert refs <= listed, "kts gc removed a referenced file"
     assert foreign_file.exists()
     with RemoteStorageManager() as m:

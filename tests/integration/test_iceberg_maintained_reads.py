@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -18,8 +20,10 @@ import pytest
 from iceberg_testing import iceberg_config, load_table, rewrite_sorted, spark_maintain, spark_sql_statements
 
 from rsm import RemoteStorageManager, RetriableRemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance import compact
+from rsm.iceberg.maintainer import MaintenanceStats
+from rsm.iceberg.maintenance import compact, plan_compaction
 from rsm.kafka.records import batch_view, decode_records, iter_batches
 from rsm.kafka.writer import SegmentFiles, write_large_segment, write_segment
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition, random_kafka_uuid
@@ -195,7 +199,7 @@ def _break_catalog(m: RemoteStorageManager | None, config: dict[str, str]) -> by
     saved = path.read_bytes()
     path.write_bytes(b"not a database" * 512)
     if m is not None:
-        m.iceberg.mode().handle.catalog.engine.dispose()  # type: ignore[attr-defined]
+        iceberg_format(m).mode().handle.catalog.engine.dispose()  # type: ignore[attr-defined]
     return saved
 
 
@@ -270,5 +274,63 @@ def test_a_merge_on_read_delete_by_spark_leaves_the_same_gap(tmp_path: Path) -> 
         assert any(t.delete_files for t in tasks), "Spark wrote no delete file"
         for position in (0, hs[5].position):
             _assert_gap(m.fetch_log_segment(metas[0], position).read(), original[position:], lo, hi)
+    finally:
+        m.close()
+
+
+@pytest.mark.timeout(1200)
+def test_a_merge_on_read_delete_committed_during_a_compaction_stays_deleted(tmp_path: Path) -> None:
+    """Spark deletes rows (merge-on-read: delete files beside the data files) after the plugin's compaction
+    planned a bin of those files and before it commits: the bin is given up and counted, and the rows stay deleted
+    for Spark, pyiceberg and Kafka fetches. A later compaction leaves the files with delete files out."""
+    config = iceberg_config(tmp_path, **{"iceberg.mode.fetch.table.refresh.ms": "0"})
+    segments = _segments(tmp_path)[:3]  # three consecutive segments of partition 0
+    settings = MaintenanceSettings(min_input_files=2)
+    m = _manager(config)
+    try:
+        metas = _tier(m, segments)
+        original = segments[0][1].log.read_bytes()
+        hs = [h for h, _ in iter_batches(original)]
+        lo, hi = hs[4].base_offset + 1, hs[7].base_offset
+        total = sum(h.records_count for _tip_, seg in segments for h, _ in iter_batches(seg.log.read_bytes()))
+        table = load_table(config)
+        (planned,) = plan_compaction(table, settings)
+        assert metas[0].start_offset >= planned.first and planned.last >= hi  # the bin holds the deleted rows
+        sqlite, warehouse = config["iceberg.mode.catalog.sqlite.path"], config["iceberg.mode.warehouse"]
+        deleted: list[dict[str, Any]] = []
+
+        @contextmanager
+        def delete_meanwhile() -> Iterator[None]:
+            if not deleted:  # between the plan and the commit
+                sql = [
+                    "ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')",
+                    f"DELETE FROM {{table}} WHERE kafka.partition = 0 AND kafka.offset BETWEEN {lo} AND {hi}",
+                ]
+                deleted.append(spark_sql_statements(sqlite, warehouse, sql))
+                assert any(t.delete_files for t in load_table(config).scan().plan_files()), "no delete file"
+            yield
+
+        result = compact(table, settings, guard=delete_meanwhile)
+        assert deleted and deleted[0]["rows"] == total - (hi - lo + 1), deleted
+
+        def assert_deleted() -> None:
+            offsets = pc.struct_field(load_table(config).scan().to_arrow().column("kafka"), "offset").to_pylist()
+            assert len(offsets) == total - (hi - lo + 1) and not any(lo <= o <= hi for o in offsets)
+            _assert_gap(m.fetch_log_segment(metas[0], 0).read(), original, lo, hi)
+
+        assert_deleted()
+        assert (result.count, result.given_up) == (0, 1), result
+        stats = MaintenanceStats()
+        stats.add([result])
+        assert stats.stats()["compaction-bins-given-up-total"] == 1
+        # Planned again, a bin leaves out the file that has delete files; the rows stay deleted.
+        table = load_table(config)
+        with_deletes = {t.file.file_path for t in table.scan().plan_files() if t.delete_files}
+        assert with_deletes and not any(
+            f.task.file.file_path in with_deletes for b in plan_compaction(table, settings) for f in b.files
+        )
+        compact(table, settings)
+        assert_deleted()
+        assert spark_sql_statements(sqlite, warehouse, [])["rows"] == total - (hi - lo + 1)
     finally:
         m.close()

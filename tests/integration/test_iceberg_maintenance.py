@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,15 +27,18 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
+import rsm.iceberg.maintenance as maintenance_module
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.errors import RemoteStorageException
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, MaintenanceStats, release_lease, take_lease
 from rsm.iceberg.maintenance import (
     METADATA_PROPERTIES,
     REFERENCES,
     _normal,
+    all_orphans,
     compact,
     compact_bins,
     expire_snapshots,
@@ -45,6 +49,7 @@ from rsm.iceberg.maintenance import (
     remove_orphans,
     rewrite_manifests,
     set_metadata_properties,
+    shared_location,
 )
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -99,26 +104,35 @@ def test_expiry_keeps_the_newest_and_drops_the_rest_by_count_and_age(tmp_path: P
     assert [s.snapshot_id for s in load_table(cfg).metadata.snapshots] == newest[-2:]
 
 
-def test_metadata_properties_bound_the_metadata_files(tmp_path: Path) -> None:
+def test_metadata_properties_bound_the_log_and_old_metadata_files_go_as_orphans(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=2)
     table = load_table(cfg)
     assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES  # a new table has them
-    with table.transaction() as txn:  # as a table made before the writer set them
-        txn.remove_properties(*METADATA_PROPERTIES)
+    assert table.properties["write.metadata.delete-after-commit.enabled"] == "false"
+    with table.transaction() as txn:  # as a table made before: no bound on its log, deleting on commit
+        txn.remove_properties("write.metadata.previous-versions-max")
+        txn.set_properties({"write.metadata.delete-after-commit.enabled": "true"})
     table = load_table(cfg)
     assert set_metadata_properties(table).count == 2
-    assert set_metadata_properties(load_table(cfg)).count == 0  # set once; an operator's value is kept
+    assert set_metadata_properties(load_table(cfg)).count == 0  # set once; an operator's bound is kept
     tier(cfg, new_tip(), [segment_of(tmp_path / f"more{i}", order_records(1000 + i * 10, 10)) for i in range(14)])
     table = load_table(cfg)
     assert {k: table.properties[k] for k in METADATA_PROPERTIES} == METADATA_PROPERTIES
     kept = int(METADATA_PROPERTIES["write.metadata.previous-versions-max"])
     metadata_dir = Path(table.metadata_location.removeprefix("file://")).parent
     assert len(table.metadata.metadata_log) == kept
-    # those dropped from the log before the properties were set go as orphans, once past the grace
-    for p in metadata_dir.iterdir():
-        _age(p, 7200)
-    remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
+    # No commit deleted a metadata file: those out of the log go as orphans, into the quarantine, after the grace
+    # (counted from the first pass that saw them so).
+    before = set(metadata_dir.glob("*.metadata.json"))
+    assert len(before) > kept + 1
+    settings = MaintenanceSettings(orphan_grace_s=3600)
+    t0 = time.time()
+    assert remove_orphans(table, settings, now=t0).count == 0
+    held = remove_orphans(load_table(cfg), settings, now=t0 + 3600)
     assert len(list(metadata_dir.glob("*.metadata.json"))) == kept + 1
+    assert {Path(d.removeprefix("file://")) for d in held.details} >= before - set(metadata_dir.glob("*"))
+    quarantine = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "kts-quarantine"
+    assert len([p for p in quarantine.rglob("*.metadata.json")]) == len(before) - kept - 1
 
 
 def test_compaction_rewrites_small_files_sorted_with_bounds_and_removes_exactly_what_it_read(tmp_path: Path) -> None:
@@ -266,33 +280,35 @@ def test_rewrite_manifests_merges_them_and_keeps_every_file(tmp_path: Path) -> N
     assert "commit.manifest.min-count-to-merge" not in table.properties
 
 
-def test_orphans_only_ours_only_old_and_never_a_referenced_file(tmp_path: Path) -> None:
+def test_orphans_only_ours_only_unreferenced_for_the_grace_and_never_a_referenced_file(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=3)
     table = load_table(cfg)
+    warehouse = cfg["iceberg.mode.warehouse"]
     data = Path(table.location().removeprefix("file://")) / "data"
-    old_orphan, young_orphan = data / "old-orphan.parquet", data / "young-orphan.parquet"
-    pq.write_table(pa.table({"x": [1]}), old_orphan)
-    pq.write_table(pa.table({"x": [1]}), young_orphan)
-    _age(old_orphan, 7200)
-    foreign = Path(cfg["iceberg.mode.warehouse"].removeprefix("file://")) / "someone-else" / "f.parquet"
+    orphan, later = data / "orphan.parquet", data / "later.parquet"
+    pq.write_table(pa.table({"x": [1]}), orphan)
+    _age(orphan, 10 * 86400)  # days old by mtime: that alone makes nothing an orphan
+    foreign = Path(warehouse.removeprefix("file://")) / "someone-else" / "f.parquet"
     foreign.parent.mkdir(parents=True)
     pq.write_table(pa.table({"x": [1]}), foreign)
-    _age(foreign, 7200)
-    for p in Path(table.location().removeprefix("file://")).rglob("*"):
-        if p.is_file() and p != young_orphan:
-            _age(p, 7200)
+    _age(foreign, 10 * 86400)
     refs = referenced_files(table)
-    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}") == []  # not under the warehouse
-    found = find_orphans(table, 3600, warehouse=cfg["iceberg.mode.warehouse"])
-    assert [Path(o.path.removeprefix("file://")) for o in found] == [old_orphan]
+    t0 = time.time()
+    day = 86400
+    assert find_orphans(table, 3600, warehouse=f"file://{tmp_path / 'elsewhere'}", now=t0, record=True) == []
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0 + 2 * day) == []  # no recorded pass saw it yet
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0, record=True) == []  # first seen unreferenced
+    pq.write_table(pa.table({"x": [1]}), later)
+    assert find_orphans(table, 3600, warehouse=warehouse, now=t0 + day - 1, record=True) == []  # data: a day
+    found = find_orphans(table, 3600, warehouse=warehouse, now=t0 + day)
+    assert [Path(o.path.removeprefix("file://")) for o in found] == [orphan]
     assert all(o.path not in refs for o in found)
-    assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600)).count == 1
-    assert not old_orphan.exists() and young_orphan.exists() and foreign.exists()
+    assert remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600), now=t0 + day).count == 1
+    assert not orphan.exists() and later.exists() and foreign.exists()
     assert _offsets(load_table(cfg)) == list(range(3 * SEGMENT_RECORDS))
     # a table the plugin did not make is never looked into
     table.transaction().remove_properties("kafka.topic").commit_transaction()
-    _age(young_orphan, 7200)
-    assert find_orphans(load_table(cfg), 3600) == []
+    assert find_orphans(load_table(cfg), 3600, now=t0 + 10 * day) == []
 
 
 def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Path) -> None:
@@ -322,8 +338,8 @@ def test_a_full_run_then_expired_files_go_as_orphans_and_rows_stay(tmp_path: Pat
         txn.set_properties({"write.metadata.previous-versions-max": "1"})
     with load_table(cfg).transaction() as txn:
         txn.set_properties({"kafka.test": "one more commit"})
-    _age_all(cfg)
-    assert remove_orphans(load_table(cfg), settings).count >= 8
+    assert remove_orphans(load_table(cfg), settings).count == 0  # first seen unreferenced now
+    assert remove_orphans(load_table(cfg), settings, now=time.time() + 86400).count >= 8  # data files: a day
     assert {p for p in _data_files(cfg) if p.is_file()} == live
     assert _rows(load_table(cfg)) == before
 
@@ -414,7 +430,7 @@ def test_the_plugins_thread_maintains_its_tables_and_counts_it(tmp_path: Path) -
         for i in range(6):
             s = segment_of(tmp_path / f"s{i}", order_records(i * 20, 20))
             m.copy_log_segment_data(s.to_metadata(tip), s.to_log_segment_data())
-        stats = m.iceberg.maintenance_stats()
+        stats = iceberg_format(m).maintenance_stats()
         assert stats is not None
         deadline = time.monotonic() + 60
         # a pass compacts, then expires: wait for both (a loaded machine can be read between the two)
@@ -429,7 +445,7 @@ def test_the_plugins_thread_maintains_its_tables_and_counts_it(tmp_path: Path) -
         assert any("iceberg-maintenance-metrics" in bean for bean in rows)
     table = load_table(cfg)
     assert _offsets(table) == list(range(120))
-    assert Lease.parse(table.properties.get(LEASE_PROPERTY)) is not None
+    assert LEASE_PROPERTY not in table.properties  # released after each pass
 
 
 def test_maintenance_off_starts_no_thread(tmp_path: Path) -> None:
@@ -441,13 +457,120 @@ def test_maintenance_off_starts_no_thread(tmp_path: Path) -> None:
 
 def test_a_maintainer_pass_skips_tables_of_others_and_of_another_lease(tmp_path: Path) -> None:
     cfg = _tiered(tmp_path, segments=3)
-    other = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="other")
-    other.run_pass()
+    assert take_lease(load_table(cfg), "other", 60) is not None
     mine = Maintainer(lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner="mine")
     before = load_table(cfg).metadata_location
     mine.run_pass()
     assert load_table(cfg).metadata_location == before  # other's lease: untouched
     assert mine.stats.stats()["passes-total"] == 1
+
+
+LEASE_TTL_S = 3.0
+"""A lease this short is renewed every second by a pass; a renewal may come up to 2 s late and still be in time."""
+
+
+class _SlowCompaction:
+    """The first compaction waits until ``go`` is set (at most a minute) after setting ``started``: a pass
+    longer than any lease. Records the thread of every compaction."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+        self.threads: list[str] = []
+        self._compact = maintenance_module.compact
+        monkeypatch.setattr(maintenance_module, "compact", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) == 1:
+            self.started.set()
+            assert self.go.wait(60)
+        return self._compact(*args, **kwargs)
+
+
+def _maintainer(cfg: dict[str, str], owner: str) -> Maintainer:
+    return Maintainer(
+        lambda: load_table(cfg).catalog, "kafka", SETTINGS, 60, 3600, owner=owner, lease_ttl_s=LEASE_TTL_S
+    )
+
+
+def _pass_in_a_thread(maintainer: Maintainer) -> threading.Thread:
+    thread = threading.Thread(target=maintainer.run_pass, name="first-pass")
+    thread.start()
+    return thread
+
+
+def test_a_pass_longer_than_its_lease_keeps_it_and_releases_it_when_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    slow = _SlowCompaction(monkeypatch)
+    first, second = _maintainer(cfg, "first"), _maintainer(cfg, "second")
+    thread = _pass_in_a_thread(first)
+    try:
+        assert slow.started.wait(60)
+        time.sleep(2 * LEASE_TTL_S)  # the lease taken at the start expired a whole TTL ago, unless renewed
+        held = Lease.parse(load_table(cfg).properties.get(LEASE_PROPERTY))
+        assert held is not None and held.owner == "first" and held.expiry_ms > time.time() * 1000
+        second.run_pass()
+        assert slow.threads == ["first-pass"]  # the second broker started no maintenance meanwhile
+    finally:
+        slow.go.set()
+        thread.join(120)
+    assert first.stats.stats()["files-compacted-total"] >= 2
+    assert LEASE_PROPERTY not in load_table(cfg).properties  # released: the other broker may take it at once
+    second.run_pass()
+    assert slow.threads == ["first-pass", threading.current_thread().name]
+
+
+def test_a_pass_whose_lease_another_broker_took_stops_before_its_next_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    slow = _SlowCompaction(monkeypatch)
+    first = _maintainer(cfg, "first")
+    caplog.set_level(logging.INFO, logger="rsm.iceberg.maintainer")
+    thread = _pass_in_a_thread(first)
+    try:
+        assert slow.started.wait(60)
+        theirs = str(Lease("intruder", int(time.time() * 1000) + 3_600_000))
+        with load_table(cfg).transaction() as txn:  # as an operator's tool or a broker with a wrong clock would
+            txn.set_properties({LEASE_PROPERTY: theirs})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            "another broker holds its lease" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.1)
+    finally:
+        slow.go.set()
+        thread.join(120)
+    assert any("another broker holds its lease" in r.getMessage() for r in caplog.records)
+    values = first.stats.stats()
+    assert values["compaction-time-ms-total"] > 0  # the step under way finished
+    assert values["rewrite-manifests-time-ms-total"] == 0 and values["remove-orphans-time-ms-total"] == 0
+    assert load_table(cfg).properties[LEASE_PROPERTY] == theirs  # not released: it is not ours
+
+
+def test_a_pass_that_fails_releases_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+
+    def failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise RemoteStorageException("the warehouse did not answer")
+
+    monkeypatch.setattr(maintenance_module, "compact", failing)
+    maintainer = _maintainer(cfg, "mine")
+    maintainer.run_pass()
+    assert maintainer.stats.stats()["errors-total"] == 1
+    assert LEASE_PROPERTY not in load_table(cfg).properties
+
+
+def test_an_expiry_skips_a_table_dropped_since_and_releases_the_lease(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=6)
+    maintainer = _maintainer(cfg, "mine")
+    maintainer._expire({"orders", "dropped"})  # noqa: SLF001 - what a commit's wake-up runs
+    values = maintainer.stats.stats()
+    assert values["errors-total"] == 0
+    assert values["snapshots-expired-total"] == 2  # of 6, max.keep 4
+    assert LEASE_PROPERTY not in load_table(cfg).properties
 
 
 # --- kts iceberg maintain -------------------------------------------------------------------------------------
@@ -513,7 +636,9 @@ def test_an_unreadable_metadata_file_in_the_log_removes_no_orphan(tmp_path: Path
         remove_orphans(table, MaintenanceSettings(orphan_grace_s=3600))
     assert orphan.exists()
     previous.unlink()  # gone: it references nothing any more
-    assert [Path(o.path.removeprefix("file://")) for o in find_orphans(load_table(cfg), 3600)] == [orphan]
+    assert find_orphans(load_table(cfg), 3600, record=True) == []
+    later = find_orphans(load_table(cfg), 3600, now=time.time() + 86400)
+    assert [Path(o.path.removeprefix("file://")) for o in later] == [orphan]
 
 
 def _counted_refs(cfg: dict[str, str]) -> tuple[set[str], list[str]]:
@@ -550,6 +675,8 @@ def test_a_maintenance_pass_on_a_table_loaded_before_copies_logs_no_warning(
     as pyiceberg does after a commit, metadata files of its old log that the copies' commits already deleted.
     pyiceberg's "Failed to delete metadata file" for those is dropped."""
     cfg = _tiered(tmp_path, segments=2, **{"iceberg.mode.maintenance.enabled": "false"})
+    with load_table(cfg).transaction() as txn:  # as a table of a plugin that had pyiceberg delete them
+        txn.set_properties({"write.metadata.delete-after-commit.enabled": "true"})
     table = load_table(cfg)  # as the maintainer loaded it
     old_log = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
     late = [segment_of(tmp_path / f"late{i}", order_records(1000 + i * 10, 10)) for i in range(12)]
@@ -591,3 +718,57 @@ def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> N
     referenced = "abfs://kts@acct.dfs.core.windows.net/p/iceberg/kafka/orders/data/x.parquet"
     assert _normal(referenced) == _normal("abfs://kts/p/iceberg/kafka/orders/data/x.parquet")
     assert _normal(referenced) != _normal("abfs://other/p/iceberg/kafka/orders/data/x.parquet")
+
+
+def test_tables_sharing_a_location_remove_no_orphan_of_either(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A ``register_table`` clone of the topic's table (a backup kept in the namespace) shares its location, and
+    the table's new files are not the clone's: the clone's orphan search would delete them (and the table's, once
+    its metadata log no longer names the versions the clone has, the clone's files).
+    `kts iceberg maintain`'s run, the plugin's thread and gc's search leave every file, and say why, naming both
+    tables; both tables stay whole."""
+    tip = new_tip()
+    cfg = _tiered(tmp_path, segments=4, tip=tip)
+    catalog = load_table(cfg).catalog
+    clone = catalog.register_table(("kafka", "orders_backup"), load_table(cfg).metadata_location)
+    clone_rows = _rows(clone)
+    # The topic's table moves on: a new copy, a compaction and expiry; the clone keeps the files it had.
+    tier(cfg, tip, [segment_of(tmp_path / "s4", order_records(4 * SEGMENT_RECORDS, SEGMENT_RECORDS))])
+    expire_snapshots(load_table(cfg), replace(SETTINGS, snapshot_max_keep=2, snapshot_min_keep=1))
+    assert compact(load_table(cfg), SETTINGS).count >= 2
+    expire_snapshots(load_table(cfg), replace(SETTINGS, snapshot_max_keep=1, snapshot_min_keep=1))
+    table = load_table(cfg)
+    assert not referenced_files(clone) >= referenced_files(table)  # the table's new files are not the clone's
+    _age_all(cfg)
+    settings = replace(SETTINGS, orphan_grace_s=3600)
+    warehouse = cfg["iceberg.mode.warehouse"]
+    location = table.location()
+    caplog.set_level(logging.WARNING, logger="rsm.iceberg.maintenance")
+    runs = {
+        "kafka.orders": maintain(table, settings, others={"kafka.orders_backup": location}, warehouse=warehouse),
+        "kafka.orders_backup": maintain(clone, settings, others={"kafka.orders": location}, warehouse=warehouse),
+    }
+    Maintainer(lambda: catalog, "kafka", settings, 60, 0, warehouse=warehouse).run_pass()
+    found = all_orphans(catalog, "kafka", 3600, warehouse)
+    assert _offsets(load_table(cfg)) == list(range(5 * SEGMENT_RECORDS))
+    assert _rows(catalog.load_table(("kafka", "orders_backup"))) == clone_rows
+    assert found == []
+    for name, results in runs.items():
+        (step,) = [r for r in results if r.step == "remove-orphans"]
+        assert step.count == 0 and "kafka.orders " in step.refused + " " and "kafka.orders_backup" in step.refused
+        assert step.refused.startswith(f"orphan files of table {name} are not removed"), step.refused
+        stats = MaintenanceStats()
+        stats.add(results)
+        assert stats.stats()["orphan-removals-refused-total"] == 1 and stats.stats()["conflicts-total"] == 0
+    warned = [r.getMessage() for r in caplog.records if "are not removed" in r.getMessage()]
+    assert len(warned) >= 2 + 2 + 2  # each table: maintain's run, the thread's, gc's search
+
+
+def test_a_table_nested_in_another_refuses_orphan_removal_and_the_outer_leaves_its_files(tmp_path: Path) -> None:
+    cfg = _tiered(tmp_path, segments=2)
+    table = load_table(cfg)
+    inner = f"{table.location()}/nested"
+    assert shared_location(table, {"kafka.inner": inner}) is None  # the inner table's files are left alone
+    refused = shared_location(table, {"kafka.outer": table.location().rsplit("/", 1)[0]})
+    assert refused is not None and "kafka.outer" in refused and "kafka.orders" in refused
+    assert shared_location(table, {"kafka.orders_copy": table.location() + "/"}) is not None
+    assert shared_location(table, {"kafka.neighbour": table.location() + "_2"}) is None

@@ -3,6 +3,8 @@ and a fetch from any batch position gives what the classic path gives, record by
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import random
 import struct
@@ -10,19 +12,21 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from crc32c import crc32c
 from emulators import FIXTURE_FOR
-from helpers import TIP
+from helpers import TIP, encryption_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
+from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import decode_offset_index
 from rsm.kafka.records import ControlRecordType, batch_view, decode_records, iter_batches
@@ -49,7 +53,8 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
 
 
 def _table(m: RemoteStorageManager, topic: str = "orders") -> Any:
-    return m.iceberg.mode().handle.catalog.load_table(m.iceberg.mode().handle.table_identifier(topic)).scan().to_arrow()
+    handle = iceberg_format(m).mode().handle
+    return handle.catalog.load_table(handle.table_identifier(topic)).scan().to_arrow()
 
 
 def _offsets(table: Any, partition: int | None = None) -> list[int]:
@@ -260,7 +265,7 @@ def test_a_copy_cancelled_before_its_commit_commits_nothing(tmp_path: Path) -> N
         with pytest.raises(CopyCancelled, match="commit"):
             m.copy_log_segment_data_unless(seg.to_metadata(TIP), seg.to_log_segment_data(), cancelled)
         assert asked == [0, 1]  # the data file was written when the commit was called off
-        assert m.iceberg.mode().handle.catalog.load_table(("kafka", "orders")).current_snapshot() is None
+        assert iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders")).current_snapshot() is None
         assert _data_files(tmp_path) == []
     finally:
         m.close()
@@ -279,7 +284,7 @@ def test_a_commit_lost_at_commit_deletes_nothing_it_cannot_rule_out(tmp_path: Pa
     meta = seg.to_metadata(TIP)
     m = _manager(_configs(tmp_path))
     try:
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         real_commit, real_load = catalog.commit_table, catalog.load_table
         down = []
 
@@ -362,7 +367,7 @@ def test_a_changed_namespace_keeps_deletes_working(tmp_path: Path) -> None:
     m = _manager(_configs(tmp_path, **{"iceberg.mode.namespace": "lake", "iceberg.mode.delete.rows.enabled": "true"}))
     try:
         m.delete_log_segment_data(meta)
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         assert catalog.load_table(("kafka", "orders")).scan().to_arrow().num_rows == 0
     finally:
         m.close()
@@ -416,6 +421,67 @@ def test_delete_keeps_rows_unless_told(segment_factory: Any, tmp_path: Path) -> 
             m.delete_log_segment_data(meta)  # again: already gone is fine
         finally:
             m.close()
+
+
+class _CountingFileIO(io.FileIO):
+    """The segment file as the OS gives it: counts the bytes every read takes from it."""
+
+    counted: ClassVar[list[int]] = []
+
+    def readinto(self, buffer: Any) -> int | None:
+        n = super().readinto(buffer)
+        _CountingFileIO.counted.append(n or 0)
+        return n
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        _CountingFileIO.counted.append(len(data))
+        return data
+
+
+def test_an_iceberg_copy_reads_the_log_once_and_makes_no_data_key(
+    segment_factory: Any, tmp_path: Path, key_pairs: dict[str, tuple[Path, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With compression (and its heuristic) and encryption on, an Iceberg copy still only writes rows: the
+    segment file is opened once and each byte read once (the row walk, whose CRC-32C the manifest records), no
+    data key is made, and the manifest says the body is neither compressed nor encrypted."""
+    seg = segment_factory(num_batches=40, codec="none", seed=11)
+    log_path = Path(seg.log).resolve()
+    size = log_path.stat().st_size
+    configs = _configs(
+        tmp_path,
+        **encryption_configs(key_pairs),
+        **{"compression.enabled": "true", "compression.heuristic.enabled": "true"},
+    )
+    m = _manager(configs)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, Path)) and Path(file).resolve() == log_path:
+            assert mode == "rb", mode
+            opened.append(mode)
+            return io.BufferedReader(_CountingFileIO(log_path))
+        return real_open(file, mode, *args, **kwargs)
+
+    try:
+        meta = seg.to_metadata(TIP)
+        _CountingFileIO.counted.clear()
+        monkeypatch.setattr(builtins, "open", counting_open)
+        m.copy_log_segment_data(meta, seg.to_log_segment_data())
+        monkeypatch.undo()
+        assert opened == ["rb"]
+        assert sum(_CountingFileIO.counted) == size
+        manifest = m.fetch_manifest(meta)
+        assert manifest.kind == "iceberg"
+        assert manifest.encryption is None and manifest.compression is False
+        assert manifest.chunk_index.original_file_size == size and manifest.chunk_index.chunk_count == 1
+        assert manifest.integrity is not None
+        assert manifest.integrity.chunk_crcs == [crc32c(log_path.read_bytes())]
+        with m.fetch_log_segment(meta, 0) as f:
+            assert f.read() == log_path.read_bytes()
+    finally:
+        m.close()
 
 
 def test_a_topic_switched_over_keeps_serving_its_classic_segments(segment_factory: Any, tmp_path: Path) -> None:
@@ -622,7 +688,7 @@ def test_iceberg_mode_over_cloud_backends(
         classic = seg.to_metadata(TopicIdPartition(TIP.topic_id, "classic-orders", TIP.partition))
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         m.copy_log_segment_data(classic, seg.to_log_segment_data())
-        section = m.fetch_manifest(meta).iceberg
+        section = m.fetch_manifest(meta).section
         assert section is not None and section.files
         assert all(f.path.startswith(_SCHEMES[server.backend]) for f in section.files)
         stored = set(m.backend.list(prefix))
@@ -707,9 +773,9 @@ def test_a_value_column_another_broker_added_first_is_taken_as_added(
         plain.copy_log_segment_data(
             seg.to_metadata(TopicIdPartition(TIP.topic_id, "ice-json", 1)), seg.to_log_segment_data()
         )
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         stale = catalog.load_table(("kafka", "ice_json"))  # loaded before the other broker's change
-        other = plain.iceberg.mode().handle.catalog.load_table(("kafka", "ice_json"))
+        other = iceberg_format(plain).mode().handle.catalog.load_table(("kafka", "ice_json"))
         with other.update_schema() as update:
             update.union_by_name(pa.schema([pa.field("value", _VALUE_TYPE)]))
         loads = iter([stale])
@@ -750,12 +816,12 @@ def test_rows_spread_over_days_and_row_groups_come_back_in_order(
     try:
         meta = seg.to_metadata(TIP)
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-        section = m.fetch_manifest(meta).iceberg
+        section = m.fetch_manifest(meta).section
         assert section is not None and len(section.files) == 3
         groups = [pq.ParquetFile(urlparse(f.path).path).metadata.num_row_groups for f in section.files]
         assert min(groups) > 1, groups
         # each day's file carries the exact offset bounds of its own rows
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         oid = table.schema().find_field("kafka.offset").field_id
         for task in table.scan().plan_files():
             offsets = pc.struct_field(pq.read_table(urlparse(task.file.file_path).path).column("kafka"), "offset")
@@ -792,13 +858,13 @@ def test_the_row_group_cache_is_sized_by_config(tmp_path: Path, cache_bytes: str
         positions = [h.position for h, _ in iter_batches(original)]
         for p in positions[::5]:
             assert _fetched_view(m.fetch_log_segment(meta, p).read()) == _fetched_view(original[p:])
-        cache = m.iceberg.mode().row_groups
+        cache = iceberg_format(m).mode().row_groups
         bean = m.metrics()[f"{CACHE_DOMAIN}:type={ICEBERG_CACHE_TYPE}"]
         assert bean["cache-weight-total"] == cache.held_bytes
         declared = {a for d in ALL if d.bean.endswith(f"type={ICEBERG_CACHE_TYPE}") for a in d.attributes}
         assert set(bean) == declared
         if cache_bytes is None:
-            assert m.iceberg.mode().cfg.fetch_cache_bytes == 64 << 20
+            assert iceberg_format(m).mode().cfg.fetch_cache_bytes == 64 << 20
             assert 0 < cache.held_bytes <= 64 << 20
             assert bean["cache-hits-total"] > 0, "later fetches read row groups the earlier ones cached"
         else:
@@ -865,14 +931,14 @@ def test_a_segment_refused_half_way_leaves_no_files_and_no_commit(tmp_path: Path
     try:
         first = write_entries_segment(tmp_path / "first", good)
         m.copy_log_segment_data(first.to_metadata(TIP), first.to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         snapshots = [s.snapshot_id for s in table.snapshots()]
         files = sorted(tmp_path.rglob("*.parquet"))
         seg = write_entries_segment(tmp_path / "seg", entries)
         meta = seg.to_metadata(TIP)
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
         assert m.fetch_manifest(meta).kind == "classic"
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert [s.snapshot_id for s in table.snapshots()] == snapshots
         assert sorted(tmp_path.rglob("*.parquet")) == files
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
@@ -903,7 +969,7 @@ def test_data_files_carry_offset_bounds_and_commits_read_no_other_file(
             m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
         m.copy_log_segment_data(seg.to_metadata(TIP, "retriedCopyxxxxxxxxxxx"), seg.to_log_segment_data())
         assert reads == []
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         schema = table.schema()
         pid, oid = schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id
         bounds = sorted(
@@ -934,7 +1000,7 @@ def test_a_new_table_gets_the_writer_and_reader_properties(segment_factory: Any,
     m = _manager(_configs(tmp_path))
     try:
         m.copy_log_segment_data(seg.to_metadata(TIP), seg.to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert {
             "kafka.topic": "orders",
             "write.parquet.compression-codec": "snappy",

@@ -14,6 +14,7 @@ import pytest
 from iceberg_testing import ORDER_SCHEMA, order_records, segment_of
 
 from rsm import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
+from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.records import iter_batches
 from rsm.kafka.writer import SegmentFiles
 from rsm.metadata import TopicIdPartition
@@ -42,7 +43,7 @@ def _manager(configs: dict[str, str]) -> RemoteStorageManager:
 
 
 def _rows(m: RemoteStorageManager, ident: tuple[str, str]) -> Any:
-    return m.iceberg.mode().handle.catalog.load_table(ident).scan().to_arrow()
+    return iceberg_format(m).mode().handle.catalog.load_table(ident).scan().to_arrow()
 
 
 def _offsets(rows: Any) -> list[int]:
@@ -65,9 +66,9 @@ def test_a_topic_with_dots_gets_a_valid_table_and_loses_its_rows_there(tmp_path:
         seg = _segment(tmp_path, 0)
         meta = seg.to_metadata(TopicIdPartition(TOPIC_ID, "payments.eu", 0))
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-        section = m.fetch_manifest(meta).iceberg
+        section = m.fetch_manifest(meta).section
         assert section is not None and section.table == "kafka.payments_eu"
-        catalog = m.iceberg.mode().handle.catalog
+        catalog = iceberg_format(m).mode().handle.catalog
         assert catalog.list_tables("kafka") == [("kafka", "payments_eu")]
         assert catalog.load_table(("kafka", "payments_eu")).properties["kafka.topic"] == "payments.eu"
         assert m.fetch_log_segment(meta, 0).read() == seg.log.read_bytes()
@@ -100,7 +101,7 @@ def test_two_topics_of_one_table_name_are_refused_naming_the_way_out(tmp_path: P
     m = _manager(fixed)
     try:
         m.copy_log_segment_data(other, seg.to_log_segment_data())
-        assert m.fetch_manifest(other).iceberg.table == "eu.payments"  # type: ignore[union-attr]
+        assert m.fetch_manifest(other).section.table == "eu.payments"  # type: ignore[union-attr]
         assert _rows(m, ("eu", "payments")).num_rows == 60
     finally:
         m.close()
@@ -118,8 +119,8 @@ def test_a_renamed_table_takes_new_segments_and_old_ones_keep_theirs(tmp_path: P
     m = _manager(_configs(tmp_path, **{"iceberg.mode.table.orders.name": "sales.orders_v2"}))
     try:
         m.copy_log_segment_data(metas[id(new)], new.to_log_segment_data())
-        assert m.fetch_manifest(metas[id(old)]).iceberg.table == "kafka.orders"  # type: ignore[union-attr]
-        assert m.fetch_manifest(metas[id(new)]).iceberg.table == "sales.orders_v2"  # type: ignore[union-attr]
+        assert m.fetch_manifest(metas[id(old)]).section.table == "kafka.orders"  # type: ignore[union-attr]
+        assert m.fetch_manifest(metas[id(new)]).section.table == "sales.orders_v2"  # type: ignore[union-attr]
         assert _offsets(_rows(m, ("kafka", "orders"))) == list(range(60))
         assert _offsets(_rows(m, ("sales", "orders_v2"))) == list(range(60, 120))
         for seg in (old, new):
@@ -151,14 +152,14 @@ def test_a_table_an_earlier_release_named_after_the_topic_is_kept(tmp_path: Path
         seg = _segment(tmp_path, 0)
         meta = seg.to_metadata(TopicIdPartition(TOPIC_ID, "ice-legacy", 0))
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-        assert m.fetch_manifest(meta).iceberg.table == "kafka.ice-legacy"  # type: ignore[union-attr]
+        assert m.fetch_manifest(meta).section.table == "kafka.ice-legacy"  # type: ignore[union-attr]
         assert _rows(m, ("kafka", "ice-legacy")).num_rows == 60
         later = _segment(tmp_path, 60)  # the writer now knows the table: the same one again
         later_meta = later.to_metadata(TopicIdPartition(TOPIC_ID, "ice-legacy", 0))
         m.copy_log_segment_data(later_meta, later.to_log_segment_data())
-        assert m.fetch_manifest(later_meta).iceberg.table == "kafka.ice-legacy"  # type: ignore[union-attr]
+        assert m.fetch_manifest(later_meta).section.table == "kafka.ice-legacy"  # type: ignore[union-attr]
         assert _rows(m, ("kafka", "ice-legacy")).num_rows == 120
-        assert ("kafka", "ice_legacy") not in m.iceberg.mode().handle.catalog.list_tables("kafka")
+        assert ("kafka", "ice_legacy") not in iceberg_format(m).mode().handle.catalog.list_tables("kafka")
         m.delete_log_segment_data(meta)
         assert _offsets(_rows(m, ("kafka", "ice-legacy"))) == list(range(60, 120))
     finally:
@@ -192,9 +193,9 @@ def test_the_partition_spec_evolves_and_every_segment_still_fetches_byte_for_byt
         m = _manager(_configs(tmp_path, **extra))
         try:
             m.copy_log_segment_data(meta, seg.to_log_segment_data())
-            table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+            table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
             assert {(f.name, str(f.transform)) for f in table.spec().fields} == fields
-            section = m.fetch_manifest(meta).iceberg
+            section = m.fetch_manifest(meta).section
             assert section is not None
             if fields:
                 assert len(section.files) > 1  # 30 hours of rows: several partitions
@@ -204,7 +205,7 @@ def test_the_partition_spec_evolves_and_every_segment_still_fetches_byte_for_byt
     try:
         retried = segments[0].to_metadata(tip, "retriedCopyxxxxxxxxxxx")
         m.copy_log_segment_data(retried, segments[0].to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert table.spec().is_unpartitioned()
         assert len(table.specs()) == len(SPECS)
         # the retried copy's rows replaced the first copy's: Kafka reads the copy that finished
@@ -241,7 +242,7 @@ def test_a_new_table_gets_a_spec_of_value_fields_from_its_first_segment(tmp_path
         seg = _segment(tmp_path, 0, hours=5)
         meta = seg.to_metadata(TopicIdPartition(TOPIC_ID, "orders", 0))
         m.copy_log_segment_data(meta, seg.to_log_segment_data())
-        table = m.iceberg.mode().handle.catalog.load_table(("kafka", "orders"))
+        table = iceberg_format(m).mode().handle.catalog.load_table(("kafka", "orders"))
         assert {(f.name, str(f.transform)) for f in table.spec().fields} == {
             ("value_id_bucket_3", "bucket[3]"),
             ("hour", "hour"),

@@ -356,7 +356,7 @@ def test_info_level_skips_debug_sensors_and_mirror_domain(
     assert snap["io.kts.tieredstorage.cache:type=chunk-cache-metrics"]["cache-misses-total"] == 1
 
 
-def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory: Any) -> None:  # noqa: F811
+def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory: Any) -> None:
     server = s3_moto_server
     seg = segment_factory(target_bytes=200_000, seed=35)
     meta = seg.to_metadata(TIP)

@@ -94,7 +94,15 @@ def test_old_command_names_work_but_are_hidden(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["ls"], ["verify"], ["inspect", "orders/0/0"], ["cat", "orders/0/0"], ["gc"], ["keys", "rotate"]],
+    [
+        ["ls"],
+        ["verify"],
+        ["inspect", "orders/0/0"],
+        ["cat", "orders/0/0"],
+        ["gc"],
+        ["gc", "quarantine"],
+        ["keys", "rotate"],
+    ],
 )
 def test_a_missing_root_is_an_error_and_stays_missing(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -118,7 +126,8 @@ def test_commands_leave_the_store_and_the_disk_cache_as_they_were(
     before = files_under(store)
     cache = tmp_path / "broker-cache"
     disk = ["--set", "fetch.chunk.cache.class=disk", "--set", f"fetch.chunk.cache.path={cache}"]
-    for args in (["ls"], ["inspect", "orders/0/0"], ["cat", "orders/0/0", "--limit", "3"], ["verify"], ["gc"]):
+    read_only = (["ls"], ["inspect", "orders/0/0"], ["cat", "orders/0/0", "--limit", "3"], ["verify"], ["gc"])
+    for args in (*read_only, ["gc", "quarantine"]):
         rc, _, err = kts([*args, "--config", str(demo), *disk], capsys)
         assert rc == 0, (args, err)
     assert files_under(store) == before and not cache.exists()

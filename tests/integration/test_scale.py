@@ -207,7 +207,7 @@ def test_bad_manifests_are_each_named_and_hide_no_other(tmp_path: Path, capsys: 
 
 @pytest.fixture(scope="module")
 def moto_topic(
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
 ) -> Iterator[tuple[dict[str, str], GeneratorSpec]]:
     """300 segments on moto, written straight to the server."""
     spec = GeneratorSpec(f"scale-{random_kafka_uuid()}/", 300, records_per_segment=10)
@@ -232,7 +232,7 @@ def _manifest_gets(plan: FaultPlan, prefix: str) -> list[str]:
 
 def test_offset_bounds_read_no_manifest_of_a_skipped_segment(
     moto_topic: tuple[dict[str, str], GeneratorSpec],
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
 ) -> None:
     config, spec = moto_topic
     plan = FaultPlan(NO_FAULTS)
@@ -277,7 +277,7 @@ def test_offset_bounds_read_no_manifest_of_a_skipped_segment(
 
 def test_the_pool_bounds_requests_in_flight(
     moto_topic: tuple[dict[str, str], GeneratorSpec],
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config, spec = moto_topic

@@ -124,6 +124,24 @@ def remove_unlisted_data_files(config: Mapping[str, str]) -> int:
     return removed
 
 
+def age_ledger(table_dir: Path, seconds: float) -> int:
+    """Make every file in the ledger of unreferenced files (rsm.iceberg.maintenance.UnreferencedLedger) of the
+    table at ``table_dir`` (its location on disk) first seen, and written, ``seconds`` earlier, as time passing
+    would; the number of files in it."""
+    from rsm.iceberg.maintenance import LEDGER_PATH
+
+    path = table_dir / LEDGER_PATH
+    if not path.exists():  # no pass saw an unreferenced file
+        return 0
+    raw = json.loads(path.read_text())
+    raw["first_seen"] = {k: v - seconds for k, v in raw["first_seen"].items()}
+    path.write_text(json.dumps(raw))
+    for relative in raw["first_seen"]:  # and the files too: a file written after it was first seen starts over
+        stat = (table_dir / relative).stat()
+        os.utime(table_dir / relative, (stat.st_atime - seconds, stat.st_mtime - seconds))
+    return len(raw["first_seen"])
+
+
 def rewrite_sorted(config: Mapping[str, str], row_group_rows: int = 97) -> None:
     """What a compaction does: every row read and written again, sorted by partition and offset, into new files
     whose row groups (``row_group_rows``) mix segments and partitions; then the old snapshots expire and every

@@ -399,8 +399,12 @@ def strimzi_pods() -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
 def shipped_pods() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
     pods = list(strimzi_pods())
     for name, d in all_resources():
-        template = {"Job": lambda r: r["spec"]["template"], "Pod": lambda r: r}.get(d["kind"])
-        assert d["kind"] not in ("Deployment", "StatefulSet", "DaemonSet", "CronJob"), f"{name}: add its pods here"
+        template = {
+            "Job": lambda r: r["spec"]["template"],
+            "Deployment": lambda r: r["spec"]["template"],
+            "Pod": lambda r: r,
+        }.get(d["kind"])
+        assert d["kind"] not in ("StatefulSet", "DaemonSet", "CronJob"), f"{name}: add its pods here"
         if template is not None:
             t = template(d)
             pods.append((name, t["spec"], t.get("metadata", {}).get("annotations", {})))
@@ -412,6 +416,7 @@ def test_every_pod_we_ship_meets_the_restricted_pod_security_level() -> None:
     names = [name for name, _, _ in pods]
     assert "Kafka broker pod of pool dual-role" in names and "entity operator pod" in names
     assert sum("Job/" in n for n in names) == 2  # kts-job.yaml's and docs/kubernetes.md's
+    assert "kts-gc.yaml:Deployment/kts-gc-watch" in names
     problems = {name: found for name, spec, notes in pods if (found := pod_security.restricted(spec, notes))}
     assert problems == {}
     for name, spec, _ in pods:

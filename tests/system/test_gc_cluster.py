@@ -70,7 +70,7 @@ def wait_for(what: str, predicate: object, timeout: float, node: kc.Node) -> Non
 
 
 @pytest.fixture
-def s3(s3_seaweedfs_server: StoreServer) -> object:  # noqa: F811
+def s3(s3_seaweedfs_server: StoreServer) -> object:
     return boto3.client(
         "s3",
         endpoint_url=s3_seaweedfs_server.endpoint,
@@ -85,7 +85,7 @@ def s3(s3_seaweedfs_server: StoreServer) -> object:  # noqa: F811
 def cluster(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
 ) -> Iterator[tuple[kc.Cluster, Drift]]:
     jt.ensure_built()
     kafka = kd.kafka_home(request.param)
@@ -123,7 +123,7 @@ def local_segments(node: kc.Node, topic: str) -> int:
 def test_gc_reconciles_the_store_with_the_cluster(
     cluster: tuple[kc.Cluster, Drift],
     s3: object,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -182,6 +182,7 @@ def test_gc_reconciles_the_store_with_the_cluster(
     assert code == 3, out + err  # data loss
     assert "dry run" in out
     assert "dead-topic-segment" in out and "unfinished-copy" in out
+    assert "suspected, not confirmed: topic gone" in out, out
     lost_id = lost_manifest.removesuffix(".rsm-manifest").rsplit("/", 1)[1].split("-", 1)[1]
     assert f"DATA LOSS keep-0 segment {lost_id} offsets 0.." in err, err
     assert all(k in err for k in lost if not k.endswith(".log")), err  # the .log is asked for beside a manifest
@@ -189,19 +190,28 @@ def test_gc_reconciles_the_store_with_the_cluster(
     # The scheduled check sees the same, as metrics.
     metrics = watch_metrics(config, c.bootstrap)
     assert metrics["kts_gc_cluster_lost_segments"] == 1, metrics
-    assert metrics['kts_gc_cluster_garbage_segments{kind="dead-topic-segment"}'] >= 1, metrics
+    # the first check's one Metadata read does not confirm the topic gone (Kafka writes no partition delete
+    # marker on a topic deletion): suspected until a later check confirms it
+    assert metrics['kts_gc_cluster_suspected_segments{kind="dead-topic-segment"}'] >= 1, metrics
+    assert metrics['kts_gc_cluster_garbage_segments{kind="dead-topic-segment"}'] == 0, metrics
+    assert metrics["kts_gc_cluster_record_complete"] == 1, metrics
     assert metrics['kts_gc_cluster_garbage_segments{kind="unfinished-copy"}'] == 1, metrics
-    assert metrics['kts_gc_cluster_garbage_bytes{kind="dead-topic-segment"}'] > 0, metrics
     # keep's two and killed's second copy; gone's delete was refused, so it stays at DELETE_SEGMENT_STARTED
     assert metrics['kts_gc_cluster_segments{state="COPY_SEGMENT_FINISHED"}'] == 3, metrics
     assert metrics['kts_gc_cluster_segments{state="DELETE_SEGMENT_STARTED"}'] == 1, metrics
     assert metrics['kts_gc_cluster_segments{state="COPY_SEGMENT_STARTED"}'] == 1, metrics
+    # a later check, a second or more after the first, confirms it (one broker: there is no other to ask)
+    dead = 'kts_gc_cluster_garbage_segments{kind="dead-topic-segment"}'
+    confirmed = watch_metrics(config, c.bootstrap, rounds=4, confirm_after=1.0, until=lambda m: m.get(dead, 0) >= 1)
+    assert confirmed['kts_gc_cluster_garbage_bytes{kind="dead-topic-segment"}'] > 0, confirmed
+    assert confirmed['kts_gc_cluster_suspected_segments{kind="dead-topic-segment"}'] == 0, confirmed
     assert keys(s3, bucket, prefix) == before  # nor does the watch
 
     drift.deletes_fail = False
-    code = main([*gc, "--delete"])
+    code = main([*gc, "--delete", "--confirm-after", "2s"])
     out, err = capsys.readouterr()
     assert code == 3, out + err  # still lost: kts gc never touches it
+    assert "Waiting 2 s (--confirm-after)" in out, out  # gone is confirmed by a second read, then removed
     assert "failed 0" in out, out + err
     listed = keys(s3, bucket, prefix)
     held = {k for k in listed if k.startswith(f"{prefix}kts-quarantine/")}

@@ -54,7 +54,7 @@ def wait_for(what: str, predicate: object, timeout: float) -> None:
 
 def test_leader_killed_mid_way_every_record_reads_back(
     tmp_path: Path,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
 ) -> None:
     import kafka_dist as kd  # assembles the broker (Maven Central) only when a test runs
 

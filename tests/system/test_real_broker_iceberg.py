@@ -34,7 +34,7 @@ import kafka_dist as kd
 import pyarrow.compute as pc
 import pytest
 from emulators import StoreServer, fresh_store, serving, start_seaweedfs
-from iceberg_testing import spark_maintain
+from iceberg_testing import age_ledger, spark_maintain
 
 from rsm.core.object_keys import parse_object_key
 
@@ -212,7 +212,8 @@ def _s3(server: StoreServer, bucket: str) -> Store:
 
 # The broker's own maintainer, made to work within the test: a pass every 2 s, pairs of small files compacted,
 # 3 snapshots kept. Orphans: the grace cannot go under an hour, so the broker's one orphan pass (at its first)
-# finds none; `kts iceberg maintain` removes them below, from files the test ages.
+# moves none; `kts iceberg maintain` moves them into the quarantine below, once the test has aged the table's
+# ledger of unreferenced files.
 BROKER_MAINTENANCE = {
     "iceberg.mode.maintenance.interval.ms": "2000",
     "iceberg.mode.maintenance.compaction.min.files": "2",
@@ -379,8 +380,9 @@ def _kts_maintain(b: kd.Broker, *sets: str) -> dict[str, int]:
 
 def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent]) -> list[Sent]:
     """After Spark's procedures: more records, which the broker's maintainer compacts as they are tiered; then
-    `kts iceberg maintain` beside it expires snapshots and removes the files the compactions replaced (aged
-    past the grace period, which cannot be set under an hour). Returns the records produced."""
+    `kts iceberg maintain` beside it expires snapshots and moves the files the compactions replaced into the
+    quarantine (unreferenced past the grace period, which cannot be set under an hour: the test ages the table's
+    ledger). Returns the records produced."""
     after_spark = {t.file.file_path for t in _load_table(store, tmp).scan().plan_files()}
     more = _produce_plain(b.bootstrap, len(sent), 6000)
     _settle(b, store, tmp)
@@ -397,7 +399,7 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     table = _load_table(store, tmp)
     assert len(table.metadata.snapshots) < before, (before, table.metadata.snapshots)
 
-    # The files only expired snapshots referenced (the compactions' inputs), aged past a one-hour grace. Table
+    # The files only expired snapshots referenced (the compactions' inputs). Table
     # versions still in the metadata log keep their files (a reader may hold one): commits push them out, as a
     # broker's later copies would.
     from rsm.iceberg.maintenance import referenced_files
@@ -411,11 +413,13 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     data = Path(table.location().removeprefix("file:")) / "data"
     aged = [p for p in data.rglob("*.parquet") if f"file://{os.path.normpath(p)}" not in live]
     assert aged, "no data file was left unreferenced by the compactions and the expiry"
-    old = time.time() - 2 * 3600
-    for p in aged:
-        os.utime(p, (old, old))
+    # The first run only records when it first saw them unreferenced; once the grace (at least a day for data
+    # files) has passed since, the next run moves them (and the metadata files past the log) into the quarantine.
     counts = _kts_maintain(b, "iceberg.mode.maintenance.orphan.grace.ms=3600000")
-    assert counts["remove-orphans"] == len(aged), (counts, aged)
+    assert counts["remove-orphans"] == 0 and all(p.exists() for p in aged), counts
+    assert age_ledger(Path(table.location().removeprefix("file:")), 2 * 86400) >= len(aged)
+    counts = _kts_maintain(b, "iceberg.mode.maintenance.orphan.grace.ms=3600000")
+    assert counts["remove-orphans"] >= len(aged), (counts, aged)
     assert not any(p.exists() for p in aged)
     return more
 

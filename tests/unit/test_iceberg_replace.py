@@ -48,6 +48,7 @@ _row = st.tuples(st.integers(0, 2), st.integers(0, 30), _ids, st.sampled_from([S
     span=st.integers(0, 30),
     topic_id=_ids,
     segment_id=st.sampled_from([S1, S2, None]),
+    ids_required=st.booleans(),
 )
 def test_the_mask_selects_by_offsets_then_by_ids_where_rows_have_them(
     rows: list[tuple[int, int, str | None, str | None]],
@@ -56,14 +57,17 @@ def test_the_mask_selects_by_offsets_then_by_ids_where_rows_have_them(
     span: int,
     topic_id: str | None,
     segment_id: str | None,
+    ids_required: bool,
 ) -> None:
-    sel = RowSelection(partition, first, first + span, topic_id, segment_id)
+    """Rows without ids are selected by their offsets alone, unless the ids are required."""
+    sel = RowSelection(partition, first, first + span, topic_id, segment_id, ids_required)
     table = pa.concat_tables([kafka_rows(p, [o], t, s) for p, o, t, s in rows])
+
+    def matches(wanted: str | None, have: str | None) -> bool:
+        return wanted is None or have == wanted or (have is None and not ids_required)
+
     want = [
-        p == partition
-        and first <= o <= first + span
-        and (topic_id is None or t is None or t == topic_id)
-        and (segment_id is None or s is None or s == segment_id)
+        p == partition and first <= o <= first + span and matches(topic_id, t) and matches(segment_id, s)
         for p, o, t, s in rows
     ]
     assert sel.mask(table).to_pylist() == want

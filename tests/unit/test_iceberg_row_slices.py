@@ -148,3 +148,13 @@ def test_a_cursor_idle_too_long_is_closed() -> None:
     new = _Cursor(0)
     assert pool.take("g", 5, lambda: new) is new  # type: ignore[arg-type,return-value]
     assert old.closed and not recent.closed and pool.idle == 1
+
+
+def test_a_closed_pool_closes_its_idle_cursors_and_those_given_back_later() -> None:
+    pool = SliceCursors(max_open=3)
+    idle, taken = _Cursor(1), _Cursor(2)
+    pool.give_back("g", idle)  # type: ignore[arg-type]
+    pool.close()
+    assert idle.closed and pool.idle == 0
+    pool.give_back("h", taken)  # type: ignore[arg-type]  # a fetch under way when the plugin closed
+    assert taken.closed and pool.idle == 0

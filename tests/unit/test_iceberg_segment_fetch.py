@@ -4,8 +4,11 @@ any batch position. Parquet files on the local disk, read through pyiceberg's Fi
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -227,6 +230,33 @@ def test_a_broker_catching_up_through_a_large_row_group_decodes_each_slice_once(
     assert uncached.cursors.opened == 2
 
 
+@pytest.mark.parametrize("readers", [4, 10])
+def test_the_broker_reader_threads_catching_up_at_once_each_keep_their_cursor(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path, readers: int
+) -> None:
+    """As many readers as Kafka's default reader threads, each fetching successive positions of its own large row
+    group in step with the others (a barrier between fetches), open one cursor each and never again."""
+    seg, own, _others = segments
+    paths = [_one_group(own, tmp_path / f"group{i}.parquet") for i in range(readers)]
+    original = seg.log.read_bytes()
+    positions = [h.position for h, _ in iter_batches(original)]
+    cache = RowGroupCache(8 << 20, max_slice_rows=40)
+    in_step = threading.Barrier(readers)
+
+    def catch_up(files: list[str]) -> None:
+        for position in positions:
+            first = next(iter_segment_batches(_rows_for(seg, files), position, None, "test", cache))
+            assert first == original[position : position + len(first)]
+            in_step.wait(60)
+
+    with ThreadPoolExecutor(readers) as pool:
+        for done in [pool.submit(catch_up, files) for files in paths]:
+            done.result()
+    assert own.num_rows > 2 * 40  # several slices a group: every reader moved its cursor on
+    assert cache.cursors.opened == readers
+    assert cache.cursors.idle == readers
+
+
 def test_a_large_row_group_out_of_order_is_read_whole(
     segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path
 ) -> None:
@@ -238,3 +268,69 @@ def test_a_large_row_group_out_of_order_is_read_whole(
     got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
     assert batch_view(got) == batch_view(seg.log.read_bytes())
     assert cache.cursors.opened == 0
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process has open now."""
+    out = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith(str(directory)):
+            out.append(target)
+    return out
+
+
+def _two_files(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], directory: Path, group_rows: int
+) -> tuple[SegmentFiles, list[str]]:
+    """The segment's rows in two files of ``group_rows`` rows a row group."""
+    seg, own, _others = segments
+    directory.mkdir()
+    half = own.num_rows // 2
+    paths = [str(directory / "f0.parquet"), str(directory / "f1.parquet")]
+    pq.write_table(own.slice(0, half), paths[0], row_group_size=group_rows)
+    pq.write_table(own.slice(half), paths[1], row_group_size=group_rows)
+    return seg, paths
+
+
+def _damage_last_group(path: str) -> None:
+    """A page of the file's last row group overwritten: a fetch fails once it reaches that group."""
+    meta = pq.ParquetFile(path).metadata
+    group = meta.row_group(meta.num_row_groups - 1)
+    chunk = max((group.column(i) for i in range(group.num_columns)), key=lambda c: c.total_compressed_size)
+    with open(path, "r+b") as f:
+        f.seek(chunk.data_page_offset + 16)
+        f.write(b"\xff" * (chunk.total_compressed_size - 32))
+
+
+@pytest.mark.parametrize(("group_rows", "slice_rows"), [(40, 0), (1 << 20, 40)])
+def test_a_fetch_closes_every_file_it_opened_when_it_ends_fails_or_is_left(
+    segments: tuple[SegmentFiles, pa.Table, pa.Table], tmp_path: Path, group_rows: int, slice_rows: int
+) -> None:
+    """Files stay open only as cursors the pool keeps for the next fetch (slices of large row groups), however
+    the fetch ends: read to the end, failed on a damaged row group (its traceback still held), or left after its
+    first rows (the consumer had enough). Row groups read whole, or one large group a file read in slices."""
+    seg, paths = _two_files(segments, tmp_path / "data", group_rows)
+    cache = RowGroupCache(0, 0, max_slice_rows=slice_rows)
+    got = b"".join(iter_segment_batches(_rows_for(seg, paths), 0, None, "test", cache))
+    assert batch_view(got) == batch_view(seg.log.read_bytes())
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle == (2 if slice_rows else 0)
+
+    left = iter_segment_rows(_rows_for(seg, paths), 0, None, "test", cache)
+    assert next(left).num_rows > 0
+    left.close()
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle
+
+    _damage_last_group(paths[1])
+    fresh = RowGroupCache(0, 0, max_slice_rows=slice_rows)
+    with pytest.raises(Exception) as failed:
+        for _ in iter_segment_rows(_rows_for(seg, paths), 0, None, "test", fresh):
+            pass
+    assert failed.value.__traceback__ is not None  # held, with the fetch's frames
+    assert len(_open_files_under(tmp_path)) == cache.cursors.idle + fresh.cursors.idle
+    cache.cursors.close()  # the plugin closing
+    fresh.cursors.close()
+    assert _open_files_under(tmp_path) == []

@@ -50,15 +50,18 @@ def test_gc_lists_then_deletes_orphans_and_stale_cache_entries(
         os.utime(p, (old, old))
     capsys.readouterr()
 
+    files = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     assert main(["gc", *common, "--older-than", "1h"]) == 0
     out = capsys.readouterr().out
     assert "dry run" in out and "cache-entry" in out
     assert all(p.name in out for p in crashed)
-    assert all(p.exists() for p in crashed)
+    assert {p for p in store.rglob("*") if p.is_file()} == set(files), "a dry run creates and removes nothing"
 
     assert main(["gc", *common, "--older-than", "1h", "--delete"]) == 0
     assert "failed 0" in capsys.readouterr().out
     assert not any(p.exists() for p in crashed)
+    held = {p.name: p.read_bytes() for p in store.rglob("*") if p.is_file() and "kts-quarantine" in p.parts}
+    assert {p.name: files[p] for p in crashed} == {n: b for n, b in held.items() if not n.endswith(".json")}
     # The rest of segment 0 (no manifest, but fresh) is younger than the grace period: kept.
     assert main(["gc", *common, "--older-than", "1h"]) == 0
     out = capsys.readouterr().out
@@ -145,3 +148,51 @@ def test_watch_needs_the_cluster_and_never_deletes(tmp_path: Path, capsys: pytes
     assert main(["gc", "--config", str(props), "--watch", "1m"]) == 2
     assert main(["gc", "--config", str(props), "--watch", "1m", "--bootstrap-server", "h:9092", "--delete"]) == 2
     assert "--watch needs --bootstrap-server and never deletes" in capsys.readouterr().err
+
+
+def test_the_upload_deadline_is_the_backends_own() -> None:
+    from rsm.operator_tools.garbage import upload_deadline_seconds
+
+    assert upload_deadline_seconds({}) == 3600.0  # filesystem: storage.stale.upload.age.ms, 1 h by default
+    assert upload_deadline_seconds({"storage.stale.upload.age.ms": "120000"}) == 120.0
+    assert upload_deadline_seconds({"storage.backend.class": "s3"}) == 1800.0
+    assert upload_deadline_seconds({"storage.backend.class": "backends.s3:S3Backend"}) == 1800.0
+    aiven = "io.aiven.kafka.tieredstorage.storage.azure.AzureBlobStorage"
+    assert upload_deadline_seconds({"storage.backend.class": aiven, "storage.azure.upload.timeout.ms": 5000}) == 5.0
+    assert upload_deadline_seconds({"storage.backend.class": "gcs", "storage.gcs.upload.timeout.ms": "2000"}) == 2.0
+    # a backend of another's making: its uploads never count as abandoned
+    assert upload_deadline_seconds({"storage.backend.class": "mystore:Backend"}) is None
+    with pytest.raises(Exception, match="storage.s3.upload.timeout.ms: expected milliseconds"):
+        upload_deadline_seconds({"storage.backend.class": "s3", "storage.s3.upload.timeout.ms": "soon"})
+
+
+def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kts gc --watch` serves the quarantine's objects and bytes beside the reconciliation (the cluster's answer
+    is a stand-in here: tests/system/test_gc_cluster.py reads a real one)."""
+    import io
+    from types import SimpleNamespace
+
+    from gc_watch import watch_metrics
+
+    import rsm.cli.gc_cluster as gc_cluster
+    from rsm.deletion.rules import STORE_AGE, Evidence
+    from rsm.operator_tools.garbage import quarantine_of
+    from rsm.operator_tools.reconcile import Reconciliation
+
+    props = tmp_path / "p.properties"
+    store = tmp_path / "store"
+    props.write_text(f"storage.backend.class=filesystem\nstorage.root={store}\nkey.prefix=t/\nchunk.size=4096\n")
+    (tmp_path / "store").mkdir()
+    empty = SimpleNamespace(record=SimpleNamespace(complete=True), topics=None, result=Reconciliation())
+    monkeypatch.setattr(gc_cluster, "check", lambda *_args: empty)
+    assert watch_metrics(str(props), "unused:9092", rounds=2)["kts_gc_cluster_quarantined_objects"] == 0
+
+    from rsm.metadata import random_kafka_uuid
+
+    key = f"t/orders-{random_kafka_uuid()}/0/{0:020d}-{random_kafka_uuid()}.log"
+    with RemoteStorageManager() as m:
+        m.configure(load_configs(str(props), (), environ={}))
+        m.backend.upload(key, io.BytesIO(b"x" * 1234))
+        quarantine_of(m).hold("orphan-object", [(key, None)], [Evidence(STORE_AGE)], "20261129T041500Z-9f3a")
+    values = watch_metrics(str(props), "unused:9092", rounds=2)
+    assert values["kts_gc_cluster_quarantined_objects"] == 1 and values["kts_gc_cluster_quarantined_bytes"] == 1234

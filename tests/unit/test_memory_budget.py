@@ -91,9 +91,10 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
     _, default = _check(tmp_path, capsys, **on)
     assert default["Iceberg row groups"] == 64
-    assert default["Iceberg slice readers"] == 2 * 32  # two readers of large row groups, 2 x 16 MiB slices each
+    # one reader of large row groups per broker reader thread (Kafka's 10), 2 x 16 MiB slices each
+    assert default["Iceberg slice readers"] == 10 * 32
     assert default["Iceberg rows being written"] == 10 * 3 * 64  # Kafka's 10 copier threads x 3 x 64 MiB
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 64 + 1920, abs=0.5)
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 1920, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
@@ -106,3 +107,22 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     )
     assert sized["Iceberg row groups"] == 8
     assert sized["Iceberg rows being written"] == 2 * 3 * 16
+
+
+def test_slice_readers_follow_the_key_and_fewer_than_the_reader_threads_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
+    out, _ = _check(tmp_path, capsys, **on)
+    assert "fetch.slice.readers is" not in out  # 10 by default: Kafka's default reader threads
+    out, fewer = _check(tmp_path, capsys, **on, **{"rsm.config.iceberg.mode.fetch.slice.readers": "4"})
+    assert fewer["Iceberg slice readers"] == 4 * 32
+    assert "WARNING: iceberg.mode.fetch.slice.readers is 4, fewer than remote.log.reader.threads 10" in out
+    out, matched = _check(
+        tmp_path,
+        capsys,
+        **on,
+        **{"rsm.config.iceberg.mode.fetch.slice.readers": "16", "remote.log.reader.threads": "16"},
+    )
+    assert matched["Iceberg slice readers"] == 16 * 32
+    assert "fewer than remote.log.reader.threads" not in out

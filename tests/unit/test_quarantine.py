@@ -24,6 +24,7 @@ from rsm.deletion.quarantine import (
     decode_record,
     encode_record,
     new_run_id,
+    run_started,
 )
 from rsm.deletion.rules import STORE_AGE, STORE_RELISTED, DeletionRefused, Evidence
 from rsm.errors import CorruptDataException
@@ -34,8 +35,10 @@ EVIDENCE = [Evidence(STORE_AGE, "2.0 h old"), Evidence(STORE_RELISTED)]
 
 
 class Clock:
+    """The time, from when run RUN started (its id is its start time)."""
+
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now = run_started(RUN) or 0.0
 
     def __call__(self) -> float:
         return self.now
@@ -244,6 +247,23 @@ def test_record_round_trip(
     assert decode_record(encode_record(held), "r") == held
 
 
+record_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        k: st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.lists(st.text(max_size=5))
+        for k in ("format", "original", "location", "size", "kind", "run", "heldAt", "until", "topic", "evidence")
+    },
+)
+
+
+@given(record_fields)
+def test_any_record_fields_decode_or_fail_precisely(doc: dict[str, object]) -> None:
+    try:
+        decode_record(json.dumps({"format": 1, **doc}).encode(), "rec")
+    except CorruptDataException as e:
+        assert str(e).startswith("quarantine record rec ")
+
+
 @given(st.binary(max_size=200) | st.recursive(st.none() | st.booleans() | st.integers() | st.text(), lambda c: (
     st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=4)), max_leaves=10).map(
     lambda doc: json.dumps(doc).encode()))  # fmt: skip
@@ -260,6 +280,8 @@ def test_any_bytes_decode_to_a_record_or_a_precise_error(raw: bytes) -> None:
         ({"size": -1}, "non-negative integer 'size'"),
         ({"size": True}, "non-negative integer 'size'"),
         ({"until": "soon"}, "'until'"),
+        ({"heldAt": 10**400}, "no time 'heldAt'"),
+        ({"heldAt": -1}, "no time 'heldAt'"),
         ({"original": ""}, "'original'"),
         ({"evidence": "store-age"}, "'evidence'"),
         ({"format": 2}, "format 2"),
@@ -271,3 +293,44 @@ def test_bad_records_are_named(change: dict[str, object], why: str) -> None:
         decode_record(json.dumps({**doc, **change}).encode(), "rec")
     with pytest.raises(CorruptDataException, match="not JSON"):
         decode_record(b'{"size": NaN}', "rec")
+
+
+def test_a_store_may_refuse_a_name_by_raising() -> None:
+    """A place that says "not mine" by raising (a FileIO's warehouse check) is refused the same way."""
+    from rsm.errors import RemoteStorageException
+
+    class Raising(FakeStore):
+        def relative(self, name: str) -> str | None:
+            if not name.startswith("w/"):
+                raise RemoteStorageException(f"{name} is outside the warehouse")
+            return super().relative(name)
+
+    store = Raising()
+    store.objects["elsewhere/f.parquet"] = b"theirs"
+    q = Quarantine(store, "w/kts-quarantine/")
+    with pytest.raises(DeletionRefused, match="elsewhere/f.parquet is not the plugin's"):
+        q.hold("iceberg-orphan", [("elsewhere/f.parquet", 6)], [], RUN)
+    assert q.held(key="elsewhere/f.parquet") == [] and store.objects == {"elsewhere/f.parquet": b"theirs"}
+
+
+def test_expiry_reads_only_the_records_of_runs_old_enough() -> None:
+    class Counting(FakeStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gets: list[str] = []
+
+        def get(self, name: str) -> bytes:
+            self.gets.append(name)
+            return super().get(name)
+
+    store = Counting()
+    clock = Clock()
+    q = Quarantine(store, "w/kts-quarantine/", 3600, clock=clock)
+    later = new_run_id(clock.now + 7200)
+    for run, name in ((RUN, "w/a.parquet"), (later, "w/b.parquet")):
+        store.objects[name] = b"rows"
+        q.hold("iceberg-orphan", [(name, 4)], [], run)
+    clock.now += 7200 + 1800  # the first run is 2.5 h old, the second half an hour
+    assert [h.original for h in q.expired()] == ["w/a.parquet"]
+    assert store.gets == [f"w/kts-quarantine/{RUN}/a.parquet{RECORD_SUFFIX}"]
+    assert run_started("not-a-run") is None and run_started("20261399T000000Z-0000") is None

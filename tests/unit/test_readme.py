@@ -50,7 +50,7 @@ def test_every_link_resolves() -> None:
 
 def test_the_s3_example_works_as_pasted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = section("Run it on a broker: S3 with encryption")
-    (props_block,) = blocks(text, "properties")
+    props_block = blocks(text, "properties")[0]  # the key-service variant follows it
     commands = [c for block in blocks(text, "bash") for c in block.replace("\\\n", " ").splitlines()]
     example = tmp_path / "example.properties"
     example.write_text(props_block)

@@ -14,6 +14,7 @@ from rsm.cli.main import main
 from rsm.cli.settings import open_manager
 from rsm.core.object_keys import segment_keys
 from rsm.deletion.rules import RECORD_COMPLETE, RULES, STORE_AGE, TOPIC_GONE_CONFIRMED, Evidence
+from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
 from rsm.operator_tools.garbage import GarbageItem, delete_garbage, quarantine_of
@@ -29,6 +30,7 @@ from rsm.operator_tools.reconcile import (
 pytestmark = pytest.mark.unit
 S = RemoteLogSegmentState
 HOUR_MS = 3_600_000
+WHOLE = Evidence(RECORD_COMPLETE, "read whole")
 
 
 def observed(items: list[GarbageItem], *lacking: str) -> list[GarbageItem]:
@@ -81,7 +83,9 @@ def test_each_state_gives_its_kind_and_delete_takes_exactly_those(demo: Path) ->
             never_stored.remote_log_segment_id.id: S.COPY_SEGMENT_FINISHED,
         }
         time.sleep(0.05)
-        result = reconcile(manager, segments, [tip.topic_id], older_than_seconds=0.01)
+        result = reconcile(
+            manager, segments, [tip.topic_id], older_than_seconds=0.01, reread=lambda: segments, complete=WHOLE
+        )
         kinds = {i.segment.remote_log_segment_id.id: i.kind for i in result.items if i.segment}
         assert kinds == {
             metas[1].remote_log_segment_id.id: DELETED_SEGMENT,
@@ -94,10 +98,10 @@ def test_each_state_gives_its_kind_and_delete_takes_exactly_those(demo: Path) ->
         assert result.unknown_bytes > 0 and result.states == {"COPY_SEGMENT_FINISHED": 2, **{
             "DELETE_SEGMENT_FINISHED": 1, "COPY_SEGMENT_STARTED": 1}}  # fmt: skip
         # within the grace period nothing is listed, whatever the record says
-        assert not reconcile(manager, segments, [tip.topic_id], older_than_seconds=3600).items
+        assert not reconcile(manager, segments, [tip.topic_id], older_than_seconds=3600, reread=lambda: segments).items
 
         # The topic is gone from the cluster: every segment the record knows is a dead topic's, none is lost.
-        dead = reconcile(manager, segments, [], older_than_seconds=0.01)
+        dead = reconcile(manager, segments, [], older_than_seconds=0.01, reread=lambda: segments)
         assert {i.kind for i in dead.items} == {DEAD_TOPIC_SEGMENT} and len(dead.items) == 3 and not dead.lost
 
         # an item lacking one of its rule's signals is kept, whatever the others say
@@ -144,10 +148,13 @@ def test_an_iceberg_topics_segments_are_named_and_their_rows_go_with_them(tmp_pa
             r for m in metas for r in history(m, S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED, at_ms=long_ago)
         ]
         time.sleep(0.05)
-        result = reconcile(manager, segments_from_records(records), [], older_than_seconds=0.01)
+        gone = {metas[0].topic_id_partition.topic_id: Evidence(TOPIC_GONE_CONFIRMED, "two reads")}
+        segments = segments_from_records(records)
+        result = reconcile(manager, segments, [], older_than_seconds=0.01, reread=dict, complete=WHOLE, gone=gone)
+        assert all(not RULES[i.kind].missing(i.evidence) for i in result.items)  # the reconciliation's own
         assert {i.kind for i in result.items} == {DEAD_TOPIC_ICEBERG} and len(result.items) == len(metas)
         assert not result.iceberg_rows_kept
-        table = manager.iceberg.mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
+        table = iceberg_format(manager).mode().handle.catalog.load_table((demo_iceberg.NAMESPACE, demo_iceberg.TOPIC))
         assert table.scan().to_arrow().num_rows > 0
         report = delete_garbage(manager, observed(result.items))
         assert len(report.deleted) == len(metas) and not report.failed

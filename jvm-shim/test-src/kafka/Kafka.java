@@ -53,14 +53,35 @@ public final class Kafka {
         holder[0] = rsm;
         System.out.println("FAKE-KAFKA transport=" + rsm.getClass().getMethod("transportName").invoke(rsm));
         probe(rsm, "main");
+        if (Boolean.parseBoolean(props.getProperty("fake.kafka.stuck.reader"))) startStuckReader(rsm);
         System.out.flush();
         String wait = props.getProperty("fake.kafka.wait.ms");
         if (wait != null) Thread.sleep(Long.parseLong(wait));
         System.exit(0);
     }
 
+    /**
+     * A reader thread whose fetchIndex of topic "stuck" is still running in the plugin when the shutdown hooks
+     * have finished, as a fetch from a store that stopped answering would be.
+     */
+    private static void startStuckReader(RemoteStorageManager rsm) {
+        Thread reader = new Thread(() -> {
+            try {
+                probe(rsm, "stuck-reader", "stuck");
+            } catch (Throwable t) {
+                System.out.println("FAKE-KAFKA stuck-reader failed " + t);
+            }
+        }, "fake-remote-reader");
+        reader.start();
+        System.out.println("FAKE-KAFKA stuck-reader started");
+    }
+
     private static void probe(RemoteStorageManager rsm, String where) throws Exception {
-        TopicIdPartition tip = new TopicIdPartition(Uuid.randomUuid(), 0, "probe");
+        probe(rsm, where, "probe");
+    }
+
+    private static void probe(RemoteStorageManager rsm, String where, String topic) throws Exception {
+        TopicIdPartition tip = new TopicIdPartition(Uuid.randomUuid(), 0, topic);
         Map<Integer, Long> epochs = new HashMap<>();
         epochs.put(0, 0L);
         RemoteLogSegmentMetadata meta = new RemoteLogSegmentMetadata(
