@@ -7,7 +7,8 @@
 
 Each server command runs in the foreground until it is killed (SIGTERM), so a test fixture owns it by its pid.
 local-kms binds every interface (its address is ":" + $PORT), so it runs in a network namespace of its own, where
-the only interface is loopback; a unix socket in DATA_DIR carries its connections to 127.0.0.1:PORT outside.
+the only interface is loopback; a unix socket in DATA_DIR carries its connections to 127.0.0.1:PORT outside. A PID
+namespace of its own makes stopping the command stop local-kms too.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def local_kms(port: int, data: Path) -> None:
         f"{LOCAL_KMS} >{data / 'local-kms.log'} 2>&1 & "
         f"exec {sys.executable} {__file__} _inner {sock} {INNER_PORT}"
     )
-    ns = subprocess.Popen(["unshare", "--net", "--fork", "--kill-child", "sh", "-c", inner])
+    # A PID namespace too: the shell is its first process, and when it dies (SIGKILL from --kill-child as unshare
+    # stops) the kernel kills every process in the namespace, local-kms included.
+    ns = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--kill-child", "sh", "-c", inner])
 
     def stop(*_: object) -> None:
         ns.terminate()

@@ -23,7 +23,10 @@ SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
 KINDS = ("unit", "integration", "jvm", "system")
 
-import emulators  # noqa: E402,F401 - points KTS_AZURITE_BIN at the Azurite of make setup, for every test
+from session_servers import PLUGINS, modules_registering_again  # noqa: E402
+
+# The servers' session fixtures, registered once: see tests/support/session_servers.py.
+pytest_plugins = list(PLUGINS)
 
 # The suite is a gate: the same examples on every run, so a red CI is a change's fault, not a new draw. Searching
 # for new examples is a separate job: KTS_FUZZ_RANDOM=1 (and KTS_LONG_FUZZ=1 for many more examples).
@@ -91,6 +94,17 @@ def make_manager(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield make
     for m in managers:
         m.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a run in which a server fixture would start more than once a session."""
+    modules = {id(m): m for item in session.items if (m := getattr(item, "module", None)) is not None}
+    if twice := modules_registering_again(modules.values()):
+        raise pytest.UsageError(
+            "a test module imports a session server fixture, which starts that server again for the module "
+            "(import helpers from emulators.py or key_services.py, never a fixture: pytest finds it by name): "
+            + "; ".join(twice)
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

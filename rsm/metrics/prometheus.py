@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rsm.metrics.catalog import LEVELS_NAMED_TOTAL
+from rsm.metrics.catalog import ALL, LEVELS_NAMED_TOTAL
 from rsm.metrics.registry import Tags
 from rsm.metrics.snapshot import MetricRow
 
@@ -29,6 +29,18 @@ _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 def _name(*parts: str) -> str:
     return _INVALID.sub("_", "kts_" + "_".join(parts))
+
+
+def sample_name(bean_type: str, attr: str) -> str:
+    """The name a scrape shows for ``attr`` of a bean of ``bean_type`` (a counter's ends in ``_total``)."""
+    if attr.endswith("-total") and attr not in LEVELS_NAMED_TOTAL:
+        return _name(bean_type, attr[: -len("-total")]) + "_total"
+    return _name(bean_type, attr)
+
+
+def catalog_sample_names() -> frozenset[str]:
+    """Every sample name the plugin's endpoint can show: one per attribute of the metric catalog."""
+    return frozenset(sample_name(d.bean.split("type=", 1)[1], a) for d in ALL for a in d.attributes)
 
 
 class SnapshotCollector(Collector):
@@ -49,12 +61,13 @@ class SnapshotCollector(Collector):
             labels = {_INVALID.sub("_", k): v for k, v in row.tags}
             for attr, value in row.values.items():
                 counter = attr.endswith("-total") and attr not in LEVELS_NAMED_TOTAL
-                name = _name(row.type, attr[: -len("-total")] if counter else attr)
+                sample = sample_name(row.type, attr)
+                name = sample.removesuffix("_total") if counter else sample
                 family = families.get(name)
                 if family is None:
                     doc = f"{row.domain}:type={row.type} {attr}"
                     family = families[name] = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc)
-                family.add_sample(name + "_total" if counter else name, labels, value)
+                family.add_sample(sample, labels, value)
         return iter(families.values())
 
 

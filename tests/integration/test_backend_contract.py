@@ -22,15 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    free_port,
-    gcs_fake_server,
-    s3_moto_server,
-    s3_seaweedfs_server,
-)
+from emulators import FIXTURE_FOR, StoreServer, free_port
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -13,14 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    EVERY_STORE,
-    azure_azurite_server,
-    empty_store_config,
-    gcs_fake_server,
-    s3_moto_server,
-    s3_seaweedfs_server,
-)
+from emulators import EVERY_STORE, empty_store_config
 from helpers import TIP, encryption_configs
 
 from backends.base import BackendCapabilities, KeyNotFound, PreconditionFailed

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from emulators import StoreServer, free_port, s3_seaweedfs_server  # noqa: F401 - the fixture is found by name
+from emulators import StoreServer, free_port
 
 from backends.s3 import S3Backend
 

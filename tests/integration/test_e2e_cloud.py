@@ -13,13 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_seaweedfs_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from helpers import TIP, encryption_configs
 
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageManager

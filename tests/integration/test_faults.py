@@ -30,13 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from faultproxy import FaultPlan, FaultProxy
 from helpers import TIP
 from reliability_table import record_row
@@ -330,7 +324,7 @@ def test_proxy_really_breaks_an_unretried_client(flavour: str, request: pytest.F
 @pytest.mark.parametrize("truncated_reads", [1, None], ids=["once-in-transit", "every-read"])
 def test_manifest_truncated_with_matching_length(
     truncated_reads: int | None,
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
     segment_factory: Any,
 ) -> None:
     """A manifest body cut in half with Content-Length rewritten to match is a complete, short object at the HTTP

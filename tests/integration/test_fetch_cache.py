@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
+from emulators import StoreServer
 from helpers import TIP, damage_stored_index, encryption_configs, wait_until
 
 from rsm import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
@@ -820,7 +820,7 @@ def _moto_recording(server: StoreServer, action: str) -> None:
 
 
 def test_s3_broker_style_reads_count_gets_on_the_server(
-    s3_moto_server: StoreServer,  # noqa: F811 - the fixture imported above
+    s3_moto_server: StoreServer,
     segment: Any,
     key_pairs: Any,
     tmp_path: Path,
@@ -861,7 +861,7 @@ def test_s3_broker_style_reads_count_gets_on_the_server(
 
 
 def test_s3_restart_and_prefetch_across_segments_take_no_gets(
-    s3_moto_server: StoreServer,  # noqa: F811 - the fixture imported above
+    s3_moto_server: StoreServer,
     segment_factory: Any,
     key_pairs: Any,
     tmp_path: Path,

@@ -18,12 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures are found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from helpers import TIP
 
 from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, fresh_store, s3_moto_server  # noqa: F401 - fixtures
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, fresh_store
 from iceberg_testing import ORDER_SCHEMA, REPO, order_records, segment_of
 
 from rsm import RemoteStorageManager

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from crc32c import crc32c
-from emulators import FIXTURE_FOR, azure_azurite_server, gcs_fake_server, s3_moto_server  # noqa: F401 - fixtures
+from emulators import FIXTURE_FOR
 from helpers import TIP, encryption_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

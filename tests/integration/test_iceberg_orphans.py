@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from emulators import StoreServer, s3_moto_server  # noqa: F401 - fixtures are found by name
+from emulators import StoreServer
 from iceberg_tables import kafka_rows
 from iceberg_testing import (
     SPARK_SQL,
@@ -323,7 +323,7 @@ def test_kts_gc_delete_holds_orphans_in_the_warehouse_and_purges_them_after_gc_q
 
 
 def test_orphans_of_a_table_on_s3_are_held_in_the_warehouse_by_a_server_side_copy(
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
     tmp_path: Path,
 ) -> None:
     """The same on S3 (moto): the quarantine's names are the warehouse's s3:// locations, the copy is S3's."""

@@ -130,9 +130,7 @@ def test_rows_after_a_compaction_and_a_sql_delete(tiered: Any) -> None:
     assert not [o for o in gone.column("offset").to_pylist() if 100 <= o <= 400]
 
 
-# --- real PySpark --------------------------------------------------------------------------------------------
-
-pyspark = pytest.importorskip("pyspark", reason="pyspark comes with the [spark] extra")
+# --- real PySpark (the ``spark`` fixture skips these alone where pyspark is missing) ----------------------------
 
 
 def _spark_rows(spark: Any, config: dict[str, str], how: str, where: str | None = None, **options: str) -> list[Any]:

@@ -18,16 +18,7 @@ from typing import Any
 
 import pytest
 from helpers import TIP
-from key_services import (  # noqa: F401 - fixtures are found by name
-    PKCS11_LIBRARY,
-    PKCS11_USER_PIN,
-    openbao,
-    pair_configs,
-    pkcs11_rsa_key,
-    pkcs11_token,
-    transit_rsa_key,
-    vault_client,
-)
+from key_services import PKCS11_LIBRARY, PKCS11_USER_PIN, pair_configs, pkcs11_rsa_key, transit_rsa_key, vault_client
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,16 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from helpers import TIP, encryption_configs
-from key_services import (  # noqa: F401 - fixtures are found by name
+from key_services import (
     Server,
     free_port,
     kms_client,
     kms_rsa_key,
-    local_kms,
-    openbao,
     pair_configs,
     pkcs11_rsa_key,
-    pkcs11_token,
     transit_rsa_key,
     vault_client,
 )

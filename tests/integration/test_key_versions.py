@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from helpers import TIP
-from key_services import openbao, pair_configs, transit_rsa_key, vault_client  # noqa: F401 - fixtures by name
+from key_services import pair_configs, transit_rsa_key, vault_client
 
 from rsm.core.manifest import SegmentManifest
 from rsm.core.object_keys import segment_keys

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from emulators import StoreServer, azure_azurite_server  # noqa: F401 - fixtures are found by name
+from emulators import StoreServer
 from helpers import TIP
 
 from backends.azure import BATCH_DELETE_MIN, MIN_BLOCK_SIZE, AzureBlobBackend

@@ -15,12 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
-from emulators import (  # noqa: F401 - fixtures found by name
-    FIXTURE_FOR,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR
 from faultproxy import FaultPlan, FaultProxy
 from helpers import TIP
 from hypothesis import given, settings
@@ -361,7 +356,7 @@ def test_info_level_skips_debug_sensors_and_mirror_domain(
     assert snap["io.kts.tieredstorage.cache:type=chunk-cache-metrics"]["cache-misses-total"] == 1
 
 
-def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory: Any) -> None:  # noqa: F811
+def test_retried_backend_error_counts_once(s3_moto_server: Any, segment_factory: Any) -> None:
     server = s3_moto_server
     seg = segment_factory(target_bytes=200_000, seed=35)
     meta = seg.to_metadata(TIP)

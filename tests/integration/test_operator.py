@@ -14,12 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from emulators import (  # noqa: F401 - fixtures are found by name
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import StoreServer
 
 from rsm.cli.main import cli, main
 from rsm.cli.properties import read_properties, write_properties

@@ -22,13 +22,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
-from emulators import (  # noqa: F401 - fixtures found by name
-    FIXTURE_FOR,
-    StoreServer,
-    azure_azurite_server,
-    gcs_fake_server,
-    s3_moto_server,
-)
+from emulators import FIXTURE_FOR, StoreServer
 from faultproxy import NO_FAULTS, FaultPlan, FaultProxy, Link
 from helpers import encryption_configs
 from hypothesis import given, settings
@@ -213,7 +207,7 @@ def test_bad_manifests_are_each_named_and_hide_no_other(tmp_path: Path, capsys: 
 
 @pytest.fixture(scope="module")
 def moto_topic(
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
 ) -> Iterator[tuple[dict[str, str], GeneratorSpec]]:
     """300 segments on moto, written straight to the server."""
     spec = GeneratorSpec(f"scale-{random_kafka_uuid()}/", 300, records_per_segment=10)
@@ -238,7 +232,7 @@ def _manifest_gets(plan: FaultPlan, prefix: str) -> list[str]:
 
 def test_offset_bounds_read_no_manifest_of_a_skipped_segment(
     moto_topic: tuple[dict[str, str], GeneratorSpec],
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
 ) -> None:
     config, spec = moto_topic
     plan = FaultPlan(NO_FAULTS)
@@ -283,7 +277,7 @@ def test_offset_bounds_read_no_manifest_of_a_skipped_segment(
 
 def test_the_pool_bounds_requests_in_flight(
     moto_topic: tuple[dict[str, str], GeneratorSpec],
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config, spec = moto_topic

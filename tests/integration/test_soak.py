@@ -31,7 +31,7 @@ from typing import Any
 
 import jvm_testing as jt
 import pytest
-from emulators import StoreServer, s3_moto_server  # noqa: F401,F811 - fixtures are found by name
+from emulators import StoreServer
 from faultproxy import FaultPlan, FaultProxy
 from reliability_table import record_row
 from test_faults import open_uploads
@@ -219,7 +219,7 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_soak_16_threads_faults_and_sidecar_kills(
     spec: Path,
     tmp_path: Path,
-    s3_moto_server: StoreServer,  # noqa: F811
+    s3_moto_server: StoreServer,
 ) -> None:
     sockets = tmp_path / "sock"
     sockets.mkdir()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import free_port, s3_moto_server  # noqa: F401 - fixture found by name
+from emulators import free_port
 from helpers import encryption_configs
 from spark_data import BASE_TS, Dataset, build_dataset
 

@@ -1,5 +1,9 @@
 """The emulators as pytest fixtures: the servers themselves live in ``rsm.cli.emulators`` (``kts demo --backend``
-starts them too). No server is ever skipped: one that cannot start fails the fixture with the reason."""
+starts them too). No server is ever skipped: one that cannot start fails the fixture with the reason.
+
+This module is a pytest plugin named in tests/conftest.py, so each server fixture is registered once for the
+session. Test modules import helpers from here, never a fixture: an imported fixture is registered again in that
+module and starts a second server (tests/conftest.py refuses such a run)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,13 @@ and benchmarks of the Iceberg readers."""
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import select
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -184,25 +187,74 @@ def iceberg_spark() -> tuple[Path, str]:
     return REPO / ".venv-iceberg-spark" / "bin" / "python", out.stdout.strip().splitlines()[-1]
 
 
+class IcebergSpark:
+    """The session's one Spark with Iceberg's runtime: a worker process (iceberg_spark_worker.py) in the Iceberg
+    Spark environment, started at the first script and stopped when the test process exits."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.log = Path(tempfile.mkstemp(prefix="kts-iceberg-spark-", suffix=".log")[1])
+
+    def start(self) -> subprocess.Popen[str]:
+        python, jars = iceberg_spark()
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": str(python),
+            "PYSPARK_DRIVER_PYTHON": str(python),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(python), str(Path(__file__).with_name("iceberg_spark_worker.py")), jars],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+        atexit.register(self.stop)
+        return self.proc
+
+    def run(self, script: str, args: Sequence[str], timeout: float) -> str:
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self.start()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"script": script, "args": list(args)}) + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            self.stop()
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise AssertionError(
+                f"the Iceberg Spark worker gave no answer within {timeout} s (log {self.log}):\n{tail}"
+            )
+        answer = json.loads(line)
+        if not answer["ok"]:
+            error = answer["error"]
+            causes = [line for line in error.splitlines() if "Caused by" in line or "Exception:" in line]
+            raise AssertionError("Spark script failed:\n" + "\n".join(causes[:12]) + f"\n...\n{error[-3000:]}")
+        return str(answer["stdout"])
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()  # the worker stops its Spark and exits
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+ICEBERG_SPARK = IcebergSpark()
+
+
 def run_iceberg_spark(script: str, *args: str, timeout: float = 900) -> str:
-    """Run ``script`` (Python source) in the Iceberg Spark environment; its stdout. ``sys.argv[1]`` is the
-    jars, the rest ``args``."""
-    python, jars = iceberg_spark()
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": str(python),
-        "PYSPARK_DRIVER_PYTHON": str(python),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    proc = subprocess.run(
-        [str(python), "-c", script, jars, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if proc.returncode != 0:
-        causes = [line for line in proc.stderr.splitlines() if "Caused by" in line or "Exception:" in line]
-        raise AssertionError(
-            f"Spark script failed ({proc.returncode}):\n" + "\n".join(causes[:12]) + f"\n...\n{proc.stderr[-3000:]}"
-        )
-    return proc.stdout
+    """Run ``script`` (Python source) in the session's Spark with Iceberg's runtime; its stdout. ``sys.argv[1]``
+    is the jars, the rest ``args``. The script runs in a session of its own; ``SPARK_SESSION`` starts it."""
+    return ICEBERG_SPARK.run(script, args, timeout)
 
 
 SPARK_SESSION = """

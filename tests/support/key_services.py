@@ -3,10 +3,15 @@
 local-kms (AWS KMS API) and OpenBao (Vault Transit) run for the session; the PKCS#11 tests use opencryptoki's
 software token (pkcsslotd), initialised once. No server is skipped: one that cannot start fails its fixture with
 the reason (install them with `make setup`, which runs .ci/install_key_services.sh).
+
+This module is a pytest plugin named in tests/conftest.py, so each fixture is registered once for the session.
+Test modules import helpers from here, never a fixture: an imported fixture is registered again in that module
+and starts a second server (tests/conftest.py refuses such a run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
 import subprocess
@@ -67,10 +72,10 @@ class Server:
     proc: subprocess.Popen[bytes]
 
 
-@pytest.fixture(scope="session")
-def local_kms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@contextlib.contextmanager
+def running_local_kms(data: Path) -> Iterator[Server]:
+    """local-kms answering on 127.0.0.1 with its database in ``data``; stopped, every process of it, on exit."""
     port = free_port()
-    data = tmp_path_factory.mktemp("local-kms")
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "local-kms", str(port), str(data)])
     try:
         _wait_port(proc, port, "local-kms")
@@ -90,6 +95,13 @@ def local_kms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         _stop(proc)
 
 
+@pytest.fixture(scope="session")
+def local_kms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One local-kms for the session."""
+    with running_local_kms(tmp_path_factory.mktemp("local-kms")) as server:
+        yield server
+
+
 def kms_client(url: str) -> Any:
     import boto3
 
@@ -102,8 +114,9 @@ def kms_rsa_key(server: Server, spec: str = "RSA_2048") -> str:
     return str(meta["KeyId"])
 
 
-@pytest.fixture(scope="session")
-def openbao() -> Iterator[Server]:
+@contextlib.contextmanager
+def running_openbao() -> Iterator[Server]:
+    """OpenBao's dev server on 127.0.0.1 with Transit enabled; stopped on exit."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "openbao", str(port)])
     try:
@@ -119,6 +132,13 @@ def openbao() -> Iterator[Server]:
         yield Server(url, proc)
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def openbao() -> Iterator[Server]:
+    """One OpenBao for the session."""
+    with running_openbao() as server:
+        yield server
 
 
 def vault_client(url: str, token: str = "root") -> Any:

@@ -24,7 +24,7 @@ import kafka_dist as kd
 import kraft_cluster as kc
 import pytest
 from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
 from faultproxy import FaultPlan, FaultProxy, object_kind
 from gc_watch import watch_metrics
 
@@ -70,7 +70,7 @@ def wait_for(what: str, predicate: object, timeout: float, node: kc.Node) -> Non
 
 
 @pytest.fixture
-def s3(s3_seaweedfs_server: StoreServer) -> object:  # noqa: F811
+def s3(s3_seaweedfs_server: StoreServer) -> object:
     return boto3.client(
         "s3",
         endpoint_url=s3_seaweedfs_server.endpoint,
@@ -85,7 +85,7 @@ def s3(s3_seaweedfs_server: StoreServer) -> object:  # noqa: F811
 def cluster(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
 ) -> Iterator[tuple[kc.Cluster, Drift]]:
     jt.ensure_built()
     kafka = kd.kafka_home(request.param)
@@ -123,7 +123,7 @@ def local_segments(node: kc.Node, topic: str) -> int:
 def test_gc_reconciles_the_store_with_the_cluster(
     cluster: tuple[kc.Cluster, Drift],
     s3: object,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -25,9 +25,8 @@ from typing import Any
 import guide_blocks as gb
 import pytest
 import yaml
-from emulators import s3_moto_server  # noqa: F401 - fixtures are found by name
 from helpers import TIP
-from key_services import openbao, vault_client  # noqa: F401 - fixtures are found by name
+from key_services import vault_client
 from packaging.requirements import Requirement
 
 from rsm.cli.emulators import _s3_client
@@ -181,7 +180,7 @@ def round_trip(server_properties: Path, segment_factory: Any) -> str:
 
 
 @pytest.fixture
-def host(s3_moto_server: Any, tmp_path: Path) -> Host:  # noqa: F811
+def host(s3_moto_server: Any, tmp_path: Path) -> Host:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "guide", "AWS_SECRET_ACCESS_KEY": "guide"}
     env.pop("AWS_PROFILE", None)
     return Host(tmp_path, s3_moto_server, env)
@@ -216,7 +215,7 @@ def test_readme_broker_on_s3_with_key_files(host: Host, segment_factory: Any, mo
 @pytest.mark.timeout(300)
 def test_readme_broker_on_s3_with_a_key_service(
     host: Host,
-    openbao: Any,  # noqa: F811
+    openbao: Any,
     segment_factory: Any,
     monkeypatch: Any,
 ) -> None:

@@ -18,7 +18,7 @@ import jvm_testing as jt
 import kraft_cluster as kc
 import pytest
 from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.timeout(1500)]
 
@@ -54,7 +54,7 @@ def wait_for(what: str, predicate: object, timeout: float) -> None:
 
 def test_leader_killed_mid_way_every_record_reads_back(
     tmp_path: Path,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
 ) -> None:
     import kafka_dist as kd  # assembles the broker (Maven Central) only when a test runs
 

@@ -28,7 +28,7 @@ import jvm_testing as jt
 import kraft_cluster as kc
 import pytest
 from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer, s3_seaweedfs_server  # noqa: F401 - fixture
+from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
 from faultproxy import FaultPlan, FaultProxy, object_kind
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.timeout(900)]
@@ -54,7 +54,7 @@ class Outage:
 
 
 @pytest.fixture
-def s3(s3_seaweedfs_server: StoreServer) -> object:  # noqa: F811
+def s3(s3_seaweedfs_server: StoreServer) -> object:
     return boto3.client(
         "s3",
         endpoint_url=s3_seaweedfs_server.endpoint,
@@ -80,7 +80,7 @@ def wait_for(what: str, predicate: object, timeout: float) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, s3_seaweedfs_server: StoreServer) -> Iterator[tuple[kc.Cluster, FaultProxy, Outage]]:  # noqa: F811
+def cluster(tmp_path: Path, s3_seaweedfs_server: StoreServer) -> Iterator[tuple[kc.Cluster, FaultProxy, Outage]]:
     import kafka_dist as kd  # assembles the broker (Maven Central) only when a test runs
 
     jt.ensure_built()
@@ -119,7 +119,7 @@ def closed_segments(node: kc.Node, topic: str) -> list[int]:
 def test_retried_copies_are_not_errors_and_leave_nothing_behind(
     cluster: tuple[kc.Cluster, FaultProxy, Outage],
     s3: object,
-    s3_seaweedfs_server: StoreServer,  # noqa: F811
+    s3_seaweedfs_server: StoreServer,
     tmp_path: Path,
 ) -> None:
     c, proxy, outage = cluster

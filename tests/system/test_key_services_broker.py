@@ -17,15 +17,7 @@ import jvm_testing as jt
 import kafka_dist as kd
 import pytest
 from Crypto.PublicKey import RSA
-from key_services import (  # noqa: F401 - fixtures are found by name
-    kms_rsa_key,
-    local_kms,
-    openbao,
-    pair_configs,
-    pkcs11_rsa_key,
-    pkcs11_token,
-    transit_rsa_key,
-)
+from key_services import kms_rsa_key, pair_configs, pkcs11_rsa_key, transit_rsa_key
 
 TOPIC = "keys"
 RECORDS = 4000  # about 2 MiB: one or two closed segments

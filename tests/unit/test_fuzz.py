@@ -16,7 +16,7 @@ from chunking.size_codec import ChunkSizeCodecError, decode_chunk_sizes, encode_
 from rsm.core.custom_metadata import CustomMetadata, CustomMetadataError
 from rsm.core.manifest import SegmentManifest
 from rsm.errors import CorruptDataException
-from rsm.jvm.codec import WireError, decode_config, decode_metadata
+from rsm.jvm.codec import WireError, decode_config, decode_metadata, encode_metadata
 from rsm.kafka.records import KafkaFormatError, iter_batches
 
 LONG = os.environ.get("KTS_LONG_FUZZ") == "1"
@@ -70,9 +70,12 @@ def manifests(draw: Any) -> bytes:
 @given(st.one_of(manifests(), st.binary(max_size=300)))
 def test_manifest_parser(data: bytes) -> None:
     try:
-        SegmentManifest.from_json_bytes(data, "manifest fuzz")
+        manifest = SegmentManifest.from_json_bytes(data, "manifest fuzz")
     except CorruptDataException as e:
         assert "manifest fuzz" in str(e)
+        return
+    # What parses is a manifest the plugin can write again and read back the same.
+    assert SegmentManifest.from_json_bytes(manifest.to_json_bytes(), "written again") == manifest
 
 
 @FUZZ
@@ -95,29 +98,41 @@ def test_chunk_size_codec_round_trip(values: list[int]) -> None:
 @given(st.binary(max_size=200))
 def test_custom_metadata_codec(data: bytes) -> None:
     try:
-        CustomMetadata.decode(data)
+        decoded = CustomMetadata.decode(data)
     except CustomMetadataError:
-        pass
+        return
+    assert CustomMetadata.decode(decoded.encode()) == decoded
 
 
 @FUZZ
 @given(st.binary(max_size=400), st.booleans())
 def test_record_batch_parser(data: bytes, verify: bool) -> None:
+    position = 0
     try:
-        for _header, _body in iter_batches(data, verify=verify):
-            pass
+        for header, body in iter_batches(data, verify=verify):
+            # Each batch starts where the previous one ended, and its bytes are the input's, whole.
+            assert header.position == position and header.magic == 2
+            assert body == data[position : position + header.size]
+            position += header.size
     except KafkaFormatError:
-        pass
+        return
+    assert position <= len(data)
 
 
 @FUZZ
 @given(st.binary(max_size=300))
 def test_sidecar_frame_decoders(data: bytes) -> None:
-    for decode in (decode_metadata, decode_config):
-        try:
-            decode(data)
-        except WireError:
-            pass
+    try:
+        meta = decode_metadata(data)
+    except WireError:
+        pass
+    else:
+        assert decode_metadata(encode_metadata(meta)) == meta
+    try:
+        config = decode_config(data)
+    except WireError:
+        return
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in config.items())
 
 
 @FUZZ
@@ -125,6 +140,7 @@ def test_sidecar_frame_decoders(data: bytes) -> None:
 def test_sidecar_config_frame_with_hostile_count(count: int, rest: bytes) -> None:
     """A count of 2^31 entries must fail on the missing bytes, not allocate for the count."""
     try:
-        decode_config(struct.pack(">i", count) + rest)
+        config = decode_config(struct.pack(">i", count) + rest)
     except WireError:
-        pass
+        return
+    assert len(config) <= max(count, 0)  # never more entries than the frame counts (fewer: a key repeated)

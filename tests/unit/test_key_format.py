@@ -113,15 +113,16 @@ def test_file_key_manifests_are_byte_identical_to_before(
 
 
 def test_data_key_cache_expires_and_is_bounded() -> None:
-    cache = DataKeyCache(2, 0.05)
+    now = [100.0]  # the cache's clock, moved by the test alone: a stalled machine cannot expire a key early
+    cache = DataKeyCache(2, 0.05, clock=lambda: now[0])
     cache.put(("a", b"1"), b"k1")
     cache.put(("a", b"2"), b"k2")
     cache.put(("a", b"3"), b"k3")
     assert cache.get(("a", b"1")) is None and cache.get(("a", b"3")) == b"k3" and len(cache) == 2
-    import time
-
-    time.sleep(0.06)
-    assert cache.get(("a", b"3")) is None
+    now[0] = 100.0 + 0.049
+    assert cache.get(("a", b"3")) == b"k3"  # within its 50 ms
+    now[0] = 100.0 + 0.05
+    assert cache.get(("a", b"3")) is None  # at 50 ms it is gone
     off = DataKeyCache(0, 10)
     off.put(("a", b"1"), b"k1")
     assert off.get(("a", b"1")) is None
