@@ -333,8 +333,9 @@ def quarantine_of(manager: RemoteStorageManager) -> Quarantine:
 def quarantine_usage(
     manager: RemoteStorageManager, topic: str | None = None, partition: int | None = None
 ) -> tuple[int, int]:
-    """How many objects the store's quarantine holds and their bytes (of one topic, or one partition of it):
-    one listing, no record read."""
+    """How many objects the quarantines hold and their bytes (of one topic, or one partition of it): the store's
+    from one listing, no record read; in Iceberg mode also the warehouse's, whose records name their topic (a
+    table holds every partition of its topic, so ``partition`` does not narrow it)."""
     root = manager.config["key.prefix"] + QUARANTINE_DIR
     details = manager.backend_capabilities.details
     if details is None:
@@ -350,6 +351,12 @@ def quarantine_usage(
                 continue
         objects += 1
         size += info.size
+    warehouse = warehouse_quarantine(manager)
+    if warehouse is not None:
+        for held in warehouse.held(topic=topic):
+            if held.present:
+                objects += 1
+                size += held.size
     return objects, size
 
 

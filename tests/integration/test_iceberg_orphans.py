@@ -33,6 +33,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 
 from rsm.cli.main import cli
+from rsm.cli.settings import open_manager
 from rsm.deletion.fileio_holding import FileIOHolding
 from rsm.deletion.quarantine import Quarantine
 from rsm.deletion.rules import TABLE_UNREFERENCED, TABLE_UNREFERENCED_FOR_GRACE, Evidence
@@ -50,6 +51,7 @@ from rsm.iceberg.maintenance import (
     referenced_files,
     remove_orphans,
 )
+from rsm.operator_tools.garbage import quarantine_usage
 
 SEGMENT_RECORDS = 40
 DAY = 86400.0
@@ -305,6 +307,8 @@ def test_kts_gc_delete_holds_orphans_in_the_warehouse_and_purges_them_after_gc_q
     assert held.original == f"file://{stray}" and held.kind == "iceberg-orphan"
     out = CliRunner().invoke(cli, ["gc", "quarantine", "--config", str(props)])
     assert out.exit_code == 0 and f"file://{stray}" in out.output, out.output
+    with open_manager(str(props), (), keys=False) as manager:  # what kts ls and kts gc --watch count
+        assert quarantine_usage(manager) == (1, len(b"left by a copy killed before its commit"))
     # kts gc restore takes the warehouse's quarantine too: the file comes back byte for byte, and is held again.
     out = CliRunner().invoke(cli, ["gc", "restore", "--config", str(props), "--run", held.run])
     assert out.exit_code == 0 and "restored 1," in out.output, out.output
