@@ -220,7 +220,7 @@ def test_a_topic_one_read_lacks_is_only_suspected_until_a_second_read(
     assert code == 0, out + err
     assert "Waiting 3 s (--confirm-after)" in out, out + err
     assert took >= 3, took
-    assert "moved 3 objects" in out and "deleted 1 items in all" in out and "failed 0" in out, out + err
+    assert "moved 3 objects" in out and "removed 1 items in all" in out and "failed 0" in out, out + err
     assert not any(p.exists() for p in paths), [p for p in paths if p.exists()]
     assert {p: p.stat().st_size for p in broker.store.rglob("kept-*/**/*") if p.is_file()} == kept
     assert meta.remote_log_segment_id.id in out
@@ -244,7 +244,7 @@ def test_an_incomplete_record_lists_but_removes_nothing(broker: Broker, capsys: 
     assert code == 0, out + err
     assert f"{meta.remote_log_segment_id.id}" in err and "lacks the signal(s) record-complete (" in err, err
     assert all(p.exists() for p in paths)
-    assert "deleted 0 items in all" in out, out
+    assert "removed 0 items in all" in out, out
 
 
 def test_a_log_start_that_moves_during_the_read_fails_it(broker: Broker) -> None:
