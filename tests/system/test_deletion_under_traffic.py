@@ -11,6 +11,7 @@ was, byte for byte.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -51,6 +52,16 @@ def _kts(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         env={**os.environ, "COLUMNS": "250"},
     )
+
+
+def held_kinds(objects: dict[str, bytes]) -> dict[str, str]:
+    """The kind each quarantine record says its object was held as, by the object's original key."""
+    out = {}
+    for key, data in objects.items():
+        if "kts-quarantine/" in key and key.endswith(".kts-held.json"):
+            record = json.loads(data)
+            out[record["original"]] = record["kind"]
+    return out
 
 
 class Reader(threading.Thread):
@@ -191,10 +202,14 @@ def test_gc_and_maintenance_under_traffic_are_reversible(tmp_path: Path, seaweed
             assert r.passes >= 1, r.topic
 
         after = listing()
-        removed = {k for k in before if k not in after}
-        assert removed == set(garbage), (sorted(removed ^ set(garbage)))[:10]
+        # What gc made garbage went; so may the leftovers of a copy Kafka retried under load (unfinished-copy).
+        # Whatever went is held byte for byte; the readers above prove nothing live went.
+        removed = {k: v for k, v in before.items() if k not in after}
+        assert set(garbage) <= set(removed), sorted(set(garbage) - set(removed))
+        kinds = held_kinds(after)
+        assert all(kinds.get(k) == "unfinished-copy" for k in set(removed) - set(garbage)), (sorted(removed), kinds)
         held = {k: v for k, v in after.items() if "kts-quarantine/" in k and not k.endswith(".json")}
-        for key, data in garbage.items():
+        for key, data in removed.items():
             copies = [v for k, v in held.items() if k.endswith("/" + key)]
             assert copies == [data], f"{key} is not in the quarantine byte for byte"
         run = re.search(r"kts gc restore --run (\S+) puts", gc.stdout)
@@ -203,6 +218,6 @@ def test_gc_and_maintenance_under_traffic_are_reversible(tmp_path: Path, seaweed
         restore = _kts("gc", "restore", "--config", config, "--run", run.group(1))
         assert restore.returncode == 0, restore.stdout + restore.stderr
         back = listing()
-        for key, data in garbage.items():
+        for key, data in removed.items():
             assert back.get(key) == data, f"{key} did not come back byte for byte"
         assert not [k for k in back if "kts-quarantine/" in k and not k.endswith(".json")], "restored, yet held"
