@@ -129,7 +129,13 @@ def test_gc_and_maintenance_under_traffic_are_reversible(tmp_path: Path, seaweed
     def listing() -> dict[str, bytes]:
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
         keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
-        return {k: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+        out = {}
+        for k in keys:
+            try:
+                out[k] = client.get_object(Bucket=bucket, Key=k)["Body"].read()
+            except client.exceptions.NoSuchKey:
+                continue  # deleted since the listing (the broker deletes while the test waits for it)
+        return out
 
     def topic_objects(objects: dict[str, bytes], topic: str) -> dict[str, bytes]:
         out = {}

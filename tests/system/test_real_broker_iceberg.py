@@ -402,12 +402,21 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     # The files only expired snapshots referenced (the compactions' inputs). Table
     # versions still in the metadata log keep their files (a reader may hold one): commits push them out, as a
     # broker's later copies would.
+    from pyiceberg.exceptions import CommitFailedException
+
     from rsm.iceberg.maintenance import referenced_files
     from rsm.iceberg.tables import METADATA_PROPERTIES
 
     for tick in range(int(METADATA_PROPERTIES["write.metadata.previous-versions-max"]) + 1):
-        with table.transaction() as txn:
-            txn.set_properties({"kts.test.tick": str(tick)})
+        for _attempt in range(20):  # the broker's maintainer commits too (its lease, renewed and released)
+            try:
+                with table.transaction() as txn:
+                    txn.set_properties({"kts.test.tick": str(tick)})
+                break
+            except CommitFailedException:
+                table = _load_table(store, tmp)
+        else:
+            raise AssertionError(f"tick {tick} lost 20 commits in a row to the broker's maintainer")
         table = _load_table(store, tmp)
     live = referenced_files(table)
     data = Path(table.location().removeprefix("file:")) / "data"
