@@ -8,7 +8,9 @@ metadata). It also re-wraps a manifest's data key for key rotation, the one writ
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from backends.base import ConditionalWrites, KeyNotFound, PreconditionFailed, StorageBackend, StorageBackendException
@@ -208,6 +210,18 @@ class ManifestStore:
 
     # --- key rotation --------------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _rewrap_errors(self, manifest_key: str) -> Iterator[None]:
+        """The key ring's errors during a re-wrap as the plugin's: retriable ones as ``KeyServiceException``."""
+        try:
+            yield
+        except KeyServiceError as e:
+            if e.retriable:
+                raise KeyServiceException(f"cannot re-wrap {self.show(manifest_key)} now: {e}") from None
+            raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
+        except KeyRingError as e:
+            raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
+
     def rewrap(self, manifest_key: str, dry_run: bool = False) -> RewrapResult:
         """Re-wrap one segment's data key under the active key pair by rewriting only its manifest (the segment's
         data is untouched); a data key wrapped by the active pair under an older version of its service's key is
@@ -233,15 +247,9 @@ class ManifestStore:
             if manifest.encryption is None:
                 return RewrapResult(None, False)
             old_id = manifest.encryption.key_pair_id
-            try:
+            with self._rewrap_errors(manifest_key):
                 old_version = self.key_ring.wrapped_under(manifest.encryption.data_key)[1]
                 current = self.key_ring.is_current(manifest.encryption.data_key)
-            except KeyServiceError as e:
-                if e.retriable:
-                    raise KeyServiceException(f"cannot re-wrap {self.show(manifest_key)} now: {e}") from None
-                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
-            except KeyRingError as e:
-                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
             if current:
                 return RewrapResult(old_id, False, previous_version=old_version)
             if dry_run:
@@ -251,14 +259,8 @@ class ManifestStore:
                     f"cannot re-wrap {what}: {self.backend} cannot replace an object only if it is unchanged, so a "
                     f"segment deleted meanwhile could come back; key rotation needs a backend with ConditionalWrites"
                 )
-            try:
+            with self._rewrap_errors(manifest_key):
                 data_key = self.key_ring.unwrap(manifest.encryption.data_key)
-            except KeyServiceError as e:
-                if e.retriable:
-                    raise KeyServiceException(f"cannot re-wrap {self.show(manifest_key)} now: {e}") from None
-                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
-            except KeyRingError as e:
-                raise KeyRingException(f"cannot re-wrap {self.show(manifest_key)}: {e}") from None
             manifest.encryption = EncryptionMetadata(self.key_ring.wrap(data_key), manifest.encryption.aad)
             body = throttled(manifest.to_json_bytes(), self.upload_limiter).read()
             try:
