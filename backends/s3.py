@@ -458,7 +458,8 @@ class S3Backend(CloudBackend):
         )
         self.instrumentation.bytes_uploaded(len(block))
 
-    def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+    def _create_multipart(self, key: str, deadline: Deadline) -> str:
+        """A new multipart upload of ``key`` (with CRC32 part checksums when they are on): its upload id."""
         extra = self._extra()
         if self.checksums:
             extra["ChecksumAlgorithm"] = "CRC32"
@@ -469,7 +470,11 @@ class S3Backend(CloudBackend):
             deadline=deadline,
             key_read=False,
         )
-        upload_id = created["UploadId"]
+        upload_id: str = created["UploadId"]
+        return upload_id
+
+    def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+        upload_id = self._create_multipart(key, deadline)
         total = 0
 
         def count(n: int) -> None:
@@ -583,17 +588,7 @@ class S3Backend(CloudBackend):
     def _multipart_copy(self, source_key: str, target_key: str, size: int, etag: str, deadline: Deadline) -> None:
         """Every part copies from the version of the source that was sized (CopySourceIfMatch its ETag): a
         source replaced meanwhile fails the copy instead of mixing two versions."""
-        extra = self._extra()
-        if self.checksums:
-            extra["ChecksumAlgorithm"] = "CRC32"
-        created = self._call(
-            "create-multipart-upload",
-            target_key,
-            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=target_key, **extra),
-            deadline=deadline,
-            key_read=False,
-        )
-        upload_id = created["UploadId"]
+        upload_id = self._create_multipart(target_key, deadline)
         source = {"Bucket": self.bucket, "Key": source_key}
         what = f"S3 multipart copy of key {source_key!r} to {target_key!r} in bucket {self.bucket!r}"
 
