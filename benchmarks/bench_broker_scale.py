@@ -5,10 +5,10 @@ For each plugin: a single-node KRaft broker on 127.0.0.1 (``tests/support/kraft_
 default ``kafka_dist.NEWEST_4X``, heap 1 GiB as ``kafka-server-start`` gives it) with
 ``remote.log.manager.copier.thread.pool.size`` and ``remote.log.reader.threads`` at Kafka's default of 10; a topic of
 ``--partitions`` partitions (8 MiB segments) filled by ``kafka-producer-perf-test`` before tiered storage is
-turned on for it (``remote.storage.enable=true``, ``local.retention.bytes=1``), so that all start copying at once: the copy phase runs from the
-broker's first ``Copying`` log line to its last ``Copied`` one. Then ``--consumers`` consumers (one JVM,
-``CatchUpConsumers.java``, one thread and consumer per partition) read partitions 0..N-1 from the start together,
-all but the active segment through the plugin.
+turned on for it (``remote.storage.enable=true``, ``local.retention.bytes=1``), so that all start copying at once:
+the copy phase runs from the broker's first ``Copying`` log line to its last ``Copied`` one. Then ``--consumers``
+consumers (one JVM, ``CatchUpConsumers.java``, one thread and consumer per partition) read partitions 0..N-1 from
+the start together, all but the active segment through the plugin.
 
 Plugins (``--only``, repeatable; default all but aiven):
   local           Kafka's LocalTieredStorage (plain files; the limit every ratio is taken to)
