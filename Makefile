@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases test-jvm-shutdown
+.PHONY: setup demo test lint bench bench-broker-scale bench-broker-scale-smoke docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases test-jvm-shutdown
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -62,6 +62,16 @@ test-jvm-shutdown: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_copy_fetch.py
+
+# One Kafka 4.x broker per plugin: 20 partitions tiered at once, 10 consumers catching up together, and Iceberg mode
+# with 20 partitions committing into one table (issue 56). About 20 minutes on 2 quiet cores; not part of CI.
+# Aiven's plugin joins with BENCH_ARGS="--only aiven ..." once jvm-shim/aiven/build.sh has built it.
+bench-broker-scale: setup
+	$(BIN)/python benchmarks/bench_broker_scale.py $(BENCH_ARGS)
+
+# The same, small: about 3 minutes on 2 quiet cores.
+bench-broker-scale-smoke: setup
+	$(BIN)/python benchmarks/bench_broker_scale.py --smoke $(BENCH_ARGS)
 
 docs: $(STAMP)
 	$(BIN)/kts config-docs --write docs/configuration.md
