@@ -79,6 +79,8 @@ DEFAULT_PLUGINS = ["local", "ours-sidecar", "ours-inprocess", "ours-iceberg", "i
 AIVEN_TAG = "v1.0.0"
 AIVEN_JAR = f"tiered-storage-for-apache-kafka-{AIVEN_TAG[1:]}.jar"
 MIB = 1024 * 1024
+SMOKE = {"mb": 80, "partitions": 4, "consumers": 2, "roll_s": 10, "iceberg_minutes": 0.5}
+"""--smoke's defaults: about 3 minutes on 2 quiet cores."""
 
 
 def default_aiven_dir() -> Path:
@@ -233,6 +235,10 @@ class Result:
     rss_idle: int | None = None
     rss_peak: int | None = None
     load: list[str] = field(default_factory=list)
+    wall: dict[str, float] = field(default_factory=dict)
+    """Seconds each phase's CPU was counted over (copy: from the switch to the last copy seen)."""
+    gil: dict[str, tuple[float, list[tuple[str, int]]]] = field(default_factory=dict)
+    """--pyspy: phase -> the share of it the plugin's Python held the GIL, and its top innermost frames."""
 
     @property
     def copy_mbs(self) -> float:
@@ -251,6 +257,14 @@ class Result:
         cpu = self.copy_cpu if phase == "copy" else self.read_cpu
         moved = self.copy_bytes if phase == "copy" else self.read_bytes
         return cpu.get("store", 0.0) / (moved / 1e9) if moved else float("nan")
+
+    def summary(self) -> str:
+        return (
+            f"{self.kind}: copy {self.copy_mbs:.1f} MB/s, catch-up {self.read_mbs:.1f} MB/s, remote fetch p50 "
+            f"{self.fetch_ms.get('50thPercentile', float('nan')):.1f} ms p99 "
+            f"{self.fetch_ms.get('99thPercentile', float('nan')):.1f} ms, CPU s/GB copy {self.cpu_per_gb('copy'):.1f} "
+            f"catch-up {self.cpu_per_gb('read'):.1f}, plugin memory {_mib(self.plugin_memory)}"
+        )
 
     @property
     def heap_growth(self) -> int | None:
@@ -280,6 +294,18 @@ def _cpu(broker: int, store: StoreServer | None) -> dict[str, float]:
 
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def _spy(kind: str, broker: int, prefix: str | None, phase: str) -> bh.PySpy | None:
+    """py-spy on our Python (the sidecar, or the in-process broker's own process) when ``--pyspy`` asks for it."""
+    if prefix is None or kind in ("local", "aiven"):
+        return None
+    pid = broker if kind == "ours-inprocess" else bh.sidecar_pid(broker)
+    if pid is None:
+        raise RuntimeError(f"{kind}: no sidecar under the broker {broker} to profile")
+    spy = bh.PySpy(pid, Path(f"{prefix}.{kind}.{phase}.txt"))
+    time.sleep(1)  # py-spy attaches
+    return spy
 
 
 def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, store: StoreServer | None) -> kc.Cluster:
@@ -321,7 +347,8 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         result.copy_bytes, segments = closed_segment_bytes(data, TOPIC, args.partitions)
         heap = HeapWatch(broker, work / "jstat.txt")
         result.load.append(load_average())
-        before = _cpu(broker, store)
+        spy = _spy(kind, broker, args.pyspy, "copy")
+        before, started = _cpu(broker, store), time.monotonic()
         configs_alter(cluster, TOPIC, "remote.storage.enable=true,local.retention.bytes=1")
 
         def copied() -> bool:
@@ -329,6 +356,9 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
 
         wait_for(f"{kind}: {segments} segments copied", copied, 1800, node, every=0.5)
         result.copy_cpu = _delta(_cpu(broker, store), before)
+        result.wall["copy"] = time.monotonic() - started
+        if spy is not None:
+            result.gil["copy"] = spy.stop()
         copies = bh.parse_copy_times(node.out.read_text(errors="replace"))
         result.copy_seconds = max(c[1] for c in copies) - min(c[0] for c in copies)
 
@@ -338,7 +368,8 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
 
         wait_for(f"{kind}: local segments deleted", tiered, 600, node)
         result.load.append(load_average())
-        before = _cpu(broker, store)
+        spy = _spy(kind, broker, args.pyspy, "catch-up")
+        before, started = _cpu(broker, store), time.monotonic()
         java = kc.java_command(kafka, "CatchUpConsumers", "-Xmx512m", cluster._log4j("tools", "WARN", "WARN"))
         java[2] = f"{classes}:{java[2]}"  # the class path: the compiled consumers first
         r = subprocess.run(
@@ -347,6 +378,9 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         if r.returncode != 0:
             raise RuntimeError(f"{kind}: the consumers failed ({r.returncode}):\n{r.stderr[-4000:]}")
         result.read_cpu = _delta(_cpu(broker, store), before)
+        result.wall["catch-up"] = time.monotonic() - started
+        if spy is not None:
+            result.gil["catch-up"] = spy.stop()
         result.consumers = bh.parse_consumers(r.stdout)
         if len(result.consumers) != args.consumers:
             raise RuntimeError(f"{kind}: {len(result.consumers)} consumer results of {args.consumers}:\n{r.stdout}")
@@ -491,6 +525,22 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
             f"    CPU s per GB, broker + sidecar: copy {cg:.1f}{_ratio(cg, lcg)}, catch-up {rg:.1f}{_ratio(rg, lrg)}"
             + store
         )
+        if "sidecar" in r.copy_cpu:
+            cw, rw = r.wall["copy"], r.wall["catch-up"]
+            side, jvm = (
+                (r.copy_cpu["sidecar"] / cw, r.read_cpu.get("sidecar", 0.0) / rw),
+                (
+                    r.copy_cpu.get("broker", 0.0) / cw,
+                    r.read_cpu.get("broker", 0.0) / rw,
+                ),
+            )
+            print(
+                f"    cores busy, sidecar: copy {side[0]:.2f}, catch-up {side[1]:.2f}; "
+                f"broker JVM: copy {jvm[0]:.2f}, catch-up {jvm[1]:.2f}"
+            )
+        for phase, (held, top) in r.gil.items():
+            frames = ", ".join(f"{frame} {count}" for frame, count in top)
+            print(f"    py-spy: the GIL held {held:.0%} of the {phase}; innermost frames holding it: {frames}")
         parts = [f"heap after GC over idle {_mib(r.heap_growth)} (idle {_mib(r.heap_idle)})"]
         if r.sidecar_peak is not None:
             parts.append(f"sidecar peak RSS {_mib(r.sidecar_peak)} (shared region resident {_mib(r.sidecar_shmem)})")
@@ -539,10 +589,16 @@ def main() -> int:
     p.add_argument("--iceberg-minutes", type=float, default=5, help="Iceberg phase: minutes of traffic (default 5)")
     p.add_argument("--iceberg-rate", type=int, default=1000, help="Iceberg phase: records per second (1000 bytes)")
     p.add_argument("--aiven-dir", type=Path, help="Aiven's build (default: where jvm-shim/aiven/build.sh puts it)")
-    p.add_argument("--smoke", action="store_true", help="a short run: 200 MB, Iceberg phase 1 min rolling every 10 s")
+    p.add_argument(
+        "--pyspy",
+        metavar="FILE",
+        help="record the sidecar with py-spy --gil (only samples holding the GIL) in each phase: "
+        "FILE.<plugin>.<phase>.txt, collapsed stacks",
+    )
+    p.add_argument("--smoke", action="store_true", help=f"a short run: the defaults become {SMOKE}")
+    if "--smoke" in sys.argv[1:]:
+        p.set_defaults(**SMOKE)  # flags given still win
     args = p.parse_args()
-    if args.smoke:
-        args.mb, args.roll_s, args.iceberg_minutes = 200, 10, 1
     if args.consumers > args.partitions:
         p.error(f"--consumers {args.consumers} is more than --partitions {args.partitions}")
     kinds = list(dict.fromkeys(args.only or DEFAULT_PLUGINS))
@@ -558,6 +614,7 @@ def main() -> int:
     store = None
     results: list[Result] = []
     ice = None
+    failed: list[str] = []
     try:
         classes = bh.compile_java(kafka, ROOT / "benchmarks" / "CatchUpConsumers.java", build)
         if any(k != "local" for k in kinds):
@@ -569,7 +626,14 @@ def main() -> int:
                 ice = run_iceberg_commits(kafka, args, store)
                 continue
             print(f"running {kind} ...", flush=True)
-            results.append(run_plugin(kind, kafka, args, store if kind != "local" else None, classes))
+            try:
+                r = run_plugin(kind, kafka, args, store if kind != "local" else None, classes)
+            except (RuntimeError, subprocess.SubprocessError) as e:  # the other plugins still run
+                print(f"  {kind} FAILED: {e}", flush=True)
+                failed.append(kind)
+                continue
+            results.append(r)
+            print(f"  {r.summary()}", flush=True)  # a line that survives a run stopped before the report
     finally:
         if store is not None:
             store.stop()
@@ -578,7 +642,9 @@ def main() -> int:
         report(results, args)
     if ice is not None:
         report_iceberg(ice, args)
-    return 0
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -228,3 +228,55 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q * len(ordered))))
     return ordered[rank - 1]
+
+
+# --- py-spy ---------------------------------------------------------------------------------------------------
+
+
+def parse_collapsed(text: str) -> dict[str, int]:
+    """py-spy's ``--format raw`` output (collapsed stacks: ``frame;frame;... count`` per line): stack -> samples."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            out[stack] = out.get(stack, 0) + int(count)
+    return out
+
+
+def top_leaves(stacks: dict[str, int], n: int = 5) -> list[tuple[str, int]]:
+    """The ``n`` innermost frames with the most samples (a frame's share of where the sampled thread was)."""
+    leaves: dict[str, int] = {}
+    for stack, count in stacks.items():
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + count
+    return sorted(leaves.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+class PySpy:
+    """``py-spy record --gil`` of one process during a phase: with ``--gil`` a sample is taken only of the thread
+    holding the GIL, so the samples over the ticks of the phase are the share of the time the GIL was held."""
+
+    RATE = 100
+
+    def __init__(self, pid: int, out: Path) -> None:
+        import time
+
+        self.out = out
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [pyspy(), "record", "-p", str(pid), "-o", str(out), "--format", "raw", "--gil", "--nonblocking"]
+            + ["--rate", str(self.RATE), "--threads"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> tuple[float, list[tuple[str, int]]]:
+        """The share of the phase the GIL was held (0..1) and the top innermost frames."""
+        import signal
+        import time
+
+        seconds = time.monotonic() - self.started
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        stacks = parse_collapsed(self.out.read_text(errors="replace")) if self.out.exists() else {}
+        return sum(stacks.values()) / (self.RATE * seconds), top_leaves(stacks)

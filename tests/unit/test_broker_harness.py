@@ -139,3 +139,16 @@ def test_percentile_is_nearest_rank() -> None:
     assert bh.percentile(values, 1.0) == 100
     assert bh.percentile([7.0], 0.99) == 7
     assert bh.percentile([], 0.5) != bh.percentile([], 0.5)  # NaN
+
+
+def test_collapsed_stacks_and_their_innermost_frames() -> None:
+    text = (
+        "process 1:python;thread (0x1);run (sidecar.py:10);compress (zstd.py:5) 30\n"
+        "process 1:python;thread (0x2);run (sidecar.py:10);encrypt (aes.py:7) 12\n"
+        "process 1:python;thread (0x1);run (sidecar.py:10);compress (zstd.py:5) 8\n"
+        "not a stack line\n"
+    )
+    stacks = bh.parse_collapsed(text)
+    assert sum(stacks.values()) == 50
+    assert bh.top_leaves(stacks, 1) == [("compress (zstd.py:5)", 38)]
+    assert bh.top_leaves(stacks) == [("compress (zstd.py:5)", 38), ("encrypt (aes.py:7)", 12)]
