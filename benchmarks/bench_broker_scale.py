@@ -236,6 +236,8 @@ class Result:
     rss_peak: int | None = None
     load: list[str] = field(default_factory=list)
     wall: dict[str, float] = field(default_factory=dict)
+    budget: int | None = None
+    """What ``kts config check`` budgets for our plugin at this broker's settings, bytes."""
     """Seconds each phase's CPU was counted over (copy: from the switch to the last copy seen)."""
     gil: dict[str, tuple[float, list[tuple[str, int]]]] = field(default_factory=dict)
     """--pyspy: phase -> the share of it the plugin's Python held the GIL, and its top innermost frames."""
@@ -308,6 +310,19 @@ def _spy(kind: str, broker: int, prefix: str | None, phase: str) -> bh.PySpy | N
     return spy
 
 
+def config_check_budget(plugin: str, args: argparse.Namespace) -> int | None:
+    """The total ``kts config check`` prints for the plugin lines ``plugin`` at this run's thread counts."""
+    from rsm.cli.memory_budget import memory_budget
+
+    prefix = "rsm.config."
+    configs = {
+        k[len(prefix) :]: v for k, _, v in (line.partition("=") for line in plugin.splitlines()) if k.startswith(prefix)
+    }
+    broker = server_lines(args.copier_threads, args.reader_threads)
+    budget = memory_budget(configs, dict(line.split("=", 1) for line in broker.splitlines()))
+    return None if budget is None else budget.total
+
+
 def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, store: StoreServer | None) -> kc.Cluster:
     plugin = plugin_properties(kind, work, store, args.aiven_dir)
     cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin, server_lines(args.copier_threads, args.reader_threads))
@@ -322,6 +337,8 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
     """One broker with ``kind``'s plugin: the copy phase, then the catch-up phase."""
     work = Path(tempfile.mkdtemp(prefix=f"kts-scale-{kind}-"))
     result = Result(kind)
+    if kind.startswith("ours"):
+        result.budget = config_check_budget(plugin_properties(kind, work, store, args.aiven_dir), args)
     cluster = start_broker(kind, kafka, work, args, store if kind != "local" else None)
     node = cluster.nodes[0]
     try:
@@ -546,6 +563,8 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
             parts.append(f"sidecar peak RSS {_mib(r.sidecar_peak)} (shared region resident {_mib(r.sidecar_shmem)})")
         if r.kind == "ours-inprocess":
             parts.append(f"process peak RSS {_mib(r.rss_peak)} over idle {_mib(r.rss_idle)}")
+        if r.budget is not None:
+            parts.append(f"kts config check budgets {_mib(r.budget)}{_ratio(r.plugin_memory or 0, r.budget)}")
         print(f"    plugin memory {_mib(r.plugin_memory)}: " + "; ".join(parts))
 
 
