@@ -65,7 +65,8 @@ bench: setup
 
 # One Kafka 4.x broker per plugin: 20 partitions tiered at once, 10 consumers catching up together, and Iceberg mode
 # with 20 partitions committing into one table (issue 56). About 20 minutes on 2 quiet cores; not part of CI.
-# Aiven's plugin joins with BENCH_ARGS="--only aiven ..." once jvm-shim/aiven/build.sh has built it.
+# Aiven's plugin joins with BENCH_ARGS="--kafka 4.3.1 --only aiven ..." once jvm-shim/aiven/build.sh has built it
+# (its v1.0.0 does not start on Kafka 4.4.0).
 bench-broker-scale: setup
 	$(BIN)/python benchmarks/bench_broker_scale.py $(BENCH_ARGS)
 

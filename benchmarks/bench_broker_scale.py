@@ -329,8 +329,20 @@ def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, s
     cluster.heap = "-Xmx1g"
     cluster.rlm_log_level = "INFO"
     cluster.inprocess = kind == "ours-inprocess"
-    cluster.start(timeout=300)
+    try:
+        cluster.start(timeout=300)
+    except BaseException:
+        cluster.stop()
+        _cleanup(work)
+        raise
     return cluster
+
+
+def _cleanup(work: Path) -> None:
+    if os.environ.get("BENCH_KEEP") is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"  kept {work}")
 
 
 def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreServer | None, classes: Path) -> Result:
@@ -421,10 +433,7 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
             print(f"  note: {kind}: ERROR lines in {node.out}")
     finally:
         cluster.stop()
-        if os.environ.get("BENCH_KEEP") is None:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"  kept {work}")
+        _cleanup(work)
     return result
 
 
@@ -471,10 +480,7 @@ def run_iceberg_commits(kafka: Path, args: argparse.Namespace, store: StoreServe
             print(f"  note: iceberg-commits: ERROR lines in {node.out}")
     finally:
         cluster.stop()
-        if os.environ.get("BENCH_KEEP") is None:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"  kept {work}")
+        _cleanup(work)
     expected = args.partitions * seconds // args.roll_s
     return IcebergResult([(end - start) * 1000 for start, end, _ in copies], retries, left, expected, load)
 
