@@ -28,6 +28,9 @@ setup: $(STAMP)
 	# The plugin jar (Maven, against Kafka 3.6's jars), and the shim compiled against the Kafka releases `make test`
 	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
 	bash jvm-shim/build.sh --kafka test
+	# Aiven's plugin, built from its source against Maven Central's jars (compatibility tests, broker benchmark);
+	# KTS_AIVEN_GIT names a clone of it where GitHub is out of reach.
+	bash jvm-shim/aiven/build.sh
 	$(BIN)/python tests/support/kafka_dist.py
 
 demo: $(STAMP)
