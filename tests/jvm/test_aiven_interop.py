@@ -4,7 +4,8 @@ Aiven's RemoteStorageManager is built from its source (``jvm-shim/aiven/build.sh
 peer (``tests/jvm/java/AivenRsmPeer.java``) on the same filesystem store as this plugin. Segments this plugin
 copies with no encryption or with key pairs in files are fetched through Aiven's plugin byte for byte (the log,
 a range of it and every index); a segment whose data key a key service wrapped is refused by Aiven's parser of
-the ``dataKey`` field; segments Aiven's plugin copies are fetched by this one byte for byte.
+the ``dataKey`` field, and an Iceberg-mode segment by its manifest parser; segments Aiven's plugin copies are
+fetched by this one byte for byte.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from aiven_plugin import FILESYSTEM_STORAGE, AivenPlugin, aiven_plugin
 from helpers import encryption_configs
+from iceberg_testing import iceberg_config, order_records, segment_of
 from jvm_testing import SpecSegment, spec_segment, write_spec
 from key_services import kms_rsa_key, pair_configs
 
@@ -212,3 +214,24 @@ def test_we_read_what_aiven_copied(
                 assert got.read() == f.leader_epoch_bytes
     finally:
         m.close()
+
+
+@pytest.mark.timeout(600)
+def test_aiven_refuses_an_iceberg_mode_segment(peer: list[str], tmp_path: Path) -> None:
+    config = iceberg_config(tmp_path, topics=TIP.topic, **{"chunk.size": str(CHUNK)})
+    f = segment_of(tmp_path / "seg", order_records(0, 500))
+    s = spec_segment(f, f.to_metadata(TIP))
+    m = _ours(tmp_path / "store", {k: v for k, v in config.items() if k.startswith("iceberg.")})
+    try:
+        m.copy_log_segment_data(s.meta, f.to_log_segment_data())
+    finally:
+        m.close()
+    assert not list((tmp_path / "store").rglob("*.log")), "an Iceberg-mode segment has no .log object"
+    spec = write_spec(tmp_path / "spec.tsv", [s])
+    out = tmp_path / "fetched"
+    out.mkdir()
+    done = _run_peer(peer, "fetch", _aiven_config(tmp_path / "aiven.properties", tmp_path / "store", {}), spec, out)
+    assert done.returncode == 3, (done.returncode, done.stderr[-4000:])
+    # Its manifest parser knows four fields; an Iceberg-mode manifest has a fifth.
+    assert 'Unrecognized field "iceberg"' in done.stderr, done.stderr[-4000:]
+    assert not (out / "log.0").exists()
