@@ -26,8 +26,6 @@ from rsm import IndexType, RemoteResourceNotFoundException
 from rsm.kafka.writer import SegmentFiles, write_segment
 from rsm.metadata import TopicIdPartition
 
-pytestmark = pytest.mark.jvm
-
 PEER_SRC = Path(__file__).parent / "java" / "AivenRsmPeer.java"
 TIP = TopicIdPartition("bHoWZs4PQmWBfqf3zqKwSw", "interop", 3)
 CHUNK = 65536
