@@ -41,8 +41,8 @@ def test_config_check_prints_each_term_and_the_sum(tmp_path: Path, capsys: pytes
     assert "memory of the plugin at remote.log.reader.threads=unset: Kafka's default" in out
     assert set(sizes) == {"shared region", "fetches in flight", "index cache", "uploads", "Python sidecar", "total"}
     assert sizes["total"] == pytest.approx(sum(v for k, v in sizes.items() if k != "total"), abs=0.5)
-    # ten copier threads, each a window of 2 x 2 + 1 chunks and 5 S3 parts of 25 MiB
-    assert sizes["uploads"] == 10 * (5 * 4 + 5 * 25)
+    # ten copier threads, each a window of 2 x 2 + 1 chunks, and the 64 MiB of S3 parts they share
+    assert sizes["uploads"] == 10 * 5 * 4 + 64
     assert sizes["Python sidecar"] == PYTHON_BASELINE / MIB
     assert sizes["index cache"] == 10
     assert "WARNING" not in out, "Kafka's default reader threads fit the default chunk cache"
@@ -126,3 +126,31 @@ def test_slice_readers_follow_the_key_and_fewer_than_the_reader_threads_is_warne
     )
     assert matched["Iceberg slice readers"] == 16 * 32
     assert "fewer than remote.log.reader.threads" not in out
+
+
+@pytest.mark.parametrize(
+    ("backend", "key"),
+    [
+        ("s3", "s3.upload.buffer.memory.bytes"),
+        ("azure", "azure.upload.buffer.memory.bytes"),
+        ("gcs", "gcs.upload.buffer.memory.bytes"),
+    ],
+)
+def test_upload_buffers_are_one_budget_whatever_the_copier_threads(backend: str, key: str) -> None:
+    """The part buffers are shared by the copier threads: only the chunk window grows with their number."""
+    configs = {
+        "chunk.size": str(4 * MIB),
+        "storage.backend.class": backend,
+        f"storage.{key}": str(48 * MIB),
+        "transform.thread.pool.size": "2",
+    }
+
+    def uploads(copiers: int) -> int:
+        budget = memory_budget(configs, {"remote.log.manager.copier.thread.pool.size": str(copiers)})
+        assert budget is not None
+        term = next(t for t in budget.terms if t.label == "uploads")
+        assert key in term.how
+        return int(term.size or 0)
+
+    assert uploads(1) == 5 * 4 * MIB + 48 * MIB
+    assert uploads(10) == 10 * 5 * 4 * MIB + 48 * MIB
