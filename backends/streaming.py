@@ -58,6 +58,7 @@ def iter_blocks(
     a block's bytes are reserved before it is read and stay reserved once yielded: the caller releases
     ``len(block)`` when the block has been sent (or dropped).
     """
+    peekable = callable(getattr(data, "peek", None))
     carry = b""
     while True:
         block = b""  # the block yielded last is the caller's now: hold no reference to it while reading the next
@@ -75,16 +76,18 @@ def iter_blocks(
             yield block, True
             return
         try:
-            peek = data.read(1)
+            # A buffered source shows its next byte without handing it out; another gives it up, and it starts
+            # the next block (which then costs one copy to join).
+            ahead = data.peek(1) if peekable else data.read(1)
         except BaseException:
             if buffers is not None:
                 buffers.release(len(block))
             raise
-        if not peek:
+        if not ahead:
             yield block, True
             return
         yield block, False
-        carry = bytes(peek)
+        carry = b"" if peekable else bytes(ahead)
 
 
 def blocks_after(head: list[bytes], rest: Iterator[tuple[bytes, bool]]) -> Iterator[bytes]:

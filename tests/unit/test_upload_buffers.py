@@ -73,15 +73,18 @@ def test_waiters_are_served_in_order_so_a_large_part_is_not_starved() -> None:
     assert order == ["large", "small"] and buffers.held == 3
 
 
-@settings(max_examples=200, deadline=None)
-@given(data=st.binary(max_size=300), block=st.integers(1, 64))
-def test_iter_blocks_reserves_what_it_yields(data: bytes, block: int) -> None:
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), block=st.integers(1, 64), buffered=st.integers(0, 20))
+def test_iter_blocks_reserves_what_it_yields(data: bytes, block: int, buffered: int) -> None:
     """Every block but the last is whole, the blocks are the source, and each yielded block is held in the
-    budget until the caller releases it."""
+    budget until the caller releases it; from a plain stream and from a buffered one (which is peeked at)."""
+    source: io.RawIOBase | io.BufferedReader | io.BytesIO = io.BytesIO(data)
+    if buffered:
+        source = io.BufferedReader(io.BytesIO(data), buffer_size=buffered)
     buffers = UploadBuffers(block)
     out: list[bytes] = []
     lasts: list[bool] = []
-    for piece, last in iter_blocks(io.BytesIO(data), block, buffers):
+    for piece, last in iter_blocks(source, block, buffers):  # type: ignore[arg-type]
         assert buffers.held == len(piece)
         out.append(piece)
         lasts.append(last)
