@@ -12,9 +12,10 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
   the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
-  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the rows each
-  copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
-  (counted on top of the uploads: a thread copies either kind of segment, so this errs high by the smaller).
+  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the batches of rows being written:
+  ``iceberg.mode.write.concurrency`` of them at once (shared by the copier threads), each
+  ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes`` (counted on top of the uploads: a thread copies
+  either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks; the backend's
   part buffers are one budget all copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
   twins).
@@ -171,11 +172,13 @@ def memory_budget(
     )
     if mode_on(configs):
         rows = iceberg["iceberg.mode.write.batch.bytes"]
+        writing = min(copiers, iceberg["iceberg.mode.write.concurrency"])
         budget.terms.append(
             Term(
                 "Iceberg rows being written",
-                copiers * WRITER_MEMORY_FACTOR * rows,
-                f"copier threads {copiers} x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
+                writing * WRITER_MEMORY_FACTOR * rows,
+                f"{writing} batches at once (the fewer of iceberg.mode.write.concurrency and copier threads "
+                f"{copiers}) x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
             )
         )
     if not inprocess:

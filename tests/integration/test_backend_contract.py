@@ -469,10 +469,19 @@ def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: 
 def test_s3_multipart_copy_never_mixes_two_versions(request: pytest.FixtureRequest) -> None:
     """The source is replaced after the first part was copied: every part copies only the version that was sized
     (CopySourceIfMatch), so the copy fails and leaves nothing. SeaweedFS checks the condition; moto ignores it on
-    UploadPartCopy, so this runs on SeaweedFS only."""
+    UploadPartCopy, so this runs on SeaweedFS only. The replacing upload runs on the backend's only pool thread,
+    so its parts are 16 MiB: it is one PutObject, never parts queued behind that thread."""
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR["s3-seaweedfs"])
     backend = S3Backend()
-    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
+    backend.configure(
+        server.config(
+            **{
+                **TEST_TUNING["s3"],
+                "s3.multipart.upload.concurrency": "1",
+                "s3.multipart.upload.part.size": str(16 * MiB),
+            }
+        )
+    )
     backend.copy_single_limit = backend.copy_part_size = 5 * MiB
     prefix = f"copy-mix-{uuid.uuid4().hex[:8]}/"
     source, target = prefix + "source", prefix + "target"
