@@ -93,8 +93,8 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     assert default["Iceberg row groups"] == 64
     # one reader of large row groups per broker reader thread (Kafka's 10), 2 x 16 MiB slices each
     assert default["Iceberg slice readers"] == 10 * 32
-    assert default["Iceberg rows being written"] == 10 * 3 * 64  # Kafka's 10 copier threads x 3 x 64 MiB
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 1920, abs=0.5)
+    assert default["Iceberg rows being written"] == 2 * 3 * 64  # 2 write slots shared by 10 copier threads x 3 x 64 MiB
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 384, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
@@ -154,3 +154,21 @@ def test_upload_buffers_are_one_budget_whatever_the_copier_threads(backend: str,
 
     assert uploads(1) == 5 * 4 * MIB + 48 * MIB
     assert uploads(10) == 10 * 5 * 4 * MIB + 48 * MIB
+
+
+def test_iceberg_rows_are_counted_per_write_slot_not_per_copier_thread() -> None:
+    configs = {
+        "chunk.size": str(4 * MIB),
+        "storage.backend.class": "filesystem",
+        "iceberg.mode.topics.regex": "t",
+        "iceberg.mode.write.batch.bytes": str(32 * MIB),
+        "iceberg.mode.write.concurrency": "3",
+    }
+
+    def rows(copiers: int) -> int:
+        budget = memory_budget(configs, {"remote.log.manager.copier.thread.pool.size": str(copiers)}, cpus=2)
+        assert budget is not None
+        return int(next(t.size for t in budget.terms if t.label == "Iceberg rows being written") or 0)
+
+    assert rows(10) == 3 * 3 * 32 * MIB  # three slots shared by ten copier threads
+    assert rows(2) == 2 * 3 * 32 * MIB  # two copier threads never fill three slots
