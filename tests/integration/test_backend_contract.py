@@ -515,7 +515,14 @@ def test_s3_multipart_copy_past_the_deadline_is_aborted(flavour: str, request: p
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
     backend = S3Backend()
     backend.configure(
-        server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1", "s3.upload.timeout.ms": "1000"})
+        server.config(
+            **{
+                **TEST_TUNING["s3"],
+                "s3.multipart.upload.concurrency": "1",
+                "s3.upload.timeout.ms": "1000",
+                "s3.multipart.upload.part.size": str(16 * MiB),  # the source goes up in one PutObject
+            }
+        )
     )
     backend.copy_single_limit = backend.copy_part_size = 5 * MiB
     prefix = f"copy-slow-{uuid.uuid4().hex[:8]}/"
@@ -1135,7 +1142,7 @@ def test_config_defs_document_every_key() -> None:
         for key in module.CONFIG_DEF.keys.values():
             assert key.doc.strip() and key.group == group, key.name
             assert not key.name.startswith("storage."), key.name
-    assert s3.CONFIG_DEF.keys["s3.multipart.upload.part.size"].default == 26214400
+    assert s3.CONFIG_DEF.keys["s3.multipart.upload.part.size"].default == 8388608
 
 
 # --- retry policy (pure) --------------------------------------------------------------------------
