@@ -16,8 +16,9 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   ``iceberg.mode.write.concurrency`` of them at once (shared by the copier threads), each
   ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes`` (counted on top of the uploads: a thread copies
   either kind of segment, so this errs high by the smaller).
-- uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks; the backend's
-  part buffers are one budget all copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
+- uploads: each of the broker's copier threads holds two chunks (one being transformed, one being uploaded), and
+  all share a read-ahead of 2 x transform threads + 1 chunks; the backend's part buffers are one budget all
+  copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
   twins).
 - the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
 
@@ -162,12 +163,13 @@ def memory_budget(
         _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
     transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
-    window = (2 * transform + 1) * chunk
+    chunks = 2 * copiers + 2 * transform + 1
     budget.terms.append(
         Term(
             "uploads",
-            copiers * window + parts,
-            f"copier threads {copiers} x (2 x {transform} transform threads + 1) x chunk.size + {parts_how}",
+            chunks * chunk + parts,
+            f"(copier threads {copiers} x 2 + the shared read-ahead 2 x {transform} transform threads + 1) x "
+            f"chunk.size + {parts_how}",
         )
     )
     if mode_on(configs):

@@ -41,8 +41,8 @@ def test_config_check_prints_each_term_and_the_sum(tmp_path: Path, capsys: pytes
     assert "memory of the plugin at remote.log.reader.threads=unset: Kafka's default" in out
     assert set(sizes) == {"shared region", "fetches in flight", "index cache", "uploads", "Python sidecar", "total"}
     assert sizes["total"] == pytest.approx(sum(v for k, v in sizes.items() if k != "total"), abs=0.5)
-    # ten copier threads, each a window of 2 x 2 + 1 chunks, and the 64 MiB of S3 parts they share
-    assert sizes["uploads"] == 10 * 5 * 4 + 64
+    # ten copier threads of two chunks each, the 2 x 2 + 1 chunks of read-ahead and the 64 MiB of parts they share
+    assert sizes["uploads"] == (10 * 2 + 5) * 4 + 64
     assert sizes["Python sidecar"] == PYTHON_BASELINE / MIB
     assert sizes["index cache"] == 10
     assert "WARNING" not in out, "Kafka's default reader threads fit the default chunk cache"
@@ -137,7 +137,8 @@ def test_slice_readers_follow_the_key_and_fewer_than_the_reader_threads_is_warne
     ],
 )
 def test_upload_buffers_are_one_budget_whatever_the_copier_threads(backend: str, key: str) -> None:
-    """The part buffers are shared by the copier threads: only the chunk window grows with their number."""
+    """The part buffers and the read-ahead are shared by the copier threads: only two chunks each grow with their
+    number."""
     configs = {
         "chunk.size": str(4 * MIB),
         "storage.backend.class": backend,
@@ -152,8 +153,8 @@ def test_upload_buffers_are_one_budget_whatever_the_copier_threads(backend: str,
         assert key in term.how
         return int(term.size or 0)
 
-    assert uploads(1) == 5 * 4 * MIB + 48 * MIB
-    assert uploads(10) == 10 * 5 * 4 * MIB + 48 * MIB
+    assert uploads(1) == (1 * 2 + 5) * 4 * MIB + 48 * MIB
+    assert uploads(10) == (10 * 2 + 5) * 4 * MIB + 48 * MIB
 
 
 def test_iceberg_rows_are_counted_per_write_slot_not_per_copier_thread() -> None:
