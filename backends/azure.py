@@ -25,7 +25,6 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.base import (
@@ -37,9 +36,11 @@ from backends.base import (
     StorageBackendException,
     VersionedObject,
 )
+from backends.buffers import UploadBuffers
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
     STORAGE_PREFIX,
+    UPLOAD_BUFFER_MEMORY,
     CloudBackend,
     common_keys,
     config_error,
@@ -48,11 +49,13 @@ from backends.cloud import (
     parse_storage_config,
     require_container,
     retry_policy,
+    upload_buffer_key,
+    upload_buffers,
     upload_parts,
 )
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, blocks_after, check_answer_length, iter_blocks
 
 MIN_BLOCK_SIZE = 100 * 1024
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
@@ -117,9 +120,9 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "azure.upload.block.size",
             "int",
-            25 * 1024 * 1024,
-            "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
-            "upload is about (concurrency + 1) x block size.",
+            8 * 1024 * 1024,
+            "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. The blocks of "
+            "all uploads share azure.upload.buffer.memory.bytes.",
             validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
             group="azure",
         ),
@@ -127,10 +130,11 @@ CONFIG_DEF = ConfigDef().extend(
             "azure.upload.concurrency",
             "int",
             4,
-            "Blocks of one upload staged in parallel (size of the upload thread pool).",
+            "Blocks staged in parallel (size of the upload thread pool, shared by all uploads).",
             validator=in_range(1, 64),
             group="azure",
         ),
+        upload_buffer_key("azure", "azure", "azure.upload.block.size"),
         ConfigKey(
             "azure.download.chunk.size",
             "int",
@@ -170,6 +174,7 @@ class AzureBlobBackend(CloudBackend):
         self.account = ""
         self.block_size = CONFIG_DEF.keys["azure.upload.block.size"].default
         self.concurrency = 4
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self._sas_token: str | None = None
         self._service: Any = None
         self._container: Any = None
@@ -205,6 +210,7 @@ class AzureBlobBackend(CloudBackend):
         self.container = values["azure.container.name"]
         self.block_size = values["azure.upload.block.size"]
         self.concurrency = values["azure.upload.concurrency"]
+        self.buffers = upload_buffers(values, "azure", "azure.upload.block.size")
         self._policy = retry_policy(values, "azure")
         self._upload_timeout_s = values["azure.upload.timeout.ms"] / 1000
         self._sas_token = (values["azure.sas.token"] or "").lstrip("?") or None
@@ -358,20 +364,33 @@ class AzureBlobBackend(CloudBackend):
     # --- upload -----------------------------------------------------------------------------------
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.block_size)
+        what = f"Azure upload of key {key!r} to {self._where()}"
+        blocks = iter_blocks(data, self.block_size, self.buffers, deadline, what)
         first, last = next(blocks)
-        blob = self.container_client.get_blob_client(key)
         if last:
-            self._call(
-                "blob-upload",
-                key,
-                lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1, **_request_id()),
-                deadline=deadline,
-                key_read=False,
-            )
+            try:
+                blob = self.container_client.get_blob_client(key)
+                self._call(
+                    "blob-upload",
+                    key,
+                    lambda block=first: blob.upload_blob(
+                        block, length=len(block), overwrite=True, max_concurrency=1, **_request_id()
+                    ),
+                    deadline=deadline,
+                    key_read=False,
+                )
+            finally:
+                self.buffers.release(len(first))
             self.instrumentation.bytes_uploaded(len(first))
             return len(first)
-        return self._staged_upload(key, blob, chain([first], (b for b, _ in blocks)), deadline)
+        head = [first]
+        del first  # only the block being staged may hold it
+        try:
+            blob = self.container_client.get_blob_client(key)
+        except BaseException:
+            self.buffers.release(len(head.pop()))
+            raise
+        return self._staged_upload(key, blob, blocks_after(head, blocks), deadline)
 
     def _staged_upload(self, key: str, blob: Any, blocks: Iterator[bytes], deadline: Deadline) -> int:
         tag = uuid.uuid4().hex[:16]
@@ -404,6 +423,7 @@ class AzureBlobBackend(CloudBackend):
                 deadline=deadline,
                 what=f"Azure staged upload of key {key!r} to {self._where()}",
                 on_bytes=count,
+                buffers=self.buffers,
             )
             self._call(
                 "block-list-upload",

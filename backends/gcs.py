@@ -21,12 +21,13 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, ObjectInfo, PreconditionFailed, StorageBackendException, VersionedObject
+from backends.buffers import UploadBuffers
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
+    UPLOAD_BUFFER_MEMORY,
     CloudBackend,
     common_keys,
     config_error,
@@ -34,6 +35,8 @@ from backends.cloud import (
     parse_storage_config,
     require_container,
     retry_policy,
+    upload_buffer_key,
+    upload_buffers,
 )
 from backends.configdef import ConfigDef, ConfigKey, in_range
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
@@ -90,13 +93,14 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "gcs.resumable.upload.chunk.size",
             "int",
-            25 * 1024 * 1024,
+            8 * 1024 * 1024,
             "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
-            "in one request. One chunk per upload is held in memory.",
+            "in one request. Each upload holds one chunk at a time; all share gcs.upload.buffer.memory.bytes.",
             validator=_chunk_size_check,
             valid_values="[262144,...] multiple of 262144",
             group="gcs",
         ),
+        upload_buffer_key("gcs", "gcs", "gcs.resumable.upload.chunk.size"),
         ConfigKey(
             "gcs.delete.concurrency",
             "int",
@@ -166,6 +170,7 @@ class GcsBackend(CloudBackend):
         self.endpoint = DEFAULT_ENDPOINT
         self.chunk_size = CONFIG_DEF.keys["gcs.resumable.upload.chunk.size"].default
         self.delete_concurrency = 8
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self._timeout: tuple[float, float] = (60.0, 60.0)
         self._session: Any = None
         self._client: Any = None
@@ -185,6 +190,7 @@ class GcsBackend(CloudBackend):
         self.endpoint = (values["gcs.endpoint.url"] or DEFAULT_ENDPOINT).rstrip("/")
         self.chunk_size = values["gcs.resumable.upload.chunk.size"]
         self.delete_concurrency = values["gcs.delete.concurrency"]
+        self.buffers = upload_buffers(values, "gcs", "gcs.resumable.upload.chunk.size")
         self._policy = retry_policy(values, "gcs")
         self._upload_timeout_s = values["gcs.upload.timeout.ms"] / 1000
         attempt_s = values["gcs.api.call.attempt.timeout"] / 1000
@@ -303,12 +309,18 @@ class GcsBackend(CloudBackend):
     # --- upload -----------------------------------------------------------------------------------
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.chunk_size)
+        what = f"GCS upload of key {key!r} to bucket {self.bucket!r}"
+        blocks = iter_blocks(data, self.chunk_size, self.buffers, deadline, what)
         first, last = next(blocks)
         if last:
-            self._media_upload(key, first, deadline)
+            try:
+                self._media_upload(key, first, deadline)
+            finally:
+                self.buffers.release(len(first))
             return len(first)
-        return self._resumable_upload(key, chain([(first, False)], blocks), deadline)
+        head = [(first, False)]
+        del first  # only the chunk being sent may hold it
+        return self._resumable_upload(key, head, blocks, deadline)
 
     def _media_upload(self, key: str, block: bytes, deadline: Deadline) -> None:
         def attempt() -> None:
@@ -324,7 +336,16 @@ class GcsBackend(CloudBackend):
         self._call("object-upload", key, attempt, deadline=deadline, key_read=False)
         self.instrumentation.bytes_uploaded(len(block))
 
-    def _resumable_upload(self, key: str, blocks: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+    def _resumable_upload(
+        self, key: str, head: list[tuple[bytes, bool]], rest: Iterator[tuple[bytes, bool]], deadline: Deadline
+    ) -> int:
+        """Send the chunk in ``head`` (reserved in the upload buffers, like each of ``rest``), then ``rest``;
+        each chunk's reservation goes back once it is sent."""
+
+        def blocks() -> Iterator[tuple[bytes, bool]]:
+            yield head.pop()
+            yield from rest
+
         def initiate() -> str:
             response = self.session.post(
                 self._upload_url("resumable", key),
@@ -336,13 +357,21 @@ class GcsBackend(CloudBackend):
                 raise _error_from(response)
             return str(response.headers["Location"])
 
-        session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
+        try:
+            session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
+        except BaseException:
+            self.buffers.release(len(head.pop()[0]))
+            raise
         offset = 0
         try:
-            for block, last in blocks:
-                deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
-                self._send_chunk(key, session_uri, offset, block, last, deadline)
+            for block, last in blocks():
+                try:
+                    deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
+                    self._send_chunk(key, session_uri, offset, block, last, deadline)
+                finally:
+                    self.buffers.release(len(block))
                 offset += len(block)
+                del block  # not held while the next chunk is read
         except BaseException as e:
             self._cancel(key, session_uri)
             if isinstance(e, DeadlineExceeded):

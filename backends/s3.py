@@ -2,8 +2,9 @@
 
 Uploads stream: the source is cut into ``s3.multipart.upload.part.size`` parts. A source that fits in one
 part goes up in a single ``PutObject``; anything larger becomes a multipart upload whose parts are sent in
-parallel on a bounded thread pool (``s3.multipart.upload.concurrency``), holding at most concurrency + 1
-parts in memory. S3 makes an object visible only at ``PutObject`` / ``CompleteMultipartUpload``, so a
+parallel on a bounded thread pool (``s3.multipart.upload.concurrency``). The parts of all uploads share one
+byte budget (``s3.upload.buffer.memory.bytes``), so copier threads uploading at once hold at most that between
+them. S3 makes an object visible only at ``PutObject`` / ``CompleteMultipartUpload``, so a
 failed upload never leaves a partial object under the key; on failure the multipart upload is aborted so
 its parts stop costing storage.
 
@@ -22,7 +23,6 @@ import email.utils
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,8 +34,10 @@ from backends.base import (
     StorageBackendException,
     VersionedObject,
 )
+from backends.buffers import UploadBuffers
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
+    UPLOAD_BUFFER_MEMORY,
     CloudBackend,
     common_keys,
     config_error,
@@ -43,11 +45,13 @@ from backends.cloud import (
     parse_storage_config,
     require_container,
     retry_policy,
+    upload_buffer_key,
+    upload_buffers,
     upload_parts,
 )
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
+from backends.streaming import BodyReadError, ResponseStream, blocks_after, check_answer_length, iter_blocks
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +123,9 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "s3.multipart.upload.part.size",
             "int",
-            25 * 1024 * 1024,
-            "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
-            "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
+            8 * 1024 * 1024,
+            "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. The "
+            "parts of all uploads share s3.upload.buffer.memory.bytes. Smaller parts suit S3 Express One Zone.",
             validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE),
             group="s3",
         ),
@@ -129,10 +133,11 @@ CONFIG_DEF = ConfigDef().extend(
             "s3.multipart.upload.concurrency",
             "int",
             4,
-            "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
+            "Parts sent in parallel (size of the upload thread pool, shared by all uploads).",
             validator=in_range(1, 64),
             group="s3",
         ),
+        upload_buffer_key("s3", "s3", "s3.multipart.upload.part.size"),
         ConfigKey(
             "s3.legacy.md5.plugin.enabled",
             "boolean",
@@ -293,6 +298,7 @@ class S3Backend(CloudBackend):
         self.bucket = ""
         self.part_size = CONFIG_DEF.keys["s3.multipart.upload.part.size"].default
         self.concurrency = 4
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self.storage_class: str | None = None
         self.md5 = False
         self.checksums = False
@@ -324,6 +330,7 @@ class S3Backend(CloudBackend):
         self.bucket = values["s3.bucket.name"]
         self.part_size = values["s3.multipart.upload.part.size"]
         self.concurrency = values["s3.multipart.upload.concurrency"]
+        self.buffers = upload_buffers(values, "s3", "s3.multipart.upload.part.size")
         storage_class = values["s3.storage.class"].upper()
         self.storage_class = None if storage_class == "STANDARD" else storage_class
         self.md5 = values["s3.legacy.md5.plugin.enabled"]
@@ -438,12 +445,18 @@ class S3Backend(CloudBackend):
 
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.part_size)
+        what = f"S3 upload of key {key!r} to bucket {self.bucket!r}"
+        blocks = iter_blocks(data, self.part_size, self.buffers, deadline, what)
         first, last = next(blocks)
         if last:
-            self._put_object(key, first, deadline)
+            try:
+                self._put_object(key, first, deadline)
+            finally:
+                self.buffers.release(len(first))
             return len(first)
-        return self._multipart(key, first, blocks, deadline)
+        head = [first]
+        del first  # only the part being sent may hold it
+        return self._multipart(key, head, blocks, deadline)
 
     def _put_object(self, key: str, block: bytes, deadline: Deadline) -> None:
         extra = self._extra()
@@ -473,8 +486,12 @@ class S3Backend(CloudBackend):
         upload_id: str = created["UploadId"]
         return upload_id
 
-    def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
-        upload_id = self._create_multipart(key, deadline)
+    def _multipart(self, key: str, head: list[bytes], rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+        try:
+            upload_id = self._create_multipart(key, deadline)
+        except BaseException:
+            self.buffers.release(len(head.pop()))
+            raise
         total = 0
 
         def count(n: int) -> None:
@@ -503,12 +520,13 @@ class S3Backend(CloudBackend):
         try:
             parts = upload_parts(
                 self._worker_pool(self.concurrency, "kts-s3-part"),
-                chain([first], (b for b, _ in rest)),
+                blocks_after(head, rest),
                 send,
                 concurrency=self.concurrency,
                 deadline=deadline,
                 what=f"S3 multipart upload of key {key!r} to bucket {self.bucket!r}",
                 on_bytes=count,
+                buffers=self.buffers,
             )
             self._call(
                 "complete-multipart-upload",
@@ -520,6 +538,8 @@ class S3Backend(CloudBackend):
                 key_read=False,
             )
         except BaseException as e:
+            if head:  # failed before its first part was taken
+                self.buffers.release(len(head.pop()))
             self._abort(key, upload_id)
             if isinstance(e, DeadlineExceeded):
                 raise self._map_error("multipart upload", key, e) from e

@@ -46,6 +46,9 @@ entries up to half of it) keeps several slices."""
 SLICE_READERS_DEFAULT = 10
 """Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
 so each of the broker's reader threads catching up through a compacted file keeps its own."""
+WRITE_CONCURRENCY_DEFAULT = 2
+"""Batches of rows written at once by default: building rows is CPU work under the GIL, so more than two at once
+buys little throughput and costs 3 x iceberg.mode.write.batch.bytes each."""
 CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
 """What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
 the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
@@ -175,8 +178,19 @@ CONFIG_DEF = ConfigDef().extend(
             "long",
             64 << 20,
             "Record bytes (decompressed) turned into rows at a time when a segment is written: bounds the "
-            "writer's memory, about 3x this per copy in progress (kts config check counts it per copier thread).",
+            "writer's memory, about 3x this per batch being written (iceberg.mode.write.concurrency of them at "
+            "once).",
             validator=in_range(1 << 16, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.write.concurrency",
+            "int",
+            WRITE_CONCURRENCY_DEFAULT,
+            "Batches of rows (iceberg.mode.write.batch.bytes each) built and written at once, shared by all the "
+            "broker's copier threads: a copy waits for a free slot before it builds its next batch. Bounds the "
+            "memory of Iceberg-mode copies to about this x 3 x iceberg.mode.write.batch.bytes.",
+            validator=in_range(1, 64),
             group="iceberg",
         ),
         ConfigKey(
@@ -371,6 +385,7 @@ class IcebergConfig:
     delete_rows: bool = False
     commit_retries: int = 10
     write_batch_bytes: int = 64 << 20
+    write_concurrency: int = WRITE_CONCURRENCY_DEFAULT
     fetch_cache_bytes: int = 64 << 20
     fetch_table_refresh_ms: int = 5000
     fetch_slice_readers: int = SLICE_READERS_DEFAULT
@@ -431,6 +446,7 @@ class IcebergConfig:
             delete_rows=values["iceberg.mode.delete.rows.enabled"],
             commit_retries=values["iceberg.mode.commit.retries"],
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
+            write_concurrency=values["iceberg.mode.write.concurrency"],
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
             fetch_slice_readers=values["iceberg.mode.fetch.slice.readers"],
