@@ -143,7 +143,8 @@ def _identity(rows: pa.Table) -> pa.Array:
     """(topic-independent) identity of each row: its Kafka partition and key bytes, as one binary value."""
     meta = rows.column(META)
     partition = pc.cast(pc.cast(pc.struct_field(meta, "partition"), pa.string()), pa.binary())
-    return pc.binary_join_element_wise(partition, pc.struct_field(meta, "key"), b"/").combine_chunks()
+    key = pc.cast(pc.struct_field(meta, "key"), pa.binary())
+    return pc.binary_join_element_wise(partition, key, b"/").combine_chunks()
 
 
 def newest_per_key(changes: Sequence[pa.Table]) -> pa.Table:

@@ -23,8 +23,6 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableA
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
@@ -161,9 +159,8 @@ class LatestWriter:
         return table
 
     def _create(self, catalog: Catalog, spec: LatestTable, incoming: pa.Schema, log_table: str) -> Table:
-        schema: Schema = catalog._convert_schema_if_needed(incoming)  # type: ignore[attr-defined]
-        source = schema.find_field(f"{META}.key_bucket").field_id
-        partition_spec = PartitionSpec(PartitionField(source, 1000, IdentityTransform(), "key_bucket"))
+        """The table, created partitioned by ``identity(_kafka.key_bucket)`` in one commit (the spec is added to
+        the create transaction, so that the catalog's fresh field ids are the ones it names)."""
         properties = {
             "kafka.topic": spec.topic,
             LATEST_OF_PROPERTY: log_table,
@@ -174,11 +171,13 @@ class LatestWriter:
         if spec.namespace:
             catalog.create_namespace_if_not_exists(spec.namespace)
         try:
-            return catalog.create_table(
-                spec.identifier, schema=schema, partition_spec=partition_spec, properties=properties
-            )
+            txn = catalog.create_table_transaction(spec.identifier, schema=incoming, properties=properties)
+            with txn.update_spec() as update:
+                update.add_field(f"{META}.key_bucket", IdentityTransform(), "key_bucket")
+            txn.commit_transaction()
         except TableAlreadyExistsError:  # another broker created it in between
-            return catalog.load_table(spec.identifier)
+            pass
+        return catalog.load_table(spec.identifier)
 
     def _attempt(self, spec: LatestTable, changes: pa.Table, log_table: str, what: str) -> int | None:
         table = self.table(spec, changes.drop_columns([DELETED]).schema, log_table)

@@ -329,3 +329,124 @@ def test_bad_latest_keys_are_refused_naming_the_key(key: str, value: str, messag
                 f"iceberg.mode.table.orders.latest.{key}": value,
             }
         )
+
+
+# ------------------------------------------------------------------------------------------ Debezium change events
+
+DEBEZIUM = LatestTable("cdc", "kafka", "cdc_latest", format="debezium", buckets=4)
+_column_values = {
+    "int32": st.integers(-(2**31), 2**31 - 1),
+    "int64": st.integers(-(2**63), 2**63 - 1),
+    "string": st.text(max_size=5),
+    "boolean": st.booleans(),
+    "float64": st.floats(allow_nan=False, allow_infinity=False),
+    "bytes": st.binary(max_size=5),
+}
+
+
+@st.composite
+def _rows(draw: st.DrawFn) -> tuple[dict[str, str], list[tuple[str, dict[str, Any] | None]]]:
+    names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=4, unique=True))
+    columns = {n: draw(st.sampled_from(sorted(_column_values))) for n in names}
+    events = []
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["c", "u", "r", "d"]))
+        after = None if op == "d" else {n: draw(st.none() | _column_values[t]) for n, t in columns.items()}
+        events.append((op, after))
+    return columns, events
+
+
+def _wire(op: str, after: dict[str, Any] | None, columns: dict[str, str], with_schema: bool) -> bytes:
+    import base64
+    import json
+
+    encoded = None
+    if after is not None:
+        encoded = {
+            n: base64.b64encode(v).decode() if isinstance(v, bytes) and with_schema else v for n, v in after.items()
+        }
+    envelope = {"before": None, "after": encoded, "op": op, "source": {}, "ts_ms": 0}
+    if not with_schema:
+        return json.dumps(envelope).encode()
+    row = {"type": "struct", "optional": True, "fields": [{"field": n, "type": t} for n, t in columns.items()]}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    return json.dumps({"schema": schema, "payload": envelope}).encode()
+
+
+@settings(max_examples=80, deadline=None)
+@given(_rows())
+def test_debezium_json_with_schema_gives_after_as_columns_of_the_schemas_types(
+    rows: tuple[dict[str, str], list[tuple[str, dict[str, Any] | None]]],
+) -> None:
+    columns, events = rows
+    records = [Rec(0, i, b"k%d" % i, _wire(op, after, columns, True)) for i, (op, after) in enumerate(events)]
+    out = changes_of(chunk(records), DEBEZIUM)
+    assert out.column("_deleted").to_pylist() == [op == "d" for op, _ in events]
+    types = {"int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "boolean": pa.bool_()}
+    types |= {"float64": pa.float64(), "bytes": pa.binary()}
+    for name, kind in columns.items():
+        assert out.schema.field(name).type == types[kind]
+        assert out.column(name).to_pylist() == [after[name] if after else None for _, after in events]
+
+
+@settings(max_examples=40, deadline=None)
+@given(_rows())
+def test_debezium_json_without_schema_gives_the_same_values(
+    rows: tuple[dict[str, str], list[tuple[str, dict[str, Any] | None]]],
+) -> None:
+    columns, events = rows
+    columns = {n: t for n, t in columns.items() if t in ("string", "boolean", "int32")}  # JSON keeps these exact
+    events = [(op, {n: v for n, v in a.items() if n in columns} if a else a) for op, a in events]
+    records = [Rec(0, i, b"k%d" % i, _wire(op, after, columns, False)) for i, (op, after) in enumerate(events)]
+    out = changes_of(chunk(records), DEBEZIUM)
+    assert out.column("_deleted").to_pylist() == [op == "d" for op, _ in events]
+    for name in columns:
+        if name in out.column_names:
+            assert out.column(name).to_pylist() == [after.get(name) if after else None for _, after in events]
+        else:  # a column that is null in every event has no type to infer
+            assert all(after is None or after.get(name) is None for _, after in events)
+
+
+def test_debezium_other_events_change_nothing_and_tombstones_delete() -> None:
+    records = [
+        Rec(0, 0, b"k", b'{"op": "t", "before": null, "after": null}'),
+        Rec(0, 1, b"k", b"not json"),
+        Rec(0, 2, b"k", b'{"schema": null, "payload": null}'),
+        Rec(0, 3, b"j", None),
+        Rec(0, 4, b"i", b'{"op": "c", "after": {"id": 1}}'),
+    ]
+    out = changes_of(chunk(records), DEBEZIUM)
+    assert pc.struct_field(out.column(META), "offset").to_pylist() == [2, 3, 4]
+    assert out.column("_deleted").to_pylist() == [True, True, False]
+    assert out.column("id").to_pylist() == [None, None, 1]
+
+
+def test_a_debezium_column_named_like_ours_is_refused_by_name() -> None:
+    from rsm.errors import RemoteStorageException
+
+    with pytest.raises(RemoteStorageException, match="column '_kafka'.*latest.format=record"):
+        changes_of(chunk([Rec(0, 0, b"k", b'{"op": "c", "after": {"_kafka": 1}}')]), DEBEZIUM)
+
+
+def test_avro_values_whose_null_branch_defines_a_named_type_parse() -> None:
+    """Debezium's Avro envelope defines its row record in ``before`` and refers to it by name in ``after``; a
+    create event has ``before`` null."""
+    import io
+
+    import fastavro
+
+    from rsm.iceberg.values.avro import AvroValueParser
+
+    row = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"}]}
+    schema = {
+        "type": "record",
+        "name": "Envelope",
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {"name": "op", "type": "string"},
+        ],
+    }
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), {"before": None, "after": {"id": 7}, "op": "c"})
+    assert AvroValueParser(schema).parse_one(buf.getvalue()) == {"before": None, "after": {"id": 7}, "op": "c"}
