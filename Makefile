@@ -29,6 +29,8 @@ setup: $(STAMP)
 	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
 	bash jvm-shim/build.sh --kafka test
 	$(BIN)/python tests/support/kafka_dist.py
+	# Debezium's PostgreSQL connector (a Kafka Connect plugin folder) for the change-event system test.
+	$(BIN)/python tests/support/connect_dist.py
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
