@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases test-jvm-shutdown
+.PHONY: setup demo test lint bench bench-iceberg-freshness docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases test-jvm-shutdown
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -64,6 +64,11 @@ test-jvm-shutdown: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_copy_fetch.py
+
+# Produce-to-visible delay of Iceberg mode in a real Kafka 4.x broker at docs/iceberg.md's fresh-rows settings
+# (20 partitions, a SQL reader polling the table): about 15 minutes; the figures go in docs/benchmarks.md.
+bench-iceberg-freshness: setup
+	$(BIN)/python benchmarks/bench_iceberg_freshness.py
 
 docs: $(STAMP)
 	$(BIN)/kts config-docs --write docs/configuration.md

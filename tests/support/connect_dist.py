@@ -10,7 +10,7 @@ release (kafka_dist's assembly holds connect-runtime, connect-json and connect-t
 folder on its ``plugin.path``, a REST listener on a free port and offsets in a file; :class:`ConnectWorker`
 reads a connector's status over REST and stops the worker.
 
-    python tests/support/connect_dist.py     # assemble (make setup does this)
+    python tests/support/connect_dist.py     # assemble Kafka DEBEZIUM_KAFKA and the plugin (make setup does)
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ from typing import Any
 import kafka_dist as kd
 
 DEBEZIUM_VERSION = "3.6.1.Final"
+DEBEZIUM_KAFKA = "4.3.1"
+"""The Kafka release whose Connect runtime (and broker) runs the connector: the newest patch of the minor
+release Debezium 3.6 is built against (4.3). On Kafka 4.4 its tasks fail: 4.4 moved
+``org.apache.kafka.common.utils.Sanitizer``, which Debezium's metrics use."""
 POM = kd.REPO / "jvm-shim" / "debezium" / "pom.xml"
 STANDALONE = "org.apache.kafka.connect.cli.ConnectStandalone"
 
@@ -249,6 +253,7 @@ def postgres_connector(host_port: tuple[str, int], prefix: str, tables: str, slo
 
 
 def main() -> int:
+    print(kd.kafka_home(DEBEZIUM_KAFKA))
     print(debezium_plugin())
     return 0
 

@@ -1,6 +1,7 @@
-"""Change events end to end: a real Kafka broker (``NEWEST_4X`` from Maven Central) tiers, as rows of Iceberg
-tables, a keyed topic written by a producer and a topic written by Debezium's PostgreSQL connector; Spark and
-DuckDB read each topic's current state per key equal to its source.
+"""Change events end to end: a real Kafka 4.x broker (``connect_dist.DEBEZIUM_KAFKA``, the release Debezium 3.6
+runs on, from Maven Central) tiers, as rows of Iceberg tables, a keyed topic written by a producer and a topic
+written by Debezium's PostgreSQL connector; Spark and DuckDB read each topic's current state per key equal to
+its source.
 
 The broker runs the shim with Iceberg mode for both topics and tiers fast: segments roll on time
 (``segment.ms``), the remote log manager runs every second, local copies go after a second. Both topics carry
@@ -35,7 +36,7 @@ import pytest
 from iceberg_testing import SPARK_SESSION, run_iceberg_spark, spark_jdbc_catalog
 from pg_testing import PostgresServer
 
-VERSION = os.environ.get("KTS_CDC_BROKER_KAFKA", kd.NEWEST_4X)
+VERSION = os.environ.get("KTS_CDC_BROKER_KAFKA", cd.DEBEZIUM_KAFKA)
 KEYED = "ice-keyed"
 CDC = "dbz.public.items"
 SEGMENT_MS = 8000
