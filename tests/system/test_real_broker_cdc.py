@@ -151,9 +151,9 @@ def _produce_keyed(b: kd.Broker) -> list[Sent]:
         send(plain, [1, 2, 3, 1, 1])
         send(plain, [4, 5], tombstone=True)
         txn.begin_transaction()
-        send(txn, [6, 7, 4])  # aborted: k06 and k07 keep their values, k04 stays deleted
+        send(txn, [6, 7, 4], aborted=True)  # aborted: k06 and k07 keep their values, k04 stays deleted
         send(plain, [8])
-        send(txn, [9], tombstone=True)
+        send(txn, [9], aborted=True, tombstone=True)
         txn.abort_transaction()
         send(plain, [10, 5])  # k05 comes back after its tombstone
         _wait_end(b, KEYED, len(sent) + 1)  # and the ABORT marker
