@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range, one_of
+from rsm.iceberg.latest_config import LatestTable, latest_tables
 from rsm.iceberg.topic_tables import TopicTable, table_of, topic_tables
 
 PREFIX = "iceberg.mode."
@@ -150,6 +151,58 @@ CONFIG_DEF = ConfigDef().extend(
             "`identity(<column>)`, `bucket[<n>](<column>)`, `truncate[<width>](<column>)` of a column such as "
             "value.country; none: unpartitioned. Unset: day for a new table, an existing one kept as it is. A "
             "change evolves the table's spec: new data only.",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.enabled",
+            "boolean",
+            False,
+            "Also keep the topic's latest-per-key table: one row per Kafka partition and key, the record of the "
+            "highest offset tiered so far; a tombstone (or a Debezium delete) removes the key. Updated by the copy "
+            "that commits the log rows, right after them; aborted transactions never reach it "
+            '(docs/iceberg.md, "The latest-per-key table").',
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.name",
+            "string",
+            None,
+            "The latest-per-key table: <name> (in the log table's namespace) or <namespace>.<name>. Default: the "
+            "log table's name + '_latest' (kafka.orders -> kafka.orders_latest).",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.key",
+            "string",
+            "kafka.key",
+            "What identifies a key: kafka.key (the record key's bytes) or comma-separated fields of the parsed "
+            "value (value.customer_id, value.region; needs a value schema). A record whose key is null is left out.",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.format",
+            "string",
+            "record",
+            "record: a row holds the record (key_raw, value_raw, headers, and the parsed key and value where the "
+            "topic has them). debezium: values are Debezium change events (JSON with or without schema, or Avro "
+            "through the registry); c, u and r write the columns of `after` as the row's own columns, d deletes "
+            "the key.",
+            validator=one_of("record", "debezium"),
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.buckets",
+            "int",
+            16,
+            "Hash buckets of the key, the latest table's partitions: a copy rewrites the files of at most this "
+            "many buckets. More buckets: smaller rewrites per copy, more files. Takes effect when the table is "
+            "created.",
+            validator=in_range(1, 4096),
             dynamic=True,
             group="iceberg",
         ),
@@ -383,10 +436,16 @@ class IcebergConfig:
     value_schemas: dict[str, Any] = field(default_factory=dict)
     #: Topics with ``iceberg.mode.table.<id>.*`` keys, by topic.
     tables: dict[str, TopicTable] = field(default_factory=dict)
+    #: Topics with a latest-per-key table (``iceberg.mode.table.<id>.latest.enabled=true``), by topic.
+    latest: dict[str, LatestTable] = field(default_factory=dict)
 
     def table_of(self, topic: str) -> TopicTable:
         """The topic's table: configured, or named after the topic in ``namespace``."""
         return table_of(self.tables, topic, self.namespace)
+
+    def latest_of(self, topic: str) -> LatestTable | None:
+        """The topic's latest-per-key table, where it has one."""
+        return self.latest.get(topic)
 
     @property
     def enabled(self) -> bool:
@@ -451,5 +510,6 @@ class IcebergConfig:
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))
             },
-            tables=topic_tables(raw, values["iceberg.mode.namespace"]),
+            tables=(tables := topic_tables(raw, values["iceberg.mode.namespace"])),
+            latest=latest_tables(raw, tables, values["iceberg.mode.namespace"]),
         )

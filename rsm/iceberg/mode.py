@@ -98,6 +98,9 @@ class IcebergMode:
             with self.maintainer.gate(self.handle.table_identifier(tip.topic)[1]).copying():
                 section = self.writer.write(seg, meta.describe(), before_commit, summary)
             self.maintainer.note_commit(section_identifier(section.table, tip.topic)[1])
+            latest = self.cfg.latest_of(tip.topic)
+            if latest is not None and latest.namespace == self.cfg.namespace:
+                self.maintainer.note_commit(latest.name)  # its expiry keeps its commits' cost flat too
             return WrittenRows(section, summary.crc32c)
         except (RemoteStorageException, NotRepresentable):
             raise

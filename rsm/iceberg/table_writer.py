@@ -31,6 +31,7 @@ from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
 from rsm.iceberg.data_files import delete_data_files, evolve_spec, spec_matches, write_data_files
 from rsm.iceberg.deletes import delete_segment_rows
+from rsm.iceberg.latest_table import LatestChanges, LatestWriter
 from rsm.iceberg.replace import CommitOutcomeUnknown, Replacer, RowSelection, offset_range_filter
 from rsm.iceberg.rows import NotRepresentable, RowOrigin, SegmentSummary, segment_row_tables
 from rsm.iceberg.schema import has_field, partition_spec
@@ -66,6 +67,7 @@ class TableWriter:
         self.commit_retries = commit_retries
         self.value_column_for = value_column_for
         self.replacer = Replacer(lambda: handle.catalog, commit_retries)
+        self.latest = LatestWriter(lambda: handle.catalog, commit_retries)
         self._legacy: set[str] = set()  # topics whose table is under the topic's own name (an earlier release's)
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
@@ -180,9 +182,13 @@ class TableWriter:
         write_uuid = uuid.uuid4()
         counter = itertools.count(0)
         written: list[DataFile] = []
+        latest_spec = self.handle.cfg.latest_of(seg.topic)
+        latest = LatestChanges(latest_spec) if latest_spec is not None else None
         try:
             for chunk in itertools.chain((first,), chunks):
                 written += write_data_files(table, chunk, write_uuid, counter)
+                if latest is not None:
+                    latest.add(chunk)
             properties = {
                 "kafka.segment.id": seg.segment_id,
                 "kafka.topic.id": seg.topic_id,
@@ -199,6 +205,10 @@ class TableWriter:
             delete_data_files(table.io, written, what)
             raise
         assert snapshot_id is not None
+        if latest is not None:
+            # After the log rows, never before: a failure here fails the copy, and Kafka's retry replaces its own
+            # log rows and applies what the latest table lacks (its watermarks skip the rest).
+            self.latest.apply(latest, ".".join(ident), what)
         return IcebergSection(
             table=".".join(ident),
             snapshot_id=snapshot_id,
