@@ -18,7 +18,9 @@ values parsed by a JSON Schema into the table's ``value`` column.
 Once every record of both topics is tiered, the log tables hold every record (each change event's envelope
 with ``op``, ``before`` and ``after``), and a latest-per-key query over each log table (the newest row per key
 that is neither a control marker nor aborted; a tombstone or ``op = 'd'`` deletes) gives, in Spark and in
-DuckDB, exactly the model's rows. About four minutes.
+DuckDB, exactly the model's rows. So do the topics' latest-per-key tables, which the copies keep
+(``iceberg.mode.table.<id>.latest.enabled``; the Debezium topic's with ``latest.format=debezium``, its rows the
+columns of ``after``). About four minutes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import kafka_dist as kd
 import pytest
 from iceberg_testing import SPARK_SESSION, run_iceberg_spark, spark_jdbc_catalog
 from pg_testing import PostgresServer
+
+from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
 
 VERSION = os.environ.get("KTS_CDC_BROKER_KAFKA", cd.DEBEZIUM_KAFKA)
 KEYED = "ice-keyed"
@@ -89,6 +93,12 @@ def _plugin_lines(tmp: Path) -> str:
         "iceberg.value.schema.keyed.json": json.dumps(KEYED_SCHEMA),
         "iceberg.value.schema.cdc.topic": CDC,
         "iceberg.value.schema.cdc.json": json.dumps(ENVELOPE_SCHEMA),
+        # Each topic's latest-per-key table: the records as they are, and Debezium's events applied.
+        "iceberg.mode.table.keyed.topic": KEYED,
+        "iceberg.mode.table.keyed.latest.enabled": "true",
+        "iceberg.mode.table.cdc.topic": CDC,
+        "iceberg.mode.table.cdc.latest.enabled": "true",
+        "iceberg.mode.table.cdc.latest.format": "debezium",
     }
     return base + "".join(f"rsm.config.{k}={v}\n" for k, v in extra.items())
 
@@ -208,7 +218,14 @@ class Db:
     def rows(self) -> dict[str, dict[str, Any]]:
         with self.conn.cursor() as cur:
             cur.execute("SELECT id, name, qty FROM public.items")
-            return {json.dumps({"id": i}): {"id": i, "name": nm, "qty": q} for i, nm, q in cur.fetchall()}
+            return _db_rows(cur.fetchall())
+
+
+def _db_rows(rows: Any) -> dict[str, dict[str, Any]]:
+    """{key JSON as Debezium writes it: row} of (id, name, qty) tuples; a key twice is an error."""
+    out = {json.dumps({"id": i}): {"id": i, "name": nm, "qty": q} for i, nm, q in rows}
+    assert len(out) == len(rows), "a key has two rows"
+    return out
 
 
 def _change_rows(db: Db, phase: int) -> None:
@@ -249,12 +266,13 @@ def _latest_sql(table: str, struct_access: str) -> str:
 SPARK_LATEST = (
     SPARK_SESSION
     + """
+def plain(v):
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode()
+    return v.asDict(recursive=True) if hasattr(v, "asDict") else v
 out = {}
 for name, sql in json.loads(sys.argv[3]).items():
-    out[name] = [
-        {"key": bytes(r["key_raw"]).decode(), "value": r["value"].asDict(recursive=True) if r["value"] else None}
-        for r in spark.sql(sql).collect()
-    ]
+    out[name] = [{c: plain(v) for c, v in r.asDict().items()} for r in spark.sql(sql).collect()]
 print(json.dumps(out))
 spark.stop()
 """
@@ -262,8 +280,6 @@ spark.stop()
 
 
 def _duckdb_latest(metadata_location: str, op: str) -> dict[str, dict[str, Any]]:
-    from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
-
     con = duckdb_with_iceberg()
     con.execute(f"CREATE VIEW t AS SELECT * FROM iceberg_scan('{metadata_location}')")
     rows = con.execute(_latest_sql("t", op)).fetchall()
@@ -344,15 +360,28 @@ def test_keyed_and_debezium_topics_tier_to_tables_equal_to_their_sources(
         assert {k: dict(v) for k, v in duck["keyed"].items()} == expected_keyed
         assert _cdc_state(duck["cdc"]) == expected_cdc
 
+        # The latest-per-key tables the copies kept hold the same.
+        keyed_latest = catalog.load_table(("kafka", "ice_keyed_latest")).metadata_location
+        cdc_latest = catalog.load_table(("kafka", "dbz_public_items_latest")).metadata_location
+        con = duckdb_with_iceberg()
+        rows = con.execute("SELECT key_raw, value FROM iceberg_scan(?)", [keyed_latest]).fetchall()
+        assert {bytes(k).decode(): dict(v) for k, v in rows} == expected_keyed
+        rows = con.execute("SELECT id, name, qty FROM iceberg_scan(?)", [cdc_latest]).fetchall()
+        assert _db_rows(rows) == expected_cdc
+
         settings = spark_jdbc_catalog(
             f"jdbc:sqlite:{tmp_path / 'catalog.db'}", (tmp_path / "remote" / "iceberg").as_uri()
         )
         queries = {
             "keyed": _latest_sql("kafka_tiered.kafka.ice_keyed", "CAST(NULL AS STRING)"),
             "cdc": _latest_sql("kafka_tiered.kafka.dbz_public_items", "value.op"),
+            "keyed_latest": "SELECT key_raw, value FROM kafka_tiered.kafka.ice_keyed_latest",
+            "cdc_latest": "SELECT id, name, qty FROM kafka_tiered.kafka.dbz_public_items_latest",
         }
         spark = json.loads(
             run_iceberg_spark(SPARK_LATEST, json.dumps(settings), json.dumps(queries)).strip().splitlines()[-1]
         )
-        assert {r["key"]: r["value"] for r in spark["keyed"]} == expected_keyed
-        assert _cdc_state({r["key"]: r["value"] for r in spark["cdc"]}) == expected_cdc
+        assert {r["key_raw"]: r["value"] for r in spark["keyed"]} == expected_keyed
+        assert _cdc_state({r["key_raw"]: r["value"] for r in spark["cdc"]}) == expected_cdc
+        assert {r["key_raw"]: r["value"] for r in spark["keyed_latest"]} == expected_keyed
+        assert _db_rows([(r["id"], r["name"], r["qty"]) for r in spark["cdc_latest"]]) == expected_cdc
