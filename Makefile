@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench bench-broker-scale bench-broker-scale-smoke docs reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases test-jvm-shutdown test-aiven-compat
+.PHONY: setup demo test lint bench bench-broker-scale bench-broker-scale-smoke bench-iceberg-freshness docs \
+	reliability-table demo-stack-check deploy-image-check test-kafka-matrix test-kafka-4x test-shim-kafka-releases \
+	test-jvm-shutdown test-aiven-compat
 
 # setup.py and the C source too: a changed record walk is compiled again by the editable install; and the
 # version, so the installed metadata says the release rsm/_version.py names.
@@ -29,6 +31,8 @@ setup: $(STAMP)
 	# runs it on (jvm-shim/kafka-releases.txt): Maven fetches their jars into ~/.m2 here, not during the tests.
 	bash jvm-shim/build.sh --kafka test
 	$(BIN)/python tests/support/kafka_dist.py
+	# Debezium's PostgreSQL connector (a Kafka Connect plugin folder) for the change-event system test.
+	$(BIN)/python tests/support/connect_dist.py
 
 demo: $(STAMP)
 	$(BIN)/kts demo --dir ./kts-demo
@@ -80,6 +84,11 @@ bench-broker-scale: setup
 # The same, small: about 3 minutes on 2 quiet cores.
 bench-broker-scale-smoke: setup
 	$(BIN)/python benchmarks/bench_broker_scale.py --smoke $(BENCH_ARGS)
+
+# Produce-to-visible delay of Iceberg mode in a real Kafka 4.x broker at docs/iceberg.md's fresh-rows settings
+# (20 partitions, a SQL reader polling the table): about 15 minutes; the figures go in docs/benchmarks.md.
+bench-iceberg-freshness: setup
+	$(BIN)/python benchmarks/bench_iceberg_freshness.py
 
 docs: $(STAMP)
 	$(BIN)/kts config-docs --write docs/configuration.md
