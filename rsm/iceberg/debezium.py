@@ -133,6 +133,8 @@ class DebeziumColumns:
             op = envelope.get("op") if envelope is not None else None
             after = envelope.get("after") if envelope is not None else None
             if op == "d":
+                if after_type is not None:  # the schema still says what the columns are
+                    types.append(after_type)
                 afters.append(None)
                 deleted.append(True)
                 change.append(True)
