@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from iceberg_testing import CountingIO, iceberg_config, load_table, new_tip, order_records, segment_of, tier
 
-from rsm.iceberg.file_bounds import ManifestBounds, overlaps
+from rsm.iceberg.file_bounds import ManifestCache, overlaps
 
 RECORDS = 40
 
@@ -20,7 +20,7 @@ def _tier(cfg: dict[str, str], tmp_path: Path, tip: object, first: int) -> None:
 def test_may_hold_follows_the_live_files_partitions_and_offsets(tmp_path: Path) -> None:
     cfg = iceberg_config(tmp_path, **{"iceberg.mode.maintenance.enabled": "false"})
     p0, p1 = new_tip(partition=0), new_tip(partition=1)
-    bounds = ManifestBounds()
+    bounds = ManifestCache()
     _tier(cfg, tmp_path, p0, 0)
     _tier(cfg, tmp_path, p0, RECORDS)
     _tier(cfg, tmp_path, p1, 0)
@@ -37,7 +37,7 @@ def test_each_manifest_is_read_once(tmp_path: Path) -> None:
     tip = new_tip()
     for i in range(4):
         _tier(cfg, tmp_path, tip, i * RECORDS)
-    bounds = ManifestBounds()
+    bounds = ManifestCache()
 
     def reads() -> list[str]:
         table = load_table(cfg)
