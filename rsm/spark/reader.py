@@ -272,49 +272,31 @@ def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
     raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
 
 
-def _wrap(memory: object | None) -> pa.Buffer | None:
-    import pyarrow as pa
-
-    return None if memory is None else pa.py_buffer(memory)
-
-
-def _binary(part: tuple[object, object, object, int], rows: int, kind: pa.DataType) -> pa.Array:
-    """A binary or string column from the compiled walk's (validity, offsets, data, null count), without a copy."""
-    import pyarrow as pa
-
-    validity, offsets, data, nulls = part
-    return pa.Array.from_buffers(kind, rows, [_wrap(validity), _wrap(offsets), _wrap(data)], null_count=nulls)
-
-
 def _buffers_array(name: str, parts: dict[str, Any], topic: str, partition: int) -> pa.Array:
     """One column of a batch from the compiled walk's buffers (:meth:`RecordBuffers.parts`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from rsm.iceberg.walk_arrays import binary_array, fixed_array, headers_array
+
     rows: int = parts["rows"]
     if name in ("key", "value"):
         if parts[name] is None:
             raise ValueError(f"{name!r} was not read: the decoder was told it is not wanted")
-        return _binary(parts[name], rows, pa.binary())
+        return binary_array(parts[name], rows, pa.binary())
     if name == "topic":
         return pa.repeat(pa.scalar(topic, pa.string()), rows)
     if name == "partition":
         return pa.repeat(pa.scalar(partition, pa.int32()), rows)
     if name == "offset":
-        return pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["offset"])])
+        return fixed_array(pa.int64(), rows, parts["offset"])
     if name == "timestamp":
-        millis = pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestamp"])])
+        millis = fixed_array(pa.int64(), rows, parts["timestamp"])
         return pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC"))
     if name == "timestampType":
-        return pa.Array.from_buffers(pa.int32(), rows, [None, _wrap(parts["timestampType"])])
+        return fixed_array(pa.int32(), rows, parts["timestampType"])
     if name == HEADERS_COLUMN and parts["headers"] is not None:
-        lists, names, values, count = parts["headers"]
-        kind = arrow_field(HEADERS_COLUMN).type
-        entries = pa.StructArray.from_arrays(
-            [_binary(names, count, pa.string()), _binary(values, count, pa.binary())],
-            fields=list(kind.value_type),
-        )
-        return pa.Array.from_buffers(kind, rows, [None, _wrap(lists)], children=[entries])
+        return headers_array(parts["headers"], rows, arrow_field(HEADERS_COLUMN).type)
     raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
 
 
