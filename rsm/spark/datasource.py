@@ -32,7 +32,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
+from rsm.spark.option_values import ReadOptionsError
+from rsm.spark.options import TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds, SegmentSlice
 from rsm.spark.reader import (
     HEADERS_COLUMN,
