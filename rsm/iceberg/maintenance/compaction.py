@@ -26,11 +26,7 @@ from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.file_bounds import FieldIds, file_bounds, overlaps
-from rsm.iceberg.maintenance.step import (
-    COMPACTION_SNAPSHOT_PROPERTY,
-    Guard,
-    StepResult,
-)
+from rsm.iceberg.maintenance.step import COMPACTION_SNAPSHOT_PROPERTY, Guard, StepResult
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.tables import compacted_file_properties
 from rsm.iceberg.transaction import transaction

@@ -7,9 +7,7 @@ import time
 from pyiceberg.table import Table
 
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance.step import (
-    StepResult,
-)
+from rsm.iceberg.maintenance.step import StepResult
 from rsm.iceberg.tables import FORCED_METADATA_PROPERTIES, METADATA_PROPERTIES
 
 

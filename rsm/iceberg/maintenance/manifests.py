@@ -6,10 +6,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance.step import (
-    COMPACTION_SNAPSHOT_PROPERTY,
-    StepResult,
-)
+from rsm.iceberg.maintenance.step import COMPACTION_SNAPSHOT_PROPERTY, StepResult
 from rsm.iceberg.transaction import transaction
 
 

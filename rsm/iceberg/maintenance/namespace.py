@@ -19,9 +19,7 @@ from rsm.deletion.holding import Held
 from rsm.deletion.quarantine import new_run_id
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.maintenance.orphans import OrphanFile, find_orphans, hold_orphans, shared_location
-from rsm.iceberg.maintenance.step import (
-    is_ours,
-)
+from rsm.iceberg.maintenance.step import is_ours
 
 log = logging.getLogger(__name__)
 

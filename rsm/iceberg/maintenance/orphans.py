@@ -26,11 +26,7 @@ from rsm.deletion.rules import (
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.maintenance.references import referenced_files
-from rsm.iceberg.maintenance.step import (
-    OWNER_PROPERTY,
-    StepResult,
-    is_ours,
-)
+from rsm.iceberg.maintenance.step import OWNER_PROPERTY, StepResult, is_ours
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,7 @@ from rsm.iceberg.maintenance.compaction import compact
 from rsm.iceberg.maintenance.expiry import expire_snapshots, set_metadata_properties
 from rsm.iceberg.maintenance.manifests import rewrite_manifests
 from rsm.iceberg.maintenance.orphans import remove_orphans, shared_location
-from rsm.iceberg.maintenance.step import (
-    Guard,
-    StepResult,
-    is_ours,
-)
+from rsm.iceberg.maintenance.step import Guard, StepResult, is_ours
 
 log = logging.getLogger(__name__)
 
