@@ -154,9 +154,9 @@ class IcebergMode:
         start: int,
         end: int | None,
         size: int | None,
-        open_rows: Callable[[SegmentRows], _Opened],
+        opener: Callable[[SegmentRows], _Opened],
     ) -> _Opened:
-        """``open_rows`` of the segment's rows as planned now, after the range check (``size``: the segment's, when
+        """``opener`` of the segment's rows as planned now, after the range check (``size``: the segment's, when
         ``start`` must not be past it). A planned file found gone means the table was maintained since it was
         loaded: the rows are planned again on a fresh load, once."""
         if end is not None and end < start:
@@ -169,11 +169,11 @@ class IcebergMode:
         segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
         rows = self.planner.rows(section, segment_id, topic, what)
         try:
-            return open_rows(rows)
+            return opener(rows)
         except RemoteResourceNotFoundException:
             if rows.snapshot_id is None:
                 raise
-            return open_rows(self.planner.rows(section, segment_id, topic, what, refresh=True))
+            return opener(self.planner.rows(section, segment_id, topic, what, refresh=True))
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""
