@@ -214,7 +214,7 @@ def _table_files(props_file: Path) -> tuple[set[str], set[str]]:
     from rsm.cli.settings import load_configs
     from rsm.iceberg.catalog import catalog_properties
     from rsm.iceberg.config import IcebergConfig
-    from rsm.iceberg.maintenance import open_existing_catalog
+    from rsm.iceberg.maintenance.namespace import open_existing_catalog
 
     configs = load_configs(str(props_file))
     cfg = IcebergConfig.from_map(configs)

@@ -306,7 +306,7 @@ def _settle(table: Any, settings: Any) -> Any:
     """The table once the plugin's maintenance has compacted it (as a broker's does within its first passes):
     a copy writes one data file per ``iceberg.mode.write.batch.bytes`` of records, and what the background
     thread merged during the copies depends on timing. Old files stay, so the copied state can still be read."""
-    from rsm.iceberg.maintenance import compact, plan_compaction
+    from rsm.iceberg.maintenance.compaction import compact, plan_compaction
 
     while plan_compaction(table, settings):
         compact(table, settings)

@@ -33,8 +33,9 @@ from rsm import RemoteStorageManager  # noqa: E402
 from rsm.formats.iceberg import iceberg_format, iceberg_section  # noqa: E402
 from rsm.iceberg.config import MaintenanceSettings  # noqa: E402
 from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
-from rsm.iceberg.maintenance import compact  # noqa: E402
-from rsm.iceberg.segment_fetch import RowGroupCache, open_segment_stream  # noqa: E402
+from rsm.iceberg.maintenance.compaction import compact  # noqa: E402
+from rsm.iceberg.segment_fetch import RowGroupCache  # noqa: E402
+from rsm.iceberg.segment_stream import open_segment_stream  # noqa: E402
 from rsm.kafka.records import iter_batches  # noqa: E402
 from rsm.kafka.writer import SegmentFiles, write_large_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402

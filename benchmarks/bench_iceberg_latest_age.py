@@ -36,7 +36,8 @@ from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
 from rsm.iceberg.config import MaintenanceSettings  # noqa: E402
 from rsm.iceberg.latest_config import LatestTable  # noqa: E402
 from rsm.iceberg.latest_table import LatestChanges, LatestWriter  # noqa: E402
-from rsm.iceberg.maintenance import expire_snapshots, rewrite_manifests  # noqa: E402
+from rsm.iceberg.maintenance.expiry import expire_snapshots  # noqa: E402
+from rsm.iceberg.maintenance.manifests import rewrite_manifests  # noqa: E402
 from rsm.iceberg.schema import arrow_schema  # noqa: E402
 
 AROUND = 20

@@ -33,8 +33,8 @@ from rsm.cli.settings import StoreUnavailable, backend_short_name, open_store, p
 from rsm.core.aiven_keys import BROKER, PLUGIN, aiven_differences
 from rsm.core.config import AIVEN_UNBOUNDED, backend_config_def, config_problems, unknown_keys
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.iceberg.config import IcebergConfig, mode_on
+from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF
 
 SHIM_CLASS = "io.kts.shim.PythonRemoteStorageManager"
 AIVEN_CLASS = "io.aiven.kafka.tieredstorage.RemoteStorageManager"

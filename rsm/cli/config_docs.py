@@ -22,7 +22,7 @@ EXTERNAL_CONFIG_DEFS: list[tuple[str, str, str, str]] = [
     ("backends.gcs", "CONFIG_DEF", "storage.", "GCS backend"),
     ("backends.azure", "CONFIG_DEF", "storage.", "Azure Blob backend"),
     ("rsm.metrics.config", "CONFIG_DEF", "", "Metrics"),
-    ("rsm.iceberg.config", "CONFIG_DEF", "", "Iceberg mode"),
+    ("rsm.iceberg.config_keys", "CONFIG_DEF", "", "Iceberg mode"),
     ("rsm.iceberg.values_config", "VALUES_CONFIG_DEF", "", "Iceberg mode: parsed values"),
 ]
 

@@ -48,7 +48,9 @@ def maintain_command(
     the first run or pass that saw them so, at least a day for data files) are moved, into the warehouse's
     kts-quarantine/ folder; what it held past gc.quarantine.ms is then removed for good."""
     from rsm.iceberg.catalog import catalog_properties
-    from rsm.iceberg.maintenance import maintain, open_existing_catalog, plugin_tables, purge_quarantine
+    from rsm.iceberg.maintenance.namespace import open_existing_catalog, plugin_tables
+    from rsm.iceberg.maintenance.orphans import purge_quarantine
+    from rsm.iceberg.maintenance.run import maintain
 
     configs = load_configs(config, sets)
     cfg = IcebergConfig.from_map(configs)

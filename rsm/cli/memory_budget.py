@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
-from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
-from rsm.iceberg.config import CURSOR_MEMORY_BYTES, WRITER_MEMORY_FACTOR, mode_on
+from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
+from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF
+from rsm.iceberg.config_keys import CURSOR_MEMORY_BYTES
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024

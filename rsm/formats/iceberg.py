@@ -23,7 +23,8 @@ from rsm.core.object_keys import SegmentKeys
 from rsm.core.segment_format import SegmentFormat, WrittenBody
 from rsm.errors import ConfigException, CorruptDataException
 from rsm.fetch.source import SegmentSource
-from rsm.iceberg.config import CONFIG_DEF, WRITER_MEMORY_FACTOR, IcebergConfig, mode_on
+from rsm.iceberg.config import WRITER_MEMORY_FACTOR, IcebergConfig, mode_on
+from rsm.iceberg.config_keys import CONFIG_DEF
 from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.values_config import VALUES_CONFIG_DEF
 from rsm.metadata import LogSegmentData, RemoteLogSegmentMetadata

@@ -16,9 +16,12 @@ the ``iceberg`` extra: pyiceberg and pyarrow):
 - ``replace``: one commit replacing selected rows with new files (retried on conflict, read back when unknown);
 - ``deletes``: which rows a retention delete takes (the segment's own), from which table (its manifest's);
 - ``segment_fetch``: a fetch from a batch position, reading the segment's data files;
+- ``row_groups``: which row groups of those files may hold the batches wanted, from their statistics;
+- ``segment_stream``: the fetch's batches as the byte stream the broker reads;
 - ``duckdb_reader``: a DuckDB connection with the iceberg extension loaded offline;
 - ``value_hook``: the hook that fills the optional ``value`` struct (``ValueColumn``);
-- ``file_bounds``: whether live files may hold an offset range, from manifests read once each;
+- ``file_bounds``: what each manifest lists (locations and bounds), read once each: whether live files may hold
+  an offset range, and what the orphan search keeps;
 - ``values``: value parsing (Avro, JSON Schema, schema registry) for the hook;
 - ``logs``: pyiceberg's warning about a metadata file already deleted dropped (installed on import).
 """

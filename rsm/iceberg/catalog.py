@@ -24,7 +24,8 @@ from pyiceberg.io import FileIO, load_file_io
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from backends.configdef import ConfigException
-from rsm.iceberg.config import ICEBERG_DIR, IcebergConfig
+from rsm.iceberg.config import IcebergConfig
+from rsm.iceberg.config_keys import ICEBERG_DIR
 
 
 def _backend_name(backend_class: str) -> str:

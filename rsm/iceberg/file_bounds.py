@@ -1,13 +1,16 @@
-"""Whether a table's live data files may hold rows of a Kafka partition's offset range, from the bounds their
-manifests record, each manifest read once.
+"""What each manifest of a table lists as live, read once per manifest: the files' locations (for the orphan
+search) and their partition and offset bounds (for a copy that asks whether live files may hold rows of a Kafka
+partition's offset range).
 
 A copy asks before it plans what it replaces; the usual answer is no (a new segment's offsets come after all
 that is tiered), and then it plans nothing. Manifests never change once written (each has a new name), so
-the bounds each lists are kept by its path: a copy reads only the manifest list and the manifests committed
-since the last copy asked, however many live files the table has.
+what each lists is kept by its path: a copy or a maintenance pass reads only the manifest lists and the
+manifests committed since the last one asked, however many live files the table has.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
@@ -15,9 +18,10 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
 
+from rsm.deletion.fileio_holding import normal_location
 from rsm.fetch.lru import TimedLru
 
-__all__ = ["MANIFEST_BOUNDS", "Bounds", "ManifestBounds", "file_bounds", "overlaps"]
+__all__ = ["MANIFESTS", "Bounds", "Listed", "ManifestCache", "bound_ids", "file_bounds", "overlaps"]
 
 Bounds = tuple[int | None, int | None, int | None, int | None]
 """(partition low, partition high, offset low, offset high) of one data file; None where a bound is missing."""
@@ -47,14 +51,52 @@ def overlaps(b: Bounds, partition: int, first: int, last: int) -> bool:
     return in_partition and in_offsets
 
 
-class ManifestBounds:
-    """The bounds of the live files each data manifest lists, kept by manifest path; at most ``files`` files'
-    bounds in all (least recently used out first, and read again when needed)."""
+FieldIds = tuple[int, int]
+"""Field ids of ``kafka.partition`` and ``kafka.offset`` in a table's schema."""
 
-    def __init__(self, files: int = 100_000) -> None:
-        self._cache: TimedLru[str, tuple[Bounds, ...]] = TimedLru(
-            "iceberg-manifest-bounds", files, None, weigher=lambda bounds: len(bounds) + 1
+
+def bound_ids(table: Table) -> FieldIds | None:
+    """The field ids whose bounds :func:`file_bounds` reads, or None when the table's schema lacks them."""
+    schema = table.schema()
+    try:
+        return schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """The live data or delete files one manifest lists (a DELETED entry is a file its snapshot removed: not
+    part of it). ``locations``: their normalised locations; ``bounds``: their bounds, by ``ids`` (all missing
+    when ``ids`` is None)."""
+
+    locations: frozenset[str]
+    bounds: tuple[Bounds, ...]
+    ids: FieldIds | None
+
+
+class ManifestCache:
+    """What each manifest lists (:class:`Listed`), kept by manifest path; at most ``files`` files in all (least
+    recently used out first, and read again when needed)."""
+
+    def __init__(self, files: int = 200_000) -> None:
+        self._cache: TimedLru[str, Listed] = TimedLru(
+            "iceberg-manifests", files, None, weigher=lambda listed: len(listed.bounds) + 1
         )
+
+    def listed(self, io: FileIO, manifest: ManifestFile, ids: FieldIds | None) -> Listed:
+        """What ``manifest`` lists, its bounds read by ``ids`` (the table's, :func:`bound_ids`)."""
+        found = self._cache.get(manifest.manifest_path)
+        if found is None or found.ids != ids:
+            files = [e.data_file for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
+            missing: Bounds = (None, None, None, None)
+            found = Listed(
+                frozenset(normal_location(f.file_path) for f in files),
+                tuple(missing if ids is None else file_bounds(f, *ids) for f in files),
+                ids,
+            )
+            self._cache.put(manifest.manifest_path, found)
+        return found
 
     def may_hold(self, table: Table, partition: int, first: int, last: int) -> bool:
         """Whether any live data file of the table's current snapshot may hold rows of ``partition`` at offsets
@@ -62,26 +104,18 @@ class ManifestBounds:
         snapshot = table.current_snapshot()
         if snapshot is None:
             return False
-        schema = table.schema()
-        ids = (schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id)
+        ids = bound_ids(table)
         for manifest in snapshot.manifests(table.io):
             if manifest.content != ManifestContent.DATA:
                 continue
-            if any(overlaps(b, partition, first, last) for b in self._bounds(table.io, manifest, ids)):
+            if any(overlaps(b, partition, first, last) for b in self.listed(table.io, manifest, ids).bounds):
                 return True
         return False
-
-    def _bounds(self, io: FileIO, manifest: ManifestFile, ids: tuple[int, int]) -> tuple[Bounds, ...]:
-        bounds = self._cache.get(manifest.manifest_path)
-        if bounds is None:
-            entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
-            bounds = tuple(file_bounds(e.data_file, *ids) for e in entries)
-            self._cache.put(manifest.manifest_path, bounds)
-        return bounds
 
     def clear(self) -> None:
         self._cache.clear()
 
 
-MANIFEST_BOUNDS = ManifestBounds()
-"""The process's cache (copies to every table share it; manifest paths are unique across tables)."""
+MANIFESTS = ManifestCache()
+"""The process's cache (copies and maintenance passes of every table share it; manifest paths are unique across
+tables)."""

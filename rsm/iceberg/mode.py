@@ -8,27 +8,30 @@ the table's current snapshot) and the row-group cache of fetches.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle, catalog_properties
 from rsm.iceberg.config import IcebergConfig
-from rsm.iceberg.fetch_plan import FetchPlanner
+from rsm.iceberg.fetch_plan import FetchPlanner, SegmentRows
 from rsm.iceberg.maintainer import Maintainer
 from rsm.iceberg.rows import NotRepresentable, SegmentSummary
 from rsm.iceberg.section import IcebergSection, section_identifier
-from rsm.iceberg.segment_fetch import RowGroupCache, iter_segment_rows, open_segment_stream
+from rsm.iceberg.segment_fetch import RowGroupCache, iter_segment_rows
+from rsm.iceberg.segment_stream import open_segment_stream
 from rsm.iceberg.table_writer import SegmentToWrite, TableWriter
 from rsm.iceberg.value_hook import load_factory
 from rsm.kafka.indexes import decode_txn_index
 from rsm.metadata import RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
+
+_Opened = TypeVar("_Opened")
 
 __all__ = ["IcebergMode", "NotRepresentable", "WrittenRows"]
 
@@ -112,23 +115,15 @@ class IcebergMode:
     def open_fetch(
         self, meta: RemoteLogSegmentMetadata, section: IcebergSection, start: int, end: int | None
     ) -> BinaryIO:
-        if end is not None and end < start:
-            raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
-        if start > section.segment_size:
-            raise RemoteStorageException(
-                f"start position {start} is past the end of {meta.describe()}, which has {section.segment_size} bytes"
-            )
         what = meta.describe()
-        segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
-        rows = self.planner.rows(section, segment_id, topic, what)
-        try:
-            stream = open_segment_stream(rows, start, end, what, self.row_groups)
-        except RemoteResourceNotFoundException:
-            if rows.snapshot_id is None:
-                raise
-            # A planned file is gone: the table was maintained since it was loaded. Plan again on a fresh load.
-            rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
-            stream = open_segment_stream(rows, start, end, what, self.row_groups)
+        stream = self._planned(
+            meta,
+            section,
+            start,
+            end,
+            section.segment_size,
+            lambda rows: open_segment_stream(rows, start, end, what, self.row_groups),
+        )
         return stream  # type: ignore[return-value]
 
     def open_rows(
@@ -143,27 +138,47 @@ class IcebergMode:
         """The segment's rows themselves (what ``open_fetch`` rebuilds batches from): those of batches at positions
         ``start..end``, found as a fetch finds them, whole batches at a time in segment order (``columns`` and
         ``kafka_fields``: see ``iter_segment_rows``)."""
-        if end is not None and end < start:
-            raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
         what = meta.describe()
-        segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
-        rows = self.planner.rows(section, segment_id, topic, what)
-        tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
-        try:
-            first = next(tables, None)
-        except RemoteResourceNotFoundException:
-            if rows.snapshot_id is None:
-                raise
-            # A planned file is gone: the table was maintained since it was loaded. Plan again on a fresh load.
-            rows = self.planner.rows(section, segment_id, topic, what, refresh=True)
+
+        def first(rows: SegmentRows) -> tuple[Generator[pa.Table, None, None], pa.Table | None]:
             tables = iter_segment_rows(rows, start, end, what, self.row_groups, columns, kafka_fields)
-            first = next(tables, None)
+            return tables, next(tables, None)
+
+        tables, table = self._planned(meta, section, start, end, None, first)
         try:
-            if first is not None:
-                yield first
+            if table is not None:
+                yield table
                 yield from tables
         finally:
             tables.close()  # its files, when the consumer stops early
+
+    def _planned(
+        self,
+        meta: RemoteLogSegmentMetadata,
+        section: IcebergSection,
+        start: int,
+        end: int | None,
+        size: int | None,
+        opener: Callable[[SegmentRows], _Opened],
+    ) -> _Opened:
+        """``opener`` of the segment's rows as planned now, after the range check (``size``: the segment's, when
+        ``start`` must not be past it). A planned file found gone means the table was maintained since it was
+        loaded: the rows are planned again on a fresh load, once."""
+        if end is not None and end < start:
+            raise RemoteStorageException(f"invalid range [{start}, {end}] for {meta.describe()}: end before start")
+        if size is not None and start > size:
+            raise RemoteStorageException(
+                f"start position {start} is past the end of {meta.describe()}, which has {size} bytes"
+            )
+        what = meta.describe()
+        segment_id, topic = meta.remote_log_segment_id.id, meta.topic_id_partition.topic
+        rows = self.planner.rows(section, segment_id, topic, what)
+        try:
+            return opener(rows)
+        except RemoteResourceNotFoundException:
+            if rows.snapshot_id is None:
+                raise
+            return opener(self.planner.rows(section, segment_id, topic, what, refresh=True))
 
     def delete_rows(self, meta: RemoteLogSegmentMetadata, section: IcebergSection) -> None:
         """Delete the rows the segment wrote, from the table its manifest names."""

@@ -32,7 +32,7 @@ from pyiceberg.table import Table
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.data_files import delete_data_files, write_data_files
-from rsm.iceberg.file_bounds import MANIFEST_BOUNDS
+from rsm.iceberg.file_bounds import MANIFESTS
 from rsm.iceberg.selection import RowSelection, offset_range_filter
 from rsm.iceberg.transaction import transaction
 
@@ -62,7 +62,7 @@ def stale_files(table: Table, selection: RowSelection) -> tuple[list[DataFile], 
     """What removing the selected rows takes: (the table's data files to remove, files written to take the place
     of those that also hold other rows). A copy that overlaps nothing, the usual case, reads no data file and, once
     the manifests' bounds say so, plans nothing."""
-    if not MANIFEST_BOUNDS.may_hold(table, selection.partition, selection.first, selection.last):
+    if not MANIFESTS.may_hold(table, selection.partition, selection.first, selection.last):
         return [], []
     schema = table.schema()
     removed: list[DataFile] = []

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import SLICE_BYTES, SLICE_READERS_DEFAULT
+from rsm.iceberg.config_keys import SLICE_BYTES, SLICE_READERS_DEFAULT
 
 SLICE_ROWS = 32768
 """The most rows a fetch reads at a time from a larger row group (the rows per group of a copy's files)."""

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from rsm.iceberg.schema import HEADERS_ARROW_TYPE, KAFKA_FIELDS, arrow_schema, kafka_arrow_type
 from rsm.iceberg.value_hook import ValueColumn
+from rsm.iceberg.walk_arrays import binary_array, fixed_array, headers_array
 from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, RecordBuilder
 from rsm.kafka.errors import KafkaFormatError
 from rsm.kafka.indexes import AbortedTxn
@@ -231,15 +232,6 @@ class _BatchColumns:
         self.aborted.append(aborted)
 
 
-def _wrap(memory: object | None) -> pa.Buffer | None:
-    return None if memory is None else pa.py_buffer(memory)
-
-
-def _binary(part: tuple[object, object, object, int], rows: int, kind: pa.DataType) -> pa.Array:
-    validity, offsets, data, nulls = part
-    return pa.Array.from_buffers(kind, rows, [_wrap(validity), _wrap(offsets), _wrap(data)], null_count=nulls)
-
-
 def _buffers_table(
     parts: dict[str, object],
     batches: _BatchColumns,
@@ -258,16 +250,16 @@ def _buffers_table(
     def repeat(values: Sequence[object], field: str) -> pa.Array:
         return pc.take(pa.array(values, type=k.field(field).type), batch_of_row)
 
-    millis = pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestamp"])])
+    millis = fixed_array(pa.int64(), rows, parts["timestamp"])
     in_range = pc.and_(pc.greater_equal(millis, _TS_US_MIN), pc.less_equal(millis, _TS_US_MAX))
     micros = pc.multiply(pc.if_else(in_range, millis, pa.scalar(None, pa.int64())), 1000)
     columns: dict[str, pa.Array] = {
         "partition": pa.repeat(pa.scalar(partition, pa.int32()), rows),
-        "offset": pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["offset"])]),
+        "offset": fixed_array(pa.int64(), rows, parts["offset"]),
         "timestamp": micros.cast(k.field("timestamp").type),
         **{name: repeat(values, name) for name, values in batches.fields.items()},
-        "record_attributes": pa.Array.from_buffers(pa.int32(), rows, [None, _wrap(parts["attributes"])]),
-        "timestamp_delta": pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestampDelta"])]),
+        "record_attributes": fixed_array(pa.int32(), rows, parts["attributes"]),
+        "timestamp_delta": fixed_array(pa.int64(), rows, parts["timestampDelta"]),
         "timestamp_ms": millis,
         "is_transactional": repeat(batches.transactional, "is_transactional"),
         "is_control": repeat(batches.control, "is_control"),
@@ -277,14 +269,9 @@ def _buffers_table(
         "topic_id": pa.repeat(pa.scalar(origin.topic_id, pa.string()), rows),
     }
     kafka = pa.StructArray.from_arrays([columns[f.name] for f in k], fields=list(k))
-    lists, names, hvalues, count = parts["headers"]  # type: ignore[misc]
-    entries = pa.StructArray.from_arrays(
-        [_binary(names, count, pa.string()), _binary(hvalues, count, pa.binary())],
-        fields=list(HEADERS_ARROW_TYPE.value_type),
-    )
-    headers = pa.Array.from_buffers(HEADERS_ARROW_TYPE, rows, [None, _wrap(lists)], children=[entries])
-    values = _binary(parts["value"], rows, pa.binary())  # type: ignore[arg-type]
-    keys = _binary(parts["key"], rows, pa.binary())  # type: ignore[arg-type]
+    headers = headers_array(parts["headers"], rows, HEADERS_ARROW_TYPE)  # type: ignore[arg-type]
+    values = binary_array(parts["value"], rows, pa.binary())  # type: ignore[arg-type]
+    keys = binary_array(parts["key"], rows, pa.binary())  # type: ignore[arg-type]
     arrays = [kafka, headers, keys, values]
     value_type = key_type = None
     if value_column is not None:

@@ -14,10 +14,7 @@ lastOffsetDelta kept), and a batch with no row left is skipped.
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import closing
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -27,29 +24,20 @@ from pyiceberg.io import FileIO
 
 from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.fetch.lru import TimedLru
-from rsm.iceberg.batches import FETCH_COLUMNS, encode_row_batches, row_positions
-from rsm.iceberg.config import SLICE_READERS_DEFAULT
+from rsm.iceberg.batches import FETCH_COLUMNS, row_positions
+from rsm.iceberg.config_keys import SLICE_READERS_DEFAULT
 from rsm.iceberg.fetch_plan import SegmentRows
+from rsm.iceberg.row_groups import (
+    NO_LOW,
+    OFFSET_PATH,
+    PARTITION_PATH,
+    POSITION_PATH,
+    RowGroup,
+    plan_row_groups,
+    selecting_columns,
+)
 from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, non_decreasing, slice_rows
 from rsm.iceberg.schema import kafka_arrow_type
-
-_PARTITION_PATH = "kafka.partition"
-_OFFSET_PATH = "kafka.offset"
-_POSITION_PATH = "kafka.batch_byte_offset"
-_SEGMENT_ID_PATH = "kafka.segment_id"
-_NO_LOW = -(1 << 63)
-_NO_HIGH = (1 << 63) - 1
-
-
-@dataclass(frozen=True)
-class _RowGroup:
-    #: Lowest offset the row group may hold (what orders row groups).
-    low: int
-    file: int
-    #: The row group's index in its file; -1: the whole file, read through pyiceberg (it has delete files).
-    index: int
-    #: Every row is the segment's own (no filter needed).
-    own: bool
 
 
 class RowGroupCache:
@@ -127,62 +115,6 @@ def _opening(file_io: FileIO, path: str, what: str, wrap: Callable[[Any], Any]) 
         ) from None
     except OSError as e:
         raise RemoteStorageException(f"{what}: cannot read its data file {path}: {e}") from e
-
-
-def _columns(meta: pq.FileMetaData) -> dict[str, int]:
-    wanted = (_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH, _SEGMENT_ID_PATH)
-    return {p: i for i in range(meta.num_columns) if (p := meta.schema.column(i).path) in wanted}
-
-
-def _bounds(rg: Any, column: int | None) -> tuple[Any, Any, bool] | None:
-    """(min, max, has nulls) of a row group's column; None when the statistics do not say."""
-    if column is None:
-        return None
-    stats = rg.column(column).statistics
-    if stats is None or not stats.has_min_max:
-        return None
-    return stats.min, stats.max, not stats.has_null_count or stats.null_count > 0
-
-
-def _row_groups(footers: list[pq.FileMetaData], rows: SegmentRows, start: int, end: int | None) -> list[_RowGroup]:
-    """The row groups that may hold the segment's batches at positions ``start..end``, in offset order."""
-    out: list[_RowGroup] = []
-    for f_index, meta in enumerate(footers):
-        cols = _columns(meta)
-        for index in range(meta.num_row_groups):
-            rg = meta.row_group(index)
-            if rg.num_rows == 0:
-                continue
-            part = _bounds(rg, cols.get(_PARTITION_PATH))
-            offs = _bounds(rg, cols.get(_OFFSET_PATH))
-            pos = _bounds(rg, cols.get(_POSITION_PATH))
-            sid = _bounds(rg, cols.get(_SEGMENT_ID_PATH))
-            if part is not None and not part[0] <= rows.partition <= part[1]:
-                continue
-            if offs is not None and (offs[1] < rows.first_offset or offs[0] > rows.last_offset):
-                continue
-            if pos is not None and (pos[1] < start or (end is not None and pos[0] > end)):
-                continue
-            if (
-                rows.segment_id is not None
-                and sid is not None
-                and not sid[2]
-                and not str(sid[0]) <= rows.segment_id <= str(sid[1])
-            ):
-                continue
-            own = (
-                part is not None
-                and not part[2]
-                and part[0] == part[1] == rows.partition
-                and offs is not None
-                and not offs[2]
-                and offs[0] >= rows.first_offset
-                and offs[1] <= rows.last_offset
-                and (rows.segment_id is None or (sid is not None and sid[0] == sid[1] == rows.segment_id))
-            )
-            out.append(_RowGroup(int(offs[0]) if offs is not None else _NO_LOW, f_index, index, own))
-    out.sort(key=lambda g: (g.low, g.file, g.index))
-    return out
 
 
 def _own_rows(t: pa.Table, rows: SegmentRows) -> pa.Table:
@@ -278,7 +210,7 @@ def iter_segment_rows(
     cache: RowGroupCache | None = None,
     columns: Sequence[str] = FETCH_COLUMNS,
     kafka_fields: Sequence[str] | None = None,
-) -> Iterator[pa.Table]:
+) -> Generator[pa.Table, None, None]:
     """The rows of the segment's batches whose original position is in ``[start, end]`` (``end`` None: to the
     end), whole batches at a time, sorted by position and offset: ``columns`` of the table (``kafka`` always).
     ``kafka_fields``: only these fields of ``kafka`` (and those that select the rows), in this order, null where
@@ -350,14 +282,14 @@ class _SegmentFetch:
             if ready.num_rows:
                 yield ready
 
-    def _plan(self) -> list[_RowGroup]:
+    def _plan(self) -> list[RowGroup]:
         """The row groups to read, in offset order; files with delete files first, read whole (pyiceberg applies
         the deletes)."""
         self.footers = [self.cache.footer(p, lambda p=p: self.parquet(p).metadata) for p in self.plain]  # type: ignore[misc]
-        groups = _row_groups(self.footers, self.rows, self.start, self.end)
-        return [_RowGroup(_NO_LOW, -1 - i, -1, False) for i in range(len(self.whole))] + groups
+        groups = plan_row_groups(self.footers, self.rows, self.start, self.end)
+        return [RowGroup(NO_LOW, -1 - i, -1, False) for i in range(len(self.whole))] + groups
 
-    def _pieces(self, group: _RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
+    def _pieces(self, group: RowGroup, after: int | None) -> Iterator[tuple[pa.Table, int, int | None]]:
         """``(rows, lowest offset, frontier)``: the group whole, or the slices of it that hold rows wanted."""
         n = self._rows_per_slice(group)
         index = None if n is None else self._slice_index(group, n)
@@ -381,7 +313,7 @@ class _SegmentFetch:
         columns, finish = self._read_columns(f_index)
         return finish(self.parquet(self.plain[f_index]).read_row_group(index, columns=columns))
 
-    def _load(self, group: _RowGroup) -> pa.Table:
+    def _load(self, group: RowGroup) -> pa.Table:
         """A row group whole (a file with delete files: the file whole), the segment's rows of it."""
         rows, variant = self.rows, self.variant
         if group.index < 0:
@@ -400,7 +332,7 @@ class _SegmentFetch:
             lambda: _own_rows(self._read_group(group.file, group.index), rows),
         )
 
-    def _rows_per_slice(self, group: _RowGroup) -> int | None:
+    def _rows_per_slice(self, group: RowGroup) -> int | None:
         """Rows per slice of the group; None: it is small enough to read whole."""
         if group.index < 0 or self.cache.max_slice_rows <= 0:
             return None
@@ -408,17 +340,17 @@ class _SegmentFetch:
         n = slice_rows(rg.num_rows, rg.total_byte_size, self.cache.max_slice_rows)
         return n if rg.num_rows > n else None
 
-    def _slice_index(self, group: _RowGroup, n: int) -> SliceIndex | None:
+    def _slice_index(self, group: RowGroup, n: int) -> SliceIndex | None:
         """The index of the group's slices of ``n`` rows when it holds the selecting columns and its rows of the
         segment come in order; None: read it whole."""
         path = self.plain[group.file]
-        cols = _columns(self.footers[group.file])
+        cols = selecting_columns(self.footers[group.file])
 
         def narrow() -> pa.Table:
             return self.parquet(path).read_row_group(group.index, columns=list(cols))
 
         def build() -> SliceIndex:
-            if not {_PARTITION_PATH, _OFFSET_PATH, _POSITION_PATH} <= cols.keys():
+            if not {PARTITION_PATH, OFFSET_PATH, POSITION_PATH} <= cols.keys():
                 return SliceIndex(False, ())
             if group.own:
                 t = narrow()
@@ -433,7 +365,7 @@ class _SegmentFetch:
         index = self.cache.slice_index(key, build)
         return index if index.in_order else None
 
-    def _load_slice(self, group: _RowGroup, k: int, n: int) -> pa.Table:
+    def _load_slice(self, group: RowGroup, k: int, n: int) -> pa.Table:
         """Slice ``k`` (of ``n`` rows) of a large row group, the segment's rows of it. The slice as the file holds
         it is kept apart from a segment's rows of it: the segments of a compacted file share it, so the next
         segment's first fetch finds it instead of reading the group from its start."""
@@ -446,7 +378,7 @@ class _SegmentFetch:
             lambda: _own_rows(self.cache.row_group(whole, lambda: self._read_slice(group, k, n)), self.rows),
         )
 
-    def _read_slice(self, group: _RowGroup, k: int, n: int) -> pa.Table:
+    def _read_slice(self, group: RowGroup, k: int, n: int) -> pa.Table:
         """Slice ``k`` read through a cursor of the cache's (given back for the next fetch; closed on failure)."""
         path = self.plain[group.file]
         columns, finish = self._read_columns(group.file)
@@ -464,73 +396,3 @@ class _SegmentFetch:
             raise
         self.cache.cursors.give_back(key, cursor)
         return finish(t)
-
-
-def iter_segment_batches(
-    rows: SegmentRows,
-    start: int,
-    end: int | None,
-    what: str,
-    cache: RowGroupCache | None = None,
-) -> Iterator[bytes]:
-    """The batches of the segment whose original position is in ``[start, end]`` (``end`` None: to the end)."""
-    with closing(iter_segment_rows(rows, start, end, what, cache)) as tables:
-        for ready in tables:
-            for _position, batch in encode_row_batches(ready, what):
-                yield batch
-
-
-class BatchStream(io.RawIOBase):
-    """A lazy byte stream over rebuilt batches (what ``fetch_log_segment`` returns for an Iceberg segment), from
-    ``first`` (a batch read already) on; closing it closes ``batches``."""
-
-    def __init__(self, batches: Iterator[bytes], first: bytes = b"") -> None:
-        self._batches = batches
-        self._current = memoryview(first)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self.closed:
-            raise ValueError("read of a closed stream")
-        while not self._current:
-            nxt = next(self._batches, None)
-            if nxt is None:
-                return 0
-            self._current = memoryview(nxt)
-        n = min(len(buffer), len(self._current))
-        buffer[:n] = self._current[:n]
-        self._current = self._current[n:]
-        return n
-
-    def close(self) -> None:
-        if not self.closed:
-            close = getattr(self._batches, "close", None)
-            if close is not None:
-                close()
-        super().close()
-
-
-class _BatchReader(io.BufferedReader):
-    """``readinto`` gives what is ready (at most a batch or two), as ``readinto1`` does, instead of filling the
-    caller's buffer: the transports read 1 MiB pieces, and a fetch's first bytes should not wait for a whole
-    MiB of batches to be rebuilt, nor should batches the broker never reads be rebuilt after it closed."""
-
-    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
-        return self.readinto1(buffer)
-
-
-def open_segment_stream(
-    rows: SegmentRows,
-    start: int,
-    end: int | None,
-    what: str,
-    cache: RowGroupCache | None = None,
-) -> io.BufferedReader:
-    """The stream of a fetch; the first batch is built before it returns, so a missing file fails the call."""
-    if start < 0:
-        raise RemoteStorageException(f"{what}: start position {start} is negative")
-    batches = iter_segment_batches(rows, start, end, what, cache)
-    first = next(batches, b"")
-    return _BatchReader(BatchStream(batches, first), buffer_size=256 << 10)

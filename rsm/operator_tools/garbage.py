@@ -67,7 +67,7 @@ from rsm.deletion.rules import (
 )
 from rsm.errors import CorruptDataException, RemoteStorageException
 from rsm.formats.iceberg import iceberg_format
-from rsm.iceberg.config import ICEBERG_DIR
+from rsm.iceberg.config_keys import ICEBERG_DIR
 from rsm.metadata import RemoteLogSegmentMetadata
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ def _iceberg_catalog(manager: RemoteStorageManager) -> tuple[Any, str] | None:
     link = iceberg_format(manager)
     if not link.cfg.enabled:
         return None
-    from rsm.iceberg.maintenance import open_existing_catalog
+    from rsm.iceberg.maintenance.namespace import open_existing_catalog
 
     mode = link.mode()
     catalog = open_existing_catalog(link.cfg, mode.properties)
@@ -274,7 +274,7 @@ def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[Garbag
     opened = _iceberg_catalog(manager)
     if opened is None:
         return []
-    from rsm.iceberg.maintenance import all_orphans
+    from rsm.iceberg.maintenance.namespace import all_orphans
 
     catalog, warehouse = opened
     cfg = iceberg_format(manager).cfg
@@ -452,7 +452,7 @@ def _remove_iceberg_orphans(
     if opened is None:
         report.skipped += [(i, "Iceberg mode is off or its namespace is gone") for i in items]
         return
-    from rsm.iceberg.maintenance import hold_if_orphans
+    from rsm.iceberg.maintenance.namespace import hold_if_orphans
 
     catalog, warehouse = opened
     cfg = iceberg_format(manager).cfg

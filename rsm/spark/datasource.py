@@ -32,15 +32,11 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
+from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, arrow_field
+from rsm.spark.option_values import ReadOptionsError
+from rsm.spark.options import TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds, SegmentSlice
-from rsm.spark.reader import (
-    HEADERS_COLUMN,
-    KAFKA_COLUMNS,
-    arrow_field,
-    manager_for,
-    read_slice,
-)
+from rsm.spark.reader import manager_for, read_slice
 
 if TYPE_CHECKING:
     import pyarrow as pa

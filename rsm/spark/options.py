@@ -14,7 +14,6 @@ directly override the file. Secrets never leave this module in clear: ``repr`` a
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping
@@ -24,21 +23,26 @@ from typing import Any
 from rsm.core.config import closest_name, known_key_names, unknown_keys
 from rsm.core.config_providers import resolve_variables
 from rsm.core.parallel import DEFAULT_CONCURRENCY
-from rsm.errors import ConfigException, RemoteStorageException
+from rsm.errors import ConfigException
+from rsm.spark.option_values import (
+    EARLIEST,
+    LATEST,
+    ReadOptionsError,
+    assign_option,
+    bool_option,
+    int_option,
+    isolation_option,
+    offsets_option,
+    option_name,
+)
 
 __all__ = [
-    "EARLIEST",
-    "LATEST",
-    "ReadOptionsError",
     "TieredReadOptions",
     "canonical_plugin_keys",
     "plugin_config_from",
     "redact",
 ]
 
-#: Spark's Kafka source spells "from the first offset" as -2 and "to the end" as -1 in offset JSON.
-EARLIEST = -2
-LATEST = -1
 BROKER_PREFIX = "rsm.config."
 _SECRET = re.compile(
     r"secret|password|passphrase|private|token|credential|access\.key|sas|connection\.string|\.pem|catalog\.uri"
@@ -99,37 +103,6 @@ KAFKA_SOURCE_REFUSED = {
 
 log = logging.getLogger(__name__)
 
-_DISPLAY = {
-    k.lower(): k
-    for k in (
-        "topicPattern",
-        "subscribePattern",
-        "isolationLevel",
-        "startingOffsetsByTimestamp",
-        "endingOffsetsByTimestamp",
-        "startingOffsets",
-        "endingOffsets",
-        "startingTimestamp",
-        "endingTimestamp",
-        "includeHeaders",
-        "failOnCorruption",
-        "maxSliceBytes",
-        "maxBatchBytes",
-        "rowsPerBatch",
-        "planningConcurrency",
-        "icebergRead",
-    )
-}
-
-
-def _name(key: str) -> str:
-    """The option as users spell it (Spark hands keys over lower-cased)."""
-    return _DISPLAY.get(key, key)
-
-
-class ReadOptionsError(RemoteStorageException):
-    """An option of a ``kafka-tiered`` read is missing or malformed; the message names it and its expected form."""
-
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy safe to print: values of keys that look like secrets (keys, passwords, tokens) are masked."""
@@ -166,7 +139,7 @@ def _lowered(options: Mapping[str, Any]) -> dict[str, str]:
             # the values tell which copy is stale, but not a secret's: error messages end up in driver logs
             shown = "" if _SECRET.search(low) else f" ({out[low]!r} and {str(value)!r})"
             raise ReadOptionsError(
-                f"option {_name(low)} is given twice, as {spelled[low]!r} and {key!r}, with different values"
+                f"option {option_name(low)} is given twice, as {spelled[low]!r} and {key!r}, with different values"
                 f"{shown}; option keys are case-insensitive, give it once"
             )
         out[low], spelled[low] = str(value), str(key)
@@ -239,7 +212,7 @@ def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict
             continue
         if low in KAFKA_SOURCE_REFUSED:
             raise ReadOptionsError(
-                f"option {_name(low)} of Spark's Kafka source is not supported by kafka-tiered: "
+                f"option {option_name(low)} of Spark's Kafka source is not supported by kafka-tiered: "
                 f"{KAFKA_SOURCE_REFUSED[low]}"
             )
         if low in KAFKA_SOURCE_IGNORED or (low.startswith("kafka.") and low != "kafka.isolation.level"):
@@ -256,7 +229,8 @@ def _plugin_options(options: Mapping[str, str], base: Mapping[str, str]) -> dict
         closest = closest_name(key.lower(), sorted(READER_KEYS) + [n.lower() for n in plugin_names])
         if closest in READER_KEYS:
             raise ReadOptionsError(
-                f"option {key!r} is not an option of kafka-tiered (nor a plugin key); did you mean {_name(closest)}?"
+                f"option {key!r} is not an option of kafka-tiered (nor a plugin key); "
+                f"did you mean {option_name(closest)}?"
             )
         log.warning("option %r is ignored by kafka-tiered: %s", key, unknown.message())
         del config[key]
@@ -276,85 +250,6 @@ def plugin_config_from(options: Mapping[str, str]) -> dict[str, str]:
             "(storage.backend.class, ...) or config.file pointing at server.properties or a plugin properties file"
         )
     return config
-
-
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text not in ("true", "false"):
-        raise ReadOptionsError(f"option {_name(key)} must be true or false, got {raw!r}")
-    return text == "true"
-
-
-def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int | None = None) -> int | None:
-    raw = options.get(key)
-    if raw is None or str(raw).strip() == "":
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ReadOptionsError(f"option {_name(key)} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ReadOptionsError(f"option {_name(key)} must be at least {minimum}, got {value}")
-    return value
-
-
-def _offsets(options: Mapping[str, str], key: str, default: int) -> tuple[int, dict[str, dict[int, int]]]:
-    """``earliest``/``latest`` or Spark's per-partition JSON ``{"topic": {"0": 23, "1": -2}}``."""
-    raw = options.get(key)
-    if raw is None or raw.strip() in ("", "earliest" if default == EARLIEST else "latest"):
-        return default, {}
-    text = raw.strip()
-    if text in ("earliest", "latest"):
-        return (EARLIEST if text == "earliest" else LATEST), {}
-    try:
-        parsed = json.loads(text)
-        per_topic = {
-            str(topic): {int(p): int(o) for p, o in parts.items()}
-            for topic, parts in parsed.items()  # type: ignore[union-attr]
-        }
-    except (ValueError, AttributeError, TypeError):
-        raise ReadOptionsError(
-            f'option {_name(key)} must be "earliest", "latest" or JSON like {{"orders": {{"0": 23, "1": -2}}}}, '
-            f"got {raw!r}"
-        ) from None
-    return default, per_topic
-
-
-def _assign(raw: str) -> dict[str, frozenset[int]]:
-    """Spark's ``assign``: ``{"orders": [0, 1], "payments": [3]}``."""
-    try:
-        parsed = json.loads(raw)
-        if not isinstance(parsed, dict) or not parsed:
-            raise TypeError
-        out: dict[str, frozenset[int]] = {}
-        for topic, parts in parsed.items():
-            if not isinstance(parts, list) or not all(type(p) is int and p >= 0 for p in parts):
-                raise TypeError
-            out[str(topic)] = frozenset(parts)
-    except (ValueError, TypeError):
-        raise ReadOptionsError(
-            f'option assign must be JSON mapping each topic to a list of partitions, like {{"orders": [0, 1]}}, '
-            f"got {raw!r}"
-        ) from None
-    return out
-
-
-def _isolation(options: Mapping[str, str]) -> str:
-    """``isolationLevel``, or ``kafka.isolation.level`` as Spark's Kafka source takes it (the consumer's setting);
-    both given must agree."""
-    given = {k: options[k].strip().lower() for k in ("isolationlevel", "kafka.isolation.level") if k in options}
-    for key, value in given.items():
-        if value not in ("read_uncommitted", "read_committed"):
-            raise ReadOptionsError(f"{_name(key)} must be read_uncommitted or read_committed, got {value!r}")
-    if len(set(given.values())) > 1:
-        raise ReadOptionsError(
-            f"isolationLevel ({given['isolationlevel']}) and kafka.isolation.level ({given['kafka.isolation.level']}) "
-            "disagree; give one of them"
-        )
-    return next(iter(given.values()), "read_uncommitted")
 
 
 @dataclass(frozen=True)
@@ -389,7 +284,7 @@ class TieredReadOptions:
         names = o.get("topic") or o.get("subscribe") or ""
         topics = tuple(t.strip() for t in names.split(",") if t.strip())
         pattern = o.get("topicpattern") or o.get("subscribepattern")
-        assigned = _assign(o["assign"]) if o.get("assign", "").strip() else None
+        assigned = assign_option(o["assign"]) if o.get("assign", "").strip() else None
         if sum((bool(topics), bool(pattern), assigned is not None)) != 1:
             raise ReadOptionsError(
                 "give exactly one of topic (a name or a comma list; subscribe in Spark's Kafka source), "
@@ -410,13 +305,13 @@ class TieredReadOptions:
                 raise ReadOptionsError(
                     f"partitions must be a comma list of integers, got {o['partitions']!r}"
                 ) from None
-        default_start, starting = _offsets(o, "startingoffsets", EARLIEST)
-        default_end, ending = _offsets(o, "endingoffsets", LATEST)
+        default_start, starting = offsets_option(o, "startingoffsets", EARLIEST)
+        default_end, ending = offsets_option(o, "endingoffsets", LATEST)
         if default_start == LATEST:
             raise ReadOptionsError(
                 "startingOffsets=latest would read nothing from tiered storage; use earliest or JSON"
             )
-        isolation = _isolation(o)
+        isolation = isolation_option(o)
         return cls(
             plugin_config=plugin_config,
             topics=topics,
@@ -427,15 +322,15 @@ class TieredReadOptions:
             default_end=default_end,
             starting_offsets=starting,
             ending_offsets=ending,
-            starting_timestamp=_int(o, "startingtimestamp", None, 0),
-            ending_timestamp=_int(o, "endingtimestamp", None, 0),
+            starting_timestamp=int_option(o, "startingtimestamp", None, 0),
+            ending_timestamp=int_option(o, "endingtimestamp", None, 0),
             read_committed=isolation == "read_committed",
-            include_headers=_bool(o, "includeheaders", False),
-            fail_on_corruption=_bool(o, "failoncorruption", True),
-            max_slice_bytes=_int(o, "maxslicebytes", 64 << 20, 1) or 64 << 20,
-            max_batch_bytes=_int(o, "maxbatchbytes", 64 << 20, 1024) or 64 << 20,
-            rows_per_batch=_int(o, "rowsperbatch", 8192, 1) or 8192,
-            planning_concurrency=_int(o, "planningconcurrency", DEFAULT_CONCURRENCY, 1) or DEFAULT_CONCURRENCY,
+            include_headers=bool_option(o, "includeheaders", False),
+            fail_on_corruption=bool_option(o, "failoncorruption", True),
+            max_slice_bytes=int_option(o, "maxslicebytes", 64 << 20, 1) or 64 << 20,
+            max_batch_bytes=int_option(o, "maxbatchbytes", 64 << 20, 1024) or 64 << 20,
+            rows_per_batch=int_option(o, "rowsperbatch", 8192, 1) or 8192,
+            planning_concurrency=int_option(o, "planningconcurrency", DEFAULT_CONCURRENCY, 1) or DEFAULT_CONCURRENCY,
             iceberg_rows=_iceberg_read(o),
         )
 

@@ -4,21 +4,17 @@ Everything here runs once, on the driver (or in the bare reader), and touches on
 offset/time/transaction indexes; no ``.log`` byte is read. The result is a list of :class:`SegmentSlice`,
 plain picklable values that name a segment, a byte range starting at a batch boundary and the offsets to keep.
 
-Overlapping segments (after a leader change, the old leader may have tiered offsets the new leader also
-tiered, with different contents past the divergence point): for each partition, segments are ranked by the
-highest leader epoch they contain, then by the broker's event time; walking that ranking, each segment keeps
-only the offsets no higher-ranked segment covers. The later leader's copy of an offset therefore always wins,
-and every offset is read from exactly one segment (docs/spark.md, "Overlapping segments").
+Overlapping segments are resolved per partition (``rsm.spark.overlaps``): every offset is read from exactly
+one segment, the later leader's copy.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain, takewhile
-from typing import Protocol, TypeVar
 
 from rsm.core.catalog import TieredSegment
 from rsm.core.manager import RemoteStorageManager
@@ -30,8 +26,10 @@ from rsm.kafka.indexes import OffsetIndex, TimeIndex, decode_producer_snapshot, 
 from rsm.kafka.records import CorruptRecordBatch
 from rsm.metadata import IndexType, TopicIdPartition
 from rsm.spark.options import TieredReadOptions
+from rsm.spark.overlaps import resolve_overlaps
+from rsm.spark.selection import LOOK_BEHIND, PROBE_GROWTH, Selection
 
-__all__ = ["PushedBounds", "SegmentSlice", "plan_slices", "resolve_overlaps"]
+__all__ = ["PushedBounds", "SegmentSlice", "plan_slices"]
 
 _MAX = (1 << 63) - 1
 
@@ -75,145 +73,12 @@ class SegmentSlice:
         return f"{self.segment.describe()}, bytes {self.start_position}..{end}"
 
 
-class _Ranked(Protocol):
-    """What ranking needs of a segment: a ``SegmentSummary`` or a ``RemoteLogSegmentMetadata``."""
-
-    @property
-    def start_offset(self) -> int: ...
-    @property
-    def end_offset(self) -> int: ...
-    @property
-    def event_timestamp_ms(self) -> int: ...
-    @property
-    def segment_leader_epochs(self) -> dict[int, int]: ...
-
-
-M = TypeVar("M", bound=_Ranked)
-
-
-def _rank(segment: TieredSegment, meta: _Ranked) -> tuple[int, int, str]:
-    epochs = meta.segment_leader_epochs
-    return (max(epochs) if epochs else -1, meta.event_timestamp_ms, segment.segment_id)
-
-
-def _subtract(lo: int, hi: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Parts of ``[lo, hi]`` not covered by the sorted, disjoint intervals ``taken``."""
-    free: list[tuple[int, int]] = []
-    cur = lo
-    for a, b in taken:
-        if b < cur:
-            continue
-        if a > hi:
-            break
-        if a > cur:
-            free.append((cur, a - 1))
-        cur = max(cur, b + 1)
-        if cur > hi:
-            break
-    if cur <= hi:
-        free.append((cur, hi))
-    return free
-
-
-def resolve_overlaps(candidates: Iterable[tuple[TieredSegment, M]]) -> list[tuple[TieredSegment, M, int, int]]:
-    """``(segment, meta, first, last)`` ranges of one partition such that each offset appears once, taken
-    from the segment with the highest leader epoch (then the latest event time) that holds it."""
-    ranked = sorted(candidates, key=lambda c: _rank(c[0], c[1]), reverse=True)
-    taken: list[tuple[int, int]] = []
-    out: list[tuple[TieredSegment, M, int, int]] = []
-    for segment, meta in ranked:
-        if meta.end_offset < meta.start_offset:
-            continue  # an empty segment holds no offsets
-        for lo, hi in _subtract(meta.start_offset, meta.end_offset, taken):
-            out.append((segment, meta, lo, hi))
-        bisect.insort(taken, (meta.start_offset, meta.end_offset))
-        taken = _merge(taken)
-    return sorted(out, key=lambda r: r[2])
-
-
-def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for a, b in intervals:
-        if merged and a <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
-
-
 def _latest_topic_id(summaries: Iterable[SegmentSummary]) -> str:
     """A re-created topic has segments under several ids; the current one is the most recently tiered."""
     best: dict[str, int] = {}
     for s in summaries:
         best[s.segment.topic_id] = max(best.get(s.segment.topic_id, -1), s.event_timestamp_ms)
     return max(best, key=lambda t: (best[t], t))
-
-
-LOOK_BEHIND = 2
-"""Segments starting below an offset bound that are read at once: in a partition without overlaps, the one
-holding the bound and the one before it, which ends before the bound and so closes the walk."""
-PROBE_GROWTH = 16
-"""How much further back each listing probe for segments below a lower bound starts than the previous one."""
-
-
-class _Selection:
-    """Which of one partition's segments have their manifests read, decided on the keys' start offsets.
-
-    Segments starting past the last wanted offset hold nothing wanted: never listed far nor read (unless
-    read_committed, where a later segment may hold the ABORT marker of a wanted record). Segments starting in the
-    wanted range are read. Below the first wanted offset the walk goes down from the nearest start and stops at the
-    first segment that ends before that offset: a partition's segments follow each other, so nothing earlier
-    reaches into the range, while a segment that overlaps its successors (an old leader's copy after a leader
-    change) is read and ranked. ``below`` may be only the nearest few segments; ``rest_below`` then lists all of
-    them, for the rare walk that goes further.
-    """
-
-    def __init__(
-        self,
-        first: int,
-        below: list[TieredSegment],
-        wanted: Iterable[TieredSegment],
-        rest_below: Callable[[], list[TieredSegment]] | None,
-    ) -> None:
-        self.first = first
-        self.below = below  # nearest first
-        self.rest_below = rest_below
-        self.taken_below = 0
-        self.pending: Iterable[TieredSegment] | None = wanted
-        self.read: list[SegmentSummary] = []
-        self.closed = not self.below and rest_below is None
-
-    def next_reads(self) -> Iterable[TieredSegment] | None:
-        """The segments to read in the next round, the wanted ones possibly still being listed (None: nothing is
-        left to read)."""
-        parts: list[Iterable[TieredSegment]] = []
-        if self.pending is not None:
-            parts.append(self.pending)
-            self.pending = None
-        if not self.closed:
-            if self.taken_below >= len(self.below) and self.rest_below is not None:
-                self.below, self.rest_below = self.rest_below(), None
-            round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
-            if round_below:
-                parts.append(round_below)
-            else:
-                self.closed = True
-        return chain.from_iterable(parts) if parts else None
-
-    def took(self, got: dict[TieredSegment, SegmentSummary]) -> None:
-        """Record a round's summaries; the walk below the bound closes at a segment ending before it."""
-        self.read.extend(got.values())
-        if self.closed:
-            return
-        round_below = self.below[self.taken_below : self.taken_below + LOOK_BEHIND]
-        self.taken_below += len(round_below)
-        for seg in round_below:
-            summary = got.get(seg)
-            if summary is None or summary.end_offset < self.first:
-                self.closed = True  # a failed read closes it too: the plan fails on that failure anyway
-                return
-        if self.taken_below >= len(self.below) and self.rest_below is None:
-            self.closed = True
 
 
 class _Planner:
@@ -264,7 +129,7 @@ class _Planner:
         return max(first, self.pushed.first_offset), min(last, self.pushed.last_offset)
 
     def summaries(self) -> dict[str, dict[int, list[SegmentSummary]]]:
-        """Topic -> partition -> the summaries planning needs (see :class:`_Selection`); every segment of a topic
+        """Topic -> partition -> the summaries planning needs (see :class:`Selection`); every segment of a topic
         when a time bound needs their max timestamps or the topic was re-created (several topic ids)."""
         topics = self._topics()
         if topics is None:
@@ -303,10 +168,10 @@ class _Planner:
             to_end = self.opts.read_committed
             below = [s for s in segs if s.start_offset < first][::-1]
             wanted = [s for s in segs if s.start_offset >= first and (to_end or s.start_offset <= last)]
-            selections[partition] = _Selection(first, below, wanted, None)
+            selections[partition] = Selection(first, below, wanted, None)
         return self._select(selections)
 
-    def _window(self, tip: TopicIdPartition) -> _Selection:
+    def _window(self, tip: TopicIdPartition) -> Selection:
         """A partition's selection from listings that start at or near the lower bound and stop past the upper one.
 
         The wanted segments are listed from the lower bound on. The segments just below it are found by a probe
@@ -318,7 +183,7 @@ class _Planner:
             listing = takewhile(lambda s: s.start_offset <= last, listing)
         if first <= 0:
             # Nothing below to look at: the manifests are read while the listing's later pages still arrive.
-            return _Selection(first, [], listing, None)
+            return Selection(first, [], listing, None)
         wanted = list(listing)
         if len(wanted) >= 2:
             spacing = (wanted[-1].start_offset - wanted[0].start_offset) // (len(wanted) - 1)
@@ -332,13 +197,13 @@ class _Planner:
                 break
             reach *= PROBE_GROWTH
         rest = None if start == 0 else (lambda: self._all_below(tip, first))
-        return _Selection(first, below[::-1], wanted, rest)
+        return Selection(first, below[::-1], wanted, rest)
 
     def _all_below(self, tip: TopicIdPartition, first: int) -> list[TieredSegment]:
         """Every segment of the partition starting below ``first``, nearest first (a walk that went far down)."""
         return list(takewhile(lambda s: s.start_offset < first, self.catalog.segments_from(tip, 0)))[::-1]
 
-    def _select(self, selections: dict[int, _Selection]) -> dict[int, list[SegmentSummary]]:
+    def _select(self, selections: dict[int, Selection]) -> dict[int, list[SegmentSummary]]:
         """Read, round by round, what the partitions' selections ask for (all partitions at once)."""
         while True:
             rounds = {p: reads for p, sel in selections.items() if (reads := sel.next_reads()) is not None}

@@ -23,30 +23,20 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import CorruptDataException
 from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds, RecordBuffers, iter_log_entries
 from rsm.kafka.records import CorruptRecordBatch
+from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, arrow_field, batch_schema, to_record_batch
 from rsm.spark.options import TieredReadOptions
 from rsm.spark.planning import PushedBounds, SegmentSlice, plan_slices
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = [
-    "HEADERS_COLUMN",
-    "KAFKA_COLUMNS",
-    "ReadStats",
-    "SkippedBatch",
-    "TieredReader",
-    "arrow_field",
-    "manager_for",
-    "read_slice",
-    "to_record_batch",
-]
+__all__ = ["ReadStats", "SkippedBatch", "TieredReader", "manager_for", "read_slice"]
 
 log = logging.getLogger(__name__)
 
@@ -218,132 +208,6 @@ def _report_skipped(piece: SegmentSlice, decoder: LogBatchDecoder, reported: int
     return reported
 
 
-#: The columns of Spark's Kafka source, in its order (``headers`` only with ``includeHeaders``).
-KAFKA_COLUMNS: tuple[str, ...] = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
-HEADERS_COLUMN = "headers"
-
-
-@cache
-def arrow_field(name: str) -> pa.Field:
-    """A Kafka source column's Arrow field, as the batches carry it (Spark's type for it follows from it)."""
-    import pyarrow as pa
-
-    types = {
-        "key": pa.binary(),
-        "value": pa.binary(),
-        "topic": pa.string(),
-        "partition": pa.int32(),
-        "offset": pa.int64(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-        "timestampType": pa.int32(),
-        HEADERS_COLUMN: pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
-    }
-    return pa.field(name, types[name])
-
-
-@lru_cache(maxsize=64)
-def _schema(columns: tuple[str, ...], names: tuple[str, ...]) -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([arrow_field(c).with_name(n) for c, n in zip(columns, names, strict=True)])
-
-
-def _array(name: str, cols: Columns, topic: str, partition: int) -> pa.Array:
-    """One column of a batch; the constant ones without per-row objects."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if name == "key":
-        return pa.array(cols.keys, pa.binary())
-    if name == "value":
-        return pa.array(cols.values, pa.binary())
-    if name == "topic":
-        return pa.repeat(pa.scalar(topic, pa.string()), len(cols))
-    if name == "partition":
-        return pa.repeat(pa.scalar(partition, pa.int32()), len(cols))
-    if name == "offset":
-        return pa.array(cols.offsets, pa.int64())
-    if name == "timestamp":
-        return pc.multiply(pa.array(cols.timestamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-    if name == "timestampType":
-        return pa.array(cols.timestamp_types, pa.int32())
-    if name == HEADERS_COLUMN and cols.headers is not None:
-        return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in cols.headers], arrow_field(name).type)
-    raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
-
-
-def _wrap(memory: object | None) -> pa.Buffer | None:
-    import pyarrow as pa
-
-    return None if memory is None else pa.py_buffer(memory)
-
-
-def _binary(part: tuple[object, object, object, int], rows: int, kind: pa.DataType) -> pa.Array:
-    """A binary or string column from the compiled walk's (validity, offsets, data, null count), without a copy."""
-    import pyarrow as pa
-
-    validity, offsets, data, nulls = part
-    return pa.Array.from_buffers(kind, rows, [_wrap(validity), _wrap(offsets), _wrap(data)], null_count=nulls)
-
-
-def _buffers_array(name: str, parts: dict[str, Any], topic: str, partition: int) -> pa.Array:
-    """One column of a batch from the compiled walk's buffers (:meth:`RecordBuffers.parts`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    rows: int = parts["rows"]
-    if name in ("key", "value"):
-        if parts[name] is None:
-            raise ValueError(f"{name!r} was not read: the decoder was told it is not wanted")
-        return _binary(parts[name], rows, pa.binary())
-    if name == "topic":
-        return pa.repeat(pa.scalar(topic, pa.string()), rows)
-    if name == "partition":
-        return pa.repeat(pa.scalar(partition, pa.int32()), rows)
-    if name == "offset":
-        return pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["offset"])])
-    if name == "timestamp":
-        millis = pa.Array.from_buffers(pa.int64(), rows, [None, _wrap(parts["timestamp"])])
-        return pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC"))
-    if name == "timestampType":
-        return pa.Array.from_buffers(pa.int32(), rows, [None, _wrap(parts["timestampType"])])
-    if name == HEADERS_COLUMN and parts["headers"] is not None:
-        lists, names, values, count = parts["headers"]
-        kind = arrow_field(HEADERS_COLUMN).type
-        entries = pa.StructArray.from_arrays(
-            [_binary(names, count, pa.string()), _binary(values, count, pa.binary())],
-            fields=list(kind.value_type),
-        )
-        return pa.Array.from_buffers(kind, rows, [None, _wrap(lists)], children=[entries])
-    raise ValueError(f"{name!r} is not a column of the Kafka source read with these options")
-
-
-def to_record_batch(
-    cols: Columns | RecordBuffers,
-    topic: str,
-    partition: int,
-    columns: Sequence[str] | None = None,
-    names: Sequence[str] | None = None,
-) -> pa.RecordBatch:
-    """One Arrow batch in the Kafka source's column order, or of ``columns`` only (a pruned read), in their order.
-
-    ``names`` spells the columns as the caller's schema does (Spark compares the batch's schema with it exactly).
-    Only the asked columns are built: a value column copies every value byte, so a read of keys alone is cheaper.
-    :class:`RecordBuffers` become the batch's buffers without a copy (and are sealed: they take no more rows).
-    """
-    import pyarrow as pa
-
-    if columns is None:
-        columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if cols.has_headers else KAFKA_COLUMNS
-    wanted = tuple(columns)
-    if isinstance(cols, RecordBuffers):
-        parts = cols.parts()
-        arrays = [_buffers_array(c, parts, topic, partition) for c in wanted]
-    else:
-        arrays = [_array(c, cols, topic, partition) for c in wanted]
-    return pa.RecordBatch.from_arrays(arrays, schema=_schema(wanted, tuple(names) if names else wanted))
-
-
 def read_slice(
     manager: RemoteStorageManager,
     piece: SegmentSlice,
@@ -452,7 +316,7 @@ def _iceberg_batches(
     if columns is None:
         columns = KAFKA_COLUMNS + (HEADERS_COLUMN,) if opts.include_headers else KAFKA_COLUMNS
     wanted = tuple(columns)
-    schema = _schema(wanted, tuple(names) if names else wanted)
+    schema = batch_schema(wanted, tuple(names) if names else wanted)
     bounds = ReadBounds(
         max(piece.first_offset, pushed.first_offset),
         min(piece.last_offset, pushed.last_offset),

@@ -1,4 +1,5 @@
-"""rsm.iceberg.file_bounds: whether live files may hold an offset range, from manifests read once each."""
+"""rsm.iceberg.file_bounds: whether live files may hold an offset range, from manifests read once each, and the one
+cache of what each manifest lists that copies and the orphan search share."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from iceberg_testing import CountingIO, iceberg_config, load_table, new_tip, order_records, segment_of, tier
 
-from rsm.iceberg.file_bounds import ManifestBounds, overlaps
+from rsm.iceberg.file_bounds import MANIFESTS, ManifestCache, overlaps
+from rsm.iceberg.maintenance.references import REFERENCES, referenced_files
 
 RECORDS = 40
 
@@ -20,7 +22,7 @@ def _tier(cfg: dict[str, str], tmp_path: Path, tip: object, first: int) -> None:
 def test_may_hold_follows_the_live_files_partitions_and_offsets(tmp_path: Path) -> None:
     cfg = iceberg_config(tmp_path, **{"iceberg.mode.maintenance.enabled": "false"})
     p0, p1 = new_tip(partition=0), new_tip(partition=1)
-    bounds = ManifestBounds()
+    bounds = ManifestCache()
     _tier(cfg, tmp_path, p0, 0)
     _tier(cfg, tmp_path, p0, RECORDS)
     _tier(cfg, tmp_path, p1, 0)
@@ -37,7 +39,7 @@ def test_each_manifest_is_read_once(tmp_path: Path) -> None:
     tip = new_tip()
     for i in range(4):
         _tier(cfg, tmp_path, tip, i * RECORDS)
-    bounds = ManifestBounds()
+    bounds = ManifestCache()
 
     def reads() -> list[str]:
         table = load_table(cfg)
@@ -54,6 +56,29 @@ def test_each_manifest_is_read_once(tmp_path: Path) -> None:
     snapshot = load_table(cfg).current_snapshot()
     assert len(reads()) == 2  # the new manifest list and the copy's one new manifest
     assert snapshot.manifest_list != manifest_list
+
+
+def test_the_orphan_search_reads_no_manifest_a_copy_has_read(tmp_path: Path) -> None:
+    """What a manifest lists is kept once: after a copy's check read the current manifests, the orphan search's
+    references read none of them again (and a search from cold does read them)."""
+    cfg = iceberg_config(tmp_path, **{"iceberg.mode.maintenance.enabled": "false"})
+    tip = new_tip()
+    for i in range(3):
+        _tier(cfg, tmp_path, tip, i * RECORDS)
+    table = load_table(cfg)
+    current = {m.manifest_path for m in table.current_snapshot().manifests(table.io)}
+
+    def manifests_read() -> set[str]:
+        table = load_table(cfg)
+        table.io = io = CountingIO(table.io)
+        referenced_files(table)
+        return set(io.reads) & current
+
+    REFERENCES.clear()  # and what manifests list
+    assert manifests_read() == current
+    REFERENCES.clear()
+    assert not MANIFESTS.may_hold(load_table(cfg), 0, 10 * RECORDS, 11 * RECORDS)
+    assert manifests_read() == set()
 
 
 bound = st.one_of(st.none(), st.integers(0, 12))

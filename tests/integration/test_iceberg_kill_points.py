@@ -27,8 +27,10 @@ from kill_point_child import NOT_REACHED, POINTS
 from backends.filesystem import TEMP_PREFIX
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
+from rsm.deletion.fileio_holding import list_locations, normal_location
 from rsm.iceberg.config import MaintenanceSettings
-from rsm.iceberg.maintenance import _normal, compact, list_files, referenced_files
+from rsm.iceberg.maintenance.compaction import compact
+from rsm.iceberg.maintenance.references import referenced_files
 from rsm.kafka.writer import SegmentFiles
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -90,7 +92,9 @@ def _table_files(cfg: dict[str, str]) -> tuple[set[str], set[str]]:
     """(every file under the table's data/ and metadata/, those the table's metadata references)."""
     table = load_table(cfg)
     location = table.location().rstrip("/")
-    listed = {_normal(f[0]) for sub in ("data", "metadata") for f in list_files(table.io, f"{location}/{sub}/")}
+    listed = {
+        normal_location(f[0]) for sub in ("data", "metadata") for f in list_locations(table.io, f"{location}/{sub}/")
+    }
     return listed, referenced_files(table)
 
 

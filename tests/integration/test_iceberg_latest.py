@@ -24,7 +24,7 @@ from iceberg_testing import (
 from rsm import RemoteStorageException, RemoteStorageManager
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.latest_table import LatestWriter, read_watermarks
-from rsm.iceberg.maintenance import maintain
+from rsm.iceberg.maintenance.run import maintain
 from rsm.kafka.records import ControlRecordType
 from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment
 from rsm.metadata import TopicIdPartition

@@ -23,7 +23,7 @@ from rsm import RemoteStorageManager, RetriableRemoteStorageException
 from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.maintainer import MaintenanceStats
-from rsm.iceberg.maintenance import compact, plan_compaction
+from rsm.iceberg.maintenance.compaction import compact, plan_compaction
 from rsm.kafka.records import batch_view, decode_records, iter_batches
 from rsm.kafka.writer import SegmentFiles, write_large_segment, write_segment
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition, random_kafka_uuid

@@ -27,30 +27,23 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.types import IntegerType, LongType
 
-import rsm.iceberg.maintenance as maintenance_module
+import rsm.iceberg.maintenance.run as maintenance_run
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
+from rsm.deletion.fileio_holding import normal_location
 from rsm.errors import RemoteStorageException
 from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
-from rsm.iceberg.maintainer import LEASE_PROPERTY, Lease, Maintainer, MaintenanceStats, release_lease, take_lease
-from rsm.iceberg.maintenance import (
-    METADATA_PROPERTIES,
-    REFERENCES,
-    _normal,
-    all_orphans,
-    compact,
-    compact_bins,
-    expire_snapshots,
-    find_orphans,
-    maintain,
-    plan_compaction,
-    referenced_files,
-    remove_orphans,
-    rewrite_manifests,
-    set_metadata_properties,
-    shared_location,
-)
+from rsm.iceberg.maintainer import Maintainer, MaintenanceStats
+from rsm.iceberg.maintenance.compaction import compact, compact_bins, plan_compaction
+from rsm.iceberg.maintenance.expiry import expire_snapshots, set_metadata_properties
+from rsm.iceberg.maintenance.lease import LEASE_PROPERTY, Lease, release_lease, take_lease
+from rsm.iceberg.maintenance.manifests import rewrite_manifests
+from rsm.iceberg.maintenance.namespace import all_orphans
+from rsm.iceberg.maintenance.orphans import find_orphans, remove_orphans, shared_location
+from rsm.iceberg.maintenance.references import REFERENCES, referenced_files
+from rsm.iceberg.maintenance.run import maintain
+from rsm.iceberg.tables import METADATA_PROPERTIES
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SEGMENT_RECORDS = 40
@@ -476,8 +469,8 @@ class _SlowCompaction:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started, self.go = threading.Event(), threading.Event()
         self.threads: list[str] = []
-        self._compact = maintenance_module.compact
-        monkeypatch.setattr(maintenance_module, "compact", self)
+        self._compact = maintenance_run.compact
+        monkeypatch.setattr(maintenance_run, "compact", self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.threads.append(threading.current_thread().name)
@@ -528,7 +521,7 @@ def test_a_pass_whose_lease_another_broker_took_stops_before_its_next_step(
     cfg = _tiered(tmp_path, segments=6)
     slow = _SlowCompaction(monkeypatch)
     first = _maintainer(cfg, "first")
-    caplog.set_level(logging.INFO, logger="rsm.iceberg.maintainer")
+    caplog.set_level(logging.INFO, logger="rsm.iceberg.maintenance.lease")
     thread = _pass_in_a_thread(first)
     try:
         assert slow.started.wait(60)
@@ -556,7 +549,7 @@ def test_a_pass_that_fails_releases_its_lease(tmp_path: Path, monkeypatch: pytes
     def failing(*_args: Any, **_kwargs: Any) -> Any:
         raise RemoteStorageException("the warehouse did not answer")
 
-    monkeypatch.setattr(maintenance_module, "compact", failing)
+    monkeypatch.setattr(maintenance_run, "compact", failing)
     maintainer = _maintainer(cfg, "mine")
     maintainer.run_pass()
     assert maintainer.stats.stats()["errors-total"] == 1
@@ -716,8 +709,8 @@ def test_an_azure_file_listed_by_container_is_the_file_a_table_references() -> N
     """Tables reference abfs://container@account.../path; listing the container gives abfs://container/path.
     Compared as different, every live data file on Azure was an orphan (caught by the Azurite cloud test)."""
     referenced = "abfs://kts@acct.dfs.core.windows.net/p/iceberg/kafka/orders/data/x.parquet"
-    assert _normal(referenced) == _normal("abfs://kts/p/iceberg/kafka/orders/data/x.parquet")
-    assert _normal(referenced) != _normal("abfs://other/p/iceberg/kafka/orders/data/x.parquet")
+    assert normal_location(referenced) == normal_location("abfs://kts/p/iceberg/kafka/orders/data/x.parquet")
+    assert normal_location(referenced) != normal_location("abfs://other/p/iceberg/kafka/orders/data/x.parquet")
 
 
 def test_tables_sharing_a_location_remove_no_orphan_of_either(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

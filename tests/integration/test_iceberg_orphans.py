@@ -40,17 +40,17 @@ from rsm.deletion.rules import TABLE_UNREFERENCED, TABLE_UNREFERENCED_FOR_GRACE,
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.maintainer import Maintainer
-from rsm.iceberg.maintenance import (
+from rsm.iceberg.maintenance.expiry import expire_snapshots
+from rsm.iceberg.maintenance.orphans import (
     DATA_FILE_MIN_GRACE_S,
     LEDGER_PATH,
     OrphanFile,
-    expire_snapshots,
     find_orphans,
     hold_orphans,
     purge_quarantine,
-    referenced_files,
     remove_orphans,
 )
+from rsm.iceberg.maintenance.references import referenced_files
 from rsm.operator_tools.garbage import quarantine_usage
 
 SEGMENT_RECORDS = 40

@@ -165,7 +165,8 @@ def test_spark_reads_the_same_records_both_ways(spark: Any, tiered: Any) -> None
 
 
 def test_the_iceberg_read_option(tmp_path: Path) -> None:
-    from rsm.spark.options import ReadOptionsError, TieredReadOptions
+    from rsm.spark.option_values import ReadOptionsError
+    from rsm.spark.options import TieredReadOptions
 
     base = {**iceberg_config(tmp_path), "topic": "orders"}
     assert TieredReadOptions.from_options(base).iceberg_rows

@@ -40,7 +40,8 @@ from rsm.kafka.records import (
 )
 from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment, write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
-from rsm.spark.options import ReadOptionsError, TieredReadOptions, redact
+from rsm.spark.option_values import ReadOptionsError
+from rsm.spark.options import TieredReadOptions, redact
 from rsm.spark.planning import PushedBounds
 from rsm.spark.reader import TieredReader
 

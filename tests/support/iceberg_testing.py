@@ -134,10 +134,10 @@ def remove_unlisted_data_files(config: Mapping[str, str]) -> int:
 
 
 def age_ledger(table_dir: Path, seconds: float) -> int:
-    """Make every file in the ledger of unreferenced files (rsm.iceberg.maintenance.UnreferencedLedger) of the
+    """Make every file in the ledger of unreferenced files (rsm.iceberg.maintenance.orphans.UnreferencedLedger) of the
     table at ``table_dir`` (its location on disk) first seen, and written, ``seconds`` earlier, as time passing
     would; the number of files in it."""
-    from rsm.iceberg.maintenance import LEDGER_PATH
+    from rsm.iceberg.maintenance.orphans import LEDGER_PATH
 
     path = table_dir / LEDGER_PATH
     if not path.exists():  # no pass saw an unreferenced file

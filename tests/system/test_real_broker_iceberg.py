@@ -345,7 +345,7 @@ def _settle(b: kd.Broker, store: Store, tmp: Path) -> None:
     """Wait until both topics' closed segments are tiered and the broker's maintainer has nothing left to
     compact (so the next step does not race its compaction)."""
     from rsm.iceberg.config import IcebergConfig
-    from rsm.iceberg.maintenance import plan_compaction
+    from rsm.iceberg.maintenance.compaction import plan_compaction
 
     settings = IcebergConfig.from_map(BROKER_MAINTENANCE).maintenance
     for topic in (ICE, CLASSIC):
@@ -407,7 +407,7 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     # broker's later copies would.
     from pyiceberg.exceptions import CommitFailedException
 
-    from rsm.iceberg.maintenance import referenced_files
+    from rsm.iceberg.maintenance.references import referenced_files
     from rsm.iceberg.tables import METADATA_PROPERTIES
 
     for tick in range(int(METADATA_PROPERTIES["write.metadata.previous-versions-max"]) + 1):

@@ -24,7 +24,7 @@ from rsm.kafka.records import (
     decompress,
 )
 from rsm.kafka.writer import build_batch
-from rsm.spark.reader import KAFKA_COLUMNS, to_record_batch
+from rsm.spark.arrow_batches import KAFKA_COLUMNS, to_record_batch
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -37,7 +37,7 @@ from spark_data import legacy_entry
 from rsm.kafka.columnar import COMPILED_WALK, Columns, LogBatchDecoder, ReadBounds, RecordBuffers
 from rsm.kafka.records import BATCH_HEADER_SIZE, CorruptRecordBatch, zigzag_encode
 from rsm.kafka.writer import build_batch
-from rsm.spark.reader import HEADERS_COLUMN, KAFKA_COLUMNS, to_record_batch
+from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, to_record_batch
 
 LONG = os.environ.get("KTS_LONG_FUZZ") == "1"
 pytestmark = [pytest.mark.timeout(3600 if LONG else 300), *([pytest.mark.longfuzz] if LONG else [])]
@@ -418,7 +418,7 @@ _FALLBACK = textwrap.dedent(
     sys.modules["rsm.kafka._recordwalk"] = None  # as if the extension had not been built
     logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
     from rsm.kafka.columnar import COMPILED_WALK, Columns, LogBatchDecoder, ReadBounds
-    from rsm.spark.reader import to_record_batch
+    from rsm.spark.arrow_batches import to_record_batch
     import pyarrow as pa
     entries = [bytes.fromhex(h) for h in sys.argv[1:]]
     decoder = LogBatchDecoder(ReadBounds(1), include_headers=True)

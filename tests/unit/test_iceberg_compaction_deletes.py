@@ -1,5 +1,5 @@
-"""Which delete files compaction takes as applying to a data file it planned to rewrite (rsm.iceberg.maintenance):
-position deletes by their ``file_path`` bounds, else by spec and partition; equality deletes by spec and
+"""Which delete files compaction (rsm.iceberg.maintenance.compaction) takes as applying to a data file it planned to
+rewrite: position deletes by their ``file_path`` bounds, else by spec and partition; equality deletes by spec and
 partition, an unpartitioned spec's hitting every partition. Data files built directly (no table)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import date
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
-from rsm.iceberg.maintenance import POSITION_PATH_FIELD_ID, _may_apply
+from rsm.iceberg.maintenance.compaction import POSITION_PATH_FIELD_ID, _may_apply
 
 DAY1, DAY2 = Record(date(2026, 1, 1)), Record(date(2026, 1, 2))
 DATA = "file:///w/kafka/orders/data/day=2026-01-01/00000-0-b.parquet"

@@ -1,6 +1,6 @@
-"""rsm.iceberg.maintenance.compaction_runs: which consecutive small files of a partition-day a compaction merges,
-on long histories of copies (hypothesis): runs of fan_in consecutive files or more under the target, each file
-rewritten into one of at least twice its rows, and a file count that stays logarithmic in the rows however long
+"""rsm.iceberg.maintenance.compaction.compaction_runs: which consecutive small files of a partition-day a compaction
+merges, on long histories of copies (hypothesis): runs of fan_in consecutive files or more under the target, each
+file rewritten into one of at least twice its rows, and a file count that stays logarithmic in the rows however long
 the table lives (the rule before let files of unlike sizes pile up without end)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsm.iceberg.maintenance import ROW_SLACK, compaction_runs
+from rsm.iceberg.maintenance.compaction import ROW_SLACK, compaction_runs
 
 BIG = 1 << 60
 

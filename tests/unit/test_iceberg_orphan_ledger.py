@@ -1,5 +1,5 @@
-"""The per-table ledger of unreferenced files (rsm.iceberg.maintenance.UnreferencedLedger): what is written reads
-back the same, and a ledger that cannot be read starts over empty (files then wait longer, never less)."""
+"""The per-table ledger of unreferenced files (rsm.iceberg.maintenance.orphans.UnreferencedLedger): what is written
+reads back the same, and a ledger that cannot be read starts over empty (files then wait longer, never less)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from rsm.iceberg.maintenance import LEDGER_PATH, UnreferencedLedger, orphan_grace_s
+from rsm.iceberg.maintenance.orphans import LEDGER_PATH, UnreferencedLedger, orphan_grace_s
 
 paths = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60)
 times = st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.config import SLICE_BYTES
+from rsm.iceberg.config_keys import SLICE_BYTES
 from rsm.iceberg.row_slices import SLICE_ROWS, SliceCursor, SliceCursors, SliceIndex, slice_rows
 
 

@@ -22,7 +22,8 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from rsm.iceberg.fetch_plan import SegmentRows
 from rsm.iceberg.row_slices import SLICE_ROWS
 from rsm.iceberg.rows import RowOrigin, SegmentSummary, segment_row_tables
-from rsm.iceberg.segment_fetch import RowGroupCache, _with_kafka_fields, iter_segment_batches, iter_segment_rows
+from rsm.iceberg.segment_fetch import RowGroupCache, _with_kafka_fields, iter_segment_rows
+from rsm.iceberg.segment_stream import iter_segment_batches
 from rsm.kafka.records import batch_view, iter_batches
 from rsm.kafka.writer import SegmentFiles, write_segment
 
