@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
+from rsm.core.config_keys import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE
+from rsm.core.known_keys import backend_config_def
 from rsm.iceberg.config import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.iceberg.config import CURSOR_MEMORY_BYTES, WRITER_MEMORY_FACTOR, mode_on
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
