@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackend, StorageBackendException
+from backends.base import KeyNotFound, ObjectInfo, PendingUpload, StorageBackendException
 from backends.configdef import ConfigException
 from backends.registry import AIVEN_CLASS_NAMES, SHORT_NAMES
 from rsm.core.manifest import MAX_MANIFEST_SIZE, SegmentManifest
@@ -185,7 +185,7 @@ def find_garbage(
                         without_log.append(dated_by)  # an Iceberg-mode segment's, unless its manifest says not
                     else:
                         items.append(dated(MANIFEST_WITHOUT_DATA, dated_by))
-            for outcome in ordered_map(lambda m: _is_garbage_without_log(backend, m.key), without_log, concurrency):
+            for outcome in ordered_map(lambda m: is_garbage_without_log(manager, m.key), without_log, concurrency):
                 if isinstance(outcome.error, StorageBackendException):
                     raise outcome.error
                 if outcome.error is not None:
@@ -282,18 +282,21 @@ def _iceberg_orphans(manager: RemoteStorageManager, record: bool) -> list[Garbag
     return [GarbageItem(ICEBERG_ORPHAN, o.path, o.age_s, o.size, evidence=o.evidence) for o in found]
 
 
-def _is_garbage_without_log(backend: StorageBackend, manifest_key: str) -> bool:
-    """Whether a manifest beside its ``.indexes`` but no ``.log`` answers for nothing: True unless it is an
-    Iceberg-mode segment's (whose rows are in its table) or gone meanwhile; an unreadable one answers for nothing."""
+def is_garbage_without_log(manager: RemoteStorageManager, manifest_key: str) -> bool:
+    """Whether a manifest beside its ``.indexes`` but no ``.log`` answers for nothing: True unless its format
+    stores no ``.log`` (an Iceberg-mode segment's rows are in its table) or it is gone meanwhile; an unreadable
+    one, or one of a format this plugin does not read, answers for nothing."""
     try:
-        with backend.fetch(manifest_key) as f:
+        with manager.backend.fetch(manifest_key) as f:
             raw = f.read(MAX_MANIFEST_SIZE + 1)
     except KeyNotFound:
         return False
     try:
-        return SegmentManifest.from_json_bytes(raw, f"manifest {manifest_key}").kind != "iceberg"
+        kind = SegmentManifest.from_json_bytes(raw, f"manifest {manifest_key}").kind
     except CorruptDataException:
         return True
+    fmt = manager.formats.named(kind)
+    return fmt is None or fmt.stores_log
 
 
 def _stale_cache_entries(manager: RemoteStorageManager, concurrency: int) -> list[GarbageItem]:
