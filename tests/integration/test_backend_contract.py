@@ -1176,7 +1176,7 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
 def test_s3_copy_ranges_cover_the_object_in_parts_s3_accepts(size: int, part: int) -> None:
     """Whatever the object size (up to S3's 5 TiB) and the part size asked for, a multipart copy's ranges cover
     the object once, in order, in at most 10,000 parts of 5 MiB to 5 GiB (the last one may be shorter)."""
-    from backends.s3 import MIN_PART_SIZE
+    from backends.s3_config import MIN_PART_SIZE
 
     backend = S3Backend()
     backend.copy_part_size = part

@@ -16,7 +16,6 @@ STILL_TO_SPLIT = frozenset(
         "backends/azure.py",
         "backends/filesystem.py",
         "backends/gcs.py",
-        "backends/s3.py",
         "rsm/iceberg/config.py",
         "rsm/iceberg/maintainer.py",
         "rsm/iceberg/maintenance.py",
