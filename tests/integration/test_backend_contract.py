@@ -894,7 +894,7 @@ def test_gcs_names_a_missing_bucket_from_the_answer() -> None:
     """GCS's JSON API gives a missing bucket and a missing object the same status and reason (fake-gcs-server
     answers both "Not Found", so this is the API's own wording): the backend tells them apart once, where an
     answer becomes an error, and the shared rule does the rest."""
-    from backends.gcs import BUCKET_NOT_FOUND, GcsHttpError
+    from backends.gcs_client import BUCKET_NOT_FOUND, GcsHttpError
 
     backend = GcsBackend()
     backend.bucket = "gone"

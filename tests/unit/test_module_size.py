@@ -14,7 +14,6 @@ LIMIT = 450
 STILL_TO_SPLIT = frozenset(
     {
         "backends/filesystem.py",
-        "backends/gcs.py",
         "rsm/iceberg/config.py",
         "rsm/iceberg/maintainer.py",
         "rsm/iceberg/maintenance.py",
