@@ -22,7 +22,8 @@ from emulators import FIXTURE_FOR, StoreServer
 from helpers import TIP
 
 from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend
-from backends.filesystem import TEMP_PREFIX, FileSystemBackend
+from backends.filesystem import FileSystemBackend
+from backends.filesystem_files import TEMP_PREFIX
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
 from rsm.operator_tools.garbage import (
