@@ -17,7 +17,6 @@ STILL_TO_SPLIT = frozenset(
         "rsm/iceberg/maintainer.py",
         "rsm/iceberg/maintenance.py",
         "rsm/iceberg/segment_fetch.py",
-        "rsm/jvm/inprocess.py",
         "rsm/kafka/columnar.py",
         "rsm/kafka/records.py",
         "rsm/kafka/writer.py",
