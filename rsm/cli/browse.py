@@ -23,7 +23,7 @@ from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.formats.iceberg import iceberg_section
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
-from rsm.operator_tools.garbage import quarantine_usage
+from rsm.operator_tools.garbage_removal import quarantine_usage
 
 
 def iso_time(ms: int | None) -> str | None:

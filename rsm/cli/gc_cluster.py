@@ -36,7 +36,8 @@ from rsm.operator_tools.cluster_record import (
     read_record,
     read_topics,
 )
-from rsm.operator_tools.garbage import GarbageItem, quarantine_usage
+from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.garbage_removal import quarantine_usage
 from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,

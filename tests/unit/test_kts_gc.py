@@ -176,7 +176,7 @@ def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch
 
     import rsm.cli.gc_cluster as gc_cluster
     from rsm.deletion.rules import STORE_AGE, Evidence
-    from rsm.operator_tools.garbage import quarantine_of
+    from rsm.operator_tools.garbage_removal import quarantine_of
     from rsm.operator_tools.reconcile import Reconciliation
 
     props = tmp_path / "p.properties"

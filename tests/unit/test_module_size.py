@@ -21,7 +21,6 @@ STILL_TO_SPLIT = frozenset(
         "rsm/kafka/records.py",
         "rsm/kafka/writer.py",
         "rsm/operator_tools/cluster_record.py",
-        "rsm/operator_tools/garbage.py",
         "rsm/spark/options.py",
         "rsm/spark/planning.py",
         "rsm/spark/reader.py",
