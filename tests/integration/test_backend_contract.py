@@ -544,7 +544,7 @@ def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: p
     root = tmp_path / "store"
     assert (root / "q/run/t/linked").stat().st_ino == (root / "t/source").stat().st_ino
 
-    monkeypatch.setattr(FileSystemBackend, "_link_open_file", staticmethod(lambda fd, source, path: False))
+    monkeypatch.setattr("backends.filesystem.link_open_file", lambda fd, source, path: False)
     b.copy_object("t/source", "q/run/t/copied")
     assert (root / "q/run/t/copied").stat().st_ino != (root / "t/source").stat().st_ino
     assert fetch_all(b, "q/run/t/copied") == data
