@@ -20,7 +20,6 @@ STILL_TO_SPLIT = frozenset(
         "rsm/kafka/columnar.py",
         "rsm/kafka/records.py",
         "rsm/kafka/writer.py",
-        "rsm/operator_tools/cluster_record.py",
         "rsm/spark/options.py",
         "rsm/spark/planning.py",
         "rsm/spark/reader.py",
