@@ -35,14 +35,17 @@ from backends.base import (
     StorageBackendException,
     VersionedObject,
 )
+from backends.buffers import UploadBuffers
 from backends.cloud import (
     STORAGE_PREFIX,
+    UPLOAD_BUFFER_MEMORY,
     config_error,
     describe_error,
     exclusive,
     parse_storage_config,
     require_container,
     retry_policy,
+    upload_buffers,
 )
 from backends.configdef import ConfigException
 from backends.retry import ErrorKind
@@ -67,6 +70,7 @@ class AzureBlobBackend(AzureTransfers):
         self.account = ""
         self.block_size = CONFIG_DEF.keys["azure.upload.block.size"].default
         self.concurrency = 4
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self._sas_token = None
         self._service: Any = None
         self._container: Any = None
@@ -102,6 +106,7 @@ class AzureBlobBackend(AzureTransfers):
         self.container = values["azure.container.name"]
         self.block_size = values["azure.upload.block.size"]
         self.concurrency = values["azure.upload.concurrency"]
+        self.buffers = upload_buffers(values, "azure", "azure.upload.block.size")
         self._policy = retry_policy(values, "azure")
         self._upload_timeout_s = values["azure.upload.timeout.ms"] / 1000
         self._sas_token = (values["azure.sas.token"] or "").lstrip("?") or None

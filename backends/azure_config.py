@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.cloud import common_keys
+from backends.cloud import common_keys, upload_buffer_key
 from backends.configdef import ConfigDef, ConfigKey, in_range
 
 MIN_BLOCK_SIZE = 100 * 1024
@@ -62,9 +62,9 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "azure.upload.block.size",
             "int",
-            25 * 1024 * 1024,
-            "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. Memory per "
-            "upload is about (concurrency + 1) x block size.",
+            8 * 1024 * 1024,
+            "Block size of staged uploads, in bytes; blobs up to this size go up in one Put Blob. The blocks of "
+            "all uploads share azure.upload.buffer.memory.bytes.",
             validator=in_range(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE),
             group="azure",
         ),
@@ -72,10 +72,11 @@ CONFIG_DEF = ConfigDef().extend(
             "azure.upload.concurrency",
             "int",
             4,
-            "Blocks of one upload staged in parallel (size of the upload thread pool).",
+            "Blocks staged in parallel (size of the upload thread pool, shared by all uploads).",
             validator=in_range(1, 64),
             group="azure",
         ),
+        upload_buffer_key("azure", "azure", "azure.upload.block.size"),
         ConfigKey(
             "azure.download.chunk.size",
             "int",

@@ -8,14 +8,14 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
-from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.azure_client import request_id
 from backends.base import KeyNotFound, StorageBackendException
+from backends.buffers import UploadBuffers
 from backends.cloud import CloudBackend, upload_parts
 from backends.retry import Deadline, DeadlineExceeded
-from backends.streaming import iter_blocks
+from backends.streaming import blocks_after, iter_blocks
 
 
 class AzureTransfers(CloudBackend):
@@ -24,6 +24,7 @@ class AzureTransfers(CloudBackend):
 
     block_size: int
     concurrency: int
+    buffers: UploadBuffers
     _sas_token: str | None
 
     @property
@@ -34,20 +35,33 @@ class AzureTransfers(CloudBackend):
     # --- upload -----------------------------------------------------------------------------------
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.block_size)
+        what = f"Azure upload of key {key!r} to {self._where()}"
+        blocks = iter_blocks(data, self.block_size, self.buffers, deadline, what)
         first, last = next(blocks)
-        blob = self.container_client.get_blob_client(key)
         if last:
-            self._call(
-                "blob-upload",
-                key,
-                lambda: blob.upload_blob(first, length=len(first), overwrite=True, max_concurrency=1, **request_id()),
-                deadline=deadline,
-                key_read=False,
-            )
+            try:
+                blob = self.container_client.get_blob_client(key)
+                self._call(
+                    "blob-upload",
+                    key,
+                    lambda block=first: blob.upload_blob(
+                        block, length=len(block), overwrite=True, max_concurrency=1, **request_id()
+                    ),
+                    deadline=deadline,
+                    key_read=False,
+                )
+            finally:
+                self.buffers.release(len(first))
             self.instrumentation.bytes_uploaded(len(first))
             return len(first)
-        return self._staged_upload(key, blob, chain([first], (b for b, _ in blocks)), deadline)
+        head = [first]
+        del first  # only the block being staged may hold it
+        try:
+            blob = self.container_client.get_blob_client(key)
+        except BaseException:
+            self.buffers.release(len(head.pop()))
+            raise
+        return self._staged_upload(key, blob, blocks_after(head, blocks), deadline)
 
     def _staged_upload(self, key: str, blob: Any, blocks: Iterator[bytes], deadline: Deadline) -> int:
         tag = uuid.uuid4().hex[:16]
@@ -80,6 +94,7 @@ class AzureTransfers(CloudBackend):
                 deadline=deadline,
                 what=f"Azure staged upload of key {key!r} to {self._where()}",
                 on_bytes=count,
+                buffers=self.buffers,
             )
             self._call(
                 "block-list-upload",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO, TypeVar
 
 from backends.base import InvalidRange, KeyNotFound, StorageBackendException
+from backends.buffers import UploadBuffers
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
 from backends.instrumentation import BackendMetrics
 from backends.retry import Deadline, DeadlineExceeded, ErrorKind, RetryPolicy, call_with_retry
@@ -118,6 +119,36 @@ def common_keys(prefix: str, group: str, *, default_attempt_timeout_ms: int = 60
             group=group,
         ),
     ]
+
+
+UPLOAD_BUFFER_MEMORY = 64 * 1024 * 1024
+"""The default byte budget of a backend's upload buffers, shared by all its uploads."""
+
+
+def upload_buffer_key(prefix: str, group: str, part_key: str) -> ConfigKey:
+    """``<prefix>.upload.buffer.memory.bytes``: the bytes of parts all uploads of the plugin hold at once."""
+    return ConfigKey(
+        f"{prefix}.upload.buffer.memory.bytes",
+        "long",
+        UPLOAD_BUFFER_MEMORY,
+        "Memory for the parts of all uploads at once (the broker's copier threads share it), in bytes: a part "
+        f"is held from when it is read until it is sent. At least {part_key}; about twice the parts sent at "
+        "once keeps the uploads busy.",
+        validator=in_range(1, None),
+        group=group,
+    )
+
+
+def upload_buffers(values: Mapping[str, Any], prefix: str, part_key: str) -> UploadBuffers:
+    """The shared budget of ``<prefix>.upload.buffer.memory.bytes``; refused when one part does not fit in it."""
+    key = f"{prefix}.upload.buffer.memory.bytes"
+    if values[key] < values[part_key]:
+        raise config_error(
+            key,
+            f"{values[key]} bytes cannot hold one part of {part_key} ({values[part_key]} bytes): raise it to at "
+            f"least {values[part_key]} or lower {part_key}",
+        )
+    return UploadBuffers(values[key])
 
 
 def retry_policy(values: Mapping[str, Any], prefix: str) -> RetryPolicy:
@@ -338,6 +369,7 @@ def upload_parts(
     deadline: Deadline,
     what: str,
     on_bytes: Callable[[int], None] | None = None,
+    buffers: UploadBuffers | None = None,
 ) -> list[T]:
     """Upload ``blocks`` as parts 1..n on ``pool``, at most ``concurrency`` in flight; results in part order.
 
@@ -345,14 +377,20 @@ def upload_parts(
     ``concurrency + 1`` blocks whatever the object size. The first failed part stops reading the source,
     cancels parts not yet started and is re-raised once the running ones have settled (so an abort issued
     by the caller afterwards is not raced by a late part). The overall ``deadline`` raises
-    ``DeadlineExceeded``.
+    ``DeadlineExceeded``. With ``buffers``, each block arrives reserved in it (``iter_blocks``) and is released
+    here once its part has settled, or at once when it is never sent.
     """
     slots = threading.Semaphore(concurrency)
     failed = threading.Event()
     futures: list[concurrent.futures.Future[T]] = []
 
-    def settle(f: concurrent.futures.Future[T]) -> None:
+    def give_back(size: int) -> None:
+        if buffers is not None:
+            buffers.release(size)
+
+    def settle(f: concurrent.futures.Future[T], size: int) -> None:
         slots.release()
+        give_back(size)
         if not f.cancelled() and f.exception() is not None:
             failed.set()
 
@@ -367,13 +405,26 @@ def upload_parts(
 
     try:
         for number, block in enumerate(blocks, start=1):
-            if not wait_for_slot():
+            try:
+                free = wait_for_slot()
+            except BaseException:
+                give_back(len(block))
+                raise
+            if not free:
+                give_back(len(block))
                 break
-            future = pool.submit(upload_part, number, block)
-            future.add_done_callback(settle)
+            try:
+                future = pool.submit(upload_part, number, block)
+            except BaseException:
+                slots.release()
+                give_back(len(block))
+                raise
+            size = len(block)
+            future.add_done_callback(lambda f, size=size: settle(f, size))
+            del block  # the part holds it until it is sent; this loop must not while it reads the next one
             futures.append(future)
             if on_bytes is not None:
-                on_bytes(len(block))
+                on_bytes(size)
         results: list[T] = []
         for future in futures:
             rem = deadline.remaining()

@@ -23,7 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from backends.base import KeyNotFound, ObjectInfo, PreconditionFailed, StorageBackendException, VersionedObject
-from backends.cloud import MIN_POOL_CONNECTIONS, exclusive, parse_storage_config, require_container, retry_policy
+from backends.buffers import UploadBuffers
+from backends.cloud import (
+    MIN_POOL_CONNECTIONS,
+    UPLOAD_BUFFER_MEMORY,
+    exclusive,
+    parse_storage_config,
+    require_container,
+    retry_policy,
+    upload_buffers,
+)
 from backends.gcs_client import BUCKET_NOT_FOUND, GcsHttpError, IncompleteChunk, error_from
 from backends.gcs_client import credentials as load_credentials
 from backends.gcs_config import CONFIG_DEF, DEFAULT_ENDPOINT
@@ -43,6 +52,7 @@ class GcsBackend(GcsUploads):
         self.endpoint = DEFAULT_ENDPOINT
         self.chunk_size = CONFIG_DEF.keys["gcs.resumable.upload.chunk.size"].default
         self.delete_concurrency = 8
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self._timeout: tuple[float, float] = (60.0, 60.0)
         self._session: Any = None
         self._client: Any = None
@@ -62,6 +72,7 @@ class GcsBackend(GcsUploads):
         self.endpoint = (values["gcs.endpoint.url"] or DEFAULT_ENDPOINT).rstrip("/")
         self.chunk_size = values["gcs.resumable.upload.chunk.size"]
         self.delete_concurrency = values["gcs.delete.concurrency"]
+        self.buffers = upload_buffers(values, "gcs", "gcs.resumable.upload.chunk.size")
         self._policy = retry_policy(values, "gcs")
         self._upload_timeout_s = values["gcs.upload.timeout.ms"] / 1000
         attempt_s = values["gcs.api.call.attempt.timeout"] / 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.cloud import common_keys
+from backends.cloud import common_keys, upload_buffer_key
 from backends.configdef import ConfigDef, ConfigKey, in_range
 
 GCS_CHUNK_ALIGNMENT = 256 * 1024
@@ -55,13 +55,14 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "gcs.resumable.upload.chunk.size",
             "int",
-            25 * 1024 * 1024,
+            8 * 1024 * 1024,
             "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
-            "in one request. One chunk per upload is held in memory.",
+            "in one request. Each upload holds one chunk at a time; all share gcs.upload.buffer.memory.bytes.",
             validator=_chunk_size_check,
             valid_values="[262144,...] multiple of 262144",
             group="gcs",
         ),
+        upload_buffer_key("gcs", "gcs", "gcs.resumable.upload.chunk.size"),
         ConfigKey(
             "gcs.delete.concurrency",
             "int",

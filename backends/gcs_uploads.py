@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.base import StorageBackendException
+from backends.buffers import UploadBuffers
 from backends.cloud import CloudBackend
 from backends.gcs_client import IncompleteChunk, error_from, object_size, persisted_end
 from backends.retry import Deadline, DeadlineExceeded
@@ -24,6 +24,7 @@ class GcsUploads(CloudBackend):
     bucket: str
     endpoint: str
     chunk_size: int
+    buffers: UploadBuffers
     _timeout: tuple[float, float]
 
     @property
@@ -40,12 +41,18 @@ class GcsUploads(CloudBackend):
     # --- upload -----------------------------------------------------------------------------------
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.chunk_size)
+        what = f"GCS upload of key {key!r} to bucket {self.bucket!r}"
+        blocks = iter_blocks(data, self.chunk_size, self.buffers, deadline, what)
         first, last = next(blocks)
         if last:
-            self._media_upload(key, first, deadline)
+            try:
+                self._media_upload(key, first, deadline)
+            finally:
+                self.buffers.release(len(first))
             return len(first)
-        return self._resumable_upload(key, chain([(first, False)], blocks), deadline)
+        head = [(first, False)]
+        del first  # only the chunk being sent may hold it
+        return self._resumable_upload(key, head, blocks, deadline)
 
     def _media_upload(self, key: str, block: bytes, deadline: Deadline) -> None:
         def attempt() -> None:
@@ -61,7 +68,16 @@ class GcsUploads(CloudBackend):
         self._call("object-upload", key, attempt, deadline=deadline, key_read=False)
         self.instrumentation.bytes_uploaded(len(block))
 
-    def _resumable_upload(self, key: str, blocks: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+    def _resumable_upload(
+        self, key: str, head: list[tuple[bytes, bool]], rest: Iterator[tuple[bytes, bool]], deadline: Deadline
+    ) -> int:
+        """Send the chunk in ``head`` (reserved in the upload buffers, like each of ``rest``), then ``rest``;
+        each chunk's reservation goes back once it is sent."""
+
+        def blocks() -> Iterator[tuple[bytes, bool]]:
+            yield head.pop()
+            yield from rest
+
         def initiate() -> str:
             response = self.session.post(
                 self._upload_url("resumable", key),
@@ -73,13 +89,21 @@ class GcsUploads(CloudBackend):
                 raise error_from(response)
             return str(response.headers["Location"])
 
-        session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
+        try:
+            session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
+        except BaseException:
+            self.buffers.release(len(head.pop()[0]))
+            raise
         offset = 0
         try:
-            for block, last in blocks:
-                deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
-                self._send_chunk(key, session_uri, offset, block, last, deadline)
+            for block, last in blocks():
+                try:
+                    deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
+                    self._send_chunk(key, session_uri, offset, block, last, deadline)
+                finally:
+                    self.buffers.release(len(block))
                 offset += len(block)
+                del block  # not held while the next chunk is read
         except BaseException as e:
             self._cancel(key, session_uri)
             if isinstance(e, DeadlineExceeded):

@@ -2,8 +2,9 @@
 
 Uploads stream: the source is cut into ``s3.multipart.upload.part.size`` parts. A source that fits in one
 part goes up in a single ``PutObject``; anything larger becomes a multipart upload whose parts are sent in
-parallel on a bounded thread pool (``s3.multipart.upload.concurrency``), holding at most concurrency + 1
-parts in memory. S3 makes an object visible only at ``PutObject`` / ``CompleteMultipartUpload``, so a
+parallel on a bounded thread pool (``s3.multipart.upload.concurrency``). The parts of all uploads share one
+byte budget (``s3.upload.buffer.memory.bytes``), so copier threads uploading at once hold at most that between
+them. S3 makes an object visible only at ``PutObject`` / ``CompleteMultipartUpload``, so a
 failed upload never leaves a partial object under the key; on failure the multipart upload is aborted so
 its parts stop costing storage.
 
@@ -24,7 +25,16 @@ from backends.base import (
     StorageBackendException,
     VersionedObject,
 )
-from backends.cloud import config_error, exclusive, parse_storage_config, require_container, retry_policy
+from backends.buffers import UploadBuffers
+from backends.cloud import (
+    UPLOAD_BUFFER_MEMORY,
+    config_error,
+    exclusive,
+    parse_storage_config,
+    require_container,
+    retry_policy,
+    upload_buffers,
+)
 from backends.retry import ErrorKind
 from backends.s3_client import classify_error, error_code, make_client, read_credentials_file
 from backends.s3_config import CONFIG_DEF, COPY_PART_SIZE, COPY_SINGLE_LIMIT, DELETE_BATCH
@@ -42,6 +52,7 @@ class S3Backend(S3Transfers):
         self.bucket = ""
         self.part_size = CONFIG_DEF.keys["s3.multipart.upload.part.size"].default
         self.concurrency = 4
+        self.buffers = UploadBuffers(UPLOAD_BUFFER_MEMORY)
         self.storage_class: str | None = None
         self.md5 = False
         self.checksums = False
@@ -73,6 +84,7 @@ class S3Backend(S3Transfers):
         self.bucket = values["s3.bucket.name"]
         self.part_size = values["s3.multipart.upload.part.size"]
         self.concurrency = values["s3.multipart.upload.concurrency"]
+        self.buffers = upload_buffers(values, "s3", "s3.multipart.upload.part.size")
         storage_class = values["s3.storage.class"].upper()
         self.storage_class = None if storage_class == "STANDARD" else storage_class
         self.md5 = values["s3.legacy.md5.plugin.enabled"]

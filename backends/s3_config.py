@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.cloud import common_keys
+from backends.cloud import common_keys, upload_buffer_key
 from backends.configdef import ConfigDef, ConfigKey, in_range, one_of
 
 MIN_PART_SIZE = 5 * 1024 * 1024
@@ -73,9 +73,9 @@ CONFIG_DEF = ConfigDef().extend(
         ConfigKey(
             "s3.multipart.upload.part.size",
             "int",
-            25 * 1024 * 1024,
-            "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. Memory "
-            "per upload is about (concurrency + 1) x part size. Smaller parts suit S3 Express One Zone.",
+            8 * 1024 * 1024,
+            "Part size of multipart uploads, in bytes; objects up to this size go up in one PutObject. The "
+            "parts of all uploads share s3.upload.buffer.memory.bytes. Smaller parts suit S3 Express One Zone.",
             validator=in_range(MIN_PART_SIZE, MAX_PART_SIZE),
             group="s3",
         ),
@@ -83,10 +83,11 @@ CONFIG_DEF = ConfigDef().extend(
             "s3.multipart.upload.concurrency",
             "int",
             4,
-            "Parts of one multipart upload sent in parallel (size of the upload thread pool).",
+            "Parts sent in parallel (size of the upload thread pool, shared by all uploads).",
             validator=in_range(1, 64),
             group="s3",
         ),
+        upload_buffer_key("s3", "s3", "s3.multipart.upload.part.size"),
         ConfigKey(
             "s3.legacy.md5.plugin.enabled",
             "boolean",

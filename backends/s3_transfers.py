@@ -9,14 +9,14 @@ import concurrent.futures
 import hashlib
 import logging
 from collections.abc import Iterator
-from itertools import chain
 from typing import Any, BinaryIO
 
 from backends.base import StorageBackendException
+from backends.buffers import UploadBuffers
 from backends.cloud import CloudBackend, upload_parts
 from backends.retry import Deadline, DeadlineExceeded
 from backends.s3_config import MAX_COPY_PART_SIZE, MAX_PARTS, MIN_PART_SIZE
-from backends.streaming import iter_blocks
+from backends.streaming import blocks_after, iter_blocks
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ class S3Transfers(CloudBackend):
     bucket: str
     part_size: int
     concurrency: int
+    buffers: UploadBuffers
     storage_class: str | None
     md5: bool
     checksums: bool
@@ -48,12 +49,18 @@ class S3Transfers(CloudBackend):
 
     def upload(self, key: str, data: BinaryIO) -> int:
         deadline = self._upload_deadline()
-        blocks = iter_blocks(data, self.part_size)
+        what = f"S3 upload of key {key!r} to bucket {self.bucket!r}"
+        blocks = iter_blocks(data, self.part_size, self.buffers, deadline, what)
         first, last = next(blocks)
         if last:
-            self._put_object(key, first, deadline)
+            try:
+                self._put_object(key, first, deadline)
+            finally:
+                self.buffers.release(len(first))
             return len(first)
-        return self._multipart(key, first, blocks, deadline)
+        head = [first]
+        del first  # only the part being sent may hold it
+        return self._multipart(key, head, blocks, deadline)
 
     def _put_object(self, key: str, block: bytes, deadline: Deadline) -> None:
         extra = self._extra()
@@ -83,8 +90,12 @@ class S3Transfers(CloudBackend):
         upload_id: str = created["UploadId"]
         return upload_id
 
-    def _multipart(self, key: str, first: bytes, rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
-        upload_id = self._create_multipart(key, deadline)
+    def _multipart(self, key: str, head: list[bytes], rest: Iterator[tuple[bytes, bool]], deadline: Deadline) -> int:
+        try:
+            upload_id = self._create_multipart(key, deadline)
+        except BaseException:
+            self.buffers.release(len(head.pop()))
+            raise
         total = 0
 
         def count(n: int) -> None:
@@ -113,12 +124,13 @@ class S3Transfers(CloudBackend):
         try:
             parts = upload_parts(
                 self._worker_pool(self.concurrency, "kts-s3-part"),
-                chain([first], (b for b, _ in rest)),
+                blocks_after(head, rest),
                 send,
                 concurrency=self.concurrency,
                 deadline=deadline,
                 what=f"S3 multipart upload of key {key!r} to bucket {self.bucket!r}",
                 on_bytes=count,
+                buffers=self.buffers,
             )
             self._call(
                 "complete-multipart-upload",
@@ -130,6 +142,8 @@ class S3Transfers(CloudBackend):
                 key_read=False,
             )
         except BaseException as e:
+            if head:  # failed before its first part was taken
+                self.buffers.release(len(head.pop()))
             self._abort(key, upload_id)
             if isinstance(e, DeadlineExceeded):
                 raise self._map_error("multipart upload", key, e) from e

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from backends.base import StorageBackendException
+from backends.buffers import UploadBuffers
 from backends.instrumentation import BackendMetrics
 from backends.retry import Deadline, ErrorKind, RetryPolicy
 
@@ -44,23 +45,56 @@ def _read_block(data: BinaryIO, size: int, carry: bytes) -> bytes:
     return b"".join(parts)
 
 
-def iter_blocks(data: BinaryIO, block_size: int) -> Iterator[tuple[bytes, bool]]:
+def iter_blocks(
+    data: BinaryIO,
+    block_size: int,
+    buffers: UploadBuffers | None = None,
+    deadline: Deadline | None = None,
+    what: str = "upload",
+) -> Iterator[tuple[bytes, bool]]:
     """Yield ``(block, is_last)`` pieces of ``data``; every block but the last is exactly ``block_size``.
 
-    An empty source yields one empty last block, so callers always have something to commit.
+    An empty source yields one empty last block, so callers always have something to commit. With ``buffers``,
+    a block's bytes are reserved before it is read and stay reserved once yielded: the caller releases
+    ``len(block)`` when the block has been sent (or dropped).
     """
+    peekable = callable(getattr(data, "peek", None))
     carry = b""
     while True:
-        block = _read_block(data, block_size, carry)
+        block = b""  # the block yielded last is the caller's now: hold no reference to it while reading the next
+        if buffers is not None:
+            buffers.reserve(block_size, deadline, what)
+        try:
+            block = _read_block(data, block_size, carry)
+        except BaseException:
+            if buffers is not None:
+                buffers.release(block_size)
+            raise
+        if buffers is not None:
+            buffers.release(block_size - len(block))
         if len(block) < block_size:
             yield block, True
             return
-        peek = data.read(1)
-        if not peek:
+        try:
+            # A buffered source shows its next byte without handing it out; another gives it up, and it starts
+            # the next block (which then costs one copy to join).
+            ahead = data.peek(1) if peekable else data.read(1)
+        except BaseException:
+            if buffers is not None:
+                buffers.release(len(block))
+            raise
+        if not ahead:
             yield block, True
             return
         yield block, False
-        carry = bytes(peek)
+        carry = b"" if peekable else bytes(ahead)
+
+
+def blocks_after(head: list[bytes], rest: Iterator[tuple[bytes, bool]]) -> Iterator[bytes]:
+    """The block in ``head`` (taken out of it, so only the consumer holds it) and then the blocks of ``rest``."""
+    yield head.pop()
+    for block, _ in rest:
+        yield block
 
 
 class BodyReadError(StorageBackendException):

@@ -60,7 +60,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlparse
@@ -72,6 +71,10 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))  # kafka_dist (the broker fr
 import kafka_dist as kd  # noqa: E402 - tests/ is on sys.path
 import kraft_cluster as kc  # noqa: E402
 from bench_config import encryption_config  # noqa: E402 - benchmarks/ is sys.path[0]
+from broker_harness import local_tiered_storage_jar, sidecar_pid  # noqa: E402
+from broker_harness import process_tree as _process_tree  # noqa: E402
+from broker_harness import pyspy as _pyspy  # noqa: E402
+from broker_harness import tree_cpu as _tree_cpu  # noqa: E402
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 RECORD_SIZE = 1000
@@ -175,15 +178,6 @@ def _plugin_properties(kind: str, work: Path, transport: str, cache: str, compac
     return "\n".join(lines) + "\n"
 
 
-def local_tiered_storage_jar(kafka: Path) -> Path:
-    """The jar with Kafka's LocalTieredStorage in ``kafka``'s libs/ (``kafka-storage``'s ``test`` jar, called
-    ``test-fixtures`` from 4.4), which kafka_dist puts on the broker's class path."""
-    jars = sorted((kafka / "libs").glob("kafka-storage-*-test*.jar"))
-    if not jars:
-        raise SystemExit(f"no kafka-storage test jar (LocalTieredStorage) in {kafka / 'libs'}")
-    return jars[0]
-
-
 def _timed_properties(plugin: str, work: Path, timed_jar: Path) -> str:
     """The plugin's properties with TimedRemoteStorageManager in front of its class."""
     props = dict(line.split("=", 1) for line in plugin.splitlines() if line)
@@ -263,41 +257,11 @@ def compact_iceberg(work: Path, plugin: str) -> tuple[int, int]:
     return len(before), len(after)
 
 
-def _process_tree(root: int) -> Iterator[tuple[int, str, str]]:
-    """``root`` and its descendants (children of any thread, as the JVM starts the sidecar from one): pid, a short
-    name (``sidecar`` for our Python sidecar, else ``broker``) and the /proc stat line. Processes that exit
-    meanwhile are skipped."""
-    pids = [root]
-    while pids:
-        pid = pids.pop()
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            children = [c for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
-        except OSError:
-            continue
-        yield pid, "sidecar" if b"rsm.jvm.sidecar" in cmd else "broker", stat
-        pids += [int(c) for c in children]
-
-
-def _tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds (user + system) of the broker JVM and, when there is one, the Python sidecar."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for _, name, stat in _process_tree(root):
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
-def _pyspy() -> str:
-    """py-spy next to this interpreter (a venv's bin/) or on PATH."""
-    local = Path(sys.executable).parent / "py-spy"
-    return str(local) if local.exists() else "py-spy"
-
-
 def _sidecar_pid(root: int) -> int:
-    return next(pid for pid, name, _ in _process_tree(root) if name == "sidecar")
+    pid = sidecar_pid(root)
+    if pid is None:
+        raise RuntimeError(f"no sidecar under the broker {root}")
+    return pid
 
 
 class Run(NamedTuple):

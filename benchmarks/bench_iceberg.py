@@ -56,6 +56,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "support"))
+
+from iceberg_testing import filesystem_config, iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
 from rsm.kafka.writer import write_large_segment  # noqa: E402
@@ -240,11 +243,11 @@ def _copy_bench(args: argparse.Namespace, work: Path) -> None:
     try:
         for rep in range(args.reps):
             root = work / f"rep{rep}"
-            config = _classic_config(root / "classic")
+            config = filesystem_config(root / "classic")
             classic += _copy_all(config, tip, segs)[1:]
             times: list[float] = []
             with RemoteStorageManager() as m:
-                m.configure(_iceberg_config(config, root))
+                m.configure(_iceberg_config(root))
                 for n, files in enumerate(segs):
                     phases.current = {}
                     phases.keep_tables = rep == 0 and n > 0
@@ -294,23 +297,9 @@ def _copy_bench(args: argparse.Namespace, work: Path) -> None:
         line(f"pyarrow pq.write_table, {name}", samples)
 
 
-def _classic_config(root: Path) -> dict[str, str]:
-    return {
-        "chunk.size": str(4 << 20),
-        "storage.backend.class": "filesystem",
-        "storage.root": str(root),
-        "storage.fsync.enabled": "false",
-    }
-
-
-def _iceberg_config(classic: dict[str, str], work: Path) -> dict[str, str]:
-    return {
-        **classic,
-        "storage.root": str(work / "iceberg"),
-        "iceberg.mode.topics.regex": "bench",
-        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
-        "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
-    }
+def _iceberg_config(work: Path) -> dict[str, str]:
+    """The bench topic in Iceberg mode, its segments' store in ``work/iceberg`` beside the classic one."""
+    return iceberg_config(work, "bench", **{"storage.root": str(work / "iceberg")})
 
 
 def _settle(table: Any, settings: Any) -> Any:
@@ -407,19 +396,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         segs.append(files)
         total_bytes += files.size
 
-    classic = {
-        "chunk.size": str(4 << 20),
-        "storage.backend.class": "filesystem",
-        "storage.root": str(work / "classic"),
-        "storage.fsync.enabled": "false",
-    }
-    iceberg = {
-        **classic,
-        "storage.root": str(work / "iceberg"),
-        "iceberg.mode.topics.regex": "bench",
-        "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
-        "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",
-    }
+    classic = filesystem_config(work / "classic")
+    iceberg = _iceberg_config(work)
     tip = TopicIdPartition(random_kafka_uuid(), "bench", 0)
     classic_secs = _copy_all(classic, tip, segs)
     iceberg_secs = _copy_all(iceberg, tip, segs)

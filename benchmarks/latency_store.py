@@ -32,7 +32,13 @@ from typing import Any
 
 from rsm.cli.emulators import STARTERS, StoreServer
 
-FAULT_PROXY = Path(__file__).resolve().parent.parent / "tests" / "support" / "faultproxy.py"
+SUPPORT = Path(__file__).resolve().parent.parent / "tests" / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
+
+from processes import stop_process  # noqa: E402 - tests/support is on sys.path
+
+FAULT_PROXY = SUPPORT / "faultproxy.py"
 """The proxy, run as a script: it is a test tool and not part of the package."""
 
 DEFAULT_DELAY_MS = 20.0
@@ -149,10 +155,5 @@ def latency_store(
         yield LatencyStore(store, line.split(" ", 1)[1], delay_ms, proc)
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc)
         store.stop()

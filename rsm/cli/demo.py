@@ -20,7 +20,9 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import os
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -230,20 +232,57 @@ def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMet
     return result
 
 
-def spark_example_query(properties: Path) -> str | None:
+SPARK_LOG4J2 = """\
+# kts demo: Spark's own lines at WARN and above, on the JVM's stderr (the demo sends it to spark.log).
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+@contextlib.contextmanager
+def stderr_to(log: Path) -> Iterator[None]:
+    """This process's stderr file descriptor appends to ``log`` while the block runs. A JVM that Spark starts
+    inside the block keeps writing there (its warnings, Java's own messages) after the block ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def spark_example_query(properties: Path, log: Path) -> str | None:
     """The Spark example (``rsm.spark.example``) on ``local[2]`` over the demo's tiered data, read straight
-    from the store with the demo's ``server.properties``; None when pyspark is not installed."""
+    from the store with the demo's ``server.properties``; None when pyspark is not installed. Spark's log lines
+    (WARN and above) and the JVM's messages go to ``log``, its progress bars nowhere."""
     try:
         import pyspark  # noqa: F401 - only whether it is installed
     except ImportError:
         return None
     from rsm.spark.example import example_query, local_session
 
-    spark = local_session("kts demo")
-    try:
-        summary = example_query(spark, {"config.file": str(properties)}, topic=TOPIC.topic, top=3)
-    finally:
-        spark.stop()
+    log4j = log.with_name("spark-log4j2.properties")
+    log4j.write_text(SPARK_LOG4J2)
+    conf = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j.as_uri()}",
+    }
+    with stderr_to(log):
+        spark = local_session("kts demo", conf)
+        try:
+            summary = example_query(spark, {"config.file": str(properties)}, topic=TOPIC.topic, top=3)
+        finally:
+            spark.stop()
     keys = ", ".join(f"{k} ({n})" for k, n in summary["count_by_key"])
     return (
         f"{summary['records']:,} records read by Spark from the store; "
@@ -355,8 +394,12 @@ def run_demo(opts: DemoOptions) -> int:
             if not opts.spark:
                 _say("      skipped (--no-spark)")
             else:
-                spark_result = spark_example_query(properties)
+                spark_log = opts.workdir / "spark.log"
+                spark_log.unlink(missing_ok=True)
+                spark_result = spark_example_query(properties, spark_log)
                 _say(f"      {spark_result}" if spark_result else "      skipped: pyspark is not installed")
+                if spark_result:
+                    _say(f"      Spark's own warnings: {spark_log}")
 
     top = read.keys.most_common(1)[0] if read.keys else (b"", 0)
     _say("")

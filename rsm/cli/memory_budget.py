@@ -12,11 +12,14 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
   the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
-  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the rows each
-  copier thread may be writing: ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes``
-  (counted on top of the uploads: a thread copies either kind of segment, so this errs high by the smaller).
-- uploads: each of the broker's copier threads holds a window of 2 x transform threads + 1 chunks, plus the
-  backend's part buffers (S3 and Azure: (concurrency + 1) x part size; GCS: one chunk of the resumable upload).
+  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the batches of rows being written:
+  ``iceberg.mode.write.concurrency`` of them at once (shared by the copier threads), each
+  ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes`` (counted on top of the uploads: a thread copies
+  either kind of segment, so this errs high by the smaller).
+- uploads: each of the broker's copier threads holds two chunks (one being transformed, one being uploaded), and
+  all share a read-ahead of 2 x transform threads + 1 chunks; the backend's part buffers are one budget all
+  copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
+  twins).
 - the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
 
 A ``-1`` size (Aiven's unbounded) makes the sum unbounded, which is said, never hidden.
@@ -95,19 +98,16 @@ def _bounded(value: int | None) -> int | None:
 
 
 def _upload_parts(configs: Mapping[str, Any]) -> tuple[int, str]:
+    """The backend's upload buffers, shared by every copier thread, and how they are counted."""
     backend = str(configs.get("storage.backend.class") or "filesystem")
     cdef = backend_config_def(backend)
     if cdef is None:
         return 0, "a backend of your own: its buffers are not counted"
     values = cdef.parse_all(configs, "storage.")[0]
-    if "s3.multipart.upload.part.size" in values:
-        parts = values["s3.multipart.upload.concurrency"] + 1
-        return parts * values["s3.multipart.upload.part.size"], f"S3 parts: {parts} x s3.multipart.upload.part.size"
-    if "azure.upload.block.size" in values:
-        parts = values["azure.upload.concurrency"] + 1
-        return parts * values["azure.upload.block.size"], f"Azure blocks: {parts} x azure.upload.block.size"
-    if "gcs.resumable.upload.chunk.size" in values:
-        return values["gcs.resumable.upload.chunk.size"], "GCS: one gcs.resumable.upload.chunk.size"
+    for prefix in ("s3", "azure", "gcs"):
+        key = f"{prefix}.upload.buffer.memory.bytes"
+        if key in values:
+            return values[key], f"{key}, shared"
     return 0, "filesystem: streamed"
 
 
@@ -164,21 +164,24 @@ def memory_budget(
         _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
     transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
-    window = (2 * transform + 1) * chunk
+    chunks = 2 * copiers + 2 * transform + 1
     budget.terms.append(
         Term(
             "uploads",
-            copiers * (window + parts),
-            f"copier threads {copiers} x ((2 x {transform} transform threads + 1) x chunk.size + {parts_how})",
+            chunks * chunk + parts,
+            f"(copier threads {copiers} x 2 + the shared read-ahead 2 x {transform} transform threads + 1) x "
+            f"chunk.size + {parts_how}",
         )
     )
     if mode_on(configs):
         rows = iceberg["iceberg.mode.write.batch.bytes"]
+        writing = min(copiers, iceberg["iceberg.mode.write.concurrency"])
         budget.terms.append(
             Term(
                 "Iceberg rows being written",
-                copiers * WRITER_MEMORY_FACTOR * rows,
-                f"copier threads {copiers} x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
+                writing * WRITER_MEMORY_FACTOR * rows,
+                f"{writing} batches at once (the fewer of iceberg.mode.write.concurrency and copier threads "
+                f"{copiers}) x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
             )
         )
     if not inprocess:

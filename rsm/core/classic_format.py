@@ -17,7 +17,7 @@ from encryption.errors import KeyServiceError
 from encryption.keyring import RsaKeyRing
 from rsm.core.compression_heuristic import should_compress
 from rsm.core.config import RsmConfig
-from rsm.core.copy_pipeline import CancellableReader, TransformedLogReader
+from rsm.core.copy_pipeline import CancellableReader, ReadAhead, TransformedLogReader
 from rsm.core.manifest import EncryptionMetadata, SegmentManifest
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.object_keys import SegmentKeys
@@ -59,6 +59,8 @@ class ClassicFormat:
         self.transform = transform
         self.upload_limiter = upload_limiter
         self.reader = reader
+        # Chunks transformed ahead of their upload, shared by the copies: enough to keep the pool busy.
+        self.read_ahead = ReadAhead(2 * config.thread_pool_size + 1)
 
     def takes(self, topic: str) -> bool:
         return True
@@ -105,7 +107,7 @@ class ClassicFormat:
         chunk_size = self.config["chunk.size"]
         file_size = path.stat().st_size
         window = 2 * self.config.thread_pool_size + 1
-        reader = TransformedLogReader(path, file_size, chunk_size, transformer, self.transform, window)
+        reader = TransformedLogReader(path, file_size, chunk_size, transformer, self.transform, window, self.read_ahead)
         counting = ThrottledReader(reader, self.upload_limiter)
         source: io.RawIOBase = counting
         if cancelled is not None:

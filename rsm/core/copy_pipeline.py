@@ -1,8 +1,9 @@
 """The ``.log`` upload stream: original chunks in, transformed chunks out, in order, with bounded memory.
 
 Chunks are read with ``pread`` and transformed on the shared pool; the uploading thread pulls the results
-in order through ``readinto``. At most ``window`` chunks are in flight, so a 1 GiB segment costs a few chunks
-of memory, not the segment. Sizes and CRC-32C values are recorded as chunks complete, for the manifest.
+in order through ``readinto``. Each copy may always have one chunk in flight; more only with a token of the
+``ReadAhead`` all copies share, so ten copies at once hold ten chunks plus the shared read-ahead, not ten windows.
+Sizes and CRC-32C values are recorded as chunks complete, for the manifest.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -45,6 +47,32 @@ class CancellableReader(io.RawIOBase):
         return int(self._raw.readinto(b))
 
 
+class ReadAhead:
+    """Tokens for chunks transformed ahead of their upload, shared by all copies; taken without waiting, so a copy
+    never blocks on another (it goes on with its one chunk of its own)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        self._free = tokens
+        self._lock = threading.Lock()
+
+    @property
+    def taken(self) -> int:
+        with self._lock:
+            return self.tokens - self._free
+
+    def try_take(self) -> bool:
+        with self._lock:
+            if self._free == 0:
+                return False
+            self._free -= 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self._lock:
+            self._free += n
+
+
 class TransformedLogReader(io.RawIOBase):
     def __init__(
         self,
@@ -54,7 +82,9 @@ class TransformedLogReader(io.RawIOBase):
         transformer: ChunkTransformer,
         executor: Executor,
         window: int,
+        read_ahead: ReadAhead | None = None,
     ) -> None:
+        """At most ``window`` chunks in flight; with ``read_ahead``, all but the first of them need its token."""
         super().__init__()
         self._fd = os.open(path, os.O_RDONLY)
         self._path = str(path)
@@ -63,6 +93,8 @@ class TransformedLogReader(io.RawIOBase):
         self._transformer = transformer
         self._executor = executor
         self._window = max(1, window)
+        self._read_ahead = read_ahead
+        self._tokens = 0  # tokens of read_ahead held for chunks in flight
         # An empty segment has no chunk to transform; its index still lists one empty chunk (Aiven's layout).
         self._count = -(-file_size // chunk_size)
         self._next = 0
@@ -88,8 +120,19 @@ class TransformedLogReader(io.RawIOBase):
 
     def _fill(self) -> None:
         while self._next < self._count and len(self._pending) < self._window:
+            if self._pending and self._read_ahead is not None:
+                if not self._read_ahead.try_take():
+                    return
+                self._tokens += 1
             self._pending.append(self._executor.submit(self._work, self._next))
             self._next += 1
+
+    def _took_one(self) -> None:
+        """A chunk left the window: every chunk in flight but the oldest holds a token, so one goes back."""
+        extra = self._tokens - max(0, len(self._pending) - 1)
+        if extra > 0 and self._read_ahead is not None:
+            self._tokens -= extra
+            self._read_ahead.give(extra)
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")
@@ -101,6 +144,7 @@ class TransformedLogReader(io.RawIOBase):
                     self.chunk_crcs.append(0)
                 return 0
             crc, data = self._pending.popleft().result()
+            self._took_one()
             self._fill()
             self.chunk_crcs.append(crc)
             self.transformed_sizes.append(len(data))
@@ -125,6 +169,9 @@ class TransformedLogReader(io.RawIOBase):
         if not self.closed:
             while self._pending:
                 self._pending.popleft().cancel()
+            if self._tokens and self._read_ahead is not None:
+                self._read_ahead.give(self._tokens)
+                self._tokens = 0
             try:
                 os.close(self._fd)
             except OSError:

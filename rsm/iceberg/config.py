@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range, one_of
+from rsm.iceberg.latest_config import LatestTable, latest_tables
 from rsm.iceberg.topic_tables import TopicTable, table_of, topic_tables
 
 PREFIX = "iceberg.mode."
@@ -46,6 +47,9 @@ entries up to half of it) keeps several slices."""
 SLICE_READERS_DEFAULT = 10
 """Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
 so each of the broker's reader threads catching up through a compacted file keeps its own."""
+WRITE_CONCURRENCY_DEFAULT = 2
+"""Batches of rows written at once by default: building rows is CPU work under the GIL, so more than two at once
+buys little throughput and costs 3 x iceberg.mode.write.batch.bytes each."""
 CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
 """What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
 the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
@@ -154,6 +158,58 @@ CONFIG_DEF = ConfigDef().extend(
             group="iceberg",
         ),
         ConfigKey(
+            "iceberg.mode.table.<id>.latest.enabled",
+            "boolean",
+            False,
+            "Also keep the topic's latest-per-key table: one row per Kafka partition and key, the record of the "
+            "highest offset tiered so far; a tombstone (or a Debezium delete) removes the key. Updated by the copy "
+            "that commits the log rows, right after them; aborted transactions never reach it "
+            '(docs/iceberg.md, "The latest-per-key table").',
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.name",
+            "string",
+            None,
+            "The latest-per-key table: <name> (in the log table's namespace) or <namespace>.<name>. Default: the "
+            "log table's name + '_latest' (kafka.orders -> kafka.orders_latest).",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.key",
+            "string",
+            "kafka.key",
+            "What identifies a key: kafka.key (the record key's bytes) or comma-separated fields of the parsed "
+            "value (value.customer_id, value.region; needs a value schema). A record whose key is null is left out.",
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.format",
+            "string",
+            "record",
+            "record: a row holds the record (key_raw, value_raw, headers, and the parsed key and value where the "
+            "topic has them). debezium: values are Debezium change events (JSON with or without schema, or Avro "
+            "through the registry); c, u and r write the columns of `after` as the row's own columns, d deletes "
+            "the key.",
+            validator=one_of("record", "debezium"),
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.table.<id>.latest.buckets",
+            "int",
+            16,
+            "Hash buckets of the key, the latest table's partitions: a copy rewrites the files of at most this "
+            "many buckets. More buckets: smaller rewrites per copy, more files. Takes effect when the table is "
+            "created.",
+            validator=in_range(1, 4096),
+            dynamic=True,
+            group="iceberg",
+        ),
+        ConfigKey(
             "iceberg.mode.delete.rows.enabled",
             "boolean",
             False,
@@ -175,8 +231,19 @@ CONFIG_DEF = ConfigDef().extend(
             "long",
             64 << 20,
             "Record bytes (decompressed) turned into rows at a time when a segment is written: bounds the "
-            "writer's memory, about 3x this per copy in progress (kts config check counts it per copier thread).",
+            "writer's memory, about 3x this per batch being written (iceberg.mode.write.concurrency of them at "
+            "once).",
             validator=in_range(1 << 16, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.write.concurrency",
+            "int",
+            WRITE_CONCURRENCY_DEFAULT,
+            "Batches of rows (iceberg.mode.write.batch.bytes each) built and written at once, shared by all the "
+            "broker's copier threads: a copy waits for a free slot before it builds its next batch. Bounds the "
+            "memory of Iceberg-mode copies to about this x 3 x iceberg.mode.write.batch.bytes.",
+            validator=in_range(1, 64),
             group="iceberg",
         ),
         ConfigKey(
@@ -371,6 +438,7 @@ class IcebergConfig:
     delete_rows: bool = False
     commit_retries: int = 10
     write_batch_bytes: int = 64 << 20
+    write_concurrency: int = WRITE_CONCURRENCY_DEFAULT
     fetch_cache_bytes: int = 64 << 20
     fetch_table_refresh_ms: int = 5000
     fetch_slice_readers: int = SLICE_READERS_DEFAULT
@@ -383,10 +451,16 @@ class IcebergConfig:
     value_schemas: dict[str, Any] = field(default_factory=dict)
     #: Topics with ``iceberg.mode.table.<id>.*`` keys, by topic.
     tables: dict[str, TopicTable] = field(default_factory=dict)
+    #: Topics with a latest-per-key table (``iceberg.mode.table.<id>.latest.enabled=true``), by topic.
+    latest: dict[str, LatestTable] = field(default_factory=dict)
 
     def table_of(self, topic: str) -> TopicTable:
         """The topic's table: configured, or named after the topic in ``namespace``."""
         return table_of(self.tables, topic, self.namespace)
+
+    def latest_of(self, topic: str) -> LatestTable | None:
+        """The topic's latest-per-key table, where it has one."""
+        return self.latest.get(topic)
 
     @property
     def enabled(self) -> bool:
@@ -431,6 +505,7 @@ class IcebergConfig:
             delete_rows=values["iceberg.mode.delete.rows.enabled"],
             commit_retries=values["iceberg.mode.commit.retries"],
             write_batch_bytes=values["iceberg.mode.write.batch.bytes"],
+            write_concurrency=values["iceberg.mode.write.concurrency"],
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
             fetch_slice_readers=values["iceberg.mode.fetch.slice.readers"],
@@ -451,5 +526,6 @@ class IcebergConfig:
             value_schemas={
                 k: v for k, v in raw.items() if k.startswith(("iceberg.value.schema.", "iceberg.key.schema."))
             },
-            tables=topic_tables(raw, values["iceberg.mode.namespace"]),
+            tables=(tables := topic_tables(raw, values["iceberg.mode.namespace"])),
+            latest=latest_tables(raw, tables, values["iceberg.mode.namespace"]),
         )

@@ -139,7 +139,10 @@ def _add_kafka_bounds(schema: Schema, tasks: list[WriteTask], files: list[DataFi
     range would read every data file of the table.
     """
     for task, f in zip(tasks, files, strict=True):
-        kafka = pa.Table.from_batches(task.record_batches).column("kafka")
+        rows = pa.Table.from_batches(task.record_batches)
+        if "kafka" not in rows.column_names:
+            continue  # a latest-per-key table (rsm.iceberg.latest_table): its own struct, no offset ranges
+        kafka = rows.column("kafka")
         for name, kind in BOUNDED_FIELDS.items():
             if name not in kafka.type.names:
                 continue

@@ -58,7 +58,7 @@ from rsm.fetch.lru import TimedLru
 from rsm.iceberg.config import IcebergConfig, MaintenanceSettings
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.file_bounds import file_bounds, overlaps
-from rsm.iceberg.schema import partition_spec
+from rsm.iceberg.schema import has_field, partition_spec
 from rsm.iceberg.tables import FORCED_METADATA_PROPERTIES, METADATA_PROPERTIES, compacted_file_properties
 from rsm.iceberg.transaction import transaction
 
@@ -281,6 +281,8 @@ def plan_compaction(table: Table, settings: MaintenanceSettings) -> list[Compact
         return []
     since = snapshot.sequence_number or 0
     schema, spec = table.schema(), table.spec()
+    if not has_field(schema, "kafka.timestamp"):
+        return []  # a latest-per-key table: each commit rewrites its buckets whole, one file each
     if len(spec.fields) != 1 or spec.fields[0] != partition_spec(schema).fields[0]:
         return []
     ids = (schema.find_field("kafka.partition").field_id, schema.find_field("kafka.offset").field_id)

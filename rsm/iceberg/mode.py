@@ -56,7 +56,9 @@ class IcebergMode:
             factory = value_column_factory(cfg.value_schemas)
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes, slice_readers=cfg.fetch_slice_readers)
         self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
-        self.writer = TableWriter(self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory)
+        self.writer = TableWriter(
+            self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory, cfg.write_concurrency
+        )
         self.maintainer: Maintainer | None = None
         if cfg.maintenance_enabled:
             self.maintainer = Maintainer(
@@ -98,6 +100,9 @@ class IcebergMode:
             with self.maintainer.gate(self.handle.table_identifier(tip.topic)[1]).copying():
                 section = self.writer.write(seg, meta.describe(), before_commit, summary)
             self.maintainer.note_commit(section_identifier(section.table, tip.topic)[1])
+            latest = self.cfg.latest_of(tip.topic)
+            if latest is not None and latest.namespace == self.cfg.namespace:
+                self.maintainer.note_commit(latest.name)  # its expiry keeps its commits' cost flat too
             return WrittenRows(section, summary.crc32c)
         except (RemoteStorageException, NotRepresentable):
             raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from pyiceberg.table import Table
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
+from rsm.iceberg.config import WRITE_CONCURRENCY_DEFAULT
 from rsm.iceberg.data_files import delete_data_files, evolve_spec, spec_matches, write_data_files
 from rsm.iceberg.deletes import delete_segment_rows
+from rsm.iceberg.latest_table import LatestChanges, LatestWriter
 from rsm.iceberg.replace import CommitOutcomeUnknown, Replacer, RowSelection, offset_range_filter
 from rsm.iceberg.rows import NotRepresentable, RowOrigin, SegmentSummary, segment_row_tables
 from rsm.iceberg.schema import has_field, partition_spec
@@ -59,13 +62,24 @@ class TableWriter:
     """Writes segments into their topics' tables; thread-safe (each call loads the table it commits to)."""
 
     def __init__(
-        self, handle: CatalogHandle, write_batch_bytes: int, commit_retries: int, value_column_for: object
+        self,
+        handle: CatalogHandle,
+        write_batch_bytes: int,
+        commit_retries: int,
+        value_column_for: object,
+        write_concurrency: int = WRITE_CONCURRENCY_DEFAULT,
     ) -> None:
         self.handle = handle
         self.write_batch_bytes = write_batch_bytes
+        # Batches being built and written at once, across all copies (iceberg.mode.write.concurrency).
+        self.batch_slots = threading.BoundedSemaphore(write_concurrency)
+        self.batches_in_flight = 0
+        self.batches_in_flight_peak = 0
+        self._count_lock = threading.Lock()
         self.commit_retries = commit_retries
         self.value_column_for = value_column_for
         self.replacer = Replacer(lambda: handle.catalog, commit_retries)
+        self.latest = LatestWriter(lambda: handle.catalog, commit_retries)
         self._legacy: set[str] = set()  # topics whose table is under the topic's own name (an earlier release's)
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:
@@ -147,6 +161,17 @@ class TableWriter:
             "stays on the broker's disk meanwhile"
         )
 
+    def _take_slot(self) -> None:
+        self.batch_slots.acquire()
+        with self._count_lock:
+            self.batches_in_flight += 1
+            self.batches_in_flight_peak = max(self.batches_in_flight_peak, self.batches_in_flight)
+
+    def _give_slot(self) -> None:
+        with self._count_lock:
+            self.batches_in_flight -= 1
+        self.batch_slots.release()
+
     def write(
         self,
         seg: SegmentToWrite,
@@ -172,17 +197,43 @@ class TableWriter:
             value_column,
             origin=RowOrigin(seg.topic_id, seg.segment_id),
         )
-        first = next(chunks, None)
-        if first is None:
-            raise NotRepresentable("the segment holds no records")
-        table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
+        # Each batch is built and written holding one of the slots all copies share; the first keeps its slot
+        # while the table is loaded (or created) for it.
+        self._take_slot()
+        try:
+            first = next(chunks, None)
+            if first is None:
+                raise NotRepresentable("the segment holds no records")
+            table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
+        except BaseException:
+            self._give_slot()
+            raise
         ident = table.name()
         write_uuid = uuid.uuid4()
         counter = itertools.count(0)
         written: list[DataFile] = []
+        latest_spec = self.handle.cfg.latest_of(seg.topic)
+        latest = LatestChanges(latest_spec) if latest_spec is not None else None
         try:
-            for chunk in itertools.chain((first,), chunks):
-                written += write_data_files(table, chunk, write_uuid, counter)
+            try:
+                written += write_data_files(table, first, write_uuid, counter)
+                if latest is not None:
+                    latest.add(first)
+                del first  # its rows are in data files now: not held while the next batch is built
+            finally:
+                self._give_slot()
+            while True:
+                self._take_slot()
+                try:
+                    chunk = next(chunks, None)
+                    if chunk is None:
+                        break
+                    written += write_data_files(table, chunk, write_uuid, counter)
+                    if latest is not None:
+                        latest.add(chunk)
+                    del chunk
+                finally:
+                    self._give_slot()
             properties = {
                 "kafka.segment.id": seg.segment_id,
                 "kafka.topic.id": seg.topic_id,
@@ -199,6 +250,10 @@ class TableWriter:
             delete_data_files(table.io, written, what)
             raise
         assert snapshot_id is not None
+        if latest is not None:
+            # After the log rows, never before: a failure here fails the copy, and Kafka's retry replaces its own
+            # log rows and applies what the latest table lacks (its watermarks skip the rest).
+            self.latest.apply(latest, ".".join(ident), what)
         return IcebergSection(
             table=".".join(ident),
             snapshot_id=snapshot_id,

@@ -23,6 +23,7 @@ TIME_TRANSFORMS = ("hour", "day", "month")
 DEFAULT_PARTITION_BY = "day"
 _TERM = re.compile(r"(?P<t>identity|bucket|truncate)(?:\[(?P<n>\d+)\])?\((?P<f>[A-Za-z_][A-Za-z0-9_.]*)\)")
 _NAME = re.compile(r"[A-Za-z0-9_]+")
+_LATEST_KEY = re.compile(r".\.latest\.(enabled|name|key|format|buckets)$")
 
 
 def default_table_name(topic: str) -> str:
@@ -126,6 +127,8 @@ def topic_tables(raw: Mapping[str, Any], namespace: str) -> dict[str, TopicTable
         if not k.startswith(TABLE_PREFIX):
             continue
         rest = k[len(TABLE_PREFIX) :]
+        if _LATEST_KEY.search(rest):
+            continue  # a key of the latest-per-key table (rsm.iceberg.latest_config)
         for suffix in (".topic", ".name", ".partition.by"):
             if rest.endswith(suffix) and len(rest) > len(suffix):
                 ids.setdefault(rest[: -len(suffix)], {})[suffix[1:]] = str(v)

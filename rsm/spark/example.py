@@ -18,22 +18,25 @@ if TYPE_CHECKING:
 __all__ = ["example_query", "local_session"]
 
 
-def local_session(app_name: str) -> SparkSession:
+def local_session(app_name: str, conf: Mapping[str, str] | None = None) -> SparkSession:
     """A ``local[2]`` session as the demo and its script use it: no UI, filter pushdown on (so the time-range
-    question prunes segments), executors on this interpreter (which has ``rsm`` installed)."""
+    question prunes segments), executors on this interpreter (which has ``rsm`` installed). ``conf``: more
+    Spark settings, applied when the session starts."""
     import os
     import sys
 
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def example_query(

@@ -469,10 +469,19 @@ def test_s3_multipart_copy_failing_midway_leaves_nothing(flavour: str, request: 
 def test_s3_multipart_copy_never_mixes_two_versions(request: pytest.FixtureRequest) -> None:
     """The source is replaced after the first part was copied: every part copies only the version that was sized
     (CopySourceIfMatch), so the copy fails and leaves nothing. SeaweedFS checks the condition; moto ignores it on
-    UploadPartCopy, so this runs on SeaweedFS only."""
+    UploadPartCopy, so this runs on SeaweedFS only. The replacing upload runs on the backend's only pool thread,
+    so its parts are 16 MiB: it is one PutObject, never parts queued behind that thread."""
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR["s3-seaweedfs"])
     backend = S3Backend()
-    backend.configure(server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1"}))
+    backend.configure(
+        server.config(
+            **{
+                **TEST_TUNING["s3"],
+                "s3.multipart.upload.concurrency": "1",
+                "s3.multipart.upload.part.size": str(16 * MiB),
+            }
+        )
+    )
     backend.copy_single_limit = backend.copy_part_size = 5 * MiB
     prefix = f"copy-mix-{uuid.uuid4().hex[:8]}/"
     source, target = prefix + "source", prefix + "target"
@@ -506,7 +515,14 @@ def test_s3_multipart_copy_past_the_deadline_is_aborted(flavour: str, request: p
     server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
     backend = S3Backend()
     backend.configure(
-        server.config(**{**TEST_TUNING["s3"], "s3.multipart.upload.concurrency": "1", "s3.upload.timeout.ms": "1000"})
+        server.config(
+            **{
+                **TEST_TUNING["s3"],
+                "s3.multipart.upload.concurrency": "1",
+                "s3.upload.timeout.ms": "1000",
+                "s3.multipart.upload.part.size": str(16 * MiB),  # the source goes up in one PutObject
+            }
+        )
     )
     backend.copy_single_limit = backend.copy_part_size = 5 * MiB
     prefix = f"copy-slow-{uuid.uuid4().hex[:8]}/"
@@ -1126,7 +1142,7 @@ def test_config_defs_document_every_key() -> None:
         for key in module.CONFIG_DEF.keys.values():
             assert key.doc.strip() and key.group == group, key.name
             assert not key.name.startswith("storage."), key.name
-    assert s3.CONFIG_DEF.keys["s3.multipart.upload.part.size"].default == 26214400
+    assert s3.CONFIG_DEF.keys["s3.multipart.upload.part.size"].default == 8388608
 
 
 # --- retry policy (pure) --------------------------------------------------------------------------
@@ -1215,3 +1231,81 @@ def test_streaming_upload_holds_bounded_memory() -> None:
     assert len(block) == 4096 and not last and src.pos == 4097  # one block plus a one-byte look-ahead
     sizes = [len(block)] + [len(b) for b, _ in gen]
     assert sizes == [4096, 4096, 1808]
+
+
+BUFFER_KEY = {
+    "s3": "s3.upload.buffer.memory.bytes",
+    "gcs": "gcs.upload.buffer.memory.bytes",
+    "azure": "azure.upload.buffer.memory.bytes",
+}
+
+
+@pytest.mark.parametrize("flavour", ["s3-seaweedfs", "gcs-fake", "azure-azurite"])
+def test_concurrent_uploads_hold_at_most_the_buffer_budget(flavour: str, request: pytest.FixtureRequest) -> None:
+    """Ten uploads of 4.5 parts each at once, with a budget of three parts: the bytes read from the sources and
+    not yet acknowledged by the store never exceed the budget (plus the one-byte look-ahead of each upload), and
+    every object arrives whole."""
+    server: StoreServer = request.getfixturevalue(FIXTURE_FOR[flavour])
+    kind = server.backend
+    part = PART_SIZE[kind]
+    budget = 3 * part
+    backend = CLASSES[kind]()
+    backend.configure(server.config(**{PART_KEY[kind]: str(part), BUFFER_KEY[kind]: str(budget), **TEST_TUNING[kind]}))
+    lock = threading.Lock()
+    state = {"read": 0, "sent": 0, "peak": 0}
+    acknowledge = backend.instrumentation.bytes_uploaded
+
+    def sent(n: int) -> None:
+        with lock:
+            state["sent"] += n
+        acknowledge(n)
+
+    backend.instrumentation.bytes_uploaded = sent
+
+    class Source(io.RawIOBase):
+        """The bytes of ``data``, counting what every source has handed out."""
+
+        def __init__(self, data: bytes) -> None:
+            super().__init__()
+            self._data = memoryview(data)
+            self._pos = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            n = min(len(b), len(self._data) - self._pos, 1024 * 1024)
+            b[:n] = self._data[self._pos : self._pos + n]
+            self._pos += n
+            with lock:
+                state["read"] += n
+                state["peak"] = max(state["peak"], state["read"] - state["sent"])
+            return n
+
+    prefix = f"buffers-{uuid.uuid4().hex[:8]}/"
+    size = 4 * part + part // 2
+    bodies = {f"{prefix}{i}": payload(size, i) for i in range(10)}
+    try:
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            done = [pool.submit(backend.upload, key, Source(data)) for key, data in bodies.items()]
+            assert [f.result() for f in done] == [size] * 10
+        assert state["read"] == state["sent"] == 10 * size
+        assert state["peak"] <= budget + 10, f"{state['peak']} bytes held at once, over the budget of {budget}"
+        assert state["peak"] > part  # the uploads did overlap, so the bound was tested
+        for key, data in bodies.items():
+            assert fetch_all(backend, key) == data
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("kind", ["s3", "gcs", "azure"])
+def test_a_buffer_budget_below_one_part_is_refused(kind: str) -> None:
+    """The budget must hold one part; the error names the key and what to set."""
+    conf = {
+        "s3": {"s3.bucket.name": "b", "s3.region": "eu-west-1"},
+        "gcs": {"gcs.bucket.name": "b", "gcs.credentials.default": "false", "gcs.endpoint.url": "http://127.0.0.1:1"},
+        "azure": {"azure.container.name": "c", "azure.connection.string": "UseDevelopmentStorage=true"},
+    }[kind]
+    backend = CLASSES[kind]()
+    with pytest.raises(ConfigException, match=rf"storage\.{BUFFER_KEY[kind]}.*raise it to at least 8388608"):
+        backend.configure({**conf, PART_KEY[kind]: str(8 * MiB), BUFFER_KEY[kind]: str(4 * MiB)})

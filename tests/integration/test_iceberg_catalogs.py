@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pytest
 from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, fresh_store
 from iceberg_testing import ORDER_SCHEMA, REPO, order_records, segment_of
+from processes import stop_process
 
 from rsm import RemoteStorageManager
 from rsm.cli.emulators import free_port
@@ -70,8 +71,7 @@ def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
                 time.sleep(0.5)
         yield url, warehouse
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc, grace=30)
         log.close()
 
 

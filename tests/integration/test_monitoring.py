@@ -36,6 +36,7 @@ import yaml
 from emulators import StoreServer, free_port
 from helpers import wait_until
 from jvm_testing import java_meta
+from processes import stop_process
 from shim_in_jvm import java_data, jvm, shim  # noqa: F401 - jvm is a fixture
 
 from backends.s3 import S3Backend
@@ -214,12 +215,7 @@ class Prometheus:
         return float(result[0]["value"][1]) if result else None
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        stop_process(self.process, grace=20)
         self.log.close()
 
 

@@ -825,6 +825,35 @@ def test_example_query_summarises_the_demo_questions(spark: SparkSession, fs_sto
     )
 
 
+# The demo with its own Spark JVM: the whole demo took 11 minutes at load 20 to 25, this smaller one over 9 at
+# load 40; the bound is 20 minutes.
+@pytest.mark.timeout(1500)
+def test_the_demos_spark_step_prints_only_the_demos_lines(tmp_path: Path) -> None:
+    """``kts demo``'s Spark step: its own lines on the terminal; Spark's log lines, progress bars and the JVM's
+    messages in the log file the demo names."""
+    workdir = tmp_path / "demo"
+    args = ["--segments", "2", "--segment-mb", "0.3", "--chunk-size", "65536", "--transport", "python", "--no-iceberg"]
+    run = subprocess.run(
+        [sys.executable, "-m", "rsm.cli.main", "demo", "--dir", str(workdir), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert run.returncode == 0, run.stdout[-5000:]
+    lines = run.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[7/7] Spark example query"))
+    step = lines[start + 1 : lines.index("", start)]
+    log = workdir / "spark.log"
+    assert len(step) == 2, "\n".join(step)
+    assert "records read by Spark from the store" in step[0], step
+    assert step[1] == f"      Spark's own warnings: {log}", step
+    assert not [line for line in lines if "WARN" in line or "[Stage" in line or "log4j" in line], run.stdout
+    # Spark's own lines are kept: the data source registration it warns about, at WARN.
+    assert "WARN DataSourceManager" in log.read_text(errors="replace"), log.read_text(errors="replace")[-3000:]
+
+
 # --- a real cluster --------------------------------------------------------------------------------------------------
 
 

@@ -73,6 +73,36 @@ s3_moto_server = _fixture("s3-moto")
 gcs_fake_server = _fixture("gcs-fake")
 azure_azurite_server = _fixture("azure-azurite")
 
+
+@pytest.fixture
+def s3_seaweedfs_client(s3_seaweedfs_server: StoreServer) -> Any:
+    """A boto3 client of the session's SeaweedFS, for tests that look at the bucket beside the plugin."""
+    return s3_client(s3_seaweedfs_server)
+
+
+def s3_client(server: StoreServer) -> Any:
+    """A boto3 client of an S3 emulator: path-style addressing and the emulators' keys, botocore's retries."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+def s3_keys(client: Any, bucket: str, prefix: str = "") -> list[str]:
+    """Every key under ``prefix`` in ``bucket``, in the store's order."""
+    out: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return out
+
+
 FIXTURE_FOR = {name: name.replace("-", "_") + "_server" for name in STARTERS}
 """Emulator name -> fixture name, for ``request.getfixturevalue``."""
 

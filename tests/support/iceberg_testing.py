@@ -74,12 +74,21 @@ def segment_of(directory: Path, recs: list[Rec], per_batch: int = 10, codec: str
     return write_entries_segment(directory, entries)
 
 
-def iceberg_config(work: Path, topics: str = "orders", **extra: str) -> dict[str, str]:
-    config = {
+def filesystem_config(root: Path) -> dict[str, str]:
+    """A plugin configuration over the filesystem store at ``root``: 4 MiB chunks, no fsync."""
+    return {
         "chunk.size": str(4 << 20),
         "storage.backend.class": "filesystem",
-        "storage.root": str(work / "store"),
+        "storage.root": str(root),
         "storage.fsync.enabled": "false",
+    }
+
+
+def iceberg_config(work: Path, topics: str = "orders", **extra: str) -> dict[str, str]:
+    """Iceberg mode for the topics ``topics`` matches, over a SQLite catalog and a warehouse in ``work``, on the
+    filesystem store ``work/store``; ``extra`` keys (dots as in the key) override or add."""
+    config = {
+        **filesystem_config(work / "store"),
         "iceberg.mode.topics.regex": topics,
         "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
         "iceberg.mode.warehouse": f"file://{work / 'warehouse'}",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "key_services.py"
@@ -57,15 +58,6 @@ def _wait_port(proc: subprocess.Popen[bytes], port: int, what: str, timeout: flo
     pytest.fail(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
 @dataclass
 class Server:
     url: str
@@ -92,7 +84,7 @@ def running_local_kms(data: Path) -> Iterator[Server]:
                 time.sleep(0.2)
         yield Server(url, proc)
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")
@@ -131,7 +123,7 @@ def running_openbao() -> Iterator[Server]:
         client.sys.enable_secrets_engine("transit", path="transit")
         yield Server(url, proc)
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")

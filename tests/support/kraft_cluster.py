@@ -86,6 +86,7 @@ TOOLS = {
     "jmx": "JmxTool",
     "producer-perf": "ProducerPerformance",
     "consumer-perf": "ConsumerPerformance",
+    "configs": "ConfigCommand",
 }
 """The command-line classes this module runs, found in the release's jars by ``kafka_dist.find_class``."""
 

@@ -31,7 +31,11 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    """A private server; ``settings`` are extra server settings (``-c name=value``), e.g.
+    ``{"wal_level": "logical"}`` for logical decoding."""
+
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        self.settings = dict(settings or {})
         bindir = postgres_bin_dir()
         if bindir is None:
             raise RuntimeError(
@@ -53,6 +57,7 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
         opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} -c fsync=off"
+        opts += "".join(f" -c {k}={v}" for k, v in self.settings.items())
         self._run(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-o", opts, "-w", "start"
         )

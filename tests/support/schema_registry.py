@@ -19,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from processes import stop_process
+
 SUPPORT = Path(__file__).resolve().parent
 APICURIO_VERSION = "2.4.2.Final"  # tests/support/apicurio/pom.xml
 APICURIO_JAR = Path(
@@ -166,10 +168,5 @@ def apicurio_registry(log_dir: Path, timeout_s: float = 240) -> Iterator[str]:
                 time.sleep(1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, grace=30)
         log.close()

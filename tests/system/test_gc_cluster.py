@@ -18,13 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import jvm_testing as jt
 import kafka_dist as kd
 import kraft_cluster as kc
 import pytest
-from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
+from emulators import StoreServer, s3_keys
 from faultproxy import FaultPlan, FaultProxy, object_kind
 from gc_watch import watch_metrics
 
@@ -69,18 +67,6 @@ def wait_for(what: str, predicate: object, timeout: float, node: kc.Node) -> Non
         time.sleep(0.5)
 
 
-@pytest.fixture
-def s3(s3_seaweedfs_server: StoreServer) -> object:
-    return boto3.client(
-        "s3",
-        endpoint_url=s3_seaweedfs_server.endpoint,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
-
-
 @pytest.fixture(params=[kd.NEWEST_3X, kd.NEWEST_4X])
 def cluster(
     request: pytest.FixtureRequest,
@@ -109,11 +95,8 @@ def cluster(
         proxy.stop()
 
 
-def keys(s3: object, bucket: str, prefix: str) -> set[str]:
-    out: set[str] = set()
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):  # type: ignore[attr-defined]
-        out |= {o["Key"] for o in page.get("Contents", [])}
-    return out
+def keys(client: object, bucket: str, prefix: str) -> set[str]:
+    return set(s3_keys(client, bucket, prefix))
 
 
 def local_segments(node: kc.Node, topic: str) -> int:
@@ -122,7 +105,7 @@ def local_segments(node: kc.Node, topic: str) -> int:
 
 def test_gc_reconciles_the_store_with_the_cluster(
     cluster: tuple[kc.Cluster, Drift],
-    s3: object,
+    s3_seaweedfs_client: object,
     s3_seaweedfs_server: StoreServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -132,7 +115,7 @@ def test_gc_reconciles_the_store_with_the_cluster(
     bucket, prefix = s3_seaweedfs_server.bucket, f"{tmp_path.name}/"
 
     def objects(topic: str) -> set[str]:
-        return {k for k in keys(s3, bucket, prefix) if k.startswith(f"{prefix}{topic}-")}
+        return {k for k in keys(s3_seaweedfs_client, bucket, prefix) if k.startswith(f"{prefix}{topic}-")}
 
     def tiered(topic: str, n: int) -> bool:
         return len([k for k in objects(topic) if k.endswith(".rsm-manifest")]) >= n and local_segments(node, topic) == 1
@@ -164,9 +147,9 @@ def test_gc_reconciles_the_store_with_the_cluster(
     # 3. A tiered segment's objects removed by hand.
     lost_manifest = sorted(k for k in objects("keep") if k.endswith(".rsm-manifest"))[0]
     lost = {lost_manifest.removesuffix(".rsm-manifest") + s for s in (".rsm-manifest", ".log", ".indexes")}
-    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in lost]})  # type: ignore[attr-defined]
+    s3_seaweedfs_client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in lost]})  # type: ignore[attr-defined]
     time.sleep(3)  # past the grace period below
-    before = keys(s3, bucket, prefix)
+    before = keys(s3_seaweedfs_client, bucket, prefix)
 
     # Every record the broker wrote to __remote_log_metadata decodes, and encodes back to the same bytes.
     values = metadata_values(c.bootstrap)
@@ -186,7 +169,7 @@ def test_gc_reconciles_the_store_with_the_cluster(
     lost_id = lost_manifest.removesuffix(".rsm-manifest").rsplit("/", 1)[1].split("-", 1)[1]
     assert f"DATA LOSS keep-0 segment {lost_id} offsets 0.." in err, err
     assert all(k in err for k in lost if not k.endswith(".log")), err  # the .log is asked for beside a manifest
-    assert keys(s3, bucket, prefix) == before  # a dry run touches nothing
+    assert keys(s3_seaweedfs_client, bucket, prefix) == before  # a dry run touches nothing
     # The scheduled check sees the same, as metrics.
     metrics = watch_metrics(config, c.bootstrap)
     assert metrics["kts_gc_cluster_lost_segments"] == 1, metrics
@@ -205,7 +188,7 @@ def test_gc_reconciles_the_store_with_the_cluster(
     confirmed = watch_metrics(config, c.bootstrap, rounds=4, confirm_after=1.0, until=lambda m: m.get(dead, 0) >= 1)
     assert confirmed['kts_gc_cluster_garbage_bytes{kind="dead-topic-segment"}'] > 0, confirmed
     assert confirmed['kts_gc_cluster_suspected_segments{kind="dead-topic-segment"}'] == 0, confirmed
-    assert keys(s3, bucket, prefix) == before  # nor does the watch
+    assert keys(s3_seaweedfs_client, bucket, prefix) == before  # nor does the watch
 
     drift.deletes_fail = False
     code = main([*gc, "--delete", "--confirm-after", "2s"])
@@ -213,7 +196,7 @@ def test_gc_reconciles_the_store_with_the_cluster(
     assert code == 3, out + err  # still lost: kts gc never touches it
     assert "Waiting 2 s (--confirm-after)" in out, out  # gone is confirmed by a second read, then removed
     assert "failed 0" in out, out + err
-    listed = keys(s3, bucket, prefix)
+    listed = keys(s3_seaweedfs_client, bucket, prefix)
     held = {k for k in listed if k.startswith(f"{prefix}kts-quarantine/")}
     after = listed - held
     assert after == before - gone - killed_attempt, (sorted(before - after), sorted(after - before))

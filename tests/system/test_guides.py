@@ -196,7 +196,7 @@ def _bucket(host: Host, props: dict[str, str]) -> None:
 @pytest.mark.timeout(300)
 def test_readme_broker_on_s3_with_key_files(host: Host, segment_factory: Any, monkeypatch: Any) -> None:
     steps = gb.scenario("readme-broker")
-    assert [b.step for b in steps] == ["install", "keys", "properties", "check"], "the README's order changed"
+    assert [b.step for b in steps] == ["install", "keys", "properties", "check", "topic"], "the README's order changed"
     props = gb.step(steps, "properties").properties()
     assert extras_needed(plugin_keys(props)) <= pip_extras(gb.step(steps, "install"))
     assert_installed(pip_extras(gb.step(steps, "install")))
@@ -210,6 +210,47 @@ def test_readme_broker_on_s3_with_key_files(host: Host, segment_factory: Any, mo
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "guide")
     data_key = round_trip(path, segment_factory)
     assert data_key.startswith("k1:") and data_key.count(":") == 1  # a file pair: Aiven's format
+
+
+@pytest.mark.timeout(900)
+def test_readme_topic_created_on_three_brokers_set_up_as_written(host: Host, monkeypatch: Any) -> None:
+    """The README's brokers, three of them (its topic has replication factor 3), each with the README's lines in its
+    server.properties; then its ``kafka-topics.sh`` line, run as Kafka's TopicCommand with the bootstrap server
+    replaced. The brokers start only if the plugin configured from those lines."""
+    import kafka_dist as kd
+    import kraft_cluster as kc
+
+    steps = gb.scenario("readme-broker")
+    props = gb.step(steps, "properties").properties()
+    _bucket(host, props)
+    host.run(gb.step(steps, "install"))
+    host.run(gb.step(steps, "keys"))
+    lines = host.write_properties(props).read_text()
+    # The stand-in venv runs the package installed for the tests: the sidecar imports this source tree.
+    plugin = lines + f"rsm.config.python.path={REPO}\n"
+    for k, v in (("AWS_ACCESS_KEY_ID", "guide"), ("AWS_SECRET_ACCESS_KEY", "guide")):
+        monkeypatch.setenv(k, v)
+    cluster = kc.make_cluster(kd.kafka_home(kd.NEWEST_4X), host.root / "kafka", 3, plugin)
+    try:
+        cluster.start()
+        (topic_line,) = gb.step(steps, "topic").commands()
+        assert topic_line[0] == "kafka-topics.sh", topic_line
+        args = [cluster.bootstrap if w == "localhost:9092" else w for w in topic_line[1:]]
+        assert cluster.bootstrap in args, "the README's line names no localhost:9092 to replace"
+        cluster.tool("topics", *args)
+        topic = args[args.index("--topic") + 1]
+        described = cluster.tool("topics", "--bootstrap-server", cluster.bootstrap, "--describe", "--topic", topic)
+    finally:
+        cluster.stop()
+    summary = described.splitlines()[0]
+    assert "PartitionCount: 6" in summary and "ReplicationFactor: 3" in summary, summary
+    found = re.search(r"Configs: (\S+)", summary)
+    assert found, summary
+    configs = dict(c.split("=", 1) for c in found.group(1).split(","))
+    expected = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--config")
+    assert expected == {"remote.storage.enable": "true", "local.retention.ms": "3600000", "retention.ms": "2592000000"}
+    for key, value in expected.items():
+        assert configs.get(key) == value, (key, summary)
 
 
 @pytest.mark.timeout(300)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import boto3
 import jvm_testing as jt
 import kraft_cluster as kc
 import pytest
-from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
+from emulators import StoreServer, s3_client, s3_keys
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.timeout(1500)]
 
@@ -27,18 +25,7 @@ RECORDS = 8000  # ~0.37 KB each on average: three segments, two closed (one tier
 
 
 def tiered_keys(server: StoreServer, prefix: str) -> list[str]:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
-    out: list[str] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=server.bucket, Prefix=prefix):
-        out += [o["Key"] for o in page.get("Contents", [])]
-    return out
+    return s3_keys(s3_client(server), server.bucket, prefix)
 
 
 def local_logs(node: kc.Node, topic: str) -> list[int]:

@@ -23,12 +23,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import jvm_testing as jt
 import kraft_cluster as kc
 import pytest
-from botocore.config import Config
-from emulators import S3_ACCESS_KEY, S3_SECRET_KEY, StoreServer
+from emulators import StoreServer, s3_keys
 from faultproxy import FaultPlan, FaultProxy, object_kind
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.timeout(900)]
@@ -51,25 +49,6 @@ class Outage:
         if method == "PUT" and object_kind(path) == "manifest":
             return True
         return self.deletes and (method == "DELETE" or (method == "POST" and "delete" in path))
-
-
-@pytest.fixture
-def s3(s3_seaweedfs_server: StoreServer) -> object:
-    return boto3.client(
-        "s3",
-        endpoint_url=s3_seaweedfs_server.endpoint,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
-
-
-def keys(s3: object, bucket: str, prefix: str) -> list[str]:
-    out: list[str] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):  # type: ignore[attr-defined]
-        out += [o["Key"] for o in page.get("Contents", [])]
-    return out
 
 
 def wait_for(what: str, predicate: object, timeout: float) -> None:
@@ -118,7 +97,7 @@ def closed_segments(node: kc.Node, topic: str) -> list[int]:
 
 def test_retried_copies_are_not_errors_and_leave_nothing_behind(
     cluster: tuple[kc.Cluster, FaultProxy, Outage],
-    s3: object,
+    s3_seaweedfs_client: object,
     s3_seaweedfs_server: StoreServer,
     tmp_path: Path,
 ) -> None:
@@ -151,13 +130,13 @@ def test_retried_copies_are_not_errors_and_leave_nothing_behind(
     assert closed_segments(node, "t") == closed, "a segment was deleted locally though its copy never finished"
     wait_for(  # the in-flight attempt's partial upload is cleaned too; none of the failed ones left a manifest
         "the failed attempts' objects to go",
-        lambda: not [k for k in keys(s3, bucket, prefix) if "/t-" in k],
+        lambda: not [k for k in s3_keys(s3_seaweedfs_client, bucket, prefix) if "/t-" in k],
         60,
     )
 
     outage.on = False
     wait_for("every closed segment to be tiered and deleted locally", lambda: not closed_segments(node, "t"), 180)
-    stored = [k for k in keys(s3, bucket, prefix) if "/t-" in k]
+    stored = [k for k in s3_keys(s3_seaweedfs_client, bucket, prefix) if "/t-" in k]
     manifests = [k for k in stored if k.endswith(".rsm-manifest")]
     assert len(manifests) == len(closed), stored
     for m in manifests:  # each tiered segment is exactly its three objects; nothing of a failed attempt is left
@@ -175,7 +154,7 @@ def test_retried_copies_are_not_errors_and_leave_nothing_behind(
     wait_for("retried copies of u", lambda: attempts("u") >= 3, 120)
     wait_for(
         "a partial upload left by a failed clean-up",
-        lambda: any(k.endswith(".log") for k in keys(s3, bucket, prefix) if "/u-" in k),
+        lambda: any(k.endswith(".log") for k in s3_keys(s3_seaweedfs_client, bucket, prefix) if "/u-" in k),
         60,
     )
     assert copy_errors("u") == 0
@@ -183,7 +162,7 @@ def test_retried_copies_are_not_errors_and_leave_nothing_behind(
     c.delete_topic("u")
     wait_for(
         "the deleted topic's objects to go",
-        lambda: not [k for k in keys(s3, bucket, prefix) if "/u-" in k],
+        lambda: not [k for k in s3_keys(s3_seaweedfs_client, bucket, prefix) if "/u-" in k],
         180,
     )
-    assert len([k for k in keys(s3, bucket, prefix) if "/t-" in k]) == 3 * len(closed)
+    assert len([k for k in s3_keys(s3_seaweedfs_client, bucket, prefix) if "/t-" in k]) == 3 * len(closed)

@@ -15,7 +15,10 @@ transactions flagged where the segment holding the records also holds the ABORT 
 A further test tiers two topics whose Avro and Protobuf values (through a schema registry) change schema
 version mid-stream: consumers and SQL (pyiceberg, DuckDB) read every record.
 
-The filesystem cells run both transports (sidecar, in-process), the S3 cell the sidecar; about a minute each.
+On the filesystem the in-process transport runs the test as above and the sidecar runs it with table
+maintenance (which does all of the above first); the S3 cell runs the sidecar; about a minute each. On the
+filesystem the classic topic also gets tests/system/test_real_broker.py's checks (the plugin's MBeans, deleting the
+topic empties the store of it), which that test runs on the newest 3.x only.
 ``KTS_ICEBERG_BROKER_KAFKA`` picks another Kafka release.
 """
 
@@ -433,8 +436,42 @@ def _plugin_maintenance(b: kd.Broker, store: Store, tmp: Path, sent: list[Sent])
     return more
 
 
-def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> None:
-    """``maintain``: the broker's maintainer runs often (``BROKER_MAINTENANCE``) and must have compacted and
+# The plugin's MBeans (tests/system/test_real_broker.py reads the same on the newest 3.x).
+RSM = "aiven.kafka.server.tieredstorage:type=remote-storage-manager-metrics"
+CHUNK_CACHE = "aiven.kafka.server.tieredstorage.cache:type=chunk-cache-metrics"
+
+
+def _check_classic_beans(b: kd.Broker, store: Store) -> None:
+    """The classic topic's uploads and fetches as the plugin's MBeans count them, read over JMX."""
+    beans = kd.jmx_read(b, "aiven.kafka.server.tieredstorage*:*")
+
+    def number(bean: str, attribute: str) -> float:
+        assert bean in beans, f"no bean {bean} among {sorted(beans)}"
+        return float(beans[bean][attribute])
+
+    segments = len(_objects(store, CLASSIC, "rsm-manifest"))
+    assert number(f"{RSM},topic={CLASSIC},partition=0,object-type=log", "object-upload-total") == segments
+    assert number(f"{RSM},topic={CLASSIC},partition=0,object-type=rsm-manifest", "object-upload-total") == segments
+    assert number(f"{RSM},topic={CLASSIC}", "segment-fetch-requested-bytes-total") > 0
+    assert number(RSM, "segment-fetch-total") >= 1
+    assert CHUNK_CACHE in beans
+
+
+def _delete_classic(b: kd.Broker, store: Store) -> None:
+    """Deleting the classic topic empties the store of its objects."""
+
+    def classic_keys() -> list[str]:
+        return [k for k in store.list_keys() if (p := parse_object_key(k, "")) is not None and p.topic == CLASSIC]
+
+    assert classic_keys()
+    kd.delete_topic(b, CLASSIC)
+    kd.wait_while_running(lambda: not classic_keys(), 180, "the deleted topic's objects are gone from the store", b)
+
+
+def _run(tmp: Path, store: Store, transport: str, maintain: bool = False, kafka_checks: bool = False) -> None:
+    """``kafka_checks``: the checks of tests/system/test_real_broker.py on the classic topic (the plugin's MBeans
+    over JMX, the topic's deletion emptying the store of it), which that test runs on the newest 3.x only.
+    ``maintain``: the broker's maintainer runs often (``BROKER_MAINTENANCE``) and must have compacted and
     expired while it tiered; then Spark's rewrite_data_files, expire_snapshots and remove_orphan_files run on
     the table (the broker still up, its fetches planned on the table before) and a consumer reads it all again;
     then more records are tiered (and compacted by the broker), `kts iceberg maintain` expires snapshots and
@@ -476,6 +513,8 @@ def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> Non
         sections = [m["iceberg"] for m in ice]
         assert max(s["lastOffset"] for s in sections) == active_from - 1
         _check_table(store, tmp, sent, sections)
+        if kafka_checks:
+            _check_classic_beans(b, store)
         if maintain:
             _settle(b, store, tmp)
             table = _load_table(store, tmp)
@@ -511,15 +550,19 @@ def _run(tmp: Path, store: Store, transport: str, maintain: bool = False) -> Non
             metrics = {k: float(v) for bean in beans.values() for k, v in bean.items()}
             for name in ("passes-total", "files-compacted-total", "snapshots-expired-total"):
                 assert metrics.get(name, 0) > 0, metrics
+        if kafka_checks:
+            _delete_classic(b, store)
         log = b.log()
     configured = "in-process" if transport == "inprocess" else transport
     assert f"kafka-tiered-storage RemoteStorageManager configured ({configured} transport)" in log
+    if transport == "sidecar":  # Java 17: the shim reaches its sidecar over a Unix domain socket, not TCP
+        assert "(TCP, token)" not in log
 
 
 @pytest.mark.timeout(900)  # the first run assembles the broker from Maven Central
-@pytest.mark.parametrize("transport", ["sidecar", "inprocess"])
+@pytest.mark.parametrize("transport", ["inprocess"])  # the sidecar's cell is the Spark maintenance test's start
 def test_iceberg_topic_next_to_classic_on_the_filesystem(transport: str, tmp_path: Path) -> None:
-    _run(tmp_path, _filesystem(tmp_path), transport)
+    _run(tmp_path, _filesystem(tmp_path), transport, kafka_checks=True)
 
 
 @pytest.mark.timeout(2400)  # and a JVM with Iceberg's Spark runtime
@@ -528,7 +571,7 @@ def test_iceberg_topic_reads_the_same_after_spark_maintenance(tmp_path: Path) ->
     sorted by partition and offset), expire_snapshots and remove_orphan_files (older than now), more records,
     `kts iceberg maintain` beside the broker, more records: a consumer reads the Iceberg topic from offset 0 as
     produced and as the classic topic, from data files the copies never wrote."""
-    _run(tmp_path, _filesystem(tmp_path), "sidecar", maintain=True)
+    _run(tmp_path, _filesystem(tmp_path), "sidecar", maintain=True, kafka_checks=True)
 
 
 @pytest.fixture

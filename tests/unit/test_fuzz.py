@@ -45,23 +45,32 @@ CHUNK_INDEX_KEYS = [
 sizes = st.one_of(st.integers(-(2**40), 2**40), st.floats(allow_nan=True), st.text(max_size=5), st.none())
 
 
+# The strategies the manifest strategy draws from, built once: a strategy built inside each draw is validated
+# again on every example, which costs more than the parse under test.
+index_types = st.sampled_from(["fixed", "variable", "other"])
+transformed_chunks = st.text(max_size=40) | st.binary(max_size=30).map(lambda b: b.hex())
+index_entries = st.none() | st.fixed_dictionaries({"position": sizes, "size": sizes})
+versions = st.sampled_from(["1", 1, "2"])
+compressions = st.booleans() | json_scalars
+replaced_keys = st.lists(st.sampled_from(MANIFEST_KEYS), max_size=3)
+
+
 @st.composite
 def manifests(draw: Any) -> bytes:
     """Near-valid manifests: the right keys with hostile values, so the parser gets past its first checks."""
     index = {k: draw(sizes) for k in CHUNK_INDEX_KEYS}
-    index["type"] = draw(st.sampled_from(["fixed", "variable", "other"]))
+    index["type"] = draw(index_types)
     if index["type"] == "variable":
-        index["transformedChunks"] = draw(st.text(max_size=40) | st.binary(max_size=30).map(lambda b: b.hex()))
+        index["transformedChunks"] = draw(transformed_chunks)
     doc: dict[str, Any] = {
-        "version": draw(st.sampled_from(["1", 1, "2"])),
+        "version": draw(versions),
         "chunkIndex": index,
         "segmentIndexes": {
-            n: draw(st.none() | st.fixed_dictionaries({"position": sizes, "size": sizes}))
-            for n in ("offset", "timestamp", "producerSnapshot", "leaderEpoch", "transaction")
+            n: draw(index_entries) for n in ("offset", "timestamp", "producerSnapshot", "leaderEpoch", "transaction")
         },
-        "compression": draw(st.booleans() | json_scalars),
+        "compression": draw(compressions),
     }
-    for key in draw(st.lists(st.sampled_from(MANIFEST_KEYS), max_size=3)):
+    for key in draw(replaced_keys):
         doc[key] = draw(json_values)
     return json.dumps(doc, allow_nan=True).encode()
 

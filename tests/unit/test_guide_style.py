@@ -55,3 +55,43 @@ def test_each_guide_opens_with_its_reader_and_outcome(guide: str) -> None:
 def test_the_readme_says_whom_it_is_for() -> None:
     text = (ROOT / "README.md").read_text()
     assert re.search(r"This page is for .+\. At the end ", text.replace("\n", " "))
+
+
+def table_cells(text: str) -> list[tuple[int, str]]:
+    """Every cell of every Markdown table outside code blocks, generated ones included: (line number, text)."""
+    out, block = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(r"\s*```", line):
+            block = not block
+            continue
+        row = line.strip()
+        if block or not row.startswith("|"):
+            continue
+        cells, cell, code = [], "", False
+        for i, ch in enumerate(row.strip("|")):
+            if ch == "`":
+                code = not code
+            if ch == "|" and not code and (i == 0 or row.strip("|")[i - 1] != "\\"):
+                cells.append(cell)
+                cell = ""
+            else:
+                cell += ch
+        cells.append(cell)
+        out += [(number, c.strip()) for c in cells]
+    return out
+
+
+def test_table_cells_are_split_outside_code_spans() -> None:
+    cells = [c for _, c in table_cells("| a | `x | y` b |\n|---|---|\n```\n| not | a table |\n```\n")]
+    assert cells == ["a", "`x | y` b", "---", "---"]
+
+
+@pytest.mark.parametrize("guide", [*GUIDES, "README.md"])
+def test_no_table_cell_is_over_100_words(guide: str) -> None:
+    """Detail goes into prose below the table: a cell of more than 100 words is a paragraph in a cramped column."""
+    long = [
+        f"{guide}:{n} ({len(cell.split())} words)"
+        for n, cell in table_cells((ROOT / guide).read_text())
+        if len(cell.split()) > 100
+    ]
+    assert long == []

@@ -41,8 +41,8 @@ def test_config_check_prints_each_term_and_the_sum(tmp_path: Path, capsys: pytes
     assert "memory of the plugin at remote.log.reader.threads=unset: Kafka's default" in out
     assert set(sizes) == {"shared region", "fetches in flight", "index cache", "uploads", "Python sidecar", "total"}
     assert sizes["total"] == pytest.approx(sum(v for k, v in sizes.items() if k != "total"), abs=0.5)
-    # ten copier threads, each a window of 2 x 2 + 1 chunks and 5 S3 parts of 25 MiB
-    assert sizes["uploads"] == 10 * (5 * 4 + 5 * 25)
+    # ten copier threads of two chunks each, the 2 x 2 + 1 chunks of read-ahead and the 64 MiB of parts they share
+    assert sizes["uploads"] == (10 * 2 + 5) * 4 + 64
     assert sizes["Python sidecar"] == PYTHON_BASELINE / MIB
     assert sizes["index cache"] == 10
     assert "WARNING" not in out, "Kafka's default reader threads fit the default chunk cache"
@@ -93,8 +93,8 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     assert default["Iceberg row groups"] == 64
     # one reader of large row groups per broker reader thread (Kafka's 10), 2 x 16 MiB slices each
     assert default["Iceberg slice readers"] == 10 * 32
-    assert default["Iceberg rows being written"] == 10 * 3 * 64  # Kafka's 10 copier threads x 3 x 64 MiB
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 1920, abs=0.5)
+    assert default["Iceberg rows being written"] == 2 * 3 * 64  # 2 write slots shared by 10 copier threads x 3 x 64 MiB
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 384, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
@@ -126,3 +126,50 @@ def test_slice_readers_follow_the_key_and_fewer_than_the_reader_threads_is_warne
     )
     assert matched["Iceberg slice readers"] == 16 * 32
     assert "fewer than remote.log.reader.threads" not in out
+
+
+@pytest.mark.parametrize(
+    ("backend", "key"),
+    [
+        ("s3", "s3.upload.buffer.memory.bytes"),
+        ("azure", "azure.upload.buffer.memory.bytes"),
+        ("gcs", "gcs.upload.buffer.memory.bytes"),
+    ],
+)
+def test_upload_buffers_are_one_budget_whatever_the_copier_threads(backend: str, key: str) -> None:
+    """The part buffers and the read-ahead are shared by the copier threads: only two chunks each grow with their
+    number."""
+    configs = {
+        "chunk.size": str(4 * MIB),
+        "storage.backend.class": backend,
+        f"storage.{key}": str(48 * MIB),
+        "transform.thread.pool.size": "2",
+    }
+
+    def uploads(copiers: int) -> int:
+        budget = memory_budget(configs, {"remote.log.manager.copier.thread.pool.size": str(copiers)})
+        assert budget is not None
+        term = next(t for t in budget.terms if t.label == "uploads")
+        assert key in term.how
+        return int(term.size or 0)
+
+    assert uploads(1) == (1 * 2 + 5) * 4 * MIB + 48 * MIB
+    assert uploads(10) == (10 * 2 + 5) * 4 * MIB + 48 * MIB
+
+
+def test_iceberg_rows_are_counted_per_write_slot_not_per_copier_thread() -> None:
+    configs = {
+        "chunk.size": str(4 * MIB),
+        "storage.backend.class": "filesystem",
+        "iceberg.mode.topics.regex": "t",
+        "iceberg.mode.write.batch.bytes": str(32 * MIB),
+        "iceberg.mode.write.concurrency": "3",
+    }
+
+    def rows(copiers: int) -> int:
+        budget = memory_budget(configs, {"remote.log.manager.copier.thread.pool.size": str(copiers)}, cpus=2)
+        assert budget is not None
+        return int(next(t.size for t in budget.terms if t.label == "Iceberg rows being written") or 0)
+
+    assert rows(10) == 3 * 3 * 32 * MIB  # three slots shared by ten copier threads
+    assert rows(2) == 2 * 3 * 32 * MIB  # two copier threads never fill three slots

@@ -17,6 +17,7 @@ STILL_TO_SPLIT = frozenset(
         "rsm/iceberg/maintainer.py",
         "rsm/iceberg/maintenance.py",
         "rsm/iceberg/segment_fetch.py",
+        "rsm/jvm/sidecar.py",
         "rsm/kafka/columnar.py",
         "rsm/kafka/records.py",
         "rsm/kafka/writer.py",

@@ -140,9 +140,18 @@ def _register(schema: dict[str, Any], named: dict[str, Any], namespace: str | No
     return full
 
 
-def avro_to_arrow_value(schema: Any, datum: Any) -> Any:
-    """A fastavro-decoded datum as the Python value ``pa.array`` takes for :func:`arrow_type_from_avro`'s type."""
-    return _avro_value(schema, datum, {}, None)
+def avro_named_types(schema: Any) -> dict[str, Any]:
+    """Every named type ``schema`` defines, by full and short name."""
+    named: dict[str, Any] = {}
+    _avro_type(schema, named, None, ())
+    return named
+
+
+def avro_to_arrow_value(schema: Any, datum: Any, named: dict[str, Any] | None = None) -> Any:
+    """A fastavro-decoded datum as the Python value ``pa.array`` takes for :func:`arrow_type_from_avro`'s type.
+    ``named``: the schema's named types (``avro_named_types``), known up front because a datum may leave out the
+    place that defines one (Debezium's ``before``, null, defines the record type ``after`` refers to)."""
+    return _avro_value(schema, datum, named if named is not None else avro_named_types(schema), None)
 
 
 def _avro_value(schema: Any, datum: Any, named: dict[str, Any], namespace: str | None) -> Any:
@@ -234,6 +243,7 @@ class AvroValueParser(ValueParser):
 
         self.schema = schema
         self.arrow_type = arrow_type_from_avro(schema)
+        self._named = avro_named_types(schema)
         try:
             self._parsed = fastavro.parse_schema(schema)
         except Exception as e:  # fastavro raises several types for a bad schema
@@ -246,4 +256,4 @@ class AvroValueParser(ValueParser):
         datum = fastavro.schemaless_reader(buf, self._parsed, None)
         if buf.tell() != len(raw):
             raise ValueError("trailing bytes after the Avro value")
-        return avro_to_arrow_value(self.schema, datum)
+        return avro_to_arrow_value(self.schema, datum, self._named)
