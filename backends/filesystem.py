@@ -22,8 +22,6 @@ place, the two keys stay independent objects that share their bytes until one is
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import io
 import os
 import secrets
@@ -44,149 +42,22 @@ from backends.base import (
     StorageBackendException,
     VersionedObject,
 )
-from backends.configdef import ConfigDef, ConfigException, ConfigKey, in_range
-
-CONFIG_DEF = ConfigDef().extend(
-    [
-        ConfigKey(
-            "root",
-            "string",
-            None,
-            "Directory holding the objects of the filesystem backend. Created if missing.",
-            group="filesystem",
-        ),
-        ConfigKey(
-            "fsync.enabled",
-            "boolean",
-            True,
-            "fsync every object before it is renamed into place (turn off only for throwaway test data).",
-            group="filesystem",
-        ),
-        ConfigKey(
-            "fsync.interval.bytes",
-            "long",
-            32 * 1024 * 1024,
-            "While uploading, flush written data to disk every this many bytes so the final fsync is short.",
-            validator=in_range(1024 * 1024, None),
-            group="filesystem",
-        ),
-        ConfigKey(
-            "stale.upload.age.ms",
-            "long",
-            3_600_000,
-            "At configure(), delete the temp files of uploads older than this (a process killed mid-upload left "
-            "them). Keep it well above the longest upload of a segment.",
-            validator=in_range(60_000, None),
-            group="filesystem",
-        ),
-    ]
+from backends.configdef import ConfigException
+from backends.filesystem_config import CONFIG_DEF
+from backends.filesystem_files import (
+    CONTINUED,
+    COPY_BUFFER,
+    TEMP_PREFIX,
+    RangeReader,
+    copy_open_file,
+    failure,
+    file_version,
+    fsync_dir,
+    join_pieces,
+    link_open_file,
+    locked_dir,
+    split_long,
 )
-
-_COPY_BUFFER = 1024 * 1024
-
-# A key segment longer than a file name may be (255 bytes; Kafka allows 249-character topics, and the directory
-# is '<topic>-<topicId>') is stored as nested directories: every piece but the last ends with CONTINUED.
-CONTINUED = ".~cont"
-_PIECE_BYTES = 200
-# Uploads in progress are written to '<TEMP_PREFIX><name>.<random>' beside their target. The prefix lets
-# ``list_stale_temp_files`` find what a killed process left behind, and keeps ``list`` from ever showing it.
-TEMP_PREFIX = ".kts-partial."
-# Why a hard link may be refused where a copy of the bytes still works: another filesystem mounted below the root,
-# the file's link limit, a filesystem without hard links, or the source's name gone since it was opened.
-_LINK_REFUSED = frozenset(
-    {errno.EXDEV, errno.EMLINK, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOENT}
-)
-# Why the kernel's copy_file_range may be unavailable here (old kernels, some filesystems): then sendfile copies.
-_COPY_RANGE_REFUSED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
-
-
-@contextlib.contextmanager
-def _locked_dir(directory: str) -> Iterator[None]:
-    """An exclusive ``flock`` of ``directory`` (the lock of conditional replacement; see the module docstring)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _split_long(part: str) -> list[str]:
-    """``part`` as one or more directory/file names of at most ``_PIECE_BYTES`` UTF-8 bytes each (plus marker)."""
-    if len(part.encode()) <= _PIECE_BYTES:
-        return [part]
-    pieces: list[str] = []
-    current = ""
-    for ch in part:
-        if len((current + ch).encode()) > _PIECE_BYTES:
-            pieces.append(current + CONTINUED)
-            current = ""
-        current += ch
-    pieces.append(current)
-    return pieces
-
-
-def _join_pieces(names: list[str]) -> str:
-    """The inverse of splitting: a key from the names on the path below the root."""
-    out: list[str] = []
-    pending = ""
-    for name in names:
-        if name.endswith(CONTINUED):
-            pending += name[: -len(CONTINUED)]
-        else:
-            out.append(pending + name)
-            pending = ""
-    return "/".join(out)
-
-
-def _failure(operation: str, key: str, root: Path | None, e: OSError) -> StorageBackendException:
-    return StorageBackendException(f"filesystem {operation} of key {key!r} under {root} failed: {e}")
-
-
-class _RangeReader(io.RawIOBase):
-    """A file view limited to ``[start, start+length)`` that closes the file with itself; a failing read is a
-    ``StorageBackendException`` naming ``key``."""
-
-    def __init__(self, f: BinaryIO, length: int, key: str, root: Path | None) -> None:
-        self._f = f
-        self._left = length
-        self._key = key
-        self._root = root
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        if self._left <= 0:
-            return 0
-        view = memoryview(b)
-        if len(view) > self._left:
-            view = view[: self._left]
-        try:
-            n = self._f.readinto(view)  # type: ignore[attr-defined]
-        except OSError as e:
-            raise _failure("read", self._key, self._root, e) from e
-        n = n or 0
-        self._left -= n
-        return n
-
-    def read(self, size: int = -1) -> bytes:
-        if self._left <= 0:
-            return b""
-        if size is None or size < 0 or size > self._left:
-            size = self._left
-        try:
-            data = self._f.read(size)
-        except OSError as e:
-            raise _failure("read", self._key, self._root, e) from e
-        self._left -= len(data)
-        return data
-
-    def close(self) -> None:
-        try:
-            self._f.close()
-        finally:
-            super().close()
 
 
 class FileSystemBackend:
@@ -233,7 +104,7 @@ class FileSystemBackend:
         try:
             yield
         except OSError as e:
-            raise _failure(operation, key, self.root, e) from e
+            raise failure(operation, key, self.root, e) from e
 
     def _parts(self, key: str) -> list[str]:
         if self.root is None:
@@ -248,7 +119,7 @@ class FileSystemBackend:
                 f"invalid object key {key!r}: a path segment ends with {CONTINUED!r} or starts with {TEMP_PREFIX!r}, "
                 "which the filesystem backend reserves"
             )
-        return [piece for part in parts for piece in _split_long(part)]
+        return [piece for part in parts for piece in split_long(part)]
 
     def _path(self, key: str) -> str:
         """The file of ``key`` for uploads and deletes. Its directory must be reached without any symlink (the
@@ -315,10 +186,10 @@ class FileSystemBackend:
         try:
             with os.fdopen(fd, "wb", buffering=0) as out:
                 total = self._write_all(out, data, key)
-            with self._failing("upload", key), _locked_dir(directory):
+            with self._failing("upload", key), locked_dir(directory):
                 os.replace(tmp, path)
                 if self.fsync:
-                    self._fsync_dir(directory)
+                    fsync_dir(directory)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -331,7 +202,7 @@ class FileSystemBackend:
         """Everything ``data`` yields, written to ``out`` (synced as it goes). Only the writes are this
         backend's operations: a read of ``data`` that fails is the caller's error and leaves unchanged."""
         total = since_sync = 0
-        view = memoryview(bytearray(_COPY_BUFFER))
+        view = memoryview(bytearray(COPY_BUFFER))
         readinto = getattr(data, "readinto", None)
         while True:
             if readinto is not None:
@@ -340,7 +211,7 @@ class FileSystemBackend:
                     break
                 chunk: Any = view[:n]
             else:
-                chunk = data.read(_COPY_BUFFER)
+                chunk = data.read(COPY_BUFFER)
                 if not chunk:
                     break
                 n = len(chunk)
@@ -359,14 +230,6 @@ class FileSystemBackend:
                 os.fsync(out.fileno())
         return total
 
-    @staticmethod
-    def _fsync_dir(directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def fetch(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
         with self._failing("fetch", key):
             f = os.fdopen(self._open_fd(key), "rb", buffering=0)
@@ -379,8 +242,8 @@ class FileSystemBackend:
                 last = size - 1 if end is None else min(end, size - 1)
                 if start:
                     f.seek(start)
-                reader = _RangeReader(f, last - start + 1, key, self.root)
-                return io.BufferedReader(reader, buffer_size=_COPY_BUFFER)  # type: ignore[return-value]
+                reader = RangeReader(f, last - start + 1, key, self.root)
+                return io.BufferedReader(reader, buffer_size=COPY_BUFFER)  # type: ignore[return-value]
             except BaseException:
                 f.close()
                 raise
@@ -408,31 +271,27 @@ class FileSystemBackend:
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            with _locked_dir(os.path.dirname(path)):
+            with locked_dir(os.path.dirname(path)):
                 os.unlink(path)
         except FileNotFoundError:
             return
         except OSError as e:
-            raise _failure("delete", key, self.root, e) from e
+            raise failure("delete", key, self.root, e) from e
         self._prune_empty_dirs(Path(path).parent)
 
     # --- conditional replacement (backends.base.ConditionalWrites) -----------------------------------------
-    @staticmethod
-    def _version(st: os.stat_result) -> str:
-        return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
-
     def fetch_versioned(self, key: str, max_bytes: int) -> VersionedObject:
         with self._failing("fetch", key), os.fdopen(self._open_fd(key), "rb", buffering=0) as f:
-            version = self._version(os.fstat(f.fileno()))
+            version = file_version(os.fstat(f.fileno()))
             return VersionedObject(f.read(max_bytes + 1), version)
 
     def replace_if_unchanged(self, key: str, data: bytes, version: str) -> None:
         path = self._path(key)
         directory = os.path.dirname(path)
         try:
-            with self._failing("upload", key), _locked_dir(directory):
+            with self._failing("upload", key), locked_dir(directory):
                 try:
-                    current = self._version(os.stat(path, follow_symlinks=False))
+                    current = file_version(os.stat(path, follow_symlinks=False))
                 except FileNotFoundError:
                     raise PreconditionFailed(key, f"filesystem root {self.root}", "deleted") from None
                 if current != version:
@@ -447,7 +306,7 @@ class FileSystemBackend:
                         os.unlink(tmp)
                     raise
                 if self.fsync:
-                    self._fsync_dir(directory)
+                    fsync_dir(directory)
         except StorageBackendException as e:
             if isinstance(e.__cause__, FileNotFoundError):  # the directory went with the last object in it
                 raise PreconditionFailed(key, f"filesystem root {self.root}", "deleted") from None
@@ -470,64 +329,18 @@ class FileSystemBackend:
             tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.path.basename(path)}.{secrets.token_hex(8)}")
             try:
                 with self._failing(operation, source_key):
-                    if not self._link_open_file(source, self._path(source_key), tmp):
-                        self._copy_open_file(source, tmp)
-                    with _locked_dir(directory):
+                    if not link_open_file(source, self._path(source_key), tmp):
+                        copy_open_file(source, tmp, self.fsync)
+                    with locked_dir(directory):
                         os.replace(tmp, path)
                         if self.fsync:
-                            self._fsync_dir(directory)
+                            fsync_dir(directory)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
         finally:
             os.close(source)
-
-    @staticmethod
-    def _link_open_file(fd: int, source: str, path: str) -> bool:
-        """Hard-link ``source`` at ``path`` if it still is the file open as ``fd``; False when the filesystem
-        refuses the link (see ``_LINK_REFUSED``) or the name now leads to another file (replaced since it was
-        opened, or a symlink): then ``path`` is not left behind."""
-        try:
-            os.link(source, path, follow_symlinks=False)
-        except OSError as e:
-            if e.errno in _LINK_REFUSED:
-                return False
-            raise
-        linked, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
-        if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino):
-            os.unlink(path)
-            return False
-        return True
-
-    def _copy_open_file(self, fd: int, path: str) -> None:
-        """Copy the bytes of the file open as ``fd`` into a new file ``path`` inside the kernel (copy_file_range,
-        which shares the blocks where the filesystem can; sendfile otherwise), synced when fsync is on."""
-        size = os.fstat(fd).st_size
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            copied = 0
-            use_range = hasattr(os, "copy_file_range")
-            while copied < size:
-                want = min(size - copied, 1 << 30)
-                if use_range:
-                    try:
-                        n = os.copy_file_range(fd, out, want, copied, copied)
-                    except OSError as e:
-                        if e.errno not in _COPY_RANGE_REFUSED:
-                            raise
-                        use_range = False
-                        continue
-                else:
-                    os.lseek(out, copied, os.SEEK_SET)
-                    n = os.sendfile(out, fd, copied, want)
-                if n == 0:  # the source shrank under us: what it holds now is the copy
-                    break
-                copied += n
-            if self.fsync:
-                os.fsync(out)
-        finally:
-            os.close(out)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -551,7 +364,7 @@ class FileSystemBackend:
             for name in filenames:
                 if name.startswith(TEMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp")):
                     continue
-                key = _join_pieces([*dir_names, name])
+                key = join_pieces([*dir_names, name])
                 if key.startswith(prefix):
                     found.append(key)
         yield from sorted(found)
@@ -578,7 +391,7 @@ class FileSystemBackend:
             except FileNotFoundError:
                 continue
             except OSError as e:
-                raise _failure("list", key, self.root, e) from e
+                raise failure("list", key, self.root, e) from e
             yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list_pending_uploads(self, prefix: str = "") -> Iterator[PendingUpload]:
@@ -592,7 +405,7 @@ class FileSystemBackend:
                 if not name.startswith(TEMP_PREFIX):
                     continue
                 target = name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]
-                key = _join_pieces([*dir_names, target])
+                key = join_pieces([*dir_names, target])
                 if not key.startswith(prefix):
                     continue
                 try:
@@ -600,7 +413,7 @@ class FileSystemBackend:
                 except FileNotFoundError:
                     continue
                 except OSError as e:
-                    raise _failure("list", key, self.root, e) from e
+                    raise failure("list", key, self.root, e) from e
                 yield PendingUpload("temp-file", key, os.path.join(*dir_names, name), st.st_mtime, st.st_size)
 
     def abort_pending_upload(self, upload: PendingUpload) -> None:
@@ -615,7 +428,7 @@ class FileSystemBackend:
         except FileNotFoundError:
             return
         except OSError as e:
-            raise _failure("abort", upload.key, self.root, e) from e
+            raise failure("abort", upload.key, self.root, e) from e
         self._prune_empty_dirs(Path(path).parent)
 
     def sweep_temp_files(self, older_than_seconds: float) -> int:

@@ -16,7 +16,6 @@ are disabled everywhere; ``backends.retry`` applies the same policy as for the o
 from __future__ import annotations
 
 import json
-import logging
 import time
 import urllib.parse
 import uuid
@@ -28,138 +27,21 @@ from backends.buffers import UploadBuffers
 from backends.cloud import (
     MIN_POOL_CONNECTIONS,
     UPLOAD_BUFFER_MEMORY,
-    CloudBackend,
-    common_keys,
-    config_error,
     exclusive,
     parse_storage_config,
     require_container,
     retry_policy,
-    upload_buffer_key,
     upload_buffers,
 )
-from backends.configdef import ConfigDef, ConfigKey, in_range
-from backends.retry import Deadline, DeadlineExceeded, ErrorKind
-from backends.streaming import BodyReadError, ResponseStream, check_answer_length, iter_blocks
-
-log = logging.getLogger(__name__)
-
-GCS_CHUNK_ALIGNMENT = 256 * 1024
-DEFAULT_ENDPOINT = "https://storage.googleapis.com"
-SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+from backends.gcs_client import BUCKET_NOT_FOUND, GcsHttpError, IncompleteChunk, error_from
+from backends.gcs_client import credentials as load_credentials
+from backends.gcs_config import CONFIG_DEF, DEFAULT_ENDPOINT
+from backends.gcs_uploads import GcsUploads
+from backends.retry import DeadlineExceeded, ErrorKind
+from backends.streaming import BodyReadError, ResponseStream, check_answer_length
 
 
-def _chunk_size_check(_key: str, value: Any) -> str | None:
-    if value < GCS_CHUNK_ALIGNMENT or value % GCS_CHUNK_ALIGNMENT:
-        return f"must be a positive multiple of {GCS_CHUNK_ALIGNMENT} (256 KiB), as resumable uploads require"
-    return None
-
-
-CONFIG_DEF = ConfigDef().extend(
-    [
-        ConfigKey("gcs.bucket.name", "string", None, "GCS bucket holding the tiered objects (required).", group="gcs"),
-        ConfigKey(
-            "gcs.endpoint.url",
-            "string",
-            None,
-            f"Custom endpoint (emulators, private service connect). null: {DEFAULT_ENDPOINT}.",
-            group="gcs",
-        ),
-        ConfigKey(
-            "gcs.credentials.default",
-            "boolean",
-            None,
-            "true: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server). "
-            "false with no JSON/path: anonymous access (emulators, public buckets). null with no JSON/path: "
-            "the same as true. Cannot be true together with gcs.credentials.json or gcs.credentials.path.",
-            group="gcs",
-        ),
-        ConfigKey(
-            "gcs.credentials.json",
-            "password",
-            None,
-            "Credentials as a JSON string (service account key or authorized user). Mutually exclusive with "
-            "gcs.credentials.path and gcs.credentials.default=true.",
-            group="gcs",
-        ),
-        ConfigKey(
-            "gcs.credentials.path",
-            "string",
-            None,
-            "Path of a credentials JSON file. Mutually exclusive with gcs.credentials.json and "
-            "gcs.credentials.default=true.",
-            group="gcs",
-        ),
-        ConfigKey(
-            "gcs.resumable.upload.chunk.size",
-            "int",
-            8 * 1024 * 1024,
-            "Chunk size of resumable uploads, in bytes (a multiple of 256 KiB); objects up to this size go up "
-            "in one request. Each upload holds one chunk at a time; all share gcs.upload.buffer.memory.bytes.",
-            validator=_chunk_size_check,
-            valid_values="[262144,...] multiple of 262144",
-            group="gcs",
-        ),
-        upload_buffer_key("gcs", "gcs", "gcs.resumable.upload.chunk.size"),
-        ConfigKey(
-            "gcs.delete.concurrency",
-            "int",
-            8,
-            "Parallel DELETE requests issued by delete_many (GCS has no multi-object delete call).",
-            validator=in_range(1, None),
-            group="gcs",
-        ),
-        *common_keys("gcs", "gcs"),
-    ]
-)
-
-
-BUCKET_NOT_FOUND = "bucketNotFound"
-"""The code this backend gives a missing bucket. The JSON API answers a missing bucket and a missing object alike
-(404, reason ``notFound``; fake-gcs-server says only "Not Found"): its message alone tells them apart ("The
-specified bucket does not exist."), so that is read once, where an answer becomes a ``GcsHttpError``."""
-
-
-class GcsHttpError(Exception):
-    """A non-success answer of the JSON API on the paths we call directly; ``code`` is ``BUCKET_NOT_FOUND`` or ""."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        text = message.lower()
-        self.code = BUCKET_NOT_FOUND if status == 404 and "bucket" in text and "object" not in text else ""
-        super().__init__(f"HTTP {status}: {message[:500]}")
-
-
-class _IncompleteChunk(Exception):
-    """The session persisted less of a chunk than was sent; the next attempt resends the rest."""
-
-
-def _error_from(response: Any) -> GcsHttpError:
-    try:
-        text = response.text
-        message = json.loads(text).get("error", {}).get("message", text)
-    except (ValueError, AttributeError):
-        message = getattr(response, "text", "")
-    return GcsHttpError(response.status_code, str(message))
-
-
-def _persisted_end(response: Any) -> int:
-    """The number of bytes a 308 answer says the session holds (``Range: bytes=0-N`` or none)."""
-    header = response.headers.get("Range")
-    if not header:
-        return 0
-    return int(header.rsplit("-", 1)[1]) + 1
-
-
-def _object_size(response: Any) -> int | None:
-    """``size`` of the object resource in a finalizing answer, if it parses."""
-    try:
-        return int(json.loads(response.text)["size"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-class GcsBackend(CloudBackend):
+class GcsBackend(GcsUploads):
     """Objects in one GCS bucket."""
 
     STORE = "GCS"
@@ -185,7 +67,7 @@ class GcsBackend(CloudBackend):
             ["gcs.credentials.default", "gcs.credentials.json", "gcs.credentials.path"],
             "choose one way to obtain GCS credentials",
         )
-        credentials, project = self._credentials(values)
+        credentials, project = load_credentials(values)
         self.bucket = values["gcs.bucket.name"]
         self.endpoint = (values["gcs.endpoint.url"] or DEFAULT_ENDPOINT).rstrip("/")
         self.chunk_size = values["gcs.resumable.upload.chunk.size"]
@@ -213,34 +95,6 @@ class GcsBackend(CloudBackend):
             _http=session,
             client_options={"api_endpoint": self.endpoint},
         )
-
-    @staticmethod
-    def _credentials(values: Mapping[str, Any]) -> tuple[Any, str | None]:
-        import google.auth
-        from google.auth.credentials import AnonymousCredentials
-        from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
-
-        if values["gcs.credentials.json"]:
-            try:
-                info = json.loads(values["gcs.credentials.json"])
-                return google.auth.load_credentials_from_dict(info, scopes=SCOPES)
-            except (ValueError, GoogleAuthError) as e:
-                raise config_error("gcs.credentials.json", f"not usable credentials JSON: {e}") from None
-        if values["gcs.credentials.path"]:
-            try:
-                return google.auth.load_credentials_from_file(values["gcs.credentials.path"], scopes=SCOPES)
-            except (OSError, ValueError, GoogleAuthError) as e:
-                raise config_error("gcs.credentials.path", f"cannot load credentials: {e}") from None
-        if values["gcs.credentials.default"] is False:
-            return AnonymousCredentials(), None
-        try:
-            return google.auth.default(scopes=SCOPES)
-        except DefaultCredentialsError as e:
-            raise config_error(
-                "gcs.credentials.default",
-                f"no Application Default Credentials found ({e}); set gcs.credentials.json or "
-                f"gcs.credentials.path, or gcs.credentials.default=false for anonymous access",
-            ) from None
 
     def _where(self) -> str:
         return f"GCS bucket {self.bucket!r}"
@@ -299,178 +153,12 @@ class GcsBackend(CloudBackend):
                 requests.exceptions.ChunkedEncodingError,
                 urllib3.exceptions.HTTPError,
                 auth_exceptions.TransportError,
-                _IncompleteChunk,
+                IncompleteChunk,
                 OSError,
             ),
         ):
             return ErrorKind.IO
         return ErrorKind.OTHER
-
-    # --- upload -----------------------------------------------------------------------------------
-    def upload(self, key: str, data: BinaryIO) -> int:
-        deadline = self._upload_deadline()
-        what = f"GCS upload of key {key!r} to bucket {self.bucket!r}"
-        blocks = iter_blocks(data, self.chunk_size, self.buffers, deadline, what)
-        first, last = next(blocks)
-        if last:
-            try:
-                self._media_upload(key, first, deadline)
-            finally:
-                self.buffers.release(len(first))
-            return len(first)
-        head = [(first, False)]
-        del first  # only the chunk being sent may hold it
-        return self._resumable_upload(key, head, blocks, deadline)
-
-    def _media_upload(self, key: str, block: bytes, deadline: Deadline) -> None:
-        def attempt() -> None:
-            response = self.session.post(
-                self._upload_url("media", key),
-                data=block,
-                timeout=self._timeout,
-                headers={"Content-Type": "application/octet-stream"},
-            )
-            if response.status_code not in (200, 201):
-                raise _error_from(response)
-
-        self._call("object-upload", key, attempt, deadline=deadline, key_read=False)
-        self.instrumentation.bytes_uploaded(len(block))
-
-    def _resumable_upload(
-        self, key: str, head: list[tuple[bytes, bool]], rest: Iterator[tuple[bytes, bool]], deadline: Deadline
-    ) -> int:
-        """Send the chunk in ``head`` (reserved in the upload buffers, like each of ``rest``), then ``rest``;
-        each chunk's reservation goes back once it is sent."""
-
-        def blocks() -> Iterator[tuple[bytes, bool]]:
-            yield head.pop()
-            yield from rest
-
-        def initiate() -> str:
-            response = self.session.post(
-                self._upload_url("resumable", key),
-                json={"name": key},
-                timeout=self._timeout,
-                headers={"X-Upload-Content-Type": "application/octet-stream"},
-            )
-            if response.status_code not in (200, 201) or "Location" not in response.headers:
-                raise _error_from(response)
-            return str(response.headers["Location"])
-
-        try:
-            session_uri = self._call("resumable-upload-initiate", key, initiate, deadline=deadline, key_read=False)
-        except BaseException:
-            self.buffers.release(len(head.pop()[0]))
-            raise
-        offset = 0
-        try:
-            for block, last in blocks():
-                try:
-                    deadline.check(f"GCS resumable upload of key {key!r} to bucket {self.bucket!r}")
-                    self._send_chunk(key, session_uri, offset, block, last, deadline)
-                finally:
-                    self.buffers.release(len(block))
-                offset += len(block)
-                del block  # not held while the next chunk is read
-        except BaseException as e:
-            self._cancel(key, session_uri)
-            if isinstance(e, DeadlineExceeded):
-                raise self._map_error("resumable upload", key, e) from e
-            raise  # our mapped errors, and the source's own exceptions, unchanged
-        return offset
-
-    def _send_chunk(self, key: str, uri: str, offset: int, block: bytes, last: bool, deadline: Deadline) -> None:
-        """PUT one chunk; after a failed attempt, ask the session what it holds and send only the rest."""
-        total = offset + len(block) if last else None
-        size_s = "*" if total is None else str(total)
-        state = {"held": 0, "ask_first": False, "done": False}
-
-        def attempt() -> None:
-            if state["ask_first"]:
-                response = self.session.put(
-                    uri,
-                    data=b"",
-                    timeout=self._timeout,
-                    allow_redirects=False,
-                    headers={"Content-Range": f"bytes */{size_s}"},
-                )
-                if response.status_code in (200, 201):
-                    if not last or _object_size(response) != total:
-                        self._discard_truncated(key, response)
-                        raise StorageBackendException(
-                            f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the server "
-                            f"finalized the session on a status query at {_object_size(response)} bytes "
-                            f"(fake-gcs-server does this; real GCS does not); the truncated object was removed"
-                        )
-                    state["done"] = True
-                    return
-                if response.status_code != 308:
-                    raise self._session_error(key, response)
-                state["held"] = min(max(_persisted_end(response) - offset, 0), len(block))
-            state["ask_first"] = True
-            held = int(state["held"])
-            body = block if held == 0 else block[held:]
-            if not body and not last:
-                return
-            start = offset + held
-            content_range = f"bytes {start}-{start + len(body) - 1}/{size_s}" if body else f"bytes */{size_s}"
-            response = self.session.put(
-                uri, data=body, timeout=self._timeout, allow_redirects=False, headers={"Content-Range": content_range}
-            )
-            if response.status_code in (200, 201):
-                if not last:
-                    raise StorageBackendException(f"GCS finalized the upload of {key!r} before its last chunk")
-                state["done"] = True
-                return
-            if response.status_code != 308:
-                raise self._session_error(key, response)
-            if last or _persisted_end(response) < offset + len(block):
-                raise _IncompleteChunk(f"session holds {_persisted_end(response)} of {offset + len(block)} bytes")
-            state["ask_first"] = False
-
-        self._call("resumable-chunk-upload", key, attempt, deadline=deadline, key_read=False)
-        self.instrumentation.bytes_uploaded(len(block))
-
-    def _session_error(self, key: str, response: Any) -> Exception:
-        """A 404 on a session URI means the session is gone (expired, cancelled, or completed by an earlier
-        attempt whose answer was lost), never that the bucket is missing; only a new upload can go on."""
-        if response.status_code == 404:
-            return StorageBackendException(
-                f"GCS resumable upload of key {key!r} to bucket {self.bucket!r} failed: the upload session is gone "
-                f"(HTTP 404: expired, cancelled, or completed by an attempt whose answer was lost); the copy must "
-                f"upload the object again"
-            )
-        return _error_from(response)
-
-    def _discard_truncated(self, key: str, response: Any) -> None:
-        """Delete an object a broken server committed early, but only that generation of it."""
-        try:
-            generation = json.loads(response.text).get("generation")
-            url = self._object_url(key) + (f"?ifGenerationMatch={generation}" if generation else "")
-            self.session.delete(url, timeout=self._timeout)
-        except Exception:  # noqa: BLE001 - best effort; the upload fails either way
-            pass
-
-    def _cancel(self, key: str, uri: str) -> None:
-        """Cancel the session, retried like every call (GCS answers a cancel with 499). GCS has no call that lists
-        open sessions, so a session this leaves open cannot be found later; it holds no object and GCS discards
-        it after a week, which the warning says."""
-
-        def attempt() -> None:
-            response = self.session.delete(uri, timeout=self._timeout)
-            if response.status_code not in (200, 204, 404, 410, 499):
-                raise _error_from(response)
-
-        try:
-            self._call("resumable-upload-cancel", key, attempt, key_read=False)
-        except StorageBackendException as e:
-            log.warning(
-                "could not cancel the resumable upload session of key %r in %s (%s); it holds no object and GCS "
-                "discards it after a week",
-                key,
-                self._where(),
-                e,
-            )
 
     # --- copies inside the store (backends.base.CopiesObjects) --------------------------------------------
     def copy_object(self, source_key: str, target_key: str) -> None:
@@ -491,7 +179,7 @@ class GcsBackend(CloudBackend):
                 url, params={"rewriteToken": token} if token else None, json={}, timeout=self._timeout
             )
             if response.status_code != 200:
-                raise _error_from(response)
+                raise error_from(response)
             return dict(response.json())
 
         token: str | None = None
@@ -513,7 +201,7 @@ class GcsBackend(CloudBackend):
     def _metadata(self, key: str) -> dict[str, Any]:
         response = self.session.get(self._object_url(key) + "?fields=name,size", timeout=self._timeout)
         if response.status_code != 200:
-            raise _error_from(response)
+            raise error_from(response)
         return dict(response.json())
 
     # --- read -------------------------------------------------------------------------------------
@@ -528,7 +216,7 @@ class GcsBackend(CloudBackend):
             response = self.session.get(url, headers=headers, stream=True, timeout=self._timeout)
             if response.status_code not in (200, 206):
                 try:
-                    raise _error_from(response)
+                    raise error_from(response)
                 finally:
                     response.close()
             return response
@@ -569,7 +257,7 @@ class GcsBackend(CloudBackend):
         def get(url: str) -> Any:
             response = self.session.get(url, timeout=self._timeout, headers={"Accept-Encoding": "identity"})
             if response.status_code != 200:
-                raise _error_from(response)
+                raise error_from(response)
             return response
 
         meta = self._call("object-metadata", key, lambda: get(self._object_url(key) + "?fields=generation"))
@@ -609,7 +297,7 @@ class GcsBackend(CloudBackend):
             if response.status_code in (404, 412):
                 raise PreconditionFailed(key, self._where(), f"HTTP {response.status_code}")
             if response.status_code not in (200, 201):
-                raise _error_from(response)
+                raise error_from(response)
 
         self._call("object-upload-if-generation", key, attempt, deadline=self._upload_deadline(), key_read=False)
         self.instrumentation.bytes_uploaded(len(data))

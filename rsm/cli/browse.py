@@ -23,7 +23,7 @@ from rsm.core.manifest_reader import SegmentFailure, read_summaries
 from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.formats.iceberg import iceberg_section
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata
-from rsm.operator_tools.garbage import quarantine_usage
+from rsm.operator_tools.garbage_removal import quarantine_usage
 
 
 def iso_time(ms: int | None) -> str | None:
@@ -38,9 +38,15 @@ def _shown(value: str | None) -> str:
     return "null" if value is None else value
 
 
-def _codec(manifest: SegmentManifest) -> str:
-    if manifest.kind == "iceberg":
-        return "none (rows of an Iceberg table)"
+def _stores_log(manager: RemoteStorageManager, kind: str) -> bool:
+    """Whether segments of format ``kind`` have a ``.log`` body (one this plugin does not read is shown as one)."""
+    fmt = manager.formats.named(kind)
+    return fmt is None or fmt.stores_log
+
+
+def _codec(manager: RemoteStorageManager, manifest: SegmentManifest) -> str:
+    if not _stores_log(manager, manifest.kind):
+        return f"none (rows of an {manifest.kind.capitalize()} table)"
     return "zstd" if manifest.compression else "none"
 
 
@@ -90,7 +96,7 @@ def ls_command(config: str | None, sets: tuple[str, ...], scope: str | None, as_
                     "max_timestamp_ms": got.max_timestamp_ms,
                     "size": got.segment_size_in_bytes,
                     "stored": got.stored_size,
-                    "codec": "iceberg" if got.kind == "iceberg" else "zstd" if got.compression else "none",
+                    "codec": got.kind if not _stores_log(manager, got.kind) else "zstd" if got.compression else "none",
                     "kind": got.kind,
                     "key_id": got.key_pair_id or "-",
                     "segment_id": seg.segment_id,
@@ -160,7 +166,7 @@ def inspect_command(config: str | None, sets: tuple[str, ...], segment: str) -> 
         )
         if sizes:
             click.echo(f"stored chunk sizes min {min(sizes):,} / max {max(sizes):,} B")
-        click.echo(f"compression  {_codec(manifest)}; encryption key pair {_key_id(manifest)}")
+        click.echo(f"compression  {_codec(manager, manifest)}; encryption key pair {_key_id(manifest)}")
         click.echo(f"integrity    {'crc32c per chunk and index' if manifest.integrity else 'none recorded'}")
         for t in IndexType:
             entry = manifest.segment_indexes.get(t)

@@ -31,7 +31,9 @@ from rsm.cli.memory_budget import COPIER_THREADS_KEYS, READER_THREADS_KEY, memor
 from rsm.cli.properties import BROKER_PREFIX, read_broker_file
 from rsm.cli.settings import StoreUnavailable, backend_short_name, open_store, probe_store, store_label
 from rsm.core.aiven_keys import BROKER, PLUGIN, aiven_differences
-from rsm.core.config import AIVEN_UNBOUNDED, backend_config_def, config_problems, unknown_keys
+from rsm.core.config import config_problems
+from rsm.core.config_keys import AIVEN_UNBOUNDED
+from rsm.core.known_keys import backend_config_def, unknown_keys
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.config import IcebergConfig, mode_on
 from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF

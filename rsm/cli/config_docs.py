@@ -1,7 +1,7 @@
 """The generated tables of docs/configuration.md (``kts config-docs``): every key, and every key of Aiven's plugin
 with what it means here.
 
-Each part declares its own keys: the core in ``rsm.core.config``, each backend in its module (imported only if
+Each part declares its own keys: the core in ``rsm.core.config_keys``, each backend in its module (imported only if
 its SDK extra is installed) and the JVM shim in ``rsm.jvm.config``; Aiven's keys are declared in
 ``rsm.core.aiven_keys``.
 """
@@ -12,7 +12,7 @@ import importlib
 
 from backends.configdef import ConfigDef, ConfigKey
 from rsm.core.aiven_keys import AIVEN_KEYS, SECTIONS, Support, counts
-from rsm.core.config import CORE
+from rsm.core.config_keys import CORE
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 # Modules that declare keys of their own (owner module, attribute, doc prefix, section title).

@@ -1,7 +1,8 @@
 """``kts gc``: list, and with ``--delete`` remove, the storage no tiered segment accounts for.
 
-The logic is ``rsm.operator_tools.garbage``; this module parses the grace period, shows the table and asks nothing: a
-dry run is the default, and ``--delete`` is the explicit consent.
+The logic is ``rsm.operator_tools.garbage`` (finding) and ``rsm.operator_tools.garbage_removal`` (removal); this
+module parses the grace period, shows the table and asks nothing: a dry run is the default, and ``--delete`` is
+the explicit consent.
 """
 
 from __future__ import annotations
@@ -16,14 +17,8 @@ from rsm.cli.gc_quarantine import purge_command, quarantine_command, restore_com
 from rsm.cli.progress import progress_bar, stdout
 from rsm.cli.settings import config_options, load_configs, open_manager
 from rsm.deletion.quarantine import new_run_id
-from rsm.operator_tools.garbage import (
-    delete_garbage,
-    find_garbage,
-    purge_expired,
-    quarantine_of,
-    upload_deadline_seconds,
-    where,
-)
+from rsm.operator_tools.garbage import find_garbage, upload_deadline_seconds, where
+from rsm.operator_tools.garbage_removal import delete_garbage, purge_expired, quarantine_of
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -27,16 +27,17 @@ from rsm.deletion.rules import RECORD_COMPLETE, TOPIC_GONE_CONFIRMED, DeletionRe
 from rsm.errors import RemoteStorageException
 from rsm.metadata import RemoteLogSegmentState
 from rsm.metrics.catalog import GC_CLUSTER_METRICS, GC_CLUSTER_SUBSYSTEM
+from rsm.operator_tools.client_settings import client_settings
 from rsm.operator_tools.cluster_record import (
     ClusterReadError,
     RecordRead,
     TopicAbsence,
     TopicsRead,
-    client_settings,
     read_record,
     read_topics,
 )
-from rsm.operator_tools.garbage import GarbageItem, quarantine_usage
+from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.garbage_removal import quarantine_usage
 from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,

@@ -13,7 +13,7 @@ from rsm.cli.columns import Columns
 from rsm.cli.settings import config_options, open_manager
 from rsm.deletion.holding import Held
 from rsm.deletion.quarantine import Quarantine, check_run_id
-from rsm.operator_tools.garbage import quarantines_of
+from rsm.operator_tools.garbage_removal import quarantines_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 

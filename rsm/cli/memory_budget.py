@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.core.config import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE, backend_config_def
+from rsm.core.config_keys import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE
+from rsm.core.known_keys import backend_config_def
 from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
 from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.iceberg.config_keys import CURSOR_MEMORY_BYTES

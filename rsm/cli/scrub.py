@@ -44,6 +44,13 @@ def _problem(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _stores_log(manager: RemoteStorageManager, kind: str) -> bool:
+    """Whether segments of format ``kind`` have a ``.log`` body; a format this plugin does not read is read as
+    one, so that reading it reports the damage."""
+    fmt = manager.formats.named(kind)
+    return fmt is None or fmt.stores_log
+
+
 def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[int, int, int, list[Damage]]:
     """(chunks, indexes, bytes) checked and the damage found in one segment; never raises for bad data."""
     keys = seg.keys
@@ -52,7 +59,7 @@ def scrub_segment(manager: RemoteStorageManager, seg: TieredSegment) -> tuple[in
         manifest = manager.fetch_manifest(meta)
     except Exception as e:
         return 0, 0, 0, [Damage(keys.manifest, seg.describe(), _problem(e))]
-    if manifest.kind == "iceberg":
+    if not _stores_log(manager, manifest.kind):
         return _scrub_iceberg(manager, seg, meta, manifest)
     damage: list[Damage] = []
     size = 0

@@ -23,7 +23,8 @@ import click
 from backends.base import StorageBackendException
 from backends.registry import SHORT_NAMES, resolve_backend_class
 from rsm.cli.properties import BROKER_PREFIX, read_broker_file, rsm_configs
-from rsm.core.config import CORE, RsmConfig
+from rsm.core.config import RsmConfig
+from rsm.core.config_keys import CORE
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import ConfigException
 

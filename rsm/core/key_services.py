@@ -19,7 +19,8 @@ from encryption.errors import KeyPairError, KeyServiceError
 from encryption.keyring import RsaKeyPair, RsaKeyRing
 from encryption.keyservice import DataKeyCache, KeyPair, KeyService, Observer, ServiceKeyPair
 from encryption.providers import AwsKms, Pkcs11, VaultTransit
-from rsm.core.config import CORE, KeyPairSource, RsmConfig, pair_values
+from rsm.core.config import KeyPairSource, RsmConfig, pair_values
+from rsm.core.config_keys import CORE
 from rsm.errors import ConfigException
 
 log = logging.getLogger(__name__)

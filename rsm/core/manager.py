@@ -27,7 +27,8 @@ from backends.registry import create_backend
 from chunking.buffer_pool import ChunkBufferPool
 from encryption.keyring import RsaKeyRing
 from rsm.core.catalog import SegmentCatalog, TieredSegment
-from rsm.core.config import RsmConfig, refuse_unknown_keys, register_known_keys, warn_aiven_differences
+from rsm.core.config import RsmConfig, warn_aiven_differences
+from rsm.core.known_keys import refuse_unknown_keys
 from rsm.core.manifest import SegmentManifest
 from rsm.core.manifest_store import ManifestStore, RewrapResult
 from rsm.core.memory_floor import memory_floor
@@ -44,7 +45,6 @@ from rsm.fetch.segment_reader import SegmentReader
 from rsm.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics import MetricRow, MetricsRegistry
 from rsm.metrics.catalog import BACKEND_BEANS
-from rsm.metrics.config import CONFIG_DEF as METRICS_CONFIG_DEF
 from rsm.metrics.config import metrics_config
 from rsm.metrics.recorders import BackendRecorder, KeyServiceRecorder, RsmRecorder
 from rsm.metrics.snapshot import Pulled, as_dict, collect
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-register_known_keys(METRICS_CONFIG_DEF)
 
 
 class RemoteStorageManager:

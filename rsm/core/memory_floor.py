@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backends.configdef import ConfigDef
-from rsm.core.config import CORE
+from rsm.core.config_keys import CORE
 from rsm.core.segment_format import plugged_formats
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from backends.configdef import ConfigDef
 from chunking.chunk_index import ChunkIndex
 from encryption.aes import ChunkCipher
-from rsm.core.config import RsmConfig, register_known_keys
+from rsm.core.config import RsmConfig
 from rsm.core.manifest import EncryptionMetadata, SegmentManifest
 from rsm.core.manifest_sections import ManifestSection, add_section_parser
 from rsm.core.object_keys import SegmentKeys
@@ -163,8 +163,6 @@ def plug_format(plugin: FormatPlugin) -> None:
     keys known. Plugging the same kind again replaces it."""
     _PLUGGED[plugin.kind] = plugin
     add_section_parser(plugin.kind, plugin.parse_section)
-    for cdef in plugin.config_defs:
-        register_known_keys(cdef)
 
 
 def plugged_formats() -> list[FormatPlugin]:

@@ -10,7 +10,8 @@ from backends.base import BackendCapabilities, RangeReader, StorageBackend
 from chunking.buffer_pool import ChunkBufferPool
 from encryption.keyring import RsaKeyRing
 from rsm.core.classic_format import ClassicFormat
-from rsm.core.config import PREFETCH_LISTING_CACHE_S, RsmConfig
+from rsm.core.config import RsmConfig
+from rsm.core.config_keys import PREFETCH_LISTING_CACHE_S
 from rsm.core.key_services import build_key_ring
 from rsm.core.manifest_store import ManifestStore
 from rsm.core.pools import ThreadPools

@@ -22,32 +22,33 @@ Measured pitfalls this module handles (see docs/broker.md and the bridge referen
 * once JPype's hook has told its native side that the JVM is going away, making the Python wrapper of a Java
   class Python has not met before crashes the process (SIGSEGV in ``TypeFactoryNative.newWrapper``);
   :func:`wrap_shutdown_classes` makes every wrapper the bridge may need while the JVM shuts down beforehand,
-  and a call that fails after that point waits for the JVM's halt instead of raising (:func:`_into_java`).
+  and a call that fails after that point waits for the JVM's halt instead of raising (:func:`into_java`).
+
+The helpers that deal with the JVM's collections, shutdown and exceptions live in ``rsm.jvm.inprocess_jvm``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import gc
 import io
 import itertools
 import logging
 import mmap
 import struct
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from backends.base import readinto_some
 from chunking.buffer_pool import ChunkBuffer, ChunkBufferPool
-from rsm.errors import ConfigException, RemoteResourceNotFoundException, RetriableRemoteStorageException
+from rsm.errors import ConfigException
 from rsm.fetch.chunk_cache import SuppliedBuffers
 from rsm.fetch.stream import SegmentStream
 from rsm.jvm import codec as wire
 from rsm.jvm import startup_check
 from rsm.jvm.config import version_skew
+from rsm.jvm.inprocess_jvm import adopt_shutdown_hooks, freeze_startup_objects, into_java, wrap_shutdown_classes
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.metadata import LogSegmentData
 from rsm.metrics.snapshot import to_lines
@@ -115,120 +116,6 @@ def default_manager_factory(config: Mapping[str, str]) -> Any:
     return manager
 
 
-def freeze_startup_objects() -> int:
-    """Move every object Python tracks now (modules, classes, the configured plugin) out of all later collections.
-
-    JPype answers each Java GC with a full Python collection (``PyGC_Collect``) under the GIL; in a broker that is
-    every young GC, and a full pass over start-up's objects is what the broker's reader threads would wait for.
-    Objects made later are collected as usual. Returns how many objects are frozen in all."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
-
-
-def adopt_shutdown_hooks() -> int:
-    """Move the application's JVM shutdown hooks under JPype's, which run before JPype disables proxies.
-
-    Needs ``--add-opens java.base/java.lang=ALL-UNNAMED`` (the launcher adds it). Returns how many moved.
-    """
-    from jpype import JClass
-
-    hooks_cls = JClass("java.lang.ApplicationShutdownHooks")
-    field = hooks_cls.class_.getDeclaredField("hooks")
-    field.setAccessible(True)
-    target = JClass("java.lang.Thread").class_.getDeclaredField("target")
-    target.setAccessible(True)
-    runtime = JClass("java.lang.Runtime").getRuntime()
-    ctx = JClass("org.jpype.JPypeContext").getInstance()
-    hooks = field.get(None)
-    if hooks is None:  # shutdown already in progress
-        return 0
-    moved = 0
-    for t in list(hooks.keySet()):
-        runnable = target.get(t)
-        if runnable is not None and str(runnable.getClass().getName()).startswith("org.jpype."):
-            continue
-        if runtime.removeShutdownHook(t):
-            ctx.addShutdownHook(t)
-            moved += 1
-    return moved
-
-
-SHUTDOWN_CLASSES = (
-    # what an interrupted broker thread may see thrown from a Java call
-    "java.lang.InterruptedException",
-    "java.io.InterruptedIOException",
-    "java.nio.channels.ClosedByInterruptException",
-    "java.nio.channels.AsynchronousCloseException",
-    "java.lang.IllegalStateException",
-    # what _java_error raises into Java
-    "org.apache.kafka.server.log.remote.storage.RemoteStorageException",
-    "org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException",
-    "io.kts.shim.KafkaErrors",
-)
-"""Java classes the bridge or an interrupted broker thread may meet while the JVM shuts down (besides the runtime
-classes :func:`wrap_shutdown_classes` finds by making the objects themselves)."""
-
-
-def wrap_shutdown_classes() -> list[str]:
-    """Make JPype's Python wrapper of every Java class the bridge may meet while the JVM shuts down; returns their
-    names.
-
-    JPype makes a class's wrapper the first time Python meets the class (``TypeFactoryNative.newWrapper``), and
-    reads the class's members from Java while it does. During a JVM shutdown, JPype's hook marks the JVM as gone
-    right after the broker's hooks (adopted under JPype's) have finished; a wrapper made after that fails to read
-    the members, and JPype ends the process with a SIGSEGV instead of an exception. Made here, before any
-    shutdown can begin, each wrapper is only looked up later. Besides :data:`SHUTDOWN_CLASSES`, this makes what
-    :func:`_java_error` builds for each kind of failure (on a broker with Kafka's
-    RetriableRemoteStorageException, that class too) and the direct buffers a fetch hands over."""
-    import jpype
-    import jpype.nio
-
-    names = [str(jpype.JClass(name).class_.getName()) for name in SHUTDOWN_CLASSES]
-    samples: list[BaseException] = [
-        RemoteResourceNotFoundException("probe"),
-        RetriableRemoteStorageException("probe"),
-        ValueError("probe"),
-    ]
-    objects = [_java_error(e) for e in samples]
-    writable = jpype.nio.convertToDirectBuffer(bytearray(8))
-    read_only = jpype.nio.convertToDirectBuffer(b"\0" * 8)
-    objects += [writable, writable.slice(0, 4), read_only, read_only.slice(0, 4)]
-    names += [str(o.getClass().getName()) for o in objects]
-    return sorted(set(names))
-
-
-def _java_error(exc: BaseException) -> BaseException:
-    """Kafka's exception classes with the Python type and message; Java exceptions pass through."""
-    import jpype
-
-    if isinstance(exc, jpype.JException):
-        return exc
-    status, type_name, message = wire.error_parts(exc)
-    text = f"{type_name}: {message}" if message else type_name
-    if status == wire.STATUS_RETRIABLE:
-        # the shim's own run-time lookup: RetriableRemoteStorageException where the broker has it (as the sidecar
-        # transport throws it), else RemoteStorageException
-        return jpype.JClass("io.kts.shim.KafkaErrors").retriable(text)
-    pkg = "org.apache.kafka.server.log.remote.storage."
-    name = "RemoteResourceNotFoundException" if status == wire.STATUS_NOT_FOUND else "RemoteStorageException"
-    return jpype.JClass(pkg + name)(text)
-
-
-def _into_java(exc: BaseException) -> BaseException:
-    """What a bridge method raises into Java for ``exc``: :func:`_java_error`'s exception, unless JPype has
-    already been told the JVM is going away. Then this thread waits here for the JVM's halt to end the process:
-    JPype can no longer turn any exception into a Java one and ends the process with a SIGSEGV instead, while
-    returning would report a failed call as a success. Only a call still running after the broker's shutdown
-    hook has finished (say, a fetch from a store that stopped answering) gets here."""
-    import jpype
-
-    if not jpype.isJVMStarted():
-        while True:
-            time.sleep(3600)
-    return _java_error(exc)
-
-
 def define_bridge() -> dict[str, Any]:
     """Create the @JImplements classes (possible only once the JVM runs and the shim jar is on its class path)."""
     if _defined:
@@ -282,7 +169,7 @@ def define_bridge() -> dict[str, Any]:
                     return None
                 return direct_buffer(self.own).slice(0, n)
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -341,7 +228,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 return scratch()[1]
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def copy(self, meta: Any, seg: Any, off: Any, tim: Any, txn: Any, snap: Any, epochs: Any) -> Any:
@@ -359,7 +246,7 @@ def define_bridge() -> dict[str, Any]:
                 custom = self.manager.copy_log_segment_data(m, data)
                 return None if custom is None else byte_array(bytes(custom))
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def fetch(self, meta: Any, start: int, end: int) -> Any:
@@ -368,7 +255,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(bytes(meta))
                 return result(self.manager.fetch_log_segment(m, int(start), None if end < 0 else int(end)))
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def fetchIndex(self, request: Any) -> Any:  # noqa: N802 - Java's name
@@ -380,7 +267,7 @@ def define_bridge() -> dict[str, Any]:
                 m = wire.decode_metadata(raw[1 + n :])
                 return result(self.manager.fetch_index(m, kind))
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def delete(self, meta: Any) -> None:
@@ -388,7 +275,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.delete_log_segment_data(wire.decode_metadata(bytes(meta)))
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def metrics(self) -> Any:
@@ -396,7 +283,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 return byte_array(to_lines(self.capabilities.metrics_rows()))
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
         @JOverride
         def close(self) -> None:
@@ -404,7 +291,7 @@ def define_bridge() -> dict[str, Any]:
             try:
                 self.manager.close()
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
             log.info("in-process transport: RemoteStorageManager closed")
 
     @JImplements("io.kts.shim.PythonBridge")
@@ -436,7 +323,7 @@ def define_bridge() -> dict[str, Any]:
                 log.info("in-process transport: %d start-up objects left out of Python's GC", freeze_startup_objects())
                 return session
             except Exception as e:
-                raise _into_java(e) from None
+                raise into_java(e) from None
 
     _defined.update(Bridge=Bridge, Session=Session, Chunks=Chunks)
     return _defined

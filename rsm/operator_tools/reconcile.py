@@ -180,7 +180,7 @@ def reconcile(
             if (
                 Suffix.LOG not in objects
                 and Suffix.MANIFEST in objects
-                and _is_iceberg(manager, objects[Suffix.MANIFEST].key)
+                and _stores_no_log(manager, objects[Suffix.MANIFEST].key)
             ):
                 kind = DEAD_TOPIC_ICEBERG  # its records are rows of its topic's Iceberg table too
         elif seg.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
@@ -239,12 +239,12 @@ def _missing(manager: RemoteStorageManager, seg: TrackedSegment, listed: Mapping
             raise RemoteStorageException(f"cannot list the objects of {seg.metadata.describe()}: {e}") from e
         present = {s for s in Suffix if keys.key(s) in found}
     missing = [keys.key(s) for s in (Suffix.MANIFEST, Suffix.INDEXES) if s not in present]
-    if Suffix.LOG not in present and not missing and not _is_iceberg(manager, keys.manifest):
+    if Suffix.LOG not in present and not missing and not _stores_no_log(manager, keys.manifest):
         missing.append(keys.log)
     return missing
 
 
-def _is_iceberg(manager: RemoteStorageManager, manifest_key: str) -> bool:
-    from rsm.operator_tools.garbage import _is_garbage_without_log
+def _stores_no_log(manager: RemoteStorageManager, manifest_key: str) -> bool:
+    from rsm.operator_tools.garbage import is_garbage_without_log
 
-    return not _is_garbage_without_log(manager.backend, manifest_key)
+    return not is_garbage_without_log(manager, manifest_key)

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.core.config import closest_name, known_key_names, unknown_keys
 from rsm.core.config_providers import resolve_variables
+from rsm.core.known_keys import closest_name, known_key_names, unknown_keys
 from rsm.core.parallel import DEFAULT_CONCURRENCY
 from rsm.errors import ConfigException
 from rsm.spark.option_values import (

@@ -560,7 +560,7 @@ def test_filesystem_copy_links_or_copies_the_file(tmp_path: Path, monkeypatch: p
     root = tmp_path / "store"
     assert (root / "q/run/t/linked").stat().st_ino == (root / "t/source").stat().st_ino
 
-    monkeypatch.setattr(FileSystemBackend, "_link_open_file", staticmethod(lambda fd, source, path: False))
+    monkeypatch.setattr("backends.filesystem.link_open_file", lambda fd, source, path: False)
     b.copy_object("t/source", "q/run/t/copied")
     assert (root / "q/run/t/copied").stat().st_ino != (root / "t/source").stat().st_ino
     assert fetch_all(b, "q/run/t/copied") == data
@@ -910,7 +910,7 @@ def test_gcs_names_a_missing_bucket_from_the_answer() -> None:
     """GCS's JSON API gives a missing bucket and a missing object the same status and reason (fake-gcs-server
     answers both "Not Found", so this is the API's own wording): the backend tells them apart once, where an
     answer becomes an error, and the shared rule does the rest."""
-    from backends.gcs import BUCKET_NOT_FOUND, GcsHttpError
+    from backends.gcs_client import BUCKET_NOT_FOUND, GcsHttpError
 
     backend = GcsBackend()
     backend.bucket = "gone"
@@ -1192,7 +1192,7 @@ def test_retry_recovers_from_transient_errors_and_counts_them() -> None:
 def test_s3_copy_ranges_cover_the_object_in_parts_s3_accepts(size: int, part: int) -> None:
     """Whatever the object size (up to S3's 5 TiB) and the part size asked for, a multipart copy's ranges cover
     the object once, in order, in at most 10,000 parts of 5 MiB to 5 GiB (the last one may be shorter)."""
-    from backends.s3 import MIN_PART_SIZE
+    from backends.s3_config import MIN_PART_SIZE
 
     backend = S3Backend()
     backend.copy_part_size = part

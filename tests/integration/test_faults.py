@@ -45,7 +45,8 @@ from rsm import (
     RetriableRemoteStorageException,
 )
 from rsm.core.object_keys import segment_keys
-from rsm.operator_tools.garbage import delete_garbage, find_garbage
+from rsm.operator_tools.garbage import find_garbage
+from rsm.operator_tools.garbage_removal import delete_garbage
 
 # Sized so the nine runs stay near two minutes on a loaded 2-core machine: the time goes to stalls (one attempt
 # timeout each) and backoffs, so it grows with the number of requests, i.e. fetches x chunks per fetch.

@@ -22,17 +22,12 @@ from emulators import FIXTURE_FOR, StoreServer
 from helpers import TIP
 
 from backends.azure import UNCOMMITTED_BLOCKS, AzureBlobBackend
-from backends.filesystem import TEMP_PREFIX, FileSystemBackend
+from backends.filesystem import FileSystemBackend
+from backends.filesystem_files import TEMP_PREFIX
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
-from rsm.operator_tools.garbage import (
-    MULTIPART_UPLOAD,
-    ORPHAN_OBJECT,
-    TEMP_FILE,
-    delete_garbage,
-    find_garbage,
-    quarantine_of,
-)
+from rsm.operator_tools.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, TEMP_FILE, find_garbage
+from rsm.operator_tools.garbage_removal import delete_garbage, quarantine_of
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 

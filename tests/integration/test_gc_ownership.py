@@ -18,7 +18,7 @@ import pytest
 from emulators import EVERY_STORE, empty_store_config
 from helpers import TIP
 
-from backends.filesystem import TEMP_PREFIX
+from backends.filesystem_files import TEMP_PREFIX
 from rsm import RemoteStorageManager
 from rsm.cli.main import main
 from rsm.core.object_keys import Suffix, parse_object_key, segment_keys

@@ -44,7 +44,7 @@ def _start_upload(backend: Any, key: str) -> bool:
         backend.container_client.get_blob_client(key).stage_block("YmxvY2stMDAwMQ==", b"x" * 1024)
         return True
     if name == "FileSystemBackend":
-        from backends.filesystem import TEMP_PREFIX
+        from backends.filesystem_files import TEMP_PREFIX
 
         directory, _, base = key.rpartition("/")
         (Path(backend.root) / directory).mkdir(parents=True, exist_ok=True)

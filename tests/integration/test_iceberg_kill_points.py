@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from iceberg_testing import age_ledger, iceberg_config, load_table, new_tip, order_records, segment_of
 from kill_point_child import NOT_REACHED, POINTS
 
-from backends.filesystem import TEMP_PREFIX
+from backends.filesystem_files import TEMP_PREFIX
 from rsm import RemoteStorageManager
 from rsm.cli.main import cli
 from rsm.deletion.fileio_holding import list_locations, normal_location

@@ -51,7 +51,7 @@ from rsm.iceberg.maintenance.orphans import (
     remove_orphans,
 )
 from rsm.iceberg.maintenance.references import referenced_files
-from rsm.operator_tools.garbage import quarantine_usage
+from rsm.operator_tools.garbage_removal import quarantine_usage
 
 SEGMENT_RECORDS = 40
 DAY = 86400.0

@@ -24,7 +24,8 @@ import pytest
 from emulators import StoreServer
 from helpers import TIP
 
-from backends.azure import BATCH_DELETE_MIN, MIN_BLOCK_SIZE, AzureBlobBackend
+from backends.azure import BATCH_DELETE_MIN, AzureBlobBackend
+from backends.azure_config import MIN_BLOCK_SIZE
 from rsm import RemoteStorageManager
 
 LIBUUID_CLOCK = "/var/lib/libuuid/clock.txt"

@@ -31,7 +31,7 @@ from rsm import (
     RemoteStorageManager,
 )
 from rsm.cli.main import main as kts_main
-from rsm.core.config import unknown_keys
+from rsm.core.known_keys import unknown_keys
 from rsm.core.object_keys import segment_keys
 from rsm.errors import ConfigException
 from rsm.metadata import TopicIdPartition

@@ -429,13 +429,13 @@ def test_s3_timestamps_parse_as_botocore_parses_them(moment: datetime.datetime, 
     """The listing's fast timestamp parser agrees with botocore's on both forms S3 sends."""
     from botocore.utils import parse_timestamp
 
-    from backends.s3 import _timestamp
+    from backends.s3_client import parse_timestamp as s3_timestamp
 
     moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000 if millis else 0)
     iso = moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{moment.microsecond // 1000:03d}" if millis else "") + "Z"
     rfc822 = moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
-    assert _timestamp(iso) == parse_timestamp(iso) == moment
-    assert _timestamp(rfc822) == parse_timestamp(rfc822) == moment.replace(microsecond=0)
+    assert s3_timestamp(iso) == parse_timestamp(iso) == moment
+    assert s3_timestamp(rfc822) == parse_timestamp(rfc822) == moment.replace(microsecond=0)
 
 
 def test_the_latency_store_delays_caps_and_counts(tmp_path: Path) -> None:

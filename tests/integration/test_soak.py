@@ -38,7 +38,8 @@ from test_faults import open_uploads
 
 from backends.s3 import S3Backend
 from rsm import RemoteStorageManager
-from rsm.operator_tools.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, delete_garbage, find_garbage, quarantine_of
+from rsm.operator_tools.garbage import MULTIPART_UPLOAD, ORPHAN_OBJECT, find_garbage
+from rsm.operator_tools.garbage_removal import delete_garbage, quarantine_of
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 

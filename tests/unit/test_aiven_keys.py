@@ -16,7 +16,9 @@ from rsm.cli.config_docs import aiven_docs_markdown, declared_key
 from rsm.cli.main import main
 from rsm.cli.properties import write_properties
 from rsm.core.aiven_keys import AIVEN_KEYS, BROKER, Support, aiven_key, counts
-from rsm.core.config import UNBOUNDED_SIZE, config_problems, configuration_warnings, unknown_keys
+from rsm.core.config import config_problems, configuration_warnings
+from rsm.core.config_keys import UNBOUNDED_SIZE
+from rsm.core.known_keys import unknown_keys
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import ConfigException
 

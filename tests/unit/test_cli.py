@@ -13,7 +13,7 @@ import pytest
 from rsm.cli.config_docs import config_docs_markdown
 from rsm.cli.main import main
 from rsm.cli.properties import read_properties, rsm_configs
-from rsm.core.config import CORE
+from rsm.core.config_keys import CORE
 
 ROOT = Path(__file__).resolve().parents[2]
 

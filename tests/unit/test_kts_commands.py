@@ -16,7 +16,7 @@ from rsm._version import __version__
 from rsm.cli.main import cli, main
 from rsm.cli.properties import read_properties
 from rsm.cli.settings import env_configs, load_configs
-from rsm.core.config import unknown_keys
+from rsm.core.known_keys import unknown_keys
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import ConfigException
 

@@ -79,7 +79,8 @@ def test_demo_runs_the_spark_example(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_command_config_maps_kafka_client_properties(tmp_path: Path) -> None:
-    from rsm.operator_tools.cluster_record import ClusterReadError, client_settings
+    from rsm.operator_tools.client_settings import client_settings
+    from rsm.operator_tools.cluster_record import ClusterReadError
 
     jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" password="p\\"w";'
     props = {
@@ -118,7 +119,8 @@ def test_command_config_reads_a_pkcs12_truststore(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives.serialization import pkcs12
     from cryptography.x509.oid import NameOID
 
-    from rsm.operator_tools.cluster_record import ClusterReadError, client_settings
+    from rsm.operator_tools.client_settings import client_settings
+    from rsm.operator_tools.cluster_record import ClusterReadError
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unit-ca")])
@@ -176,7 +178,7 @@ def test_the_watch_exports_what_the_quarantine_holds(tmp_path: Path, monkeypatch
 
     import rsm.cli.gc_cluster as gc_cluster
     from rsm.deletion.rules import STORE_AGE, Evidence
-    from rsm.operator_tools.garbage import quarantine_of
+    from rsm.operator_tools.garbage_removal import quarantine_of
     from rsm.operator_tools.reconcile import Reconciliation
 
     props = tmp_path / "p.properties"

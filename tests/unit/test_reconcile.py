@@ -17,7 +17,8 @@ from rsm.deletion.rules import RECORD_COMPLETE, RULES, STORE_AGE, TOPIC_GONE_CON
 from rsm.formats.iceberg import iceberg_format
 from rsm.kafka.remote_log_metadata import SegmentRecord, SegmentUpdateRecord, decode, encode
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, random_kafka_uuid
-from rsm.operator_tools.garbage import GarbageItem, delete_garbage, quarantine_of
+from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.garbage_removal import delete_garbage, quarantine_of
 from rsm.operator_tools.reconcile import (
     DEAD_TOPIC_ICEBERG,
     DEAD_TOPIC_SEGMENT,

@@ -11,7 +11,7 @@ from pathlib import Path
 import jvm_testing as jt
 import pytest
 
-from rsm.core.config import AIVEN_DISK_CHUNK_CACHE
+from rsm.core.config_keys import AIVEN_DISK_CHUNK_CACHE
 from rsm.core.manager import RemoteStorageManager
 from rsm.jvm import startup_check as sc
 

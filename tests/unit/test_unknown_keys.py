@@ -14,9 +14,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from backends.configdef import ConfigDef, ConfigKey
 from rsm.core.aiven_keys import AIVEN_KEYS, PLUGIN
-from rsm.core.config import BROKER_SUPPLIED_KEYS, _name_pattern, known_key_names, refuse_unknown_keys, unknown_keys
+from rsm.core.known_keys import BROKER_SUPPLIED_KEYS, _name_pattern, known_key_names, refuse_unknown_keys, unknown_keys
 from rsm.core.manager import RemoteStorageManager
+from rsm.core.segment_format import plug_format
 from rsm.errors import ConfigException
 from rsm.jvm.config import CONFIG_DEF as SHIM
 from rsm.jvm.config import unknown_shim_keys
@@ -173,3 +175,34 @@ def test_a_real_sidecar_refuses_an_unknown_key_at_start(tmp_path: Path, key: str
     assert p.returncode == 4, out
     assert out.startswith("CONFIG-ERROR ConfigException: ") and f"rsm.config.{key}: " in out and says in out
     assert not (tmp_path / "store").exists()
+
+
+class _KeysOnlyPlugin:
+    """A format plugin that reads one key of its own and is never built: enough to see which keys are known."""
+
+    def __init__(self, kind: str, key: str) -> None:
+        self.kind = kind
+        self.config_defs = [ConfigDef().extend([ConfigKey(key, "string", "", "A key of the test format.")])]
+
+    def parse_section(self, obj: object) -> object:
+        return obj
+
+
+def test_the_known_keys_are_those_of_the_formats_plugged_in_now() -> None:
+    from rsm.formats.iceberg import ICEBERG
+
+    iceberg_key = "iceberg.mode.topics.regex"
+    assert iceberg_key in known_key_names()
+    try:
+        # Replacing a format forgets its keys; plugging the same one twice lists each key once.
+        plug_format(_KeysOnlyPlugin(ICEBERG.kind, "test.format.key"))  # type: ignore[arg-type]
+        plug_format(_KeysOnlyPlugin(ICEBERG.kind, "test.format.key"))  # type: ignore[arg-type]
+        names = known_key_names()
+        assert iceberg_key not in names
+        assert names.count("test.format.key") == 1
+        assert [u.key for u in unknown_keys({"chunk.size": "1", iceberg_key: "x", "test.format.key": "y"})] == [
+            iceberg_key
+        ]
+    finally:
+        plug_format(ICEBERG)
+    assert iceberg_key in known_key_names() and "test.format.key" not in known_key_names()
