@@ -53,10 +53,10 @@ from rsm.operator_tools.cluster_record import (
     METADATA_TOPIC,
     ClusterReadError,
     TopicAbsence,
-    client_settings,
     read_record,
     read_topics,
 )
+from rsm.operator_tools.client_settings import client_settings
 from rsm.operator_tools.reconcile import segments_from_records
 
 pytestmark = pytest.mark.timeout(900)
