@@ -49,6 +49,7 @@ from rsm.metadata import (
     TopicIdPartition,
     random_kafka_uuid,
 )
+from rsm.operator_tools.client_settings import client_settings
 from rsm.operator_tools.cluster_record import (
     METADATA_TOPIC,
     ClusterReadError,
@@ -56,7 +57,6 @@ from rsm.operator_tools.cluster_record import (
     read_record,
     read_topics,
 )
-from rsm.operator_tools.client_settings import client_settings
 from rsm.operator_tools.reconcile import segments_from_records
 
 pytestmark = pytest.mark.timeout(900)
