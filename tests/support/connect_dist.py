@@ -22,7 +22,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import kafka_dist as kd
+from processes import stop_process
 
 DEBEZIUM_VERSION = "3.6.1.Final"
 DEBEZIUM_KAFKA = "4.3.1"
@@ -153,17 +153,9 @@ class ConnectWorker:
             time.sleep(0.5)
 
     def stop(self, timeout: float = 60) -> int:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(30)
+        code = stop_process(self.process, timeout, group=True)
         self._out.close()
-        return self.process.returncode
+        return code
 
 
 def _properties(values: Mapping[str, str]) -> str:

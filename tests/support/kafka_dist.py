@@ -23,7 +23,6 @@ import io
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from processes import stop_process
 
 SUPPORT = Path(__file__).resolve().parent
 TESTS = SUPPORT.parent
@@ -372,17 +373,9 @@ class Broker:
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM (a clean shutdown, which closes the plugin), SIGKILL after ``timeout``; the exit code."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(30)
+        code = stop_process(self.process, timeout, group=True)
         self._out.close()
-        return self.process.returncode
+        return code
 
 
 def start_broker(
