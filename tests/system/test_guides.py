@@ -29,7 +29,9 @@ from helpers import TIP
 from key_services import vault_client
 from packaging.requirements import Requirement
 
+from rsm.cli.config_check import CLASS_NAME, CLASS_PATH, check_broker_properties
 from rsm.cli.emulators import _s3_client
+from rsm.cli.properties import BROKER_PREFIX
 
 REPO = gb.REPO
 STAND_IN = Path(sys.executable).parent
@@ -388,6 +390,7 @@ class Cluster:
             container = kafka["template"]["kafkaContainer"]
             self.check_pod(where, "the brokers", kafka["image"], plugin, [], pod["volumes"], container)
             self.check_files(where, plugin, pod["volumes"], container["volumeMounts"])
+            self.check_plugin_starts(where, kafka["tieredStorage"]["remoteStorageManager"], plugin)
             if uri := plugin.get("iceberg.mode.catalog.uri"):
                 m = re.fullmatch(r"postgresql\+psycopg2://(\w+)@[^/]+/(\w+)", uri)
                 assert m, uri
@@ -426,6 +429,20 @@ class Cluster:
             if ref:
                 assert ref["name"] in self.secrets, f"{where}: {who} read the Secret {ref['name']}, created later"
                 assert ref["key"] in self.secrets[ref["name"]], f"{where}: Secret {ref['name']} has no {ref['key']}"
+
+    def check_plugin_starts(self, where: str, rsm: dict[str, Any], plugin: dict[str, str]) -> None:
+        """The broker lines Strimzi writes from the Kafka resource pass ``kts config check``: the plugin's
+        configure() would accept them, Iceberg mode included. The files the config names live in the pods'
+        Secrets, which check_files checks: a complaint that one cannot be read here is left out."""
+        props = {
+            "remote.log.storage.system.enable": "true",
+            CLASS_NAME: rsm["className"],
+            CLASS_PATH: rsm["classPath"],
+            **{BROKER_PREFIX + k: v for k, v in plugin.items()},
+        }
+        mounted = [v for k, v in plugin.items() if k.endswith(".file")]
+        errors = [e for e in check_broker_properties(props).errors if not any(f"'{f}'" in e for f in mounted)]
+        assert errors == [], f"{where}: the brokers would not start the plugin: {errors}"
 
     def check_files(
         self, where: str, plugin: dict[str, str], volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]
@@ -588,3 +605,23 @@ def test_iceberg_guide_reads_a_table_on_s3_with_spark_and_duckdb(tmp_path: Path,
         assert done.returncode == 0, "\n".join(causes[:12]) + "\n...\n" + done.stderr[-3000:]
         assert f"GUIDE-ROWS {len(recs)}" in done.stdout, done.stdout[-2000:]
         assert "item-3" in done.stdout  # the guide's GROUP BY value.item printed its groups
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("iceberg.mode.write.batch.bytes", "1", "iceberg.mode.write.batch.bytes"),
+        ("iceberg.mode.catalog.type", "hive", "iceberg.mode.catalog.type"),
+        ("chunk.size", "-1", "chunk.size"),
+    ],
+)
+def test_the_strimzi_check_refuses_a_plugin_config_the_brokers_would_refuse(
+    key: str, value: str, expected: str
+) -> None:
+    docs = yaml.safe_load_all((REPO / "deploy/strimzi/kafka.yaml").read_text())
+    kafka = next(d for d in docs if d and d["kind"] == "Kafka")["spec"]["kafka"]
+    rsm = kafka["tieredStorage"]["remoteStorageManager"]
+    plugin = {k: str(v) for k, v in rsm["config"].items()}
+    Cluster().check_plugin_starts("kafka.yaml", rsm, plugin)  # as shipped: accepted
+    with pytest.raises(AssertionError, match=re.escape(expected)):
+        Cluster().check_plugin_starts("kafka.yaml", rsm, {**plugin, key: value})
