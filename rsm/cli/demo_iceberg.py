@@ -33,7 +33,7 @@ from rsm.core.manager import RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format, iceberg_section
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
 from rsm.kafka.records import batch_view
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.segment_files import SegmentFiles
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 TOPIC = "events"

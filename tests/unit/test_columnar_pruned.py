@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_data import legacy_entry
 
+from rsm.kafka.batch_builder import build_batch
 from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
@@ -23,7 +24,6 @@ from rsm.kafka.records import (
     DecompressionLimitExceeded,
     decompress,
 )
-from rsm.kafka.writer import build_batch
 from rsm.spark.arrow_batches import KAFKA_COLUMNS, to_record_batch
 
 pytestmark = pytest.mark.timeout(300)

@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 from kafka.codec import snappy_encode
 from spark_data import legacy_entry
 
+from rsm.kafka.batch_builder import build_batch
 from rsm.kafka.columnar import COMPILED_WALK, Columns, LogBatchDecoder, ReadBounds, RecordBuffers
 from rsm.kafka.records import BATCH_HEADER_SIZE, CorruptRecordBatch, zigzag_encode
-from rsm.kafka.writer import build_batch
 from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, to_record_batch
 
 LONG = os.environ.get("KTS_LONG_FUZZ") == "1"

@@ -16,7 +16,6 @@ STILL_TO_SPLIT = frozenset(
         "rsm/jvm/sidecar.py",
         "rsm/kafka/columnar.py",
         "rsm/kafka/records.py",
-        "rsm/kafka/writer.py",
     }
 )
 
