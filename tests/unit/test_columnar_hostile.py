@@ -10,7 +10,8 @@ import crc32c
 import pytest
 
 from rsm.kafka.batch_builder import build_batch
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.record_columns import Columns
 from rsm.kafka.records import BATCH_HEADER_SIZE, CorruptRecordBatch, encode_varint, encode_varlong
 
 

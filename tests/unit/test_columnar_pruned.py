@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from spark_data import legacy_entry
 
 from rsm.kafka.batch_builder import build_batch
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.record_columns import Columns
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
     CompressionType,
