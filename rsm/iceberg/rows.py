@@ -28,8 +28,9 @@ from rsm.iceberg.walk_arrays import binary_array, fixed_array, headers_array
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
 from rsm.kafka.errors import KafkaFormatError
 from rsm.kafka.indexes import AbortedTxn
+from rsm.kafka.log_scan import iter_batches
 from rsm.kafka.record_columns import COMPILED_WALK, RecordBuilder
-from rsm.kafka.records import BATCH_HEADER_SIZE, BatchHeader, decode_records, iter_batches, parse_control_key
+from rsm.kafka.records import BATCH_HEADER_SIZE, BatchHeader, decode_records, parse_control_key
 
 _TS_US_MAX = ((1 << 63) - 1) // 1000
 _TS_US_MIN = -(1 << 63) // 1000 + 1

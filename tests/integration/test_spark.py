@@ -30,6 +30,7 @@ from rsm.errors import CorruptDataException
 from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
 from rsm.kafka.indexes import decode_producer_snapshot
+from rsm.kafka.log_scan import iter_batches
 from rsm.kafka.records import (
     CompressionType,
     ControlRecordType,
@@ -37,7 +38,6 @@ from rsm.kafka.records import (
     DecompressionLimitExceeded,
     decode_records,
     decompress,
-    iter_batches,
 )
 from rsm.kafka.segment_files import SegmentFiles
 from rsm.kafka.writer import write_entries_segment, write_segment

@@ -41,6 +41,7 @@ from rsm.kafka.indexes import (
     segment_leader_epochs,
 )
 from rsm.kafka.large_segment import write_large_segment
+from rsm.kafka.log_scan import iter_batch_headers, iter_batches
 from rsm.kafka.records import (
     CompressionType,
     ControlRecordType,
@@ -52,8 +53,6 @@ from rsm.kafka.records import (
     decode_varlong,
     encode_varint,
     encode_varlong,
-    iter_batch_headers,
-    iter_batches,
     parse_batch_header,
     parse_control_key,
     parse_end_txn_marker,

@@ -14,7 +14,6 @@ LIMIT = 450
 STILL_TO_SPLIT = frozenset(
     {
         "rsm/jvm/sidecar.py",
-        "rsm/kafka/records.py",
     }
 )
 
