@@ -357,7 +357,7 @@ def main() -> int:
         out = phase_restart(Path(args.work), json.loads(args.storage), args.chunk_size, args.step, args.endpoint)
         print(json.dumps(out))
         return 0
-    from rsm.kafka.writer import write_large_segment
+    from rsm.kafka.large_segment import write_large_segment
 
     kinds = ["filesystem", "s3"] if args.backend == "both" else [args.backend]
     for kind in kinds:

@@ -90,7 +90,7 @@ def phase_raw(seg: Path, chunk: int, threads: int) -> dict[str, float]:
 
 
 def _segment(work: Path, size_mb: int):  # type: ignore[no-untyped-def]
-    from rsm.kafka.writer import write_large_segment
+    from rsm.kafka.large_segment import write_large_segment
 
     return write_large_segment(work / "segment", size_mb * 1024 * 1024, seed=7)
 

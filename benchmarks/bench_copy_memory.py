@@ -83,7 +83,7 @@ def main() -> int:
 
     from rsm.cli.emulators import start_seaweedfs
     from rsm.cli.memory_budget import MIB, memory_budget
-    from rsm.kafka.writer import write_large_segment
+    from rsm.kafka.large_segment import write_large_segment
     from rsm.metadata import TopicIdPartition
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kts-copy-memory-"))

@@ -61,7 +61,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 from iceberg_testing import filesystem_config, iceberg_config  # noqa: E402 - tests/support is on sys.path
 
 from rsm import RemoteStorageManager  # noqa: E402
-from rsm.kafka.writer import write_large_segment  # noqa: E402
+from rsm.kafka.large_segment import write_large_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
 from rsm.spark.reader import TieredReader, read_slice  # noqa: E402
 

@@ -40,7 +40,9 @@ from pyiceberg.exceptions import NoSuchTableError  # noqa: E402
 from rsm import RemoteStorageManager  # noqa: E402
 from rsm.formats.iceberg import iceberg_format  # noqa: E402
 from rsm.iceberg.maintainer import CommitGate  # noqa: E402
-from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment  # noqa: E402
+from rsm.kafka.batch_builder import build_batch  # noqa: E402
+from rsm.kafka.segment_files import SegmentFiles  # noqa: E402
+from rsm.kafka.writer import write_entries_segment  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
 
 DAY_MS = 1_767_225_600_000

@@ -36,8 +36,9 @@ from rsm.iceberg.fetch_plan import SegmentRows  # noqa: E402
 from rsm.iceberg.maintenance.compaction import compact  # noqa: E402
 from rsm.iceberg.segment_fetch import RowGroupCache  # noqa: E402
 from rsm.iceberg.segment_stream import open_segment_stream  # noqa: E402
-from rsm.kafka.records import iter_batches  # noqa: E402
-from rsm.kafka.writer import SegmentFiles, write_large_segment  # noqa: E402
+from rsm.kafka.large_segment import write_large_segment  # noqa: E402
+from rsm.kafka.log_scan import iter_batches  # noqa: E402
+from rsm.kafka.segment_files import SegmentFiles  # noqa: E402
 from rsm.metadata import TopicIdPartition, random_kafka_uuid  # noqa: E402
 
 PIECE = 1 << 20

@@ -42,7 +42,7 @@ TOPIC_ID = "Rd8rsBnChQ0-mAnYrEaDeA"
 
 @dataclass(frozen=True)
 class Partition:
-    files: Any  # rsm.kafka.writer's segment files
+    files: Any  # rsm.kafka.segment_files.SegmentFiles
     meta: Any  # RemoteLogSegmentMetadata
 
     @property
@@ -68,7 +68,7 @@ class Run:
 
 
 def _partitions(work: Path, count: int, segment_mb: int) -> list[Partition]:
-    from rsm.kafka.writer import write_large_segment
+    from rsm.kafka.large_segment import write_large_segment
     from rsm.metadata import TopicIdPartition
 
     out = []

@@ -98,7 +98,7 @@ def main() -> int:
     import jpype
 
     from rsm.jvm import inprocess as jvm_inprocess
-    from rsm.kafka.writer import write_large_segment
+    from rsm.kafka.large_segment import write_large_segment
     from rsm.metadata import TopicIdPartition
 
     jt.ensure_built()

@@ -53,8 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from rsm import RemoteStorageManager
-from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, iter_log_entries
-from rsm.kafka.writer import write_large_segment
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.large_segment import write_large_segment
+from rsm.kafka.record_columns import COMPILED_WALK
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.arrow_batches import to_record_batch
 from rsm.spark.reader import TieredReader, read_slice

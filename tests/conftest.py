@@ -17,7 +17,8 @@ import pytest
 from Crypto.PublicKey import RSA
 from hypothesis import settings
 
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))

@@ -220,7 +220,8 @@ def cat_command(
     control: bool,
 ) -> int:
     """Print decoded records (offset, timestamp, key, value, headers) of one tiered segment."""
-    from rsm.kafka.records import decode_records, iter_batches
+    from rsm.kafka.log_scan import iter_batches
+    from rsm.kafka.records import decode_records
 
     with open_manager(config, sets) as manager:
         seg = resolve_segment(manager, segment)

@@ -195,7 +195,8 @@ def catch_up_read(manager: RemoteStorageManager, metas: list[RemoteLogSegmentMet
     prefetch (into the next segment too) decide how many GETs that costs; the summary says."""
     import io
 
-    from rsm.kafka.records import decode_records, iter_batches
+    from rsm.kafka.log_scan import iter_batches
+    from rsm.kafka.records import decode_records
 
     result = CatchUpResult()
     cache = manager.chunk_cache

@@ -32,8 +32,8 @@ from pathlib import Path
 from rsm.core.manager import RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format, iceberg_section
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg
-from rsm.kafka.records import batch_view
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.log_scan import batch_view
+from rsm.kafka.segment_files import SegmentFiles
 from rsm.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 TOPIC = "events"
@@ -102,7 +102,8 @@ class Expected:
 
 
 def _expected(segments: list[SegmentFiles]) -> Expected:
-    from rsm.kafka.records import decode_records, iter_batches
+    from rsm.kafka.log_scan import iter_batches
+    from rsm.kafka.records import decode_records
 
     exp = Expected(Counter(), Counter(), [])
     for partition, seg in enumerate(segments):

@@ -107,7 +107,7 @@ def _scrub_iceberg(
 ) -> tuple[int, int, int, list[Damage]]:
     """An Iceberg segment: every batch rebuilt from its data files must pass its CRC, and the batches, records
     and offsets must be those the manifest records; then its indexes, as for any segment."""
-    from rsm.kafka.records import iter_batches
+    from rsm.kafka.log_scan import iter_batches
 
     section = iceberg_section(manifest)
     assert section is not None

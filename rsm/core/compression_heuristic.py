@@ -37,7 +37,8 @@ def _sample_positions(offset_index: Path | None, segment_size: int) -> list[int]
 
 def should_compress(log_segment: Path, offset_index: Path | None) -> bool:
     """True unless the sampled batches are mostly (by bytes) compressed by their producers already."""
-    from rsm.kafka.records import KafkaFormatError, iter_batch_headers
+    from rsm.kafka.log_scan import iter_batch_headers
+    from rsm.kafka.records import KafkaFormatError
 
     size = log_segment.stat().st_size
     if size == 0:

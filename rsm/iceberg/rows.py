@@ -25,10 +25,12 @@ import pyarrow.compute as pc
 from rsm.iceberg.schema import HEADERS_ARROW_TYPE, KAFKA_FIELDS, arrow_schema, kafka_arrow_type
 from rsm.iceberg.value_hook import ValueColumn
 from rsm.iceberg.walk_arrays import binary_array, fixed_array, headers_array
-from rsm.kafka.columnar import COMPILED_WALK, LogBatchDecoder, ReadBounds, RecordBuilder
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
 from rsm.kafka.errors import KafkaFormatError
 from rsm.kafka.indexes import AbortedTxn
-from rsm.kafka.records import BATCH_HEADER_SIZE, BatchHeader, decode_records, iter_batches, parse_control_key
+from rsm.kafka.log_scan import iter_batches
+from rsm.kafka.record_columns import COMPILED_WALK, RecordBuilder
+from rsm.kafka.records import BATCH_HEADER_SIZE, BatchHeader, decode_records, parse_control_key
 
 _TS_US_MAX = ((1 << 63) - 1) // 1000
 _TS_US_MIN = -(1 << 63) // 1000 + 1

@@ -1,6 +1,6 @@
-"""Arrow arrays over the buffers of the compiled record walk (``rsm.kafka.columnar.RecordBuffers.parts``), without
-a copy: what a segment's rows (``rsm.iceberg.rows``) and the Spark source's batches (``rsm.spark.reader``) are
-built of."""
+"""Arrow arrays over the buffers of the compiled record walk (``rsm.kafka.record_columns.RecordBuffers.parts``),
+without a copy: what a segment's rows (``rsm.iceberg.rows``) and the Spark source's batches (``rsm.spark.reader``)
+are built of."""
 
 from __future__ import annotations
 

@@ -15,14 +15,14 @@ Copy requests carry file paths (the sidecar reads the segment files itself) and 
 inline; fetches stream back piece by piece so the broker can stop reading at any point
 (``rsm.jvm.sidecar_streams``), through the shared-memory region (``rsm.jvm.shared_region``) where the shim
 mapped it. The protocol's op codes and frames are in ``rsm.jvm.codec``, and what this process asks of its
-manager beyond KIP-405 in ``rsm.jvm.seams``.
+manager beyond KIP-405 in ``rsm.jvm.seams``. The listeners are ``rsm.jvm.sidecar_listeners``; the OOM score and
+the allocator setting ``rsm.jvm.process_memory``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hmac
 import logging
 import os
 import signal
@@ -38,8 +38,10 @@ from rsm._version import __version__
 from rsm.jvm import codec as wire
 from rsm.jvm import startup_check
 from rsm.jvm.copy_cancel import CopyCancels
+from rsm.jvm.process_memory import return_large_buffers, set_oom_score_adj
 from rsm.jvm.seams import ManagerCapabilities
 from rsm.jvm.shared_region import SharedRegion, SharedRegionBuffers
+from rsm.jvm.sidecar_listeners import TOKEN_BYTES, TOKEN_ENV, LoopbackTcpServer, UnixSocketServer, token_from_env
 from rsm.jvm.sidecar_streams import CHUNK, SidecarStreams, index_bytes, log_failure, recv_exact, send_parts
 from rsm.metadata import BROKER_INDEX_SET, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.metrics.sidecar_health import SidecarHealth
@@ -182,55 +184,6 @@ class Sidecar:
         send_parts(sock, [bytes([wire.STATUS_OK, len(parts)]), *parts])
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128
-    sidecar: Sidecar
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        self.sidecar.handle_connection(request)
-
-
-TOKEN_ENV = "KTS_SIDECAR_TOKEN"
-TOKEN_BYTES = 32  # SidecarSockets.TOKEN_BYTES
-
-
-class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    """The loopback listener for a shim on Java 11-15, which has no Unix socket channels (``--tcp``): every
-    connection must first send the secret the shim put in our environment, or it is closed unanswered."""
-
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128
-    allow_reuse_address = False
-    sidecar: Sidecar
-    token: bytes
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        request.settimeout(10)
-        try:
-            got = recv_exact(request, TOKEN_BYTES)
-        except OSError:
-            return
-        request.settimeout(None)
-        if got is None or not hmac.compare_digest(got, self.token):
-            log.warning("a connection to the sidecar's loopback port without the shim's secret was closed")
-            return
-        self.sidecar.handle_connection(request)
-
-
-def _token_from_env() -> bytes | None:
-    """The shim's secret (hex in ``KTS_SIDECAR_TOKEN``), removed from the environment once read."""
-    raw = os.environ.pop(TOKEN_ENV, "")
-    try:
-        token = bytes.fromhex(raw)
-    except ValueError:
-        return None
-    return token if len(token) == TOKEN_BYTES else None
-
-
 def _read_exact(stream: BinaryIO, n: int) -> bytes:
     data = b""
     while len(data) < n:
@@ -286,40 +239,6 @@ def _start_prometheus(capabilities: ManagerCapabilities, health: SidecarHealth) 
     return server
 
 
-OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
-
-
-def set_oom_score_adj(value: int, path: str = OOM_SCORE_ADJ) -> bool:
-    """Ask the kernel's OOM killer to pick this process before the broker (``jvm.sidecar.oom.score.adj``);
-    False, with a warning, where it cannot be set (not Linux, or a lower value without the privilege)."""
-    try:
-        with open(path, "w") as f:
-            f.write(str(value))
-    except OSError as e:
-        log.warning("jvm.sidecar.oom.score.adj=%d: cannot write %s (%s); the score stays as inherited", value, path, e)
-        return False
-    return True
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD = 1 << 20
-
-
-def return_large_buffers() -> None:
-    """Have glibc map every allocation of 1 MiB or more on its own, so that a freed chunk or part goes back to the
-    system at once. Left to itself, glibc raises this threshold to the largest block freed so far, after which
-    4-8 MiB buffers come from per-thread heaps that keep their peak: ten copier threads then hold far more than
-    the buffers they use. Nothing happens on a C library without mallopt."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsm.jvm.sidecar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
@@ -337,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     stdin = sys.stdin.buffer
-    token = _token_from_env() if args.tcp else None
+    token = token_from_env() if args.tcp else None
     if args.tcp and token is None:
         _say(f"CONFIG-ERROR --tcp needs the shim's {TOKEN_BYTES}-byte secret, hex, in ${TOKEN_ENV}")
         return 4
@@ -400,9 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     prometheus = _start_prometheus(capabilities, health)
     sidecar = Sidecar(capabilities, region, health)
     path = args.socket
-    server: _Server | _TcpServer
+    server: UnixSocketServer | LoopbackTcpServer
     if token is not None:
-        server = _TcpServer(("127.0.0.1", 0), socketserver.BaseRequestHandler, bind_and_activate=True)
+        server = LoopbackTcpServer(("127.0.0.1", 0), socketserver.BaseRequestHandler, bind_and_activate=True)
         server.token = token
         where = f"127.0.0.1:{server.server_address[1]}"
     else:
@@ -410,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.unlink(path)
         old_umask = os.umask(0o077)  # only the broker's user may talk to the sidecar
         try:
-            server = _Server(path, socketserver.BaseRequestHandler, bind_and_activate=True)
+            server = UnixSocketServer(path, socketserver.BaseRequestHandler, bind_and_activate=True)
         finally:
             os.umask(old_umask)
         where = path

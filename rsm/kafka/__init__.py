@@ -2,15 +2,18 @@
 
 The plugin, the compression heuristic, the tests, the demo and the benchmarks all need to read or produce
 bytes laid out exactly as a Kafka broker stores them, so that what we measure and verify is real Kafka data
-and not random bytes. Reading lives in :mod:`rsm.kafka.records` and :mod:`rsm.kafka.indexes`; writing test
-segments lives in :mod:`rsm.kafka.writer` (which needs kafka-python, a test dependency, and is
-therefore not imported here; its public entry points are ``write_segment`` and ``write_large_segment``).
+and not random bytes. Reading lives in :mod:`rsm.kafka.records`, :mod:`rsm.kafka.log_scan` and
+:mod:`rsm.kafka.indexes`; writing test segments lives in :mod:`rsm.kafka.writer` and
+:mod:`rsm.kafka.large_segment` over :mod:`rsm.kafka.batch_builder` (which needs kafka-python, a test
+dependency, and is therefore not imported here; the entry points are ``write_segment`` and
+``write_large_segment``).
 
 It may import ``rsm.errors``, ``rsm.metadata`` and the lower layers, never ``rsm.core`` or anything above.
 """
 
 from __future__ import annotations
 
+from rsm.kafka.log_scan import iter_batch_headers, iter_batches
 from rsm.kafka.records import (
     BatchHeader,
     CompressionType,
@@ -21,8 +24,6 @@ from rsm.kafka.records import (
     TruncatedBatch,
     UnsupportedFormat,
     decode_records,
-    iter_batch_headers,
-    iter_batches,
     verify_crc,
 )
 

@@ -8,7 +8,7 @@
  * list<struct<key: string, value: binary>>). The buffers leave as Memory objects (the buffer protocol),
  * which pyarrow wraps without copying; nothing here needs pyarrow or numpy.
  *
- * The walk is the exact twin of the Python walk in rsm/kafka/columnar.py (LogBatchDecoder._append_v2): every
+ * The walk is the exact twin of the Python walk in rsm/kafka/python_walk.py (append_v2_records): every
  * record it keeps, and every batch it refuses, is one the Python walk keeps or refuses, so the two can be
  * tested against each other on hostile bytes. Rules shared with it:
  *   - varints are Kafka's zigzag varints: int32 fields at most 5 bytes and 32 bits, int64 fields at most

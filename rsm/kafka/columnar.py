@@ -9,12 +9,14 @@ producer id, and headers are jumped over unless asked for.
 Two record walks read the records of a v2 batch:
 
 - the compiled walk (``rsm/kafka/_recordwalk.c``, built with the package): from the decompressed records
-  straight into Arrow column buffers (:class:`RecordBuffers`), which pyarrow wraps without a copy. Walking in
-  Python, building a Python object per field and copying them again into Arrow cost more than twice the
-  decompression of a zstd batch; this walk costs a fraction of it. It is the Python walk's exact twin (same
-  rows kept, same batches refused), and a reader asks for it with ``new_columns(arrow=True)``;
-- the pure-Python walk below, into :class:`Columns` lists (fields decoded inline with a fast path for one- and
-  two-byte varints): the reference the compiled walk is tested against.
+  straight into Arrow column buffers (:class:`~rsm.kafka.record_columns.RecordBuffers`), which pyarrow wraps
+  without a copy. Walking in Python, building a Python object per field and copying them again into Arrow
+  cost more than twice the decompression of a zstd batch; this walk costs a fraction of it. It is the Python
+  walk's exact twin (same rows kept, same batches refused), and a reader asks for it with
+  ``new_columns(arrow=True)``;
+- the pure-Python walk (:mod:`rsm.kafka.python_walk`), into :class:`~rsm.kafka.record_columns.Columns` lists
+  (fields decoded inline with a fast path for one- and two-byte varints): the reference the compiled walk is
+  tested against.
 
 Header checks, CRC-32C, control and aborted batches and decompression (with our ``max_decompressed`` cap) stay
 here whichever walk runs. Without the compiled module (a platform where the package was installed without a C
@@ -30,7 +32,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from rsm.kafka.compression import (
@@ -41,6 +43,8 @@ from rsm.kafka.compression import (
 )
 from rsm.kafka.errors import CorruptRecordBatch, TruncatedBatch
 from rsm.kafka.legacy import decode_legacy_entry
+from rsm.kafka.python_walk import append_v2_records
+from rsm.kafka.record_columns import COMPILED_WALK, Columns, RecordBuffers
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -48,29 +52,16 @@ from rsm.kafka.records import (
     parse_batch_header,
     verify_crc,
 )
-from rsm.kafka.varint import decode_varint, decode_varlong
-
-try:  # our compiled walk into Arrow buffers; built with the package (an optional extension in setup.py)
-    from rsm.kafka._recordwalk import RecordBuilder
-except ImportError:  # pragma: no cover - exercised in a subprocess that hides the module (test_columnar_walk)
-    RecordBuilder = None  # type: ignore[assignment,misc]
 
 __all__ = [
-    "COMPILED_WALK",
-    "Columns",
     "LogBatchDecoder",
     "ReadBounds",
-    "RecordBuffers",
-    "RecordBuilder",
     "iter_log_entries",
 ]
 
 log = logging.getLogger(__name__)
 
-COMPILED_WALK: bool = RecordBuilder is not None
-"""Whether v2 records can be walked into Arrow buffers by the compiled module (``new_columns(arrow=True)``)."""
-
-if not COMPILED_WALK:  # pragma: no cover - see above
+if not COMPILED_WALK:  # pragma: no cover - exercised in a subprocess that hides the module (test_columnar_walk)
     log.debug(
         "rsm.kafka._recordwalk is not built (the package was installed without a C compiler): v2 records are read "
         "by the pure-Python walk into Python lists, several times slower; reinstall with a compiler for the "
@@ -80,126 +71,8 @@ if not COMPILED_WALK:  # pragma: no cover - see above
 _PREFIX = struct.Struct(">qi")
 _NO_LIMIT = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
-_INT32 = 1 << 31
 # Output step of the zstd stream reader: most batches inflate in one step, and no step allocates the whole cap.
 _INFLATE_STEP = 256 << 10
-
-
-@dataclass
-class Columns:
-    """Decoded records as parallel lists; ``headers`` stays ``None`` unless headers were asked for.
-
-    ``keys`` or ``values`` stay empty when the decoder was told they are not wanted (``keys=False``); the
-    other lists always hold every row. ``nbytes`` bounds the key, value and header bytes held from above (the
-    size of the records the rows came from), so a reader can cut its batches by weight without summing lists.
-    """
-
-    offsets: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    timestamp_types: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    headers: list[list[tuple[str, bytes | None]]] | None = None
-    nbytes: int = field(default=0, compare=False)
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def value_bytes(self) -> int:
-        """Bytes of keys and values held (a measure of how much a batch of rows weighs)."""
-        return sum(len(k) for k in self.keys if k is not None) + sum(len(v) for v in self.values if v is not None)
-
-    @property
-    def has_headers(self) -> bool:
-        return self.headers is not None
-
-    def to_columns(self) -> Columns:
-        """These lists (:class:`RecordBuffers` has the same method)."""
-        return self
-
-    def truncate(self, rows: int) -> None:
-        """Drop the rows after the first ``rows`` (those of a batch found damaged half-way)."""
-        for column in (self.offsets, self.timestamps, self.timestamp_types, self.keys, self.values, self.headers):
-            if column is not None:
-                del column[rows:]
-
-
-def _binary_list(part: tuple[object, object, object, int] | None, rows: int) -> list[bytes | None]:
-    """A variable-width column of :meth:`RecordBuffers.parts` as bytes and ``None``."""
-    if part is None:
-        return []
-    validity, offsets, data = (None if b is None else memoryview(b) for b in part[:3])  # type: ignore[arg-type]
-    ends = offsets.cast("i")  # type: ignore[union-attr]
-    raw = bytes(data)  # type: ignore[arg-type]
-    out: list[bytes | None] = []
-    for i in range(rows):
-        if validity is not None and not validity[i >> 3] >> (i & 7) & 1:
-            out.append(None)
-        else:
-            out.append(raw[ends[i] : ends[i + 1]])
-    return out
-
-
-class RecordBuffers:
-    """Rows kept by the compiled walk, held as Arrow column buffers (``rsm/kafka/_recordwalk.c``).
-
-    The decoder appends to it; :meth:`parts` hands the buffers over (pyarrow wraps them without a copy, see
-    :func:`rsm.spark.reader.to_record_batch`) and seals it: it takes no more rows, and later calls see the same
-    parts. :meth:`to_columns` gives the rows as :class:`Columns` lists, for a quick look and for tests.
-    """
-
-    __slots__ = ("builder", "_parts")
-
-    def __init__(self, *, keys: bool = True, values: bool = True, headers: bool = False) -> None:
-        if RecordBuilder is None:
-            raise RuntimeError("rsm.kafka._recordwalk is not built: use Columns (new_columns(arrow=False))")
-        self.builder: RecordBuilder | None = RecordBuilder(keys, values, headers)
-        self._parts: dict[str, object] | None = None
-
-    def __len__(self) -> int:
-        return len(self.builder) if self.builder is not None else self._parts["rows"]  # type: ignore[index]
-
-    def __repr__(self) -> str:
-        return f"RecordBuffers({len(self)} rows{'' if self.builder is not None else ', sealed'})"
-
-    @property
-    def has_headers(self) -> bool:
-        """Whether headers are built."""
-        return self.builder.headers if self.builder is not None else self._parts["headers"] is not None  # type: ignore[index]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of keys, values and headers held."""
-        return self.builder.nbytes if self.builder is not None else 0
-
-    def parts(self) -> dict[str, object]:
-        """The column buffers (see ``RecordBuilder.take``): ``rows``, ``offset``, ``timestamp`` (ms),
-        ``timestampType``, ``key``, ``value`` and ``headers``. Seals the buffers."""
-        if self._parts is None:
-            self._parts = self.builder.take()  # type: ignore[union-attr]
-            self.builder = None
-        return self._parts
-
-    def to_columns(self) -> Columns:
-        parts = self._parts if self._parts is not None else self.builder.copy()  # type: ignore[union-attr]
-        rows: int = parts["rows"]  # type: ignore[assignment]
-        cols = Columns(
-            offsets=memoryview(parts["offset"]).cast("q").tolist(),  # type: ignore[arg-type]
-            timestamps=memoryview(parts["timestamp"]).cast("q").tolist(),  # type: ignore[arg-type]
-            timestamp_types=memoryview(parts["timestampType"]).cast("i").tolist(),  # type: ignore[arg-type]
-            keys=_binary_list(parts["key"], rows),  # type: ignore[arg-type]
-            values=_binary_list(parts["value"], rows),  # type: ignore[arg-type]
-        )
-        if parts["headers"] is not None:
-            lists, names, values, count = parts["headers"]  # type: ignore[misc]
-            name_list = [b.decode("utf-8") for b in _binary_list(names, count)]  # type: ignore[union-attr]
-            value_list = _binary_list(values, count)
-            starts = memoryview(lists).cast("i")
-            cols.headers = [
-                list(zip(name_list[starts[i] : starts[i + 1]], value_list[starts[i] : starts[i + 1]], strict=True))
-                for i in range(rows)
-            ]
-        return cols
 
 
 @dataclass(frozen=True)
@@ -251,14 +124,6 @@ def iter_log_entries(f: BinaryIO, start_position: int, end_position: int | None)
             raise TruncatedBatch(pos, LOG_OVERHEAD + len(rest), LOG_OVERHEAD + length)
         yield pos, prefix + rest
         pos += LOG_OVERHEAD + length
-
-
-def _v(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint with the one-byte case inline (callers inline it again where it matters)."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    return decode_varlong(buf, pos)
 
 
 class LogBatchDecoder:
@@ -388,7 +253,9 @@ class LogBatchDecoder:
             return True
         payload = self._inflate_batch(header, body, position)
         out.nbytes += len(payload)
-        self._append_v2(payload, header.records_count, header, out)
+        append_v2_records(
+            payload, header.records_count, header, out, self._row_bounds, keys=self.keys, values=self.values
+        )
         return True
 
     def _inflate_batch(self, header: BatchHeader, body: memoryview, position: int) -> bytes:
@@ -425,130 +292,6 @@ class LogBatchDecoder:
             if total > cap:
                 raise DecompressionLimitExceeded(f"zstd records inflate beyond the {cap}-byte decompression cap")
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _append_v2(self, payload: bytes, count: int, header: object, out: Columns) -> None:
-        lo, hi, ts_lo, ts_hi = self._row_bounds
-        base_off = header.base_offset  # type: ignore[attr-defined]
-        base_ts = header.base_timestamp  # type: ignore[attr-defined]
-        ts_type = header.timestamp_type  # type: ignore[attr-defined]
-        log_append_ts = header.max_timestamp if ts_type == 1 else None  # type: ignore[attr-defined]
-        want_headers = out.headers is not None
-        offs, tss, types = out.offsets, out.timestamps, out.timestamp_types
-        keys = out.keys if self.keys else []  # a list thrown away: the field is decoded to frame the record
-        vals = out.values if self.values else []
-        hdrs = out.headers
-        end = len(payload)
-        pos = 0
-        first = len(tss)
-        for _ in range(count):
-            c = payload[pos]
-            if c < 0x80:
-                length = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                length = (c >> 1) ^ -(c & 1)
-                pos += 2
-            else:
-                length, pos = decode_varint(payload, pos)
-            rec_end = pos + length
-            if length <= 0 or rec_end > end:
-                raise ValueError(f"record length {length} runs past the batch")
-            pos += 1  # record attributes, unused
-            c = payload[pos]
-            if c < 0x80:
-                ts_delta = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                ts_delta = (c >> 1) ^ -(c & 1)
-                pos += 2
-            else:
-                ts_delta, pos = decode_varlong(payload, pos)
-            c = payload[pos]
-            if c < 0x80:
-                off_delta = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                off_delta = (c >> 1) ^ -(c & 1)
-                pos += 2
-            else:
-                off_delta, pos = decode_varint(payload, pos)
-            offset = base_off + off_delta
-            ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
-            if offset < lo or offset > hi or (ts_lo is not None and ts < ts_lo) or (ts_hi is not None and ts >= ts_hi):
-                pos = rec_end
-                continue
-            c = payload[pos]
-            if c < 0x80:
-                n = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                n = (c >> 1) ^ -(c & 1)
-                pos += 2
-            else:
-                n, pos = decode_varint(payload, pos)
-            if n < 0:
-                key = None
-            else:
-                key = payload[pos : pos + n]
-                pos += n
-            c = payload[pos]
-            if c < 0x80:
-                n = (c >> 1) ^ -(c & 1)
-                pos += 1
-            elif payload[pos + 1] < 0x80:  # two bytes: lengths of a few hundred bytes, ms deltas
-                c = (c & 0x7F) | (payload[pos + 1] << 7)
-                n = (c >> 1) ^ -(c & 1)
-                pos += 2
-            else:
-                n, pos = decode_varint(payload, pos)
-            if n < 0:
-                value = None
-            else:
-                value = payload[pos : pos + n]
-                pos += n
-            if pos > rec_end:
-                raise ValueError("key and value run past the record")
-            if want_headers:
-                pos = self._headers(payload, pos, rec_end, hdrs)  # type: ignore[arg-type]
-            pos = rec_end
-            offs.append(offset)
-            tss.append(ts)
-            types.append(ts_type)
-            keys.append(key)
-            vals.append(value)
-        if pos != end:
-            raise ValueError(f"{end - pos} bytes left after {count} records")
-        if log_append_ts is None and len(tss) > first:
-            kept = tss[first:]
-            if min(kept) < _INT64_MIN or max(kept) > _NO_LIMIT:
-                raise ValueError("a timestamp does not fit in 64 bits")
-
-    @staticmethod
-    def _headers(payload: bytes, pos: int, rec_end: int, out: list[list[tuple[str, bytes | None]]]) -> int:
-        count, pos = _v(payload, pos)
-        if count < 0:
-            raise ValueError(f"negative header count {count}")
-        items: list[tuple[str, bytes | None]] = []
-        for _ in range(count):
-            n, pos = _v(payload, pos)
-            if n < 0:
-                raise ValueError("null header key")
-            name = payload[pos : pos + n].decode("utf-8")
-            pos += n
-            n, pos = _v(payload, pos)
-            value = None
-            if n >= 0:
-                value = payload[pos : pos + n]
-                pos += n
-            items.append((name, value))
-        if pos != rec_end:
-            raise ValueError(f"record ends at {pos}, its length says {rec_end}")
-        out.append(items)
-        return pos
 
     def _feed_legacy(self, position: int, entry: bytes, out: Columns | RecordBuffers) -> bool:
         b = self.bounds

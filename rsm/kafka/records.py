@@ -6,7 +6,7 @@ and an offline Spark reader decodes records). The layout follows Kafka's ``Defau
 ``DefaultRecord`` (see the reference §6): a 61-byte big-endian header, then the records, which are one
 compressed stream when the codec bits are non-zero.
 
-Scanning headers never reads record bodies, so walking a 1 GiB segment costs one small read per batch.
+Walking a whole log batch by batch (headers only, or whole batches) is :mod:`rsm.kafka.log_scan`.
 
 Around this module: the codecs (``rsm.kafka.compression``), the legacy v0/v1 message format
 (``rsm.kafka.legacy``), varints (``rsm.kafka.varint``) and the error family (``rsm.kafka.errors``) have modules
@@ -16,12 +16,8 @@ of their own; their public names are re-exported here, so ``from rsm.kafka.recor
 from __future__ import annotations
 
 import enum
-import io
-import os
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import crc32c as _crc32c
 
@@ -66,12 +62,9 @@ __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "encode_varint",
     "encode_varlong",
-    "iter_batch_headers",
-    "iter_batches",
     "parse_batch_header",
     "parse_control_key",
     "parse_end_txn_marker",
-    "read_batch",
     "verify_crc",
     "zigzag_decode",
     "zigzag_encode",
@@ -225,148 +218,6 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, position: int = 0) -
     if header.records_count < 0:
         raise CorruptRecordBatch(f"negative record count {header.records_count}", position)
     return header
-
-
-def _as_reader(
-    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-) -> tuple[BinaryIO, bool]:
-    """Open a path (we close it) or use a caller's binary file/bytes (left open)."""
-    if isinstance(path_or_file, (bytes, bytearray, memoryview)):
-        return io.BytesIO(path_or_file), True
-    if isinstance(path_or_file, (str, os.PathLike)):
-        return open(path_or_file, "rb"), True  # noqa: SIM115 - closed by the generator
-    return path_or_file, False
-
-
-def _stream_size(f: BinaryIO) -> int | None:
-    try:
-        return os.fstat(f.fileno()).st_size
-    except (OSError, AttributeError, io.UnsupportedOperation):
-        pass
-    try:
-        if f.seekable():
-            here = f.tell()
-            end = f.seek(0, io.SEEK_END)
-            f.seek(here)
-            return end
-    except (OSError, AttributeError, io.UnsupportedOperation):
-        pass
-    return None
-
-
-def _read_exact(f: BinaryIO, n: int) -> bytes:
-    """Read up to ``n`` bytes, looping over short reads (pipes and HTTP bodies return less than asked)."""
-    chunks: list[bytes] = []
-    got = 0
-    while got < n:
-        chunk = f.read(n - got)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _iter_raw(
-    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-    start_position: int,
-    want_body: bool,
-    stop_on_truncated_tail: bool,
-) -> Iterator[tuple[BatchHeader, bytes | None]]:
-    """Shared walker: seekable inputs skip bodies with ``seek``; streams read them and drop them."""
-    f, owned = _as_reader(path_or_file)
-    try:
-        seekable = False
-        try:
-            seekable = f.seekable()
-        except (AttributeError, ValueError):
-            seekable = False
-        size = _stream_size(f) if seekable else None
-        if seekable:
-            f.seek(start_position)
-        elif start_position:
-            skipped = _read_exact(f, start_position)
-            if len(skipped) < start_position:
-                return
-        pos = start_position
-        while True:
-            if size is not None and pos >= size:
-                return
-            head = _read_exact(f, BATCH_HEADER_SIZE)
-            if not head:
-                return
-            try:
-                header = parse_batch_header(head, pos)
-            except TruncatedBatch:
-                if stop_on_truncated_tail:
-                    return
-                raise
-            total = header.size
-            if size is not None and pos + total > size:
-                if stop_on_truncated_tail:
-                    return
-                raise TruncatedBatch(pos, size - pos, total)
-            body: bytes | None = None
-            if want_body or not seekable:
-                rest = _read_exact(f, total - BATCH_HEADER_SIZE)
-                if len(rest) < total - BATCH_HEADER_SIZE:
-                    if stop_on_truncated_tail:
-                        return
-                    raise TruncatedBatch(pos, BATCH_HEADER_SIZE + len(rest), total)
-                if want_body:
-                    body = head + rest
-            else:
-                f.seek(pos + total)
-            yield header, body
-            pos += total
-    finally:
-        if owned:
-            f.close()
-
-
-def iter_batch_headers(
-    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-    start_position: int = 0,
-    *,
-    stop_on_truncated_tail: bool = False,
-) -> Iterator[BatchHeader]:
-    """Yield the header of every batch from ``start_position`` (a batch start) to the end of the log.
-
-    Accepts a path, a binary file object (seekable or a plain stream) or bytes. An impossible header raises
-    :class:`CorruptRecordBatch` carrying ``.position``; a batch cut off by the end of the data raises its
-    subclass :class:`TruncatedBatch`, unless ``stop_on_truncated_tail=True``, which ends the iteration
-    quietly instead (what a reader of a fetch stream cut at ``endPosition`` wants). Magic 0/1 raises
-    :class:`UnsupportedFormat`. Bodies are skipped, not read, when the input is seekable.
-    """
-    for header, _ in _iter_raw(path_or_file, start_position, False, stop_on_truncated_tail):
-        yield header
-
-
-def iter_batches(
-    path_or_file: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview,
-    start_position: int = 0,
-    *,
-    stop_on_truncated_tail: bool = False,
-    verify: bool = False,
-) -> Iterator[tuple[BatchHeader, bytes]]:
-    """Like :func:`iter_batch_headers` but also yields each whole batch's bytes.
-
-    With ``verify=True`` a CRC mismatch raises :class:`CorruptRecordBatch` at that batch's position.
-    """
-    for header, body in _iter_raw(path_or_file, start_position, True, stop_on_truncated_tail):
-        assert body is not None
-        if verify and not verify_crc(body):
-            raise CorruptRecordBatch("CRC-32C mismatch", header.position)
-        yield header, body
-
-
-def read_batch(f: BinaryIO, header: BatchHeader) -> bytes:
-    """Read the whole batch described by ``header`` from a seekable file (e.g. one found by an index lookup)."""
-    f.seek(header.position)
-    data = _read_exact(f, header.size)
-    if len(data) < header.size:
-        raise TruncatedBatch(header.position, len(data), header.size)
-    return data
 
 
 def verify_crc(batch: bytes | bytearray | memoryview) -> bool:
@@ -527,26 +378,3 @@ def parse_end_txn_marker(value: bytes | None) -> tuple[int, int]:
         raise ValueError("end-transaction marker value must hold version int16 and coordinatorEpoch int32")
     version, coordinator_epoch = _END_TXN_MARKER.unpack_from(value, 0)
     return version, coordinator_epoch
-
-
-def batch_view(
-    data: bytes | bytearray | memoryview, *, stop_on_truncated_tail: bool = False
-) -> list[tuple[tuple[int, ...], list[Record]]]:
-    """Every batch as its header fields (all but the length and CRC, which follow from the rest) and its decoded
-    records: two copies of the same batches compare equal on this whatever bytes their codec produced."""
-    out = []
-    for h, body in iter_batches(data, verify=True, stop_on_truncated_tail=stop_on_truncated_tail):
-        fields = (
-            h.base_offset,
-            h.partition_leader_epoch,
-            h.attributes,
-            h.last_offset_delta,
-            h.base_timestamp,
-            h.max_timestamp,
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            h.records_count,
-        )
-        out.append((fields, decode_records(body)))
-    return out

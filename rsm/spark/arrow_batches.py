@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
-from rsm.kafka.columnar import Columns, RecordBuffers
+from rsm.kafka.record_columns import Columns, RecordBuffers
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from rsm.core.manager import RemoteStorageManager
 from rsm.errors import CorruptDataException
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds, RecordBuffers, iter_log_entries
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
+from rsm.kafka.record_columns import Columns, RecordBuffers
 from rsm.kafka.records import CorruptRecordBatch
 from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, arrow_field, batch_schema, to_record_batch
 from rsm.spark.options import TieredReadOptions

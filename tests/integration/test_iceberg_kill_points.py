@@ -31,7 +31,7 @@ from rsm.deletion.fileio_holding import list_locations, normal_location
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.maintenance.compaction import compact
 from rsm.iceberg.maintenance.references import referenced_files
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.segment_files import SegmentFiles
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 COPY_POINTS = [p for p in POINTS if not p.startswith("delete-")]

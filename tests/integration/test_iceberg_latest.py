@@ -25,8 +25,10 @@ from rsm import RemoteStorageException, RemoteStorageManager
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.latest_table import LatestWriter, read_watermarks
 from rsm.iceberg.maintenance.run import maintain
+from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.records import ControlRecordType
-from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_entries_segment
 from rsm.metadata import TopicIdPartition
 
 T0 = 1_767_225_600_000

@@ -24,8 +24,11 @@ from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.config import MaintenanceSettings
 from rsm.iceberg.maintainer import MaintenanceStats
 from rsm.iceberg.maintenance.compaction import compact, plan_compaction
-from rsm.kafka.records import batch_view, decode_records, iter_batches
-from rsm.kafka.writer import SegmentFiles, write_large_segment, write_segment
+from rsm.kafka.large_segment import write_large_segment
+from rsm.kafka.log_scan import batch_view, iter_batches
+from rsm.kafka.records import decode_records
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition, random_kafka_uuid
 
 TOPIC_ID = random_kafka_uuid()

@@ -28,9 +28,11 @@ from hypothesis import strategies as st
 from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.value_hook import ValueColumn
+from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.indexes import decode_offset_index
-from rsm.kafka.records import ControlRecordType, batch_view, decode_records, iter_batches
-from rsm.kafka.writer import build_batch, build_control_batch, write_entries_segment
+from rsm.kafka.log_scan import batch_view, iter_batches
+from rsm.kafka.records import ControlRecordType, decode_records
+from rsm.kafka.writer import write_entries_segment
 from rsm.metadata import TopicIdPartition
 
 BASE = {"chunk.size": "65536", "storage.backend.class": "filesystem", "storage.fsync.enabled": "false"}

@@ -25,7 +25,7 @@ from iceberg_testing import (
 from pg_testing import PostgresServer
 
 from rsm import RemoteStorageManager
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.segment_files import SegmentFiles
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
 

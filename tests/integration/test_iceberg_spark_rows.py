@@ -14,7 +14,8 @@ import pytest
 from iceberg_testing import Rec, iceberg_config, load_table, rewrite_sorted, segment_of
 
 from rsm import RemoteStorageManager
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.planning import PushedBounds
 from rsm.spark.reader import TieredReader

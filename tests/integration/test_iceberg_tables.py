@@ -15,8 +15,8 @@ from iceberg_testing import ORDER_SCHEMA, order_records, segment_of
 
 from rsm import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format
-from rsm.kafka.records import iter_batches
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.log_scan import iter_batches
+from rsm.kafka.segment_files import SegmentFiles
 from rsm.metadata import TopicIdPartition
 
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"

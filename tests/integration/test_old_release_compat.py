@@ -19,7 +19,7 @@ from key_services import kms_rsa_key, pair_configs
 from old_release import read_with
 
 from rsm import RemoteStorageManager
-from rsm.kafka.writer import SegmentFiles
+from rsm.kafka.segment_files import SegmentFiles
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 pytestmark = pytest.mark.timeout(600)

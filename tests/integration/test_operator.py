@@ -18,7 +18,8 @@ from emulators import StoreServer
 
 from rsm.cli.main import cli, main
 from rsm.cli.properties import read_properties, write_properties
-from rsm.kafka.writer import build_batch, write_entries_segment
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.writer import write_entries_segment
 from rsm.metadata import TopicIdPartition
 
 KTS = [sys.executable, "-m", "rsm.cli.main"]

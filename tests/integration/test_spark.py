@@ -27,8 +27,10 @@ from spark_data import BASE_TS, Dataset, build_dataset
 
 from rsm import RemoteStorageManager
 from rsm.errors import CorruptDataException
+from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
 from rsm.kafka.indexes import decode_producer_snapshot
+from rsm.kafka.log_scan import iter_batches
 from rsm.kafka.records import (
     CompressionType,
     ControlRecordType,
@@ -36,9 +38,9 @@ from rsm.kafka.records import (
     DecompressionLimitExceeded,
     decode_records,
     decompress,
-    iter_batches,
 )
-from rsm.kafka.writer import SegmentFiles, build_batch, build_control_batch, write_entries_segment, write_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_entries_segment, write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 from rsm.spark.option_values import ReadOptionsError
 from rsm.spark.options import TieredReadOptions, redact

@@ -23,7 +23,8 @@ from jvm_testing import SpecSegment, spec_segment, write_spec
 from key_services import kms_rsa_key, pair_configs
 
 from rsm import IndexType, RemoteResourceNotFoundException
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 from rsm.metadata import TopicIdPartition
 
 # Aiven's source comes from GitHub, which CI cannot reach: `make test-aiven-compat` runs this module.

@@ -20,7 +20,8 @@ from helpers import encryption_configs
 
 from rsm import RemoteStorageManager
 from rsm.kafka.indexes import encode_leader_epoch_checkpoint
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK")
 

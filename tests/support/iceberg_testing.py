@@ -22,7 +22,9 @@ from pyiceberg.io import FileIO, InputFile, OutputFile
 
 from rsm import RemoteStorageManager
 from rsm.iceberg.duckdb_reader import duckdb_with_iceberg  # noqa: F401 - for the tests
-from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_entries_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
 REPO = Path(__file__).resolve().parents[2]

@@ -255,7 +255,7 @@ def write_spec(path: Path, segments: Iterable[SpecSegment]) -> Path:
 
 
 def spec_segment(files: object, meta: RemoteLogSegmentMetadata) -> SpecSegment:
-    """From ``rsm.kafka.writer.SegmentFiles`` (duck-typed to keep this module import-light)."""
+    """From ``rsm.kafka.segment_files.SegmentFiles`` (duck-typed to keep this module import-light)."""
     return SpecSegment(
         meta=meta,
         log=files.log,

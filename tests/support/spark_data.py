@@ -15,8 +15,11 @@ from typing import Any
 
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from rsm.kafka.records import decode_legacy_entry, decode_records, iter_batches
-from rsm.kafka.writer import SegmentFiles, build_batch, write_entries_segment, write_segment
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.log_scan import iter_batches
+from rsm.kafka.records import decode_legacy_entry, decode_records
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_entries_segment, write_segment
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
 BASE_TS = 1_700_000_000_000

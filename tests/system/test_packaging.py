@@ -74,7 +74,7 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     assert f"Implementation-Version: {__version__}" in manifest
     r = subprocess.run([str(installed / "kts"), "--version"], capture_output=True, text=True)
     assert r.stdout.strip() == f"kts {__version__}"
-    probe_walk = "import rsm.kafka.columnar as c; print(c.COMPILED_WALK, c.RecordBuilder.__module__)"
+    probe_walk = "import rsm.kafka.record_columns as c; print(c.COMPILED_WALK, c.RecordBuilder.__module__)"
     r = subprocess.run([str(installed / "python"), "-c", probe_walk], capture_output=True, text=True, cwd=tmp_path)
     assert r.stdout.split() == ["True", "rsm.kafka._recordwalk"], r.stderr
     probe_encoder = "import rsm.kafka.batch_encoder as b; print(b.encode_records.__module__)"

@@ -45,7 +45,7 @@ def test_demo_iceberg_part_counts_match_the_segments(tmp_path: Path, capsys: pyt
     first = capsys.readouterr().out
     segments = sorted((tmp_path / "demo" / "iceberg" / "segments").iterdir())
     assert len(segments) == demo_iceberg.PARTITIONS
-    from rsm.kafka.records import iter_batches
+    from rsm.kafka.log_scan import iter_batches
 
     for p, folder in enumerate(segments):
         [log] = folder.glob("*.log")

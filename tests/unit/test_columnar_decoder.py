@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_data import kafka_lz4_frame, kafka_lz4_wrapper, legacy_entry, xxh32
 
+from rsm.kafka.batch_builder import build_batch
 from rsm.kafka.columnar import LogBatchDecoder, ReadBounds, iter_log_entries
 from rsm.kafka.records import (
     CorruptRecordBatch,
@@ -19,7 +20,6 @@ from rsm.kafka.records import (
     decode_records,
     lz4_legacy_v0_decompress,
 )
-from rsm.kafka.writer import build_batch
 
 _bytes = st.one_of(st.none(), st.binary(max_size=300))
 _header = st.tuples(st.text(max_size=8), _bytes)

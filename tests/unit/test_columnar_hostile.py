@@ -9,9 +9,10 @@ import struct
 import crc32c
 import pytest
 
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.record_columns import Columns
 from rsm.kafka.records import BATCH_HEADER_SIZE, CorruptRecordBatch, encode_varint, encode_varlong
-from rsm.kafka.writer import build_batch
 
 
 def _decode(entry: bytes, **options: object) -> Columns:

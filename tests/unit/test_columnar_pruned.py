@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark_data import legacy_entry
 
-from rsm.kafka.columnar import Columns, LogBatchDecoder, ReadBounds
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.record_columns import Columns
 from rsm.kafka.records import (
     BATCH_HEADER_SIZE,
     CompressionType,
@@ -23,7 +25,6 @@ from rsm.kafka.records import (
     DecompressionLimitExceeded,
     decompress,
 )
-from rsm.kafka.writer import build_batch
 from rsm.spark.arrow_batches import KAFKA_COLUMNS, to_record_batch
 
 pytestmark = pytest.mark.timeout(300)

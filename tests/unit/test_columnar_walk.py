@@ -34,9 +34,10 @@ from hypothesis import strategies as st
 from kafka.codec import snappy_encode
 from spark_data import legacy_entry
 
-from rsm.kafka.columnar import COMPILED_WALK, Columns, LogBatchDecoder, ReadBounds, RecordBuffers
+from rsm.kafka.batch_builder import build_batch
+from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+from rsm.kafka.record_columns import COMPILED_WALK, Columns, RecordBuffers
 from rsm.kafka.records import BATCH_HEADER_SIZE, CorruptRecordBatch, zigzag_encode
-from rsm.kafka.writer import build_batch
 from rsm.spark.arrow_batches import HEADERS_COLUMN, KAFKA_COLUMNS, to_record_batch
 
 LONG = os.environ.get("KTS_LONG_FUZZ") == "1"
@@ -417,7 +418,8 @@ _FALLBACK = textwrap.dedent(
     import logging, sys
     sys.modules["rsm.kafka._recordwalk"] = None  # as if the extension had not been built
     logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
-    from rsm.kafka.columnar import COMPILED_WALK, Columns, LogBatchDecoder, ReadBounds
+    from rsm.kafka.columnar import LogBatchDecoder, ReadBounds
+    from rsm.kafka.record_columns import COMPILED_WALK, Columns
     from rsm.spark.arrow_batches import to_record_batch
     import pyarrow as pa
     entries = [bytes.fromhex(h) for h in sys.argv[1:]]

@@ -17,7 +17,8 @@ from rsm.core.custom_metadata import CustomMetadata, CustomMetadataError
 from rsm.core.manifest import SegmentManifest
 from rsm.errors import CorruptDataException
 from rsm.jvm.codec import WireError, decode_config, decode_metadata, encode_metadata
-from rsm.kafka.records import KafkaFormatError, iter_batches
+from rsm.kafka.log_scan import iter_batches
+from rsm.kafka.records import KafkaFormatError
 
 LONG = os.environ.get("KTS_LONG_FUZZ") == "1"
 FUZZ = settings(

@@ -23,9 +23,9 @@ from rsm.iceberg.rows import (
     reference_row_tables,
     segment_row_tables,
 )
+from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.indexes import AbortedTxn
 from rsm.kafka.records import BATCH_HEADER_SIZE, ControlRecordType
-from rsm.kafka.writer import build_batch, build_control_batch
 
 _bytes_or_none = st.one_of(st.none(), st.binary(max_size=40))
 _header = st.tuples(st.text(max_size=8), _bytes_or_none)

@@ -24,8 +24,9 @@ from rsm.iceberg.row_slices import SLICE_ROWS
 from rsm.iceberg.rows import RowOrigin, SegmentSummary, segment_row_tables
 from rsm.iceberg.segment_fetch import RowGroupCache, _with_kafka_fields, iter_segment_rows
 from rsm.iceberg.segment_stream import iter_segment_batches
-from rsm.kafka.records import batch_view, iter_batches
-from rsm.kafka.writer import SegmentFiles, write_segment
+from rsm.kafka.log_scan import batch_view, iter_batches
+from rsm.kafka.segment_files import SegmentFiles
+from rsm.kafka.writer import write_segment
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import decode_varint as kp_decode_varint
 from kafka.record.util import encode_varint as kp_encode_varint
 
+from rsm.kafka.batch_builder import build_batch, build_control_batch
 from rsm.kafka.indexes import (
     AbortedTxn,
     EpochEntry,
@@ -39,6 +40,8 @@ from rsm.kafka.indexes import (
     segment_file_name,
     segment_leader_epochs,
 )
+from rsm.kafka.large_segment import write_large_segment
+from rsm.kafka.log_scan import iter_batch_headers, iter_batches
 from rsm.kafka.records import (
     CompressionType,
     ControlRecordType,
@@ -50,8 +53,6 @@ from rsm.kafka.records import (
     decode_varlong,
     encode_varint,
     encode_varlong,
-    iter_batch_headers,
-    iter_batches,
     parse_batch_header,
     parse_control_key,
     parse_end_txn_marker,
@@ -59,14 +60,7 @@ from rsm.kafka.records import (
     zigzag_decode,
     zigzag_encode,
 )
-from rsm.kafka.writer import (
-    build_batch,
-    build_control_batch,
-    write_empty_segment,
-    write_large_segment,
-    write_segment,
-    write_single_batch_segment,
-)
+from rsm.kafka.writer import write_empty_segment, write_segment, write_single_batch_segment
 from rsm.metadata import LogSegmentData, RemoteLogSegmentState, TopicIdPartition
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -412,7 +406,7 @@ def test_leader_epoch_checkpoint() -> None:
 
 def _check_segment_consistency(seg: object) -> list:
     """Every batch valid (per us and per kafka-python), offsets contiguous, indexes pointing at batch starts."""
-    from rsm.kafka.writer import SegmentFiles
+    from rsm.kafka.segment_files import SegmentFiles
 
     assert isinstance(seg, SegmentFiles)
     batches = list(iter_batches(seg.log, verify=True))

@@ -15,7 +15,8 @@ from rsm import IndexType, RemoteResourceNotFoundException, RemoteStorageExcepti
 from rsm.core.custom_metadata import CustomMetadata
 from rsm.core.object_keys import segment_keys
 from rsm.kafka.indexes import decode_offset_index
-from rsm.kafka.records import iter_batch_headers, verify_crc
+from rsm.kafka.log_scan import iter_batch_headers
+from rsm.kafka.records import verify_crc
 
 
 def _ranges(size: int, chunk: int, rng: random.Random) -> list[tuple[int, int | None]]:

@@ -1,5 +1,6 @@
-"""The sidecar hands freed buffers of 1 MiB and more back to the system (rsm.jvm.sidecar.return_large_buffers):
-after glibc has freed an 8 MiB block, 3 MiB blocks freed between live ones leave no holes in its heaps."""
+"""The sidecar hands freed buffers of 1 MiB and more back to the system
+(rsm.jvm.process_memory.return_large_buffers): after glibc has freed an 8 MiB block, 3 MiB blocks freed between
+live ones leave no holes in its heaps."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import sys
-from rsm.jvm.sidecar import return_large_buffers
+from rsm.jvm.process_memory import return_large_buffers
 
 def rss():
     for line in open("/proc/self/status"):
