@@ -367,7 +367,9 @@ def test_soak_16_threads_faults_and_sidecar_kills(
         "jvm_pipe_fds": (flat([(s.t, s.fds["pipe"]) for s in warm], 0, 0, median), "fds"),
         "jvm_file_fds": (flat([(s.t, s.fds["file"] + s.fds["anon"]) for s in warm], 0, 1, median), "fds"),
         "sidecar_rss_mib": (flat([(s.t, s.sidecar_rss_mib) for s in warm if s.sidecar_rss_mib], 0.25, 32), "MiB"),
-        "sidecar_fds": (flat([(s.t, s.sidecar_fds) for s in warm if s.sidecar_fds], 0, 8), "fds"),
+        # the sidecar's fds are mostly sockets to the store, which come and go in bursts with the calls in
+        # flight: their median moves with a leak (one fd per call would add hundreds), a burst moves only the max
+        "sidecar_fds": (flat([(s.t, s.sidecar_fds) for s in warm if s.sidecar_fds], 0, 8, median), "fds"),
     }
     grown = {k: (first, last) for k, ((ok, first, last), _) in checks.items() if not ok}
     assert not grown, f"not flat (first third max, last third max): {grown}"
