@@ -132,15 +132,7 @@ class S3Transfers(CloudBackend):
                 on_bytes=count,
                 buffers=self.buffers,
             )
-            self._call(
-                "complete-multipart-upload",
-                key,
-                lambda: self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-                deadline=deadline,
-                key_read=False,
-            )
+            self._complete_multipart(key, upload_id, parts, deadline)
         except BaseException as e:
             if head:  # failed before its first part was taken
                 self.buffers.release(len(head.pop()))
@@ -149,6 +141,18 @@ class S3Transfers(CloudBackend):
                 raise self._map_error("multipart upload", key, e) from e
             raise  # our mapped errors, and the source's own exceptions, unchanged
         return total
+
+    def _complete_multipart(self, key: str, upload_id: str, parts: list[dict[str, Any]], deadline: Deadline) -> None:
+        """Join the uploaded ``parts`` into the object ``key``."""
+        self._call(
+            "complete-multipart-upload",
+            key,
+            lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            ),
+            deadline=deadline,
+            key_read=False,
+        )
 
     def _abort(self, key: str, upload_id: str) -> None:
         """Retried like every call; if it still fails, the parts stay invisible (never an object) and the warning
@@ -271,15 +275,7 @@ class S3Transfers(CloudBackend):
             while in_flight:
                 parts.append(settle(in_flight[0]))
                 in_flight.popleft()
-            self._call(
-                "complete-multipart-upload",
-                target_key,
-                lambda: self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=target_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-                deadline=deadline,
-                key_read=False,
-            )
+            self._complete_multipart(target_key, upload_id, parts, deadline)
         except BaseException as e:
             for future in in_flight:
                 future.cancel()
