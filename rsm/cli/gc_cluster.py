@@ -41,6 +41,7 @@ from rsm.operator_tools.garbage_removal import quarantine_usage
 from rsm.operator_tools.reconcile import (
     CLUSTER_KINDS,
     DEAD_TOPIC_ICEBERG,
+    DEAD_TOPIC_LATEST,
     DEAD_TOPIC_SEGMENT,
     LostSegment,
     Reconciliation,
@@ -49,7 +50,7 @@ from rsm.operator_tools.reconcile import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-DEAD_TOPIC_KINDS = (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG)
+DEAD_TOPIC_KINDS = (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG, DEAD_TOPIC_LATEST)
 DEFAULT_CONFIRM_AFTER_S = 300.0
 """How far apart two Metadata reads must be to confirm a topic id gone (``--confirm-after``)."""
 
@@ -144,14 +145,25 @@ def check(
     return ClusterCheck(record, topics, result)
 
 
+def _dead_topic(item: GarbageItem) -> tuple[str, str] | None:
+    """The (topic id, name) a dead-topic item is of: its segment's, or its latest table rows'."""
+    if item.kind not in DEAD_TOPIC_KINDS:
+        return None
+    if item.dead_topic is not None:
+        return item.dead_topic
+    if item.segment is not None:
+        return item.segment.topic_id_partition.topic_id, item.segment.topic_id_partition.topic
+    return None
+
+
 def _unconfirmed_topics(result: Reconciliation) -> dict[str, str]:
     """The topic ids (with names) of dead-topic items that lack ``TOPIC_GONE_CONFIRMED``."""
     out: dict[str, str] = {}
     for item in result.items:
         signals = {e.signal for e in item.evidence}
-        if item.kind in DEAD_TOPIC_KINDS and item.segment is not None and TOPIC_GONE_CONFIRMED not in signals:
-            tip = item.segment.topic_id_partition
-            out[tip.topic_id] = tip.topic
+        dead = _dead_topic(item)
+        if dead is not None and TOPIC_GONE_CONFIRMED not in signals:
+            out[dead[0]] = dead[1]
     return out
 
 
@@ -176,8 +188,9 @@ def confirm_dead_topics(checked: ClusterCheck, settings: Mapping[str, Any], abse
     gone = absence.gone(checked.record.delete_marked())
     items: list[GarbageItem] = []
     for item in checked.result.items:
-        tid = item.segment.topic_id_partition.topic_id if item.segment is not None else ""
-        if item.kind not in DEAD_TOPIC_KINDS or tid not in pending:
+        dead = _dead_topic(item)
+        tid = dead[0] if dead is not None else ""
+        if dead is None or tid not in pending:
             items.append(item)
         elif not again.lacks(tid):
             stdout.print(f"{again.broker} lists topic id {tid} ({pending[tid]}), or may not describe it: left alone")
@@ -247,9 +260,11 @@ def reconcile_with_cluster(
     if unconfirmed:
         for tid, name in sorted(unconfirmed.items(), key=lambda kv: kv[1]):
             mine = [i for i in result.items if i.segment and i.segment.topic_id_partition.topic_id == tid]
+            rows = sum(i.rows or 0 for i in result.items if i.dead_topic is not None and i.dead_topic[0] == tid)
             stdout.print(
                 f"suspected, not confirmed: topic {name} ({tid}) is not listed by {checked.topics.broker}: "
                 f"{len(mine)} segments, {sum(i.size or 0 for i in mine):,} bytes"
+                + (f", {rows:,} rows in its latest-per-key table" if rows else "")
             )
         if not delete:
             stdout.print(

@@ -14,6 +14,7 @@ from rsm.cli.settings import config_options, open_manager
 from rsm.deletion.holding import Held
 from rsm.deletion.quarantine import Quarantine, check_run_id
 from rsm.operator_tools.garbage_removal import quarantines_of
+from rsm.operator_tools.latest_rows import restore_held
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,11 +94,12 @@ def restore_command(
     config: str | None, sets: tuple[str, ...], key: str | None, topic: str | None, run: str | None
 ) -> int:
     """Put objects back from the quarantine under their original keys (by --key, --topic or --run: at least one).
-    An object whose key holds a live object now is refused and stays held (exit 1)."""
+    An object whose key holds a live object now is refused and stays held (exit 1). Rows removed from a
+    latest-per-key table go back into it, each whose key has no row now; the others stay held (exit 1)."""
     if not (key or topic or run):
         raise click.UsageError("name what to restore: --key, --topic or --run")
     with open_manager(*_store(config, sets), keys=False) as manager:
-        reports = [q.restore(held) for q, held in _select(quarantines_of(manager), key, topic, run)]
+        reports = [restore_held(manager, q, held) for q, held in _select(quarantines_of(manager), key, topic, run)]
     report = reports[0]
     for other in reports[1:]:
         report.restored += other.restored

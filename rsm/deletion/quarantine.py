@@ -251,6 +251,33 @@ class Quarantine:
             out.append(held)
         return out
 
+    def keep(
+        self, kind: str, original: str, data: bytes, evidence: Sequence[Evidence], run: str, topic: str | None = None
+    ) -> Held:
+        """Hold ``data``, which no object of the place holds (rows a commit is about to remove from a table), as
+        if it had been ``original``: the record first, then the copy. ``original`` names the item (a location of
+        the place's own); nothing is ever written there, and such items are put back by their kind's own restore,
+        not :meth:`restore`."""
+        check_run_id(run)
+        location = f"{self.root}{run}/{self._relative(original)}"
+        lines = tuple(f"{e.signal}: {e.detail}" if e.detail else e.signal for e in evidence)
+        now = self.clock()
+        held = Held(original, location, len(data), kind, run, now, now + self.retention_s, topic, lines)
+        self.store.put(location + RECORD_SUFFIX, encode_record(held))
+        try:
+            self.store.put(location, data)
+        except BaseException:
+            self._forget(location + RECORD_SUFFIX)
+            raise
+        if self.store.size(location) != len(data):
+            self.store.delete(location)
+            self._forget(location + RECORD_SUFFIX)
+            raise RemoteStorageException(
+                f"{original}: {len(data)} bytes written into {self.describe()} read back with another size; "
+                "nothing was removed"
+            )
+        return held
+
     def _forget(self, record: str) -> None:
         try:
             self.store.delete(record)

@@ -161,6 +161,14 @@ RULES: Mapping[str, Rule] = {
             True,
         ),
         Rule(
+            "dead-topic-latest-rows",
+            "the rows of a topic id the cluster no longer has in a latest-per-key table (a topic's key state "
+            "outlives its segments otherwise); rows of other topic ids in the table are kept",
+            (RECORD_COMPLETE, TOPIC_GONE_CONFIRMED),
+            "`kts gc --confirm-after` (default 5 min) between the two Metadata reads",
+            True,
+        ),
+        Rule(
             "deleted-segment",
             "a segment whose last state in the record is DELETE_SEGMENT_FINISHED but whose objects remain",
             (RECORD_COMPLETE, STORE_AGE),

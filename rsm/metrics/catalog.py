@@ -504,7 +504,8 @@ GC_CLUSTER_METRICS = tuple(
             "gauge",
             ("kind",),
             "Segments the record ties to nothing live, by kind (dead-topic-segment, dead-topic-iceberg-segment, "
-            "deleted-segment, unfinished-copy), with every signal their removal needs: what kts gc --delete removes.",
+            "deleted-segment, unfinished-copy; dead-topic-latest-rows counts latest-per-key tables holding rows of a "
+            "dead topic id), with every signal their removal needs: what kts gc --delete removes.",
         ),
         ("garbage_bytes", "gauge", ("kind",), "Bytes in the store of those segments, by kind."),
         (

@@ -93,6 +93,11 @@ class GarbageItem:
     all of its objects are moved into the quarantine together."""
     evidence: tuple[Evidence, ...] = ()
     """The signals observed for the item (``rsm.deletion.rules``); its removal is authorised on them."""
+    dead_topic: tuple[str, str] | None = None
+    """Set for ``dead-topic-latest-rows``: the (topic id, topic name) whose rows of the latest table ``key``
+    names go."""
+    rows: int | None = None
+    """How many table rows the item holds, where it is rows rather than objects."""
 
 
 @dataclass

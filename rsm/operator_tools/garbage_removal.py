@@ -30,6 +30,9 @@ from rsm.operator_tools.garbage import (
     iceberg_catalog,
 )
 
+DEAD_TOPIC_LATEST = "dead-topic-latest-rows"
+"""``rsm.operator_tools.latest_rows``'s kind (that module imports this one)."""
+
 if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
 
@@ -131,6 +134,12 @@ def delete_garbage(
     if orphans:
         items = [i for i in items if i.kind != ICEBERG_ORPHAN]
         _remove_iceberg_orphans(manager, orphans, report, progress)
+    latest = [i for i in items if i.kind == DEAD_TOPIC_LATEST]
+    if latest:
+        from rsm.operator_tools.latest_rows import remove_latest_rows
+
+        items = [i for i in items if i.kind != DEAD_TOPIC_LATEST]
+        remove_latest_rows(manager, latest, report, progress)
     for outcome in ordered_map(
         lambda item: _remove(manager, quarantine, report.run, item), items, concurrency, "kts-gc-delete"
     ):

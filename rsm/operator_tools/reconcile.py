@@ -10,6 +10,8 @@ attempt) through the key layout (``parse_object_key``). From that:
   deleted while the store refused deletes); ``dead-topic-iceberg-segment`` when its manifest says it is an
   Iceberg-mode segment, whose records are rows of the topic's table;
 - ``deleted-segment``: a segment whose last state is DELETE_SEGMENT_FINISHED but whose objects are still there;
+- ``dead-topic-latest-rows``: the rows of such a topic id in its latest-per-key table
+  (``rsm.operator_tools.latest_rows``), with the evidence of a dead topic's segments but its age;
 - ``unfinished-copy``: a segment whose last state is COPY_SEGMENT_STARTED, started longer ago than the grace
   period (a copy killed midway);
 - lost: a segment whose last state is COPY_SEGMENT_FINISHED, of a live topic, whose manifest or ``.indexes`` (or
@@ -47,6 +49,7 @@ from rsm.kafka.remote_log_metadata import (
 )
 from rsm.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from rsm.operator_tools.garbage import GarbageItem
+from rsm.operator_tools.latest_rows import DEAD_TOPIC_LATEST, find_latest_rows
 
 if TYPE_CHECKING:
     from rsm.core.manager import RemoteStorageManager
@@ -55,7 +58,7 @@ DEAD_TOPIC_SEGMENT = "dead-topic-segment"
 DEAD_TOPIC_ICEBERG = "dead-topic-iceberg-segment"
 DELETED_SEGMENT = "deleted-segment"
 UNFINISHED_COPY = "unfinished-copy"
-CLUSTER_KINDS = (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG, DELETED_SEGMENT, UNFINISHED_COPY)
+CLUSTER_KINDS = (DEAD_TOPIC_SEGMENT, DEAD_TOPIC_ICEBERG, DEAD_TOPIC_LATEST, DELETED_SEGMENT, UNFINISHED_COPY)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,12 @@ def reconcile(
         age = Evidence(STORE_AGE, f"{len(objects)} objects, the youngest {now - youngest:.0f} s old")
         item = GarbageItem(kind, key, now - youngest, size, segment=seg.metadata, evidence=(*evidence, age))
         result.items.append(item)
+    dead = {
+        s.metadata.topic_id_partition.topic_id: s.metadata.topic_id_partition.topic
+        for s in segments.values()
+        if s.metadata.topic_id_partition.topic_id not in live
+    }
+    result.items += find_latest_rows(manager, dead, complete, gone or {})
     candidates: list[str] = []
     for segment_id, seg in sorted(segments.items()):
         if seg.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
