@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rsm.errors import RemoteStorageException
-from rsm.iceberg.latest_config import LatestTable
+from rsm.iceberg.latest_config import LatestTable, NotKeyable, key_bytes
 
 __all__ = ["DebeziumColumns", "connect_type", "envelope_of"]
 
@@ -40,6 +40,21 @@ _CONNECT_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "bytes": pa.binary(),
 }
+
+
+_ABSENT = object()
+
+
+def _field(row: dict[str, Any] | None, path: str) -> Any:
+    """The value at ``path`` (``value.a.b``: field ``a``, then ``b``) of a row; None where a level is null,
+    ``_ABSENT`` where a level has no such field."""
+    for name in path.split(".")[1:]:
+        if not isinstance(row, dict):
+            return None
+        if name not in row:
+            return _ABSENT
+        row = row[name]
+    return row
 
 
 def connect_type(schema: dict[str, Any]) -> pa.DataType:
@@ -99,8 +114,13 @@ def envelope_of(raw: bytes) -> tuple[dict[str, Any] | None, pa.DataType | None]:
 class DebeziumColumns:
     """Turns a chunk of log rows into the latest table's columns for a Debezium topic."""
 
-    def parse(self, chunk: pa.Table, spec: LatestTable) -> tuple[pa.Table, pa.Array, pa.Array]:
-        """(the columns of ``after``, whether each row deletes its key, whether each row is a change at all)."""
+    def parse(
+        self, chunk: pa.Table, spec: LatestTable
+    ) -> tuple[pa.Table, pa.Array, pa.Array, list[bytes | None] | None]:
+        """(the columns of ``after``, whether each row deletes its key, whether each row is a change at all, and
+        each row's key when the table is keyed by value fields: those of ``after``, or of ``before`` for a
+        delete; None when it is keyed by the Kafka key). A delete whose ``before`` lacks a key field raises
+        :class:`NotKeyable`."""
         if "value" in chunk.column_names:
             value = chunk.column("value")
             names = value.type.names if pa.types.is_struct(value.type) else []
@@ -108,7 +128,9 @@ class DebeziumColumns:
                 return self._parsed(chunk, spec)
         return self._json(chunk, spec)
 
-    def _parsed(self, chunk: pa.Table, spec: LatestTable) -> tuple[pa.Table, pa.Array, pa.Array]:
+    def _parsed(
+        self, chunk: pa.Table, spec: LatestTable
+    ) -> tuple[pa.Table, pa.Array, pa.Array, list[bytes | None] | None]:
         value = chunk.column("value").combine_chunks()
         op = pc.struct_field(value, "op")
         after = pc.struct_field(value, "after")
@@ -116,18 +138,30 @@ class DebeziumColumns:
         deleted = pc.or_(tombstone, pc.fill_null(pc.equal(op, "d"), False))
         upsert = pc.fill_null(pc.is_in(op, value_set=pa.array(_UPSERT_OPS)), False)
         change = pc.or_(deleted, upsert)
-        return self._columns(after, spec), deleted, change
+        keys = None
+        if not spec.by_kafka_key:
+            names = value.type.names
+            befores = pc.struct_field(value, "before").to_pylist() if "before" in names else [None] * len(value)
+            rows = zip(op.to_pylist(), tombstone.to_pylist(), befores, after.to_pylist(), strict=True)
+            keys = [
+                self._row_key(spec, chunk, i, o, gone, before, row) for i, (o, gone, before, row) in enumerate(rows)
+            ]
+        return self._columns(after, spec), deleted, change, keys
 
-    def _json(self, chunk: pa.Table, spec: LatestTable) -> tuple[pa.Table, pa.Array, pa.Array]:
+    def _json(
+        self, chunk: pa.Table, spec: LatestTable
+    ) -> tuple[pa.Table, pa.Array, pa.Array, list[bytes | None] | None]:
         afters: list[dict[str, Any] | None] = []
         types: list[pa.DataType] = []
         deleted: list[bool] = []
         change: list[bool] = []
-        for raw in chunk.column("value_raw").to_pylist():
+        keys: list[bytes | None] = []
+        for i, raw in enumerate(chunk.column("value_raw").to_pylist()):
             if raw is None:
                 afters.append(None)
                 deleted.append(True)
                 change.append(True)
+                keys.append(None)
                 continue
             envelope, after_type = envelope_of(raw)
             op = envelope.get("op") if envelope is not None else None
@@ -138,6 +172,10 @@ class DebeziumColumns:
                 afters.append(None)
                 deleted.append(True)
                 change.append(True)
+                before = envelope.get("before") if envelope is not None else None
+                if after_type is not None and isinstance(before, dict):
+                    before = _decode_bytes(before, after_type)  # as ``after`` is, so that keys compare equal
+                keys.append(None if spec.by_kafka_key else self._row_key(spec, chunk, i, op, False, before, None))
             elif op in _UPSERT_OPS and isinstance(after, dict):
                 if after_type is not None:
                     after = _decode_bytes(after, after_type)
@@ -145,10 +183,12 @@ class DebeziumColumns:
                 afters.append(after)
                 deleted.append(False)
                 change.append(True)
+                keys.append(None if spec.by_kafka_key else self._row_key(spec, chunk, i, op, False, None, after))
             else:
                 afters.append(None)
                 deleted.append(False)
                 change.append(False)
+                keys.append(None)
         if types:
             unified = pa.unify_schemas([pa.schema(list(t)) for t in types], promote_options="permissive")
             array = pa.array(afters, type=pa.struct(list(unified)))
@@ -158,7 +198,43 @@ class DebeziumColumns:
             self._columns(array, spec),
             pa.array(deleted, type=pa.bool_()),
             pa.array(change, type=pa.bool_()),
+            None if spec.by_kafka_key else keys,
         )
+
+    @staticmethod
+    def _row_key(
+        spec: LatestTable,
+        chunk: pa.Table,
+        index: int,
+        op: str | None,
+        tombstone: bool,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> bytes | None:
+        """The key of one event from the value fields ``spec`` names: ``after``'s for a create, update or read,
+        ``before``'s for a delete (None for a tombstone or another event: it is left out)."""
+        if tombstone or op not in (*_UPSERT_OPS, "d"):
+            return None
+        row = before if op == "d" else after
+        values = [_field(row, path) for path in spec.key]
+        if op != "d" and any(v is _ABSENT for v in values):
+            raise NotKeyable(
+                f"the latest table {'.'.join(spec.identifier)} is keyed by {', '.join(spec.key)}, which the rows "
+                f"('after') of the change events of topic {spec.topic!r} do not have; fix "
+                "iceberg.mode.table.<id>.latest.key (value.<column> names a column of the source table)"
+            )
+        values = [None if v is _ABSENT else v for v in values]
+        if op == "d" and any(v is None for v in values):
+            kafka = chunk.column("kafka")[index].as_py()
+            missing = [p for p, v in zip(spec.key, values, strict=True) if v is None]
+            raise NotKeyable(
+                f"the delete event at offset {kafka['offset']} of partition {kafka['partition']} of topic "
+                f"{spec.topic!r} has no {', '.join(missing)} in its 'before' (Debezium sends the key columns "
+                f"there), so the latest table {'.'.join(spec.identifier)} cannot tell which row it deletes. Set "
+                "REPLICA IDENTITY DEFAULT (or FULL) on the source table, with the key columns in its primary key, "
+                "or key the table by kafka.key (iceberg.mode.table.<id>.latest.key); the copy fails until then"
+            )
+        return key_bytes(values)
 
     def _columns(self, after: pa.Array | pa.ChunkedArray, spec: LatestTable) -> pa.Table:
         if isinstance(after, pa.ChunkedArray):

@@ -11,16 +11,14 @@ keys' newest records unless deleted.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rsm.errors import RemoteStorageException
 from rsm.iceberg.debezium import DebeziumColumns
-from rsm.iceberg.latest_config import LatestTable
+from rsm.iceberg.latest_config import LatestTable, NotKeyable, key_bytes
 
 __all__ = [
     "DELETED",
@@ -54,10 +52,6 @@ _RECORD_COLUMNS = ("headers", "key_raw", "value_raw", "value", "key")
 WATERMARK_PREFIX = "kafka.latest.offset."
 
 
-class NotKeyable(RemoteStorageException):
-    """A latest-per-key table's key names a field the topic's parsed value does not have."""
-
-
 def watermark_property(topic_id: str, partition: int) -> str:
     """The table property holding the last offset applied for the partition of that topic id."""
     return f"{WATERMARK_PREFIX}{topic_id}.{partition}"
@@ -89,13 +83,7 @@ def _keys(chunk: pa.Table, spec: LatestTable) -> list[bytes | None]:
                 )
             array = pc.struct_field(array, name)
         columns.append(array.to_pylist())
-    out: list[bytes | None] = []
-    for values in zip(*columns, strict=True):
-        if any(v is None for v in values):
-            out.append(None)
-        else:
-            out.append(json.dumps(list(values), default=str, separators=(",", ":")).encode())
-    return out
+    return [key_bytes(values) for values in zip(*columns, strict=True)]
 
 
 def changes_of(chunk: pa.Table, spec: LatestTable, debezium: DebeziumColumns | None = None) -> pa.Table:
@@ -110,17 +98,24 @@ def changes_of(chunk: pa.Table, spec: LatestTable, debezium: DebeziumColumns | N
         )
     )
     chunk = chunk.filter(keep)
-    keys = _keys(chunk, spec)
-    keyed = pa.array([k is not None for k in keys], type=pa.bool_())
-    chunk = chunk.filter(keyed)
-    key_array = pa.array([k for k in keys if k is not None], type=pa.binary())
-    kafka = chunk.column("kafka")
     change = None
     if spec.format == "debezium":
-        columns, deleted, change = (debezium or DebeziumColumns()).parse(chunk, spec)
+        # A Debezium topic's value fields are those of the row: ``after``, or ``before`` for a delete.
+        columns, deleted, change, row_keys = (debezium or DebeziumColumns()).parse(chunk, spec)
+        keys = _keys(chunk, spec) if row_keys is None else row_keys
+        keyed = pa.array([k is not None for k in keys], type=pa.bool_())
+        if columns.num_columns:  # none when no event has a row to give columns
+            columns = columns.filter(keyed)
+        deleted, change = deleted.filter(keyed), change.filter(keyed)
     else:
+        keys = _keys(chunk, spec)
+        keyed = pa.array([k is not None for k in keys], type=pa.bool_())
+    chunk = chunk.filter(keyed)
+    if spec.format != "debezium":
         columns = pa.table({n: chunk.column(n) for n in _RECORD_COLUMNS if n in chunk.column_names})
         deleted = pc.is_null(chunk.column("value_raw"))
+    key_array = pa.array([k for k in keys if k is not None], type=pa.binary())
+    kafka = chunk.column("kafka")
     buckets = pa.array([key_bucket(k, spec.buckets) for k in key_array.to_pylist()], type=pa.int32())
     meta = pa.StructArray.from_arrays(
         [

@@ -9,12 +9,14 @@ of the highest offset tiered so far, or no row once that record is a tombstone (
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from backends.configdef import ConfigException
+from rsm.errors import RemoteStorageException
 from rsm.iceberg.topic_tables import TABLE_PREFIX, TopicTable
 
 LATEST_SUFFIXES = (".latest.enabled", ".latest.name", ".latest.key", ".latest.format", ".latest.buckets")
@@ -24,6 +26,10 @@ DEFAULT_BUCKETS = 16
 LATEST_SUFFIX = "_latest"
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _FIELD = re.compile(r"value(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+class NotKeyable(RemoteStorageException):
+    """A latest-per-key table's key names a field the topic's records do not have where it must."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,13 @@ class LatestTable:
     @property
     def by_kafka_key(self) -> bool:
         return self.key == (KAFKA_KEY,)
+
+
+def key_bytes(values: Sequence[Any]) -> bytes | None:
+    """The key of the chosen value fields: their values as a JSON array; None when one is null (not keyable)."""
+    if any(v is None for v in values):
+        return None
+    return json.dumps(list(values), default=str, separators=(",", ":")).encode()
 
 
 def _bool(key: str, text: str) -> bool:
