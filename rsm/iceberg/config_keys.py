@@ -179,7 +179,8 @@ CONFIG_DEF = ConfigDef().extend(
             "string",
             "kafka.key",
             "What identifies a key: kafka.key (the record key's bytes) or comma-separated fields of the parsed "
-            "value (value.customer_id, value.region; needs a value schema). A record whose key is null is left out.",
+            "value (value.customer_id, value.region; needs a value schema). A record whose key is null is left out. "
+            "With latest.format=debezium the fields are columns of the row: after's, and before's for a delete.",
             dynamic=True,
             group="iceberg",
         ),

@@ -400,3 +400,42 @@ def test_debezium_avro_events_apply_through_the_parsed_value(tmp_path: Path) -> 
     rows = latest_rows(config, "cdc_latest").scan().to_arrow()
     assert sorted((r["id"], r["name"]) for r in rows.to_pylist()) == [(1, "ann2"), (3, None)]
     assert {"id", "name", "_kafka"} == set(rows.column_names)
+
+
+@pytest.mark.parametrize("encoding", ["json-with-schema", "avro"])
+def test_debezium_keyed_by_value_fields_takes_before_for_deletes(tmp_path: Path, encoding: str) -> None:
+    """``latest.key=value.id``: creates and updates keyed by ``after``'s id, deletes by ``before``'s (REPLICA
+    IDENTITY DEFAULT sends the key columns there); the Kafka key plays no part (here it is null)."""
+    keyed = {**CDC, "iceberg.mode.table.cdc.latest.key": "value.id"}
+    columns = {"id": "int32", "name": "string"}
+    if encoding == "avro":
+        keyed["iceberg.value.schema.cdc.avro"] = json.dumps(DEBEZIUM_AVRO)
+
+    def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bytes:
+        if encoding == "avro":
+            return avro_bytes(DEBEZIUM_AVRO, {"before": before, "after": after, "op": op, "ts_ms": 5})
+        return _event(op, before, after, columns)
+
+    config = iceberg_config(tmp_path, topics="cdc", **keyed)
+    events = [
+        event("c", None, {"id": 1, "name": "ann"}),
+        event("c", None, {"id": 2, "name": "bob"}),
+        event("u", {"id": 1, "name": "ann"}, {"id": 1, "name": "ann2"}),
+        event("d", {"id": 2, "name": None}, None),
+        event("r", None, {"id": 3, "name": "cy"}),
+    ]
+    entries = [build_batch([(T0 + i, None, v, [])], base_offset=i) for i, v in enumerate(events)]
+    tip = new_tip("cdc")
+    with RemoteStorageManager() as m:
+        m.configure(config)
+        copy(m, tip, write_entries_segment(tmp_path / "s", entries))
+        rows = latest_rows(config, "cdc_latest").scan().to_arrow().to_pylist()
+        assert sorted((r["id"], r["name"]) for r in rows) == [(1, "ann2"), (3, "cy")]
+        # A delete whose before lacks the key (REPLICA IDENTITY NOTHING) fails the copy, naming where and why.
+        bad = [build_batch([(T0 + 9, None, event("d", None, None), [])], base_offset=len(events))]
+        with pytest.raises(RemoteStorageException, match=r"offset 5 of partition 0 of topic 'cdc'.*REPLICA IDENTITY"):
+            copy(m, tip, write_entries_segment(tmp_path / "bad", bad))
+    assert sorted((r["id"], r["name"]) for r in latest_rows(config, "cdc_latest").scan().to_arrow().to_pylist()) == [
+        (1, "ann2"),
+        (3, "cy"),
+    ]
