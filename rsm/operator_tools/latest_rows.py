@@ -85,8 +85,11 @@ def find_latest_rows(
     from rsm.iceberg.latest_removal import topic_ids_of
 
     items = []
+    names = set(dead.values())
     for table in latest_tables(manager):
         topic = table.properties.get("kafka.topic")
+        if topic not in names:
+            continue  # no dead topic id of its name: its rows are not read
         for topic_id, rows in sorted(topic_ids_of(table).items()):
             if not topic_id or dead.get(topic_id) != topic:
                 continue
