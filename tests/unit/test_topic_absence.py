@@ -90,3 +90,44 @@ def test_choose_broker_turns_to_another_one() -> None:
     assert choose_broker({7: "h:7"}, ["h:7"], read(7, 0)) == 7  # the only one
     with pytest.raises(ClusterReadError, match="listed no broker"):
         choose_broker({}, ["h:1"], None)
+
+
+def test_a_dead_topics_latest_rows_alone_wait_for_the_second_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of a dead topic id in a latest table, with no segment of it left in the store: ``kts gc --delete``
+    still waits for the second read, and the item gets its ``topic-gone-confirmed`` only from it."""
+    from types import SimpleNamespace
+
+    from rsm.cli import gc_cluster
+    from rsm.deletion.rules import RECORD_COMPLETE, Evidence
+    from rsm.operator_tools.garbage import GarbageItem
+    from rsm.operator_tools.latest_rows import DEAD_TOPIC_LATEST
+    from rsm.operator_tools.reconcile import Reconciliation
+
+    item = GarbageItem(
+        DEAD_TOPIC_LATEST,
+        f"kafka.orders_latest _kafka.topic_id={DEAD}",
+        0.0,
+        evidence=(Evidence(RECORD_COMPLETE, "whole"),),
+        dead_topic=(DEAD, "orders"),
+        rows=3,
+    )
+    record = SimpleNamespace(topic_names=lambda: {DEAD: "orders", LIVE: "other"}, delete_marked=lambda: set())
+    absence = TopicAbsence(300)
+    first = read(1, 1000, LIVE)
+    absence.observe(first, [DEAD, LIVE])
+    checked = gc_cluster.ClusterCheck(record, first, Reconciliation(items=[item]))  # type: ignore[arg-type]
+    assert gc_cluster._unconfirmed_topics(checked.result) == {DEAD: "orders"}
+    waited: list[float] = []
+    monkeypatch.setattr(gc_cluster.time, "sleep", waited.append)
+    monkeypatch.setattr(gc_cluster, "read_topics", lambda settings, names, previous: read(2, 1300, LIVE))
+    gc_cluster.confirm_dead_topics(checked, {}, absence)
+    assert waited == [300]
+    [confirmed] = checked.result.items
+    assert gc_cluster.removable(confirmed) and TOPIC_GONE_CONFIRMED in {e.signal for e in confirmed.evidence}
+    # Listed again by the second read: the item is dropped, nothing of the topic is removed.
+    absence = TopicAbsence(300)
+    absence.observe(first, [DEAD, LIVE])
+    checked = gc_cluster.ClusterCheck(record, first, Reconciliation(items=[item]))  # type: ignore[arg-type]
+    monkeypatch.setattr(gc_cluster, "read_topics", lambda settings, names, previous: read(2, 1300, LIVE, DEAD))
+    gc_cluster.confirm_dead_topics(checked, {}, absence)
+    assert checked.result.items == []
