@@ -107,11 +107,10 @@ def changes_of(chunk: pa.Table, spec: LatestTable, debezium: DebeziumColumns | N
         if columns.num_columns:  # none when no event has a row to give columns
             columns = columns.filter(keyed)
         deleted, change = deleted.filter(keyed), change.filter(keyed)
+        chunk = chunk.filter(keyed)
     else:
         keys = _keys(chunk, spec)
-        keyed = pa.array([k is not None for k in keys], type=pa.bool_())
-    chunk = chunk.filter(keyed)
-    if spec.format != "debezium":
+        chunk = chunk.filter(pa.array([k is not None for k in keys], type=pa.bool_()))
         columns = pa.table({n: chunk.column(n) for n in _RECORD_COLUMNS if n in chunk.column_names})
         deleted = pc.is_null(chunk.column("value_raw"))
     key_array = pa.array([k for k in keys if k is not None], type=pa.binary())
