@@ -34,7 +34,9 @@ SETTINGS = {
 }
 
 
-def _copy(m: RemoteStorageManager, tip: TopicIdPartition, work: Path, first: int, plan: list[tuple[bytes, bytes]]):
+def _copy(
+    m: RemoteStorageManager, tip: TopicIdPartition, work: Path, first: int, plan: list[tuple[bytes, bytes]]
+) -> RemoteLogSegmentMetadata:
     entries = [build_batch([(T0 + first + i, k, v, [])], base_offset=first + i) for i, (k, v) in enumerate(plan)]
     seg = write_entries_segment(work / f"{tip.topic_id}-{tip.partition}-{first}", entries)
     meta = seg.to_metadata(tip)
