@@ -181,7 +181,7 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
     assert f"pid {pid1}" in failed and "died" in failed and "signal 9" in failed, failed
     recovered = next(x for x in lines if x.startswith("RECOVERED"))
     pid2 = int(recovered.split()[1])
-    # Seconds from the kill to the first call the new sidecar answered: measured 4.7 and 6.3 at load 21. A shim
+    # Seconds from the kill to the first call the new sidecar answered: measured 4.7 to 7.5 at load 21. A shim
     # that did not restart it never prints RECOVERED.
     assert pid2 != pid1 and float(recovered.split()[2]) < 30
     assert any("restarting it" in x for x in err.splitlines()), "no log line about the restart"
