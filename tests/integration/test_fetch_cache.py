@@ -10,20 +10,22 @@ import json
 import math
 import threading
 import time
+import types
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import diskcache.core
 import pytest
 from emulators import StoreServer
 from helpers import TIP, damage_stored_index, encryption_configs, wait_until
 
 from rsm import CorruptDataException, RemoteResourceNotFoundException, RemoteStorageException
 from rsm.core.object_keys import segment_keys
+from rsm.fetch import segment_reader
 from rsm.fetch.prefetch import Prefetcher
 from rsm.fetch.rate_limit import RateLimiter
-from rsm.fetch.segment_reader import PLANNING_WAIT_S
 from rsm.metadata import IndexType
 
 CHUNK = 65536
@@ -210,23 +212,34 @@ def test_eviction_by_size(segment: Any, make_manager: Any, key_pairs: Any, tmp_p
     assert gets.count > 0, "evicted chunks come back from the store"
 
 
-def test_retention_expires_unread_chunks(segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path) -> None:
+def test_retention_expires_unread_chunks(
+    segment: Any, make_manager: Any, key_pairs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both tiers' clocks run ahead of the real one by ``skip`` seconds: the chunks expire when the test moves
+    them past the retention, not when a loaded machine happens to pause between two reads."""
+    skip = [0.0]
+    monkeypatch.setattr(
+        diskcache.core, "time", types.SimpleNamespace(time=lambda: time.time() + skip[0], sleep=time.sleep)
+    )
     m = _manager(
         make_manager,
         key_pairs,
         fetch_chunk_cache_class="disk",
         fetch_chunk_cache_path=str(tmp_path / "c"),
-        fetch_chunk_cache_retention_ms=300,
+        fetch_chunk_cache_retention_ms=600_000,
     )
+    monkeypatch.setattr(m.chunk_cache.memory, "_clock", lambda: time.monotonic() + skip[0])
     meta = segment.to_metadata(TIP)
     m.copy_log_segment_data(meta, segment.to_log_segment_data())
     with m.fetch_log_segment(meta, 0) as f:
         first = f.read(1000)
+    assert m.chunk_cache.wait_idle()  # the GET settled: its chunks are on disk, none is served from the flight
     gets = GetCounter(m.backend)
+    skip[0] = 590.0  # 10 minutes' retention, 9 min 50 s later (plus the real time of a read, well under 10 s)
     with m.fetch_log_segment(meta, 0) as f:
         assert f.read(1000) == first
     assert gets.count == 0
-    time.sleep(0.5)
+    skip[0] += 601.0  # now unread for longer than the retention
     with m.fetch_log_segment(meta, 0) as f:
         assert f.read(1000) == first
     assert gets.count >= 1, "an expired chunk is read again from the store"
@@ -607,11 +620,15 @@ def test_warm_chunks_skip_the_thread_pool(
     cache_id = m.manifests.source(meta).cache_id
     for chunk_id in (1, 2, 4):
         m.chunk_cache.memory.invalidate((cache_id, chunk_id))
+    # A wait for a plan that never comes lasts the whole safety net: made 60 s here, so such a wait cannot hide
+    # in a loaded machine's slowness. The read itself takes milliseconds (seconds at load 15): 30 s is both far
+    # above it and far below one wait.
+    monkeypatch.setattr(segment_reader, "PLANNING_WAIT_S", 60.0)
     started = time.monotonic()
     with m.fetch_log_segment(meta, CHUNK) as f:
         assert f.read(4 * CHUNK) == original[CHUNK : 5 * CHUNK]
     # neither the stream's first chunk (1) waited for a chunk before the stream, nor chunk 4 for chunk 3's plan
-    assert time.monotonic() - started < PLANNING_WAIT_S / 2
+    assert time.monotonic() - started < 30
     assert [chunk.id for (chunk,) in submitted] == [1, 2, 4]
 
 

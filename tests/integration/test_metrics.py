@@ -515,7 +515,10 @@ def test_sidecar_endpoint_binds_the_configured_host_and_shows_the_shims_counts(
     from rsm.metrics.sidecar_health import SidecarHealth
 
     m = make_manager({"metrics.prometheus.port": "0", "metrics.prometheus.host": "0.0.0.0"})
-    server = _start_prometheus(ManagerCapabilities.of(m), SidecarHealth(starts=3, restart_failures=1))
+    now = [100.0]
+    health = SidecarHealth(starts=3, restart_failures=1, clock=lambda: now[0])
+    server = _start_prometheus(ManagerCapabilities.of(m), health)
+    now[0] = 107.5  # the shim's last request was answered 7.5 s ago (at start: being ready is the first answer)
     assert server is not None
     try:
         assert server.server_address[0] == "0.0.0.0"
@@ -531,7 +534,7 @@ def test_sidecar_endpoint_binds_the_configured_host_and_shows_the_shims_counts(
             values = {n: families[n].samples[0].value for n in families if n.startswith("kts_sidecar_metrics_")}
             assert values["kts_sidecar_metrics_starts"] == 3 and values["kts_sidecar_metrics_restarts"] == 2
             assert values["kts_sidecar_metrics_restart_failures"] == 1 and values["kts_sidecar_metrics_up"] == 1
-            assert 0 <= values["kts_sidecar_metrics_last_reply_age_seconds"] < 60
+            assert values["kts_sidecar_metrics_last_reply_age_seconds"] == 7.5
     finally:
         server.shutdown()
         server.server_close()

@@ -96,7 +96,7 @@ class Sample:
     fds: dict[str, int]
     sidecar_pid: int | None = None
     sidecar_rss_mib: float | None = None
-    sidecar_fds: int | None = None
+    sidecar_fds: dict[str, int] | None = None
     socket_files: int = 0
 
 
@@ -152,7 +152,7 @@ def take_sample(java_pid: int, t0: float, sockets: Path) -> Sample | None:
     if pid is not None:
         try:
             s.sidecar_rss_mib = int(_status(pid)["VmRSS"].split()[0]) / 1024
-            s.sidecar_fds = len(os.listdir(f"/proc/{pid}/fd"))
+            s.sidecar_fds = _fds_by_kind(pid)
             s.sidecar_pid = pid
         except (OSError, KeyError):
             pass  # killed or restarting right now
@@ -313,6 +313,7 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     assert len(kills) >= max(1, expected_kills), f"only {len(kills)} kills in {SOAK_SECONDS} s"
     assert r["kills_heard"] == len(kills)
     assert r["kills_unrecovered"] == 0, "a kill after which no call succeeded any more"
+    # The longest recovery measured 5.8 to 10.2 s at load 20; a sidecar that is not restarted never recovers.
     assert len(r["recovery_ms"]) == len(kills) and r["recovery_max_ms"] < 30_000, r["recovery_ms"]
     assert r["final_sidecar_pid"] not in kills
     assert stderr_path.read_text(errors="replace").count("restarting it") >= len(kills)
@@ -367,9 +368,23 @@ def test_soak_16_threads_faults_and_sidecar_kills(
         "jvm_pipe_fds": (flat([(s.t, s.fds["pipe"]) for s in warm], 0, 0, median), "fds"),
         "jvm_file_fds": (flat([(s.t, s.fds["file"] + s.fds["anon"]) for s in warm], 0, 1, median), "fds"),
         "sidecar_rss_mib": (flat([(s.t, s.sidecar_rss_mib) for s in warm if s.sidecar_rss_mib], 0.25, 32), "MiB"),
-        # the sidecar's fds are mostly sockets to the store, which come and go in bursts with the calls in
-        # flight: their median moves with a leak (one fd per call would add hundreds), a burst moves only the max
-        "sidecar_fds": (flat([(s.t, s.sidecar_fds) for s in warm if s.sidecar_fds], 0, 8, median), "fds"),
+        # The sidecar's sockets come and go with the calls in flight: each of the THREADS calls may hold a socket
+        # to the store and a connection from the shim, and the shim keeps POOL_SIZE idle ones. At load 20 the
+        # median of all its fds went from 4 to 20, 43 to 37 and 42 to 5 between thirds, and of its sockets from
+        # 31 and 29 to 0. Its other fds (pipes, files: 5 to 7) must not grow at all.
+        "sidecar_sockets": (
+            flat([(s.t, s.sidecar_fds["socket"]) for s in warm if s.sidecar_fds], 0, 2 * THREADS + POOL_SIZE, median),
+            "fds",
+        ),
+        "sidecar_other_fds": (
+            flat(
+                [(s.t, sum(s.sidecar_fds.values()) - s.sidecar_fds["socket"]) for s in warm if s.sidecar_fds],
+                0,
+                1,
+                median,
+            ),
+            "fds",
+        ),
     }
     grown = {k: (first, last) for k, ((ok, first, last), _) in checks.items() if not ok}
     assert not grown, f"not flat (first third max, last third max): {grown}"
@@ -405,8 +420,9 @@ def test_soak_16_threads_faults_and_sidecar_kills(
             f"{checks['jvm_rss_mib'][0][1]:.0f}->{checks['jvm_rss_mib'][0][2]:.0f} MiB, sidecar RSS "
             f"{checks['sidecar_rss_mib'][0][1]:.0f}->{checks['sidecar_rss_mib'][0][2]:.0f} MiB, JVM threads "
             f"{checks['jvm_threads'][0][1]:.0f}->{checks['jvm_threads'][0][2]:.0f}, JVM pipes "
-            f"{checks['jvm_pipe_fds'][0][1]:.0f}->{checks['jvm_pipe_fds'][0][2]:.0f}, sidecar fds "
-            f"{checks['sidecar_fds'][0][1]:.0f}->{checks['sidecar_fds'][0][2]:.0f}",
+            f"{checks['jvm_pipe_fds'][0][1]:.0f}->{checks['jvm_pipe_fds'][0][2]:.0f}, sidecar sockets "
+            f"{checks['sidecar_sockets'][0][1]:.0f}->{checks['sidecar_sockets'][0][2]:.0f}, sidecar other fds "
+            f"{checks['sidecar_other_fds'][0][1]:.0f}->{checks['sidecar_other_fds'][0][2]:.0f}",
             "bytes_verified": r["bytes_verified"],
             "wrong_bytes": r["wrong_bytes"],
             "peak_rss_mib": f"JVM {max(s.rss_mib for s in samples):.0f}, sidecar "

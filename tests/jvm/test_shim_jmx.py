@@ -179,6 +179,8 @@ def test_sidecar_restarts_and_liveness_on_the_bean_and_the_endpoint(tmp_path: Pa
         assert SIDECAR in our_beans() and mirrored in server_mirror_names()
         assert attr(SIDECAR, "starts-total") == 1 and attr(SIDECAR, "restarts-total") == 0
         assert attr(SIDECAR, "up") == 1 and attr(mirrored, "up") == 1
+        # Seconds since the sidecar was ready (its first answer): measured 0.5 to 1.4 s here at load 20, against 5 s.
+        # A gauge in milliseconds would read hundreds; one that never counts from the start, a machine's uptime.
         assert 0 <= attr(SIDECAR, "last-reply-age-seconds") < 5
         series = sidecar_series(port)
         assert series["kts_sidecar_metrics_starts_total"] == 1 and series["kts_sidecar_metrics_restarts_total"] == 0

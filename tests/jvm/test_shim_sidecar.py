@@ -98,7 +98,10 @@ def test_streams_closed_early_are_kept_bounded_and_expire(spec: Path, tmp_path: 
     assert s["resumed_bounded"] == 0  # a bounded fetch never takes a kept stream: it would end too late
     assert s["kept_after_idle"] == 0
     assert s["resumed_after_idle"] == 0
-    assert s["connections"] <= 4  # cancelled streams give their connections back to the pool
+    # Cancelled streams give their connections back to the pool; a fetch that comes before the sidecar has ended
+    # the stream opens another. Measured 3 to 4 at load 21 (4 was this bound); with no connection given back,
+    # each of the 13 fetches and the copies before them would open its own. 8 is twice the most measured.
+    assert s["connections"] <= 8
 
 
 def test_kept_streams_off(spec: Path, tmp_path: Path) -> None:
@@ -107,8 +110,9 @@ def test_kept_streams_off(spec: Path, tmp_path: Path) -> None:
     s = _summary(r.stdout.strip().splitlines()[-1], "OK kept ")
     assert s["kept_after_closes"] == 0 and s["resumed"] == 0
     # 12 early closes, each cancelled and its connection pooled: it is reused once the sidecar has ended the
-    # stream, and a fetch that comes before that opens another (CI's load has shown 3). Without the reuse: 13.
-    assert s["connections"] <= 4
+    # stream, and a fetch that comes before that opens another (measured 3 at load 21). Without the reuse: 13.
+    # 8 is more than twice the most measured and still 5 below that.
+    assert s["connections"] <= 8
 
 
 def test_index_fetches_of_a_new_segment_cost_one_round_trip(spec: Path, tmp_path: Path) -> None:
@@ -177,6 +181,8 @@ def test_kill_9_mid_fetch_fails_cleanly_and_restarts(spec: Path, tmp_path: Path)
     assert f"pid {pid1}" in failed and "died" in failed and "signal 9" in failed, failed
     recovered = next(x for x in lines if x.startswith("RECOVERED"))
     pid2 = int(recovered.split()[1])
+    # Seconds from the kill to the first call the new sidecar answered: measured 4.7 to 7.5 at load 21. A shim
+    # that did not restart it never prints RECOVERED.
     assert pid2 != pid1 and float(recovered.split()[2]) < 30
     assert any("restarting it" in x for x in err.splitlines()), "no log line about the restart"
     assert lines[-1] == "CLOSED"

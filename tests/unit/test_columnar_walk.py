@@ -322,6 +322,8 @@ def test_hostile_lengths_stay_within_the_records(records: bytes, count: int, exp
     finally:
         tracemalloc.stop()
     assert (result == ("corrupt", 0)) == (expect == "corrupt"), result
+    # Measured 5.7 to 12.7 KB for these batches of under 100 bytes; allocating for a hostile count or length
+    # would be gigabytes (or a MemoryError), so 1 MiB is far from both.
     assert peak < 1 << 20, f"{peak} bytes allocated for a {len(entry)}-byte batch"
 
 
