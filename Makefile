@@ -48,8 +48,12 @@ lint: $(STAMP)
 	$(BIN)/kts memory-docs --check docs/operations.md
 	$(BIN)/kts memory-docs --check docs/kubernetes.md
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a whole test file to a worker (a module's broker and
+# fixtures start once), the costly folders first. Most of a test's time is JVM start-up and waiting on servers, so
+# three workers keep 2 cores busy; each worker starts the session servers it uses.
+TEST_WORKERS ?= 3
 test: setup lint
-	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25
+	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 # The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
 # jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.

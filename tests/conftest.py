@@ -109,9 +109,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with the kind its folder names."""
+    """Mark every test with the kind its folder names. In a parallel run (pytest-xdist), hand out the costly kinds
+    first: a worker that takes a broker file last would run on alone while the others sit idle."""
     for item in items:
         kind = Path(str(item.path)).parent.name
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.path}: a test must live in one of tests/{{{','.join(KINDS)}}}")
         item.add_marker(getattr(pytest.mark, kind))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        costly_first = {kind: rank for rank, kind in enumerate(reversed(KINDS))}
+        items.sort(key=lambda item: costly_first[Path(str(item.path)).parent.name])

@@ -316,7 +316,10 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     # The longest recovery measured 5.8 to 10.2 s at load 20; a sidecar that is not restarted never recovers.
     assert len(r["recovery_ms"]) == len(kills) and r["recovery_max_ms"] < 30_000, r["recovery_ms"]
     assert r["final_sidecar_pid"] not in kills
-    assert stderr_path.read_text(errors="replace").count("restarting it") >= len(kills)
+    # A kill that lands on a sidecar still starting is heard as a failed restart (the supervisor retries), not as
+    # a death: each kill shows as one or the other.
+    log = stderr_path.read_text(errors="replace")
+    assert log.count("restarting it") + log.count("Python sidecar restart failed") >= len(kills), len(kills)
     assert list(sockets.iterdir()) == [], "socket files left behind in jvm.sidecar.socket.dir"
     assert sum(proxy.plan.injected.values()) > 0, "the proxy injected nothing: the soak proves nothing"
 

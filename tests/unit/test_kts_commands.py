@@ -365,7 +365,8 @@ def test_demo_tiers_through_the_jvm_shim_when_java_is_here(tmp_path: Path, capsy
     from rsm.cli.jvm_tier import jvm_unavailable_reason
 
     assert jvm_unavailable_reason() is None  # CI has a JDK and the built shim
-    args = ["demo", "--segments", "2", "--segment-mb", "0.3"]
+    # the Spark step is the same on both transports: tests/integration/test_spark.py runs it
+    args = ["demo", "--segments", "2", "--segment-mb", "0.3", "--no-spark"]
     assert main([*args, "--dir", str(tmp_path / "jvm"), "--transport", "jvm"]) == 0
     out = capsys.readouterr().out
     assert "the shim io.kts.shim.PythonRemoteStorageManager in a JVM" in out and "demo OK" in out
