@@ -166,13 +166,16 @@ def main() -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kts-copy-memory-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"code under test: {code}; work directory {work}")
+    files_warm = None
     if args.iceberg:
+        files_warm = _json_order_segment(work / "orders-warm", MIB)
         t_seg = time.perf_counter()
         files = _json_order_segment(work / "orders-seg", args.size_mb * MIB)
         print(f"segment of JSON orders: {files.size / MIB:.0f} MiB on disk ({time.perf_counter() - t_seg:.0f} s)")
     else:
         files = write_large_segment(work / "seg", args.size_mb * MIB, seed=1)
-    server = start_seaweedfs(work / "seaweedfs")
+    warm = files_warm or files
+    server = start_seaweedfs(work / "seaweedfs", credentials=args.iceberg)  # pyarrow's S3 uploads sign
     try:
         plugin = {
             "chunk.size": str(4 * MIB),
@@ -214,7 +217,7 @@ def main() -> int:
         optional = jpype.JClass("java.util.Optional")
         byte_buffer = jpype.JClass("java.nio.ByteBuffer")
 
-        def segment(partition: int) -> tuple[object, object]:
+        def segment(partition: int, files: Any = files) -> tuple[object, object]:
             tip = TopicIdPartition(jt.TEST_TIP[0], jt.TEST_TIP[1], partition)
             meta = jt.java_meta(files.to_metadata(tip))
             data = lsd(
@@ -227,7 +230,8 @@ def main() -> int:
             )
             return meta, data
 
-        rsm.copyLogSegmentData(*segment(1000))  # warm: the sidecar's imports and the S3 client
+        # Warm: the sidecar's imports and the S3 client (and the Iceberg table, created by a small segment).
+        rsm.copyLogSegmentData(*segment(1000, warm))
         idle = _status(pid)["VmRSS"]
         jobs = [segment(p) for p in range(args.segments)]
         peak = {"rss": 0, "shm": 0}
