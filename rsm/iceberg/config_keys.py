@@ -227,9 +227,10 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.write.batch.bytes",
             "long",
             64 << 20,
-            "Record bytes (decompressed) turned into rows at a time when a segment is written: bounds the "
-            "writer's memory, about 3x this per batch being written (iceberg.mode.write.concurrency of them at "
-            "once).",
+            "Record bytes (decompressed) a copy writes into one data file (per table partition) while it holds "
+            "one of the iceberg.mode.write.concurrency slots; a segment larger than this is written as several "
+            "files. The rows stream into the file a row group at a time, so this sets the files' size, not the "
+            "writer's memory.",
             validator=in_range(1 << 16, None),
             group="iceberg",
         ),
@@ -237,9 +238,10 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.write.concurrency",
             "int",
             WRITE_CONCURRENCY_DEFAULT,
-            "Batches of rows (iceberg.mode.write.batch.bytes each) built and written at once, shared by all the "
-            "broker's copier threads: a copy waits for a free slot before it builds its next batch. Bounds the "
-            "memory of Iceberg-mode copies to about this x 3 x iceberg.mode.write.batch.bytes.",
+            "Data files (iceberg.mode.write.batch.bytes of records each) written at once, shared by all the "
+            "broker's copier threads: a copy waits for a free slot before it writes its next file. A writing copy "
+            "holds one row group of rows (at most 16 MiB) and its encoded copy: this x 32 MiB bounds the memory "
+            "of Iceberg-mode copies.",
             validator=in_range(1, 64),
             group="iceberg",
         ),

@@ -41,6 +41,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, PrimitiveType, StringType
 from pyiceberg.utils.properties import property_as_int
 
+from rsm.iceberg.config import ROW_GROUP_MAX_BYTES
 from rsm.iceberg.schema import partition_spec
 from rsm.iceberg.topic_tables import PartitionTerm
 
@@ -57,9 +58,6 @@ __all__ = [
     "write_data_files",
 ]
 
-ROW_GROUP_MAX_BYTES = 16 << 20
-"""Arrow bytes of rows at which ``StreamingDataFiles`` writes a row group before it holds the table's
-``write.parquet.row-group-limit`` rows: what bounds a writing copy's rows when records are large."""
 
 #: The ``kafka`` fields every data file gets bounds of: what a replace and a delete find their rows by.
 BOUNDED_FIELDS: dict[str, PrimitiveType] = {
