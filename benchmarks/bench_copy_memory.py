@@ -11,8 +11,8 @@ whole at start, uploads, index cache, the interpreter); fetches in flight are th
     python benchmarks/bench_copy_memory.py [--segments 10] [--size-mb 128] [--threads 10] [--code DIR] [--iceberg]
 
 ``--iceberg`` copies the segments in Iceberg mode instead (topic ``orders`` in a SQLite catalog, the tables in the
-same bucket): each segment holds JSON values of an order schema (about 400 bytes each, 200 to a zstd batch) with
-a value schema configured, so every record becomes a row with its parsed ``value`` struct; ``--size-mb`` counts
+same bucket): each segment holds Avro values of an order schema (about 800 bytes each, 100 to a zstd batch) with
+the value schema configured, so every record becomes a row with its parsed ``value`` struct; ``--size-mb`` counts
 the records' decompressed bytes. The budget's copy terms then include the Iceberg rows being written.
 
 ``--code DIR`` runs another checkout of the plugin (its ``rsm`` and ``backends``) in the sidecar and for the
@@ -35,69 +35,94 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 COPY_TERMS = ("shared region", "uploads", "index cache", "Python sidecar")
 ICEBERG_COPY_TERMS = (*COPY_TERMS, "Iceberg rows being written")
-ORDER_JSON_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "order_id": {"type": "integer"},
-        "customer": {"type": "string"},
-        "email": {"type": "string"},
-        "status": {"type": "string"},
-        "created_at": {"type": "string", "format": "date-time"},
-        "total": {"type": "number"},
-        "currency": {"type": "string"},
-        "items": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "sku": {"type": "string"},
-                    "qty": {"type": "integer"},
-                    "price": {"type": "number"},
+ORDER_AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "customer", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "status", "type": "string"},
+        {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "total", "type": "double"},
+        {"name": "currency", "type": "string"},
+        {
+            "name": "items",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Item",
+                    "fields": [
+                        {"name": "sku", "type": "string"},
+                        {"name": "qty", "type": "int"},
+                        {"name": "price", "type": "double"},
+                    ],
                 },
             },
         },
-        "address": {
-            "type": "object",
-            "properties": {"street": {"type": "string"}, "city": {"type": "string"}, "zip": {"type": "string"}},
+        {
+            "name": "address",
+            "type": {
+                "type": "record",
+                "name": "Address",
+                "fields": [
+                    {"name": "street", "type": "string"},
+                    {"name": "city", "type": "string"},
+                    {"name": "zip", "type": "string"},
+                ],
+            },
         },
-    },
-    "required": ["order_id", "customer"],
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
 }
 
 
-def _json_order_segment(directory: Path, record_bytes: int) -> Any:
-    """A segment of JSON orders in ``directory`` whose records (decompressed) hold at least ``record_bytes``."""
-    import json
+def _avro_order_segment(directory: Path, record_bytes: int) -> Any:
+    """A segment of Avro orders in ``directory`` whose records (decompressed) hold at least ``record_bytes``."""
+    import io
     import random
+
+    import fastavro
 
     from rsm.kafka.batch_builder import build_batch
     from rsm.kafka.writer import write_entries_segment
 
+    schema = fastavro.parse_schema(ORDER_AVRO_SCHEMA)
     rng = random.Random(7)
     cities = ["Lisbon", "Oslo", "Lyon", "Turin", "Ghent", "Cork", "Graz", "Brno"]
     statuses = ["placed", "paid", "shipped", "delivered", "returned"]
+    words = ["gift", "wrap", "leave", "at", "door", "call", "before", "fragile", "express", "weekend"]
+    ts = 1_767_225_600_000
+    pool = []  # distinct values, drawn from for every record (making each anew takes minutes)
+    for n in range(4000):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(
+            buf,
+            schema,
+            {
+                "order_id": n,
+                "customer": f"customer-{rng.randrange(100_000)}",
+                "email": f"user{rng.randrange(100_000)}@example.com",
+                "status": rng.choice(statuses),
+                "created_at": ts + n,
+                "total": round(rng.uniform(1, 900), 2),
+                "currency": "EUR",
+                "items": [
+                    {"sku": f"sku-{rng.randrange(5000)}", "qty": rng.randrange(1, 5), "price": rng.uniform(1, 99)}
+                    for _ in range(rng.randrange(1, 6))
+                ],
+                "address": {"street": f"{rng.randrange(300)} Main St", "city": rng.choice(cities), "zip": "1000"},
+                "note": " ".join(rng.choice(words) for _ in range(rng.randrange(60, 140))),
+            },
+        )
+        pool.append(buf.getvalue())
     entries = []
     held = offset = 0
-    ts = 1_767_225_600_000
     while held < record_bytes:
         records = []
-        for _ in range(200):
-            value = json.dumps(
-                {
-                    "order_id": offset,
-                    "customer": f"customer-{rng.randrange(100_000)}",
-                    "email": f"user{rng.randrange(100_000)}@example.com",
-                    "status": rng.choice(statuses),
-                    "created_at": f"2026-01-01T00:{offset // 60 % 60:02d}:{offset % 60:02d}Z",
-                    "total": round(rng.uniform(1, 900), 2),
-                    "currency": "EUR",
-                    "items": [
-                        {"sku": f"sku-{rng.randrange(5000)}", "qty": rng.randrange(1, 5), "price": rng.uniform(1, 99)}
-                        for _ in range(rng.randrange(1, 4))
-                    ],
-                    "address": {"street": f"{rng.randrange(300)} Main St", "city": rng.choice(cities), "zip": "1000"},
-                }
-            ).encode()
+        for _ in range(100):
+            value = pool[rng.randrange(len(pool))]
             key = f"customer-{offset % 10_000}".encode()
             records.append((ts + offset, key, value, [("source", b"web")]))
             held += len(key) + len(value) + 20
@@ -149,7 +174,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=10, help="Java threads copying at once (Kafka's default: 10)")
     ap.add_argument("--code", type=Path, default=REPO, help="the checkout whose rsm and backends are measured")
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--iceberg", action="store_true", help="copy in Iceberg mode (JSON order values, parsed)")
+    ap.add_argument("--iceberg", action="store_true", help="copy in Iceberg mode (Avro order values, parsed)")
     args = ap.parse_args()
     code = args.code.resolve()
     sys.path[:0] = [str(code), str(REPO / "tests" / "support"), str(HERE)]
@@ -168,10 +193,10 @@ def main() -> int:
     print(f"code under test: {code}; work directory {work}")
     files_warm = None
     if args.iceberg:
-        files_warm = _json_order_segment(work / "orders-warm", MIB)
+        files_warm = _avro_order_segment(work / "orders-warm", MIB)
         t_seg = time.perf_counter()
-        files = _json_order_segment(work / "orders-seg", args.size_mb * MIB)
-        print(f"segment of JSON orders: {files.size / MIB:.0f} MiB on disk ({time.perf_counter() - t_seg:.0f} s)")
+        files = _avro_order_segment(work / "orders-seg", args.size_mb * MIB)
+        print(f"segment of Avro orders: {files.size / MIB:.0f} MiB on disk ({time.perf_counter() - t_seg:.0f} s)")
     else:
         files = write_large_segment(work / "seg", args.size_mb * MIB, seed=1)
     warm = files_warm or files
@@ -192,7 +217,7 @@ def main() -> int:
                 "iceberg.mode.topics.regex": "orders",
                 "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
                 "iceberg.mode.maintenance.enabled": "false",
-                "iceberg.value.schema.orders.json": json.dumps(ORDER_JSON_SCHEMA),
+                "iceberg.value.schema.orders.avro": json.dumps(ORDER_AVRO_SCHEMA),
             }
         shim = {
             **plugin,
@@ -260,7 +285,7 @@ def main() -> int:
         terms = ICEBERG_COPY_TERMS if args.iceberg else COPY_TERMS
         copy_terms = sum(t.size or 0 for t in budget.terms if t.label in terms)
         measured = max(hwm, peak["rss"])
-        mode = "Iceberg mode (JSON orders)" if args.iceberg else "classic"
+        mode = "Iceberg mode (Avro orders)" if args.iceberg else "classic"
         print(
             f"{args.segments} segments of {files.size / MIB:.0f} MiB, {mode}, {args.threads} threads, "
             f"{os.cpu_count()} cores"
