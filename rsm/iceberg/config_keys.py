@@ -45,8 +45,8 @@ SLICE_READERS_DEFAULT = 10
 """Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
 so each of the broker's reader threads catching up through a compacted file keeps its own."""
 WRITE_CONCURRENCY_DEFAULT = 2
-"""Batches of rows written at once by default: building rows is CPU work under the GIL, so more than two at once
-buys little throughput and costs 3 x iceberg.mode.write.batch.bytes each."""
+"""Copies writing rows at once by default: building rows is CPU work under the GIL, so more than two at once buys
+little throughput and costs a row group of rows and its encoding each (about 32 MiB)."""
 CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
 """What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
 the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
