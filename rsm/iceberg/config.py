@@ -50,7 +50,7 @@ writing copy holds, whatever the size of its records."""
 WRITER_MEMORY_FACTOR = 2
 """A segment copy in Iceberg mode holds about this many times ``ROW_GROUP_MAX_BYTES`` while it writes: the row
 group's rows (with the piece of rows that completes it) and the same rows as pyiceberg converts them and Parquet
-encodes them. A copy of 96 MiB of JSON records with their values parsed added 30 MiB to its process's peak
+encodes them. A copy of 96 MiB of JSON records with their values parsed added 30-36 MiB to its process's peak
 (tests/integration/test_iceberg_write_memory.py)."""
 
 
