@@ -8,7 +8,12 @@ at the end. Printed: the peaks, the copy rate in MB/s of segment bytes, and the 
 the same keys at Kafka's defaults: its total, and the terms a copy uses (the shared region, which the sidecar maps
 whole at start, uploads, index cache, the interpreter); fetches in flight are the terms it leaves out.
 
-    python benchmarks/bench_copy_memory.py [--segments 10] [--size-mb 128] [--threads 10] [--code DIR]
+    python benchmarks/bench_copy_memory.py [--segments 10] [--size-mb 128] [--threads 10] [--code DIR] [--iceberg]
+
+``--iceberg`` copies the segments in Iceberg mode instead (topic ``orders`` in a SQLite catalog, the tables in the
+same bucket): each segment holds Avro values of an order schema (about 800 bytes each, 100 to a zstd batch) with
+the value schema configured, so every record becomes a row with its parsed ``value`` struct; ``--size-mb`` counts
+the records' decompressed bytes. The budget's copy terms then include the Iceberg rows being written.
 
 ``--code DIR`` runs another checkout of the plugin (its ``rsm`` and ``backends``) in the sidecar and for the
 budget, so one command measures before and after a change on the same machine. Not part of CI.
@@ -24,10 +29,106 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 COPY_TERMS = ("shared region", "uploads", "index cache", "Python sidecar")
+ICEBERG_COPY_TERMS = (*COPY_TERMS, "Iceberg rows being written")
+ORDER_AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "customer", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "status", "type": "string"},
+        {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "total", "type": "double"},
+        {"name": "currency", "type": "string"},
+        {
+            "name": "items",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Item",
+                    "fields": [
+                        {"name": "sku", "type": "string"},
+                        {"name": "qty", "type": "int"},
+                        {"name": "price", "type": "double"},
+                    ],
+                },
+            },
+        },
+        {
+            "name": "address",
+            "type": {
+                "type": "record",
+                "name": "Address",
+                "fields": [
+                    {"name": "street", "type": "string"},
+                    {"name": "city", "type": "string"},
+                    {"name": "zip", "type": "string"},
+                ],
+            },
+        },
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+def _avro_order_segment(directory: Path, record_bytes: int) -> Any:
+    """A segment of Avro orders in ``directory`` whose records (decompressed) hold at least ``record_bytes``."""
+    import io
+    import random
+
+    import fastavro
+
+    from rsm.kafka.batch_builder import build_batch
+    from rsm.kafka.writer import write_entries_segment
+
+    schema = fastavro.parse_schema(ORDER_AVRO_SCHEMA)
+    rng = random.Random(7)
+    cities = ["Lisbon", "Oslo", "Lyon", "Turin", "Ghent", "Cork", "Graz", "Brno"]
+    statuses = ["placed", "paid", "shipped", "delivered", "returned"]
+    words = ["gift", "wrap", "leave", "at", "door", "call", "before", "fragile", "express", "weekend"]
+    ts = 1_767_225_600_000
+    pool = []  # distinct values, drawn from for every record (making each anew takes minutes)
+    for n in range(4000):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(
+            buf,
+            schema,
+            {
+                "order_id": n,
+                "customer": f"customer-{rng.randrange(100_000)}",
+                "email": f"user{rng.randrange(100_000)}@example.com",
+                "status": rng.choice(statuses),
+                "created_at": ts + n,
+                "total": round(rng.uniform(1, 900), 2),
+                "currency": "EUR",
+                "items": [
+                    {"sku": f"sku-{rng.randrange(5000)}", "qty": rng.randrange(1, 5), "price": rng.uniform(1, 99)}
+                    for _ in range(rng.randrange(1, 6))
+                ],
+                "address": {"street": f"{rng.randrange(300)} Main St", "city": rng.choice(cities), "zip": "1000"},
+                "note": " ".join(rng.choice(words) for _ in range(rng.randrange(60, 140))),
+            },
+        )
+        pool.append(buf.getvalue())
+    entries = []
+    held = offset = 0
+    while held < record_bytes:
+        records = []
+        for _ in range(100):
+            value = pool[rng.randrange(len(pool))]
+            key = f"customer-{offset % 10_000}".encode()
+            records.append((ts + offset, key, value, [("source", b"web")]))
+            held += len(key) + len(value) + 20
+            offset += 1
+        entries.append(build_batch(records, base_offset=offset - len(records), codec="zstd"))
+    return write_entries_segment(directory, entries)
 
 
 def _children(pid: int) -> list[int]:
@@ -73,6 +174,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=10, help="Java threads copying at once (Kafka's default: 10)")
     ap.add_argument("--code", type=Path, default=REPO, help="the checkout whose rsm and backends are measured")
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--iceberg", action="store_true", help="copy in Iceberg mode (Avro order values, parsed)")
     args = ap.parse_args()
     code = args.code.resolve()
     sys.path[:0] = [str(code), str(REPO / "tests" / "support"), str(HERE)]
@@ -89,8 +191,16 @@ def main() -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kts-copy-memory-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"code under test: {code}; work directory {work}")
-    files = write_large_segment(work / "seg", args.size_mb * MIB, seed=1)
-    server = start_seaweedfs(work / "seaweedfs")
+    files_warm = None
+    if args.iceberg:
+        files_warm = _avro_order_segment(work / "orders-warm", MIB)
+        t_seg = time.perf_counter()
+        files = _avro_order_segment(work / "orders-seg", args.size_mb * MIB)
+        print(f"segment of Avro orders: {files.size / MIB:.0f} MiB on disk ({time.perf_counter() - t_seg:.0f} s)")
+    else:
+        files = write_large_segment(work / "seg", args.size_mb * MIB, seed=1)
+    warm = files_warm or files
+    server = start_seaweedfs(work / "seaweedfs", credentials=args.iceberg)  # pyarrow's S3 uploads sign
     try:
         plugin = {
             "chunk.size": str(4 * MIB),
@@ -100,6 +210,15 @@ def main() -> int:
             "compression.heuristic.enabled": "true",
             **encryption_config(work),
         }
+        if args.iceberg:
+            import json
+
+            plugin |= {
+                "iceberg.mode.topics.regex": "orders",
+                "iceberg.mode.catalog.sqlite.path": str(work / "catalog.db"),
+                "iceberg.mode.maintenance.enabled": "false",
+                "iceberg.value.schema.orders.avro": json.dumps(ORDER_AVRO_SCHEMA),
+            }
         shim = {
             **plugin,
             "python.executable": sys.executable,
@@ -123,7 +242,7 @@ def main() -> int:
         optional = jpype.JClass("java.util.Optional")
         byte_buffer = jpype.JClass("java.nio.ByteBuffer")
 
-        def segment(partition: int) -> tuple[object, object]:
+        def segment(partition: int, files: Any = files) -> tuple[object, object]:
             tip = TopicIdPartition(jt.TEST_TIP[0], jt.TEST_TIP[1], partition)
             meta = jt.java_meta(files.to_metadata(tip))
             data = lsd(
@@ -136,7 +255,8 @@ def main() -> int:
             )
             return meta, data
 
-        rsm.copyLogSegmentData(*segment(1000))  # warm: the sidecar's imports and the S3 client
+        # Warm: the sidecar's imports and the S3 client (and the Iceberg table, created by a small segment).
+        rsm.copyLogSegmentData(*segment(1000, warm))
         idle = _status(pid)["VmRSS"]
         jobs = [segment(p) for p in range(args.segments)]
         peak = {"rss": 0, "shm": 0}
@@ -162,9 +282,14 @@ def main() -> int:
         rsm.close()
 
         copied = args.segments * files.size
-        copy_terms = sum(t.size or 0 for t in budget.terms if t.label in COPY_TERMS)
+        terms = ICEBERG_COPY_TERMS if args.iceberg else COPY_TERMS
+        copy_terms = sum(t.size or 0 for t in budget.terms if t.label in terms)
         measured = max(hwm, peak["rss"])
-        print(f"{args.segments} segments of {files.size / MIB:.0f} MiB, {args.threads} threads, {os.cpu_count()} cores")
+        mode = "Iceberg mode (Avro orders)" if args.iceberg else "classic"
+        print(
+            f"{args.segments} segments of {files.size / MIB:.0f} MiB, {mode}, {args.threads} threads, "
+            f"{os.cpu_count()} cores"
+        )
         print(f"copy rate            {copied / elapsed / 1e6:8.1f} MB/s ({elapsed:.1f} s)")
         print(f"sidecar idle RSS     {idle / MIB:8.1f} MiB")
         print(
@@ -172,7 +297,7 @@ def main() -> int:
         )
         print(f"shared region in use {peak['shm'] / MIB:8.1f} MiB (peak RssShmem)")
         print(
-            f"budget, copy terms   {copy_terms / MIB:8.1f} MiB ({', '.join(COPY_TERMS)}): "
+            f"budget, copy terms   {copy_terms / MIB:8.1f} MiB ({', '.join(terms)}): "
             f"{copy_terms / measured:.2f}x the measured peak"
         )
         print(f"budget, total        {budget.total / MIB:8.1f} MiB (kts config check, Kafka's defaults)")

@@ -12,10 +12,10 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
   the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
-  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the batches of rows being written:
-  ``iceberg.mode.write.concurrency`` of them at once (shared by the copier threads), each
-  ``WRITER_MEMORY_FACTOR`` x ``iceberg.mode.write.batch.bytes`` (counted on top of the uploads: a thread copies
-  either kind of segment, so this errs high by the smaller).
+  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the rows being written:
+  ``iceberg.mode.write.concurrency`` copies write at once (shared by the copier threads), each holding
+  ``WRITER_MEMORY_FACTOR`` x ``ROW_GROUP_MAX_BYTES`` (one row group's rows and their encoding; counted on top of
+  the uploads: a thread copies either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds two chunks (one being transformed, one being uploaded), and
   all share a read-ahead of 2 x transform threads + 1 chunks; the backend's part buffers are one budget all
   copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
@@ -34,7 +34,7 @@ from typing import Any
 
 from rsm.core.config_keys import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE
 from rsm.core.known_keys import backend_config_def
-from rsm.iceberg.config import WRITER_MEMORY_FACTOR, mode_on
+from rsm.iceberg.config import ROW_GROUP_MAX_BYTES, WRITER_MEMORY_FACTOR, mode_on
 from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF
 from rsm.iceberg.config_keys import CURSOR_MEMORY_BYTES
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
@@ -175,14 +175,13 @@ def memory_budget(
         )
     )
     if mode_on(configs):
-        rows = iceberg["iceberg.mode.write.batch.bytes"]
         writing = min(copiers, iceberg["iceberg.mode.write.concurrency"])
         budget.terms.append(
             Term(
                 "Iceberg rows being written",
-                writing * WRITER_MEMORY_FACTOR * rows,
-                f"{writing} batches at once (the fewer of iceberg.mode.write.concurrency and copier threads "
-                f"{copiers}) x {WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes ({_mib(rows)})",
+                writing * WRITER_MEMORY_FACTOR * ROW_GROUP_MAX_BYTES,
+                f"{writing} copies writing at once (the fewer of iceberg.mode.write.concurrency and copier threads "
+                f"{copiers}) x {WRITER_MEMORY_FACTOR} x a row group of at most {_mib(ROW_GROUP_MAX_BYTES)}",
             )
         )
     if not inprocess:

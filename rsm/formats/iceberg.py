@@ -23,7 +23,7 @@ from rsm.core.object_keys import SegmentKeys
 from rsm.core.segment_format import SegmentFormat, WrittenBody
 from rsm.errors import ConfigException, CorruptDataException
 from rsm.fetch.source import SegmentSource
-from rsm.iceberg.config import WRITER_MEMORY_FACTOR, IcebergConfig, mode_on
+from rsm.iceberg.config import ROW_GROUP_MAX_BYTES, WRITER_MEMORY_FACTOR, IcebergConfig, mode_on
 from rsm.iceberg.config_keys import CONFIG_DEF
 from rsm.iceberg.section import IcebergSection
 from rsm.iceberg.values_config import VALUES_CONFIG_DEF
@@ -190,10 +190,12 @@ class IcebergPlugin:
         """With Iceberg mode on: the row-group cache of fetches and the rows of one segment copy."""
         if not mode_on(configs):
             return []
-        rows = int(config_value(configs, "iceberg.mode.write.batch.bytes", CONFIG_DEF))
         return [
             ("iceberg.mode.fetch.cache.size", int(config_value(configs, "iceberg.mode.fetch.cache.size", CONFIG_DEF))),
-            (f"{WRITER_MEMORY_FACTOR} x iceberg.mode.write.batch.bytes (one copy's rows)", WRITER_MEMORY_FACTOR * rows),
+            (
+                f"{WRITER_MEMORY_FACTOR} x {ROW_GROUP_MAX_BYTES >> 20} MiB row group (one copy's rows)",
+                WRITER_MEMORY_FACTOR * ROW_GROUP_MAX_BYTES,
+            ),
         ]
 
     def build(self, config: RsmConfig) -> SegmentFormat:

@@ -42,10 +42,16 @@ def mode_on(configs: Mapping[str, Any]) -> bool:
     return bool(configs.get("iceberg.mode.topics.regex"))
 
 
-WRITER_MEMORY_FACTOR = 3
-"""A segment copy in Iceberg mode holds about this many times ``iceberg.mode.write.batch.bytes``: the rows in
-Arrow buffers, the table pyiceberg writes from them and the Parquet encoder's pages. pyarrow's allocator peaked at
-2.9-3.1x while 16 and 32 MiB of records became rows (uncompressed and zstd segments; docs/kubernetes.md)."""
+ROW_GROUP_MAX_BYTES = 16 << 20
+"""Arrow bytes of rows at which a copy writes a row group before it holds the table's
+``write.parquet.row-group-limit`` rows (``rsm.iceberg.data_files.StreamingDataFiles``): what bounds the rows a
+writing copy holds, whatever the size of its records."""
+
+WRITER_MEMORY_FACTOR = 2
+"""A segment copy in Iceberg mode holds about this many times ``ROW_GROUP_MAX_BYTES`` while it writes: the row
+group's rows (with the piece of rows that completes it) and the same rows as pyiceberg converts them and Parquet
+encodes them. A copy of 96 MiB of JSON records with their values parsed added 30-36 MiB to its process's peak
+(tests/integration/test_iceberg_write_memory.py)."""
 
 
 def _quarantine_s(raw: Mapping[str, Any]) -> float:

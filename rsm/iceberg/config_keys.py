@@ -45,8 +45,8 @@ SLICE_READERS_DEFAULT = 10
 """Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
 so each of the broker's reader threads catching up through a compacted file keeps its own."""
 WRITE_CONCURRENCY_DEFAULT = 2
-"""Batches of rows written at once by default: building rows is CPU work under the GIL, so more than two at once
-buys little throughput and costs 3 x iceberg.mode.write.batch.bytes each."""
+"""Copies writing rows at once by default: building rows is CPU work under the GIL, so more than two at once buys
+little throughput and costs a row group of rows and its encoding each (about 32 MiB)."""
 CURSOR_MEMORY_BYTES = 2 * SLICE_BYTES
 """What an idle reader holds, at most: measured with pyarrow 26, a reader streaming a group's fetch columns held
 the size of its last slice plus about 1 MiB per column read (30 MiB for slices of 15 MiB)."""
@@ -228,9 +228,10 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.write.batch.bytes",
             "long",
             64 << 20,
-            "Record bytes (decompressed) turned into rows at a time when a segment is written: bounds the "
-            "writer's memory, about 3x this per batch being written (iceberg.mode.write.concurrency of them at "
-            "once).",
+            "Record bytes (decompressed) a copy writes into one data file (per table partition) while it holds "
+            "one of the iceberg.mode.write.concurrency slots; a segment larger than this is written as several "
+            "files. The rows stream into the file a row group at a time, so this sets the files' size, not the "
+            "writer's memory.",
             validator=in_range(1 << 16, None),
             group="iceberg",
         ),
@@ -238,9 +239,10 @@ CONFIG_DEF = ConfigDef().extend(
             "iceberg.mode.write.concurrency",
             "int",
             WRITE_CONCURRENCY_DEFAULT,
-            "Batches of rows (iceberg.mode.write.batch.bytes each) built and written at once, shared by all the "
-            "broker's copier threads: a copy waits for a free slot before it builds its next batch. Bounds the "
-            "memory of Iceberg-mode copies to about this x 3 x iceberg.mode.write.batch.bytes.",
+            "Data files (iceberg.mode.write.batch.bytes of records each) written at once, shared by all the "
+            "broker's copier threads: a copy waits for a free slot before it writes its next file. A writing copy "
+            "holds one row group of rows (at most 16 MiB) and its encoded copy: this x 32 MiB bounds the memory "
+            "of Iceberg-mode copies.",
             validator=in_range(1, 64),
             group="iceberg",
         ),

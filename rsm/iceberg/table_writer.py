@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -31,7 +31,7 @@ from pyiceberg.table import Table
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
 from rsm.iceberg.config import WRITE_CONCURRENCY_DEFAULT
-from rsm.iceberg.data_files import delete_data_files, evolve_spec, spec_matches, write_data_files
+from rsm.iceberg.data_files import StreamingDataFiles, evolve_spec, spec_matches
 from rsm.iceberg.deletes import delete_segment_rows
 from rsm.iceberg.latest_table import LatestChanges, LatestWriter
 from rsm.iceberg.replace import CommitOutcomeUnknown, Replacer, RowSelection, offset_range_filter
@@ -44,6 +44,9 @@ from rsm.iceberg.value_hook import ValueColumn
 from rsm.kafka.indexes import AbortedTxn
 
 log = logging.getLogger(__name__)
+
+PIECE_BYTES = 1 << 20
+"""Records (decompressed) the walk turns into rows at a time while a segment is written."""
 
 __all__ = ["NotRepresentable", "SegmentToWrite", "TableWriter", "offset_range_filter", "split_bytes"]
 
@@ -185,23 +188,25 @@ class TableWriter:
         segment file's CRC-32C among it)."""
         value_column = self.value_column_for(seg.topic)  # type: ignore[operator]
         summary = summary if summary is not None else SegmentSummary()
-        # One walk: each chunk of rows becomes data files as it comes. A segment found not representable part
-        # of the way (or any other failure) deletes the files written so far; nothing is committed. The table
-        # is loaded (or created) only once the first chunk is built, so a segment refused there touches nothing.
-        chunks = segment_row_tables(
+        # One walk, a small table of rows at a time (PIECE_BYTES of records), each given to the open data files
+        # at once: a copy holds at most one row group's rows. A segment found not representable part of the way
+        # (or any other failure) deletes the files written so far; nothing is committed. The table is loaded (or
+        # created) only once the first rows are built, so a segment refused there touches nothing.
+        piece_bytes = min(PIECE_BYTES, self.write_batch_bytes)
+        pieces = segment_row_tables(
             seg.log_path,
             seg.partition,
             seg.aborted,
-            self.write_batch_bytes,
+            piece_bytes,
             summary,
             value_column,
             origin=RowOrigin(seg.topic_id, seg.segment_id),
         )
-        # Each batch is built and written holding one of the slots all copies share; the first keeps its slot
-        # while the table is loaded (or created) for it.
+        # A copy writes each write.batch.bytes of records (a data file per partition) holding one of the slots
+        # all copies share; the first keeps its slot while the table is loaded (or created) for it.
         self._take_slot()
         try:
-            first = next(chunks, None)
+            first = next(pieces, None)
             if first is None:
                 raise NotRepresentable("the segment holds no records")
             table = self.table(seg.topic, value_column, seg.log_path.stat().st_size)
@@ -209,31 +214,30 @@ class TableWriter:
             self._give_slot()
             raise
         ident = table.name()
-        write_uuid = uuid.uuid4()
-        counter = itertools.count(0)
-        written: list[DataFile] = []
+        files = StreamingDataFiles(table, uuid.uuid4(), itertools.count(0))
         latest_spec = self.handle.cfg.latest_of(seg.topic)
         latest = LatestChanges(latest_spec) if latest_spec is not None else None
         try:
             try:
-                written += write_data_files(table, first, write_uuid, counter)
-                if latest is not None:
-                    latest.add(first)
-                del first  # its rows are in data files now: not held while the next batch is built
+                piece: pa.Table | None = first
+                del first
+                held = 0
+                while piece is not None:
+                    files.add(piece)
+                    if latest is not None:
+                        latest.add(piece)
+                    held += piece_bytes  # each piece but the last holds at least this many bytes of records
+                    del piece
+                    if held >= self.write_batch_bytes:
+                        files.close()
+                        held = 0
+                        self._give_slot()
+                        self._take_slot()
+                    piece = next(pieces, None)
+                files.close()
             finally:
                 self._give_slot()
-            while True:
-                self._take_slot()
-                try:
-                    chunk = next(chunks, None)
-                    if chunk is None:
-                        break
-                    written += write_data_files(table, chunk, write_uuid, counter)
-                    if latest is not None:
-                        latest.add(chunk)
-                    del chunk
-                finally:
-                    self._give_slot()
+            written = files.written
             properties = {
                 "kafka.segment.id": seg.segment_id,
                 "kafka.topic.id": seg.topic_id,
@@ -247,7 +251,7 @@ class TableWriter:
         except CommitOutcomeUnknown:
             raise  # the files may be in a committed snapshot: they stay
         except BaseException:
-            delete_data_files(table.io, written, what)
+            files.abort(what)
             raise
         assert snapshot_id is not None
         if latest is not None:

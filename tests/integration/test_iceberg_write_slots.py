@@ -31,22 +31,29 @@ def test_concurrent_copies_write_at_most_the_slots_at_once(
         },
     )
     lock = threading.Lock()
-    state = {"now": 0, "peak": 0, "calls": 0}
-    real = table_writer.write_data_files
+    state = {"now": 0, "peak": 0, "files": 0}
+    real_add = table_writer.StreamingDataFiles.add
+    real_close = table_writer.StreamingDataFiles.close
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         with lock:
             state["now"] += 1
-            state["calls"] += 1
             state["peak"] = max(state["peak"], state["now"])
         try:
-            time.sleep(0.05)  # long enough for the other copies to arrive while this batch is written
-            return real(*args, **kwargs)
+            time.sleep(0.05)  # long enough for the other copies to arrive while these rows are written
+            return real_add(self, *args, **kwargs)
         finally:
             with lock:
                 state["now"] -= 1
 
-    monkeypatch.setattr(table_writer, "write_data_files", counted)
+    def closed(self: Any) -> Any:
+        files = real_close(self)
+        with lock:
+            state["files"] += len(files)
+        return files
+
+    monkeypatch.setattr(table_writer.StreamingDataFiles, "add", counted)
+    monkeypatch.setattr(table_writer.StreamingDataFiles, "close", closed)
     segments = [segment_of(tmp_path / f"seg-{p}", order_records(0, RECORDS)) for p in range(4)]
     with RemoteStorageManager() as m:
         m.configure(dict(cfg))
@@ -59,7 +66,7 @@ def test_concurrent_copies_write_at_most_the_slots_at_once(
             ]
             for copy in copies:
                 copy.result()
-    assert state["calls"] >= 4 * 2, state  # each segment took more than one batch
+    assert state["files"] >= 4 * 2, state  # each segment took more than one batch (a data file each)
     assert state["peak"] == slots, state
     rows = list(iter_rows(load_table(cfg)))
     assert len(rows) == 4 * RECORDS

@@ -21,7 +21,7 @@ NOT_REACHED = 3
 # point: (module, attribute path, "before" or "after", which call: the first whose arguments pass the test)
 POINTS: dict[str, tuple[str, str, str, Callable[..., bool] | None]] = {
     # a copy: rows -> data files -> manifests -> metadata file -> catalog swap; then .indexes, then its manifest
-    "before-any-data-file": ("rsm.iceberg.table_writer", "write_data_files", "before", None),
+    "before-any-data-file": ("rsm.iceberg.data_files", "StreamingDataFiles.add", "before", None),
     "mid-data-file": ("pyarrow.parquet", "ParquetWriter.write", "after", None),
     "after-data-files": ("rsm.iceberg.replace", "Replacer.replace", "before", None),
     "after-manifests-and-list": ("pyiceberg.table", "Transaction.commit_transaction", "before", None),

@@ -93,8 +93,9 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     assert default["Iceberg row groups"] == 64
     # one reader of large row groups per broker reader thread (Kafka's 10), 2 x 16 MiB slices each
     assert default["Iceberg slice readers"] == 10 * 32
-    assert default["Iceberg rows being written"] == 2 * 3 * 64  # 2 write slots shared by 10 copier threads x 3 x 64 MiB
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 384, abs=0.5)
+    # 2 write slots shared by 10 copier threads, each copy writing holding 2 x a row group of at most 16 MiB
+    assert default["Iceberg rows being written"] == 2 * 2 * 16
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 64, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
@@ -106,7 +107,7 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
         **{"remote.log.manager.copier.thread.pool.size": "2"},
     )
     assert sized["Iceberg row groups"] == 8
-    assert sized["Iceberg rows being written"] == 2 * 3 * 16
+    assert sized["Iceberg rows being written"] == 2 * 2 * 16  # the write batch sizes files, not the rows held
 
 
 def test_slice_readers_follow_the_key_and_fewer_than_the_reader_threads_is_warned_about(
@@ -171,5 +172,5 @@ def test_iceberg_rows_are_counted_per_write_slot_not_per_copier_thread() -> None
         assert budget is not None
         return int(next(t.size for t in budget.terms if t.label == "Iceberg rows being written") or 0)
 
-    assert rows(10) == 3 * 3 * 32 * MIB  # three slots shared by ten copier threads
-    assert rows(2) == 2 * 3 * 32 * MIB  # two copier threads never fill three slots
+    assert rows(10) == 3 * 2 * 16 * MIB  # three slots shared by ten copier threads
+    assert rows(2) == 2 * 2 * 16 * MIB  # two copier threads never fill three slots

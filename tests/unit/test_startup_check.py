@@ -86,15 +86,16 @@ def test_needs_cut_the_region_to_whole_chunks_and_follow_the_cache_class() -> No
 
 def test_needs_count_the_iceberg_row_group_cache_and_one_copys_rows_when_the_mode_is_on() -> None:
     cfg = {"chunk.size": str(4 * MiB), "iceberg.mode.topics.regex": "orders"}
-    rows = "3 x iceberg.mode.write.batch.bytes (one copy's rows)"
+    rows = "2 x 16 MiB row group (one copy's rows)"
     assert list(sc.needs_of(cfg, 0, RemoteStorageManager).parts[-2:]) == [
         ("iceberg.mode.fetch.cache.size", 64 * MiB),
-        (rows, 3 * 64 * MiB),
+        (rows, 32 * MiB),
     ]
-    sized = {**cfg, "iceberg.mode.fetch.cache.size": str(MiB), "iceberg.mode.write.batch.bytes": str(2 * MiB)}
+    # The rows a copy holds are one row group, whatever iceberg.mode.write.batch.bytes (the size of its files).
+    sized = {**cfg, "iceberg.mode.fetch.cache.size": str(MiB), "iceberg.mode.write.batch.bytes": str(256 * MiB)}
     assert list(sc.needs_of(sized, 0, RemoteStorageManager).parts[-2:]) == [
         ("iceberg.mode.fetch.cache.size", MiB),
-        (rows, 6 * MiB),
+        (rows, 32 * MiB),
     ]
     off = sc.needs_of({"chunk.size": str(4 * MiB)}, 0, RemoteStorageManager)
     assert all("iceberg" not in what for what, _ in off.parts)
