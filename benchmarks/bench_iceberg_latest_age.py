@@ -48,15 +48,22 @@ def log_rows(first: int, keys: list[bytes], values: list[bytes | None]) -> pa.Ta
     """Log rows of one copy in the log table's layout (the fields the latest table reads filled)."""
     schema = arrow_schema()
     kafka_type = schema.field("kafka").type
-    kafka: list[dict[str, Any]] = []
-    for i in range(len(keys)):
-        row: dict[str, Any] = {f.name: None for f in kafka_type}
-        row.update(partition=0, offset=first + i, timestamp=T0_US + (first + i) * 1000, topic_id="bench")
-        row.update(is_control=False, aborted=False)
-        kafka.append(row)
+    n = len(keys)
+    offsets = range(first, first + n)
+    filled: dict[str, list[Any]] = {
+        "partition": [0] * n,
+        "offset": list(offsets),
+        "timestamp": [T0_US + o * 1000 for o in offsets],
+        "topic_id": ["bench"] * n,
+        "is_control": [False] * n,
+        "aborted": [False] * n,
+    }
+    kafka = pa.StructArray.from_arrays(
+        [pa.array(filled.get(f.name, [None] * n), type=f.type) for f in kafka_type], fields=list(kafka_type)
+    )
     return pa.Table.from_pydict(
         {
-            "kafka": pa.array(kafka, type=kafka_type),
+            "kafka": kafka,
             "headers": pa.array([[] for _ in keys], type=schema.field("headers").type),
             "key_raw": pa.array(keys, type=pa.binary()),
             "value_raw": pa.array(values, type=pa.binary()),

@@ -83,17 +83,21 @@ def read_watermarks(table: Table) -> dict[tuple[str, int], int]:
 
 
 def _widens(have: pa.DataType, want: pa.DataType) -> bool:
-    """Whether a column of type ``have`` already holds values of ``want`` (equal, or a narrower number)."""
+    """Whether a column of type ``have`` already holds values of ``want``: equal, a narrower number, or the same
+    kind in Arrow's other width (Iceberg has one string, binary and list type; pyiceberg reads them as large)."""
     if have.equals(want) or pa.types.is_null(want):
         return True
     if pa.types.is_struct(have) and pa.types.is_struct(want):
         fields = {f.name: f.type for f in have}
         return all(f.name in fields and _widens(fields[f.name], f.type) for f in want)
-    if pa.types.is_list(have) and pa.types.is_list(want):
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(f(have) for f in lists) and any(f(want) for f in lists):
         return _widens(have.value_type, want.value_type)
-    return (have, want) in ((pa.int64(), pa.int32()), (pa.float64(), pa.float32())) or (
-        pa.types.is_string(have) and pa.types.is_large_string(want)
-    )
+    strings = (pa.types.is_string, pa.types.is_large_string)
+    binaries = (pa.types.is_binary, pa.types.is_large_binary)
+    same_kind = any(f(have) for f in strings) and any(f(want) for f in strings)
+    same_kind = same_kind or (any(f(have) for f in binaries) and any(f(want) for f in binaries))
+    return same_kind or (have, want) in ((pa.int64(), pa.int32()), (pa.float64(), pa.float32()))
 
 
 def needs_evolution(table_schema: pa.Schema, incoming: pa.Schema) -> bool:
