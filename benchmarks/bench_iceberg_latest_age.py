@@ -12,11 +12,15 @@ the table's shape (snapshots, metadata JSON size, manifests, data files, rows), 
 checkpoint to the first.
 
     .venv/bin/python benchmarks/bench_iceberg_latest_age.py [--commits 10000] [--keys 20000] [--records 200]
+
+With ``--workdir DIR`` the table stays in DIR and a second run goes on from its last commit (a long run can be
+stopped and resumed; each checkpoint's window then holds the commits of the run that reached it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -94,22 +98,32 @@ def main() -> None:
     ap.add_argument("--tombstone-every", type=int, default=10)
     ap.add_argument("--every", type=int, default=1000, help="a checkpoint every this many commits")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the table here and go on from its last commit when run again (default: a temp folder, removed)",
+    )
     args = ap.parse_args()
-    rng = random.Random(args.seed)
-    work = Path(tempfile.mkdtemp(prefix="bench-latest-age-"))
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-latest-age-"))
+    work.mkdir(parents=True, exist_ok=True)
+    progress = work / "progress.json"
+    done = json.loads(progress.read_text()) if progress.exists() else {"commits": 0, "maintenance_s": 0.0}
     catalog = SqlCatalog("bench", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{work / 'wh'}")
-    catalog.create_namespace("kafka")
+    if not done["commits"]:
+        catalog.create_namespace("kafka")
+    # the keys of a run that goes on are drawn from where it stopped
+    rng = random.Random(f"{args.seed}/{done['commits']}")
     spec = LatestTable("orders", "kafka", "orders_latest", buckets=args.buckets)
     writer = LatestWriter(lambda: catalog, 10)
     settings = MaintenanceSettings()
     every_maintenance = max(1, settings.snapshot_max_keep // 2)
     checkpoints = sorted({AROUND // 2, *range(args.every, args.commits + 1, args.every), args.commits})
-    times: list[float] = []
-    maintenance_s = 0.0
+    times: dict[int, float] = {}
+    maintenance_s = float(done["maintenance_s"])
     medians: dict[int, float] = {}
     started = time.monotonic()
     try:
-        for commit in range(1, args.commits + 1):
+        for commit in range(done["commits"] + 1, args.commits + 1):
             first = (commit - 1) * args.records
             keys = [b"key-%d" % rng.randrange(args.keys) for _ in range(args.records)]
             values = [None if rng.randrange(args.tombstone_every) == 0 else b"v" * 80 for _ in keys]
@@ -117,16 +131,18 @@ def main() -> None:
             pending.add(log_rows(first, keys, values))
             t0 = time.perf_counter()
             writer.apply(pending, "kafka.orders", f"commit {commit}")
-            times.append(time.perf_counter() - t0)
+            times[commit] = time.perf_counter() - t0
             if commit % every_maintenance == 0:
                 t1 = time.perf_counter()
                 table = catalog.load_table(spec.identifier)
                 expire_snapshots(table, settings)
                 rewrite_manifests(catalog.load_table(spec.identifier), settings)
                 maintenance_s += time.perf_counter() - t1
+            if args.workdir:
+                progress.write_text(json.dumps({"commits": commit, "maintenance_s": maintenance_s}))
             for point in checkpoints:
                 if commit == min(point + AROUND // 2, args.commits):
-                    window = times[max(0, point - AROUND // 2) : point + AROUND // 2]
+                    window = [t for c, t in times.items() if point - AROUND // 2 < c <= point + AROUND // 2]
                     medians[point] = statistics.median(window)
                     print(
                         f"commit {point}: median of {len(window)} commits around it {medians[point] * 1000:.1f} ms; "
@@ -135,7 +151,10 @@ def main() -> None:
                         flush=True,
                     )
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    if not medians:
+        return
     first_point, last_point = min(medians), max(medians)
     print(
         f"latest table: commit {first_point} {medians[first_point] * 1000:.1f} ms, commit {last_point} "
