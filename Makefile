@@ -49,11 +49,13 @@ lint: $(STAMP)
 	$(BIN)/kts memory-docs --check docs/kubernetes.md
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a whole test file to a worker (a module's broker and
-# fixtures start once), the costly folders first. Most of a test's time is JVM start-up and waiting on servers, so
-# three workers keep 2 cores busy; each worker starts the session servers it uses.
+# fixtures start once). tests/conftest.py hands out the costly folders first, and xdist keeps that order (it would
+# otherwise start the files with the most tests first, leaving a one-test broker file to run alone at the end).
+# Most of a test's time is JVM start-up and waiting on servers, so three workers keep 2 cores busy; each worker
+# starts the session servers it uses.
 TEST_WORKERS ?= 3
 test: setup lint
-	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
 # jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.
