@@ -20,7 +20,6 @@ from iceberg_testing import iceberg_config, iter_rows, load_table, order_records
 import rsm.iceberg.replace as replace_module
 from rsm import RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format
-from rsm.iceberg.commit_locks import TableLocks
 from rsm.iceberg.data_files import write_data_files
 from rsm.iceberg.replace import Replacer, RowSelection
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
@@ -127,36 +126,3 @@ def test_another_writers_commit_still_conflicts_and_is_retried(tmp_path: Path, m
 
 def _ids() -> tuple[uuid.UUID, itertools.count[int]]:
     return uuid.uuid4(), itertools.count()
-
-
-def test_locks_of_different_tables_do_not_wait_for_each_other() -> None:
-    locks = TableLocks()
-    held = threading.Event()
-    release = threading.Event()
-
-    def hold_a() -> None:
-        with locks.hold(("kafka", "a")):
-            held.set()
-            release.wait(timeout=30)
-
-    t = threading.Thread(target=hold_a)
-    t.start()
-    try:
-        assert held.wait(timeout=30)
-        with locks.hold(("kafka", "b")):  # another table: not blocked by a's holder
-            assert len(locks) == 2
-        got_a = threading.Event()
-
-        def take_a() -> None:
-            with locks.hold(("kafka", "a")):
-                got_a.set()
-
-        waiter = threading.Thread(target=take_a)
-        waiter.start()
-        assert not got_a.wait(timeout=0.2)  # the same table: waits while a's holder has it
-    finally:
-        release.set()
-        t.join(timeout=30)
-    waiter.join(timeout=30)
-    assert got_a.is_set()
-    assert len(locks) == 0
