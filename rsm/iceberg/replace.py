@@ -4,6 +4,8 @@ The data files that may hold selected rows are found by their bounds (metadata o
 every row is selected is dropped whole, any other is read and rewritten without the selected rows, unless it
 holds none. Another writer committing first makes the commit fail (``CommitFailedException``, or pyiceberg's
 own validation after its retry); it is then tried again on the freshly loaded table, up to ``retries`` times.
+The commits of one ``Replacer`` to one table take turns (a lock per table), so they conflict only with other
+writers' commits.
 
 A commit whose outcome is unknown (any other error from the commit itself: a connection lost at COMMIT, a REST
 catalog's ``CommitStateUnknownException``) deletes nothing until the table is read back: every attempt carries a
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
@@ -26,11 +30,13 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, Valida
 from pyiceberg.expressions import (
     AlwaysTrue,
 )
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.commit_locks import TableLocks
 from rsm.iceberg.data_files import delete_data_files, write_data_files
 from rsm.iceberg.file_bounds import MANIFESTS
 from rsm.iceberg.selection import RowSelection, offset_range_filter
@@ -92,12 +98,32 @@ class _Conflict(Exception):
     """Another writer committed first: try again on the fresh table."""
 
 
+@dataclass(frozen=True)
+class _Unknown:
+    """A commit that failed without saying whether it landed: to read back once the table's lock is released."""
+
+    error: Exception
+    commit_id: str
+    io: FileIO
+    rewritten: list[DataFile]
+
+
 class Replacer:
-    """Commits that replace selected rows with new files, on the tables of one catalog; thread-safe."""
+    """Commits that replace selected rows with new files, on the tables of one catalog; thread-safe. Its commits
+    to one table take turns (``TableLocks``): they never conflict with each other, only with other writers."""
 
     def __init__(self, catalog: Callable[[], Catalog], retries: int) -> None:
         self._catalog = catalog
         self.retries = retries
+        self.locks = TableLocks()
+        self._count_lock = threading.Lock()
+        self.conflicts = 0
+        """Commits tried again because another writer committed first (pyiceberg's retries and ours)."""
+
+    def _count_conflicts(self, n: int) -> None:
+        if n:
+            with self._count_lock:
+                self.conflicts += n
 
     def replace(
         self,
@@ -116,8 +142,10 @@ class Replacer:
         attempts = self.retries + 1
         for attempt in range(attempts):
             try:
-                return self._attempt(ident, selection, files, properties, what, before_commit)
+                with self.locks.hold(ident):
+                    outcome = self._attempt(ident, selection, files, properties, what, before_commit)
             except _Conflict as e:
+                self._count_conflicts(1)
                 cause = e.__cause__
                 if attempt + 1 == attempts:
                     raise RemoteStorageException(
@@ -127,6 +155,17 @@ class Replacer:
                     ) from cause
                 log.debug("%s: commit conflict on %s (attempt %d): %s", what, ".".join(ident), attempt + 1, cause)
                 time.sleep(_RETRY_PAUSE_S * (attempt + 1))
+                continue
+            if not isinstance(outcome, _Unknown):
+                return outcome
+            # Read back outside the lock: the catalog may be slow to answer, and this copy's turn is over.
+            error = outcome.error
+            landed = self._read_back(ident, outcome.commit_id, what, error, [*outcome.rewritten, *files])
+            if landed is None:
+                delete_data_files(outcome.io, outcome.rewritten, what)
+                raise error
+            log.info("%s: the commit to %s landed though it reported %s", what, ".".join(ident), error)
+            return landed
         raise AssertionError("unreachable")
 
     def _attempt(
@@ -137,7 +176,9 @@ class Replacer:
         properties: dict[str, str],
         what: str,
         before_commit: Callable[[], None] | None,
-    ) -> int | None:
+    ) -> int | None | _Unknown:
+        """One attempt, under the table's lock: the snapshot's id, None (nothing to do), or ``_Unknown``;
+        raises ``_Conflict``."""
         try:
             table = self._catalog().load_table(ident)
         except NoSuchTableError:
@@ -171,15 +212,13 @@ class Replacer:
         # pyiceberg retries a conflicting commit itself and may then fail its own validation of the files
         # removed: a conflict too. Neither has changed the table.
         except (CommitFailedException, ValidationException) as e:
+            self._count_conflicts(txn.retries)
             delete_data_files(table.io, rewritten, what)
             raise _Conflict() from e
         except Exception as e:
-            landed = self._read_back(ident, commit_id, what, e, [*rewritten, *files])
-            if landed is None:
-                delete_data_files(table.io, rewritten, what)
-                raise
-            log.info("%s: the commit to %s landed though it reported %s", what, ".".join(ident), e)
-            return landed
+            self._count_conflicts(txn.retries)
+            return _Unknown(e, commit_id, table.io, rewritten)
+        self._count_conflicts(txn.retries)
         snapshot = committed.current_snapshot()
         assert snapshot is not None
         return snapshot.snapshot_id

@@ -5,6 +5,8 @@ the result on every read, and a commit reads it a dozen times and more (each sna
 validation): several milliseconds each for a table of a few snapshots, much of a small copy's time. The
 metadata is immutable (frozen models), so the view is kept until the table's metadata or the staged updates
 change (pyiceberg replaces both objects on every change, so identity tells).
+
+It also counts pyiceberg's own retries of a commit that lost to a concurrent update (``retries``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from pyiceberg.table.update import TableUpdate, update_table_metadata
 
 
 class CachingTransaction(Transaction):
-    """``Transaction`` with ``table_metadata`` kept between changes."""
+    """``Transaction`` with ``table_metadata`` kept between changes; ``retries`` counts the times pyiceberg
+    rebuilt the commit on a fresh table after another writer committed first."""
 
     _view: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+    retries: int = 0
+
+    def _rebuild_snapshot_updates(self) -> None:
+        self.retries += 1
+        super()._rebuild_snapshot_updates()
 
     @property
     def table_metadata(self) -> TableMetadata:
@@ -30,6 +38,6 @@ class CachingTransaction(Transaction):
         return metadata
 
 
-def transaction(table: Table) -> Transaction:
+def transaction(table: Table) -> CachingTransaction:
     """A transaction on ``table`` (what ``table.transaction()`` gives, with the metadata view kept)."""
     return CachingTransaction(table)
