@@ -55,7 +55,7 @@ lint: $(STAMP)
 # starts the session servers it uses.
 TEST_WORKERS ?= 3
 test: setup lint
-	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The shim's release-sensitive tests on every Kafka minor release we support (newest patch of each, listed in
 # jvm-shim/kafka-releases.txt), each on that release's own jars from Maven Central; `make test` runs three of them.

@@ -108,14 +108,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+# A fixture of one of these scopes is shared by the tests of a file: they must run in the same worker.
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def _shares_fixtures(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope in SHARED_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with the kind its folder names. In a parallel run (pytest-xdist), hand out the costly kinds
-    first: a worker that takes a broker file last would run on alone while the others sit idle."""
+    """Mark every test with the kind its folder names.
+
+    In a parallel run (pytest-xdist, ``--dist loadgroup``), the tests of a file that shares a module or class
+    fixture (a broker, a built wheel) form one group, which one worker runs; every other test goes to whichever
+    worker is free. The costly kinds are handed out first: a broker test left for last would run alone while the
+    other workers sit idle."""
+    shared: set[Path] = set()
     for item in items:
         kind = Path(str(item.path)).parent.name
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.path}: a test must live in one of tests/{{{','.join(KINDS)}}}")
         item.add_marker(getattr(pytest.mark, kind))
+        if _shares_fixtures(item):
+            shared.add(item.path)
     if os.environ.get("PYTEST_XDIST_WORKER"):
+        for item in items:
+            if item.path in shared:
+                item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(Path(__file__).parent))))
         costly_first = {kind: rank for rank, kind in enumerate(reversed(KINDS))}
         items.sort(key=lambda item: costly_first[Path(str(item.path)).parent.name])
