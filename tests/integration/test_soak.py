@@ -267,7 +267,9 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     try:
         assert run.started.wait(180), "the driver did not finish its initial copies"
         assert proc.poll() is None, _tail(run, stderr_path)
-        # --- the killer: SIGKILL the sidecar every KILL_EVERY seconds until the timed phase ends ----------------
+        # --- the killer: SIGKILL the sidecar KILL_EVERY seconds after it is back, until the timed phase ends ------
+        # (counted from the restart, not the kill: on a loaded machine a restart takes 5-10 s, and a sidecar killed
+        # again as soon as it is up would leave no time for a copy to succeed between kills)
         while not run.draining.wait(KILL_EVERY):
             pid = sidecar_of(proc.pid)
             if pid is None:
@@ -277,6 +279,8 @@ def test_soak_16_threads_faults_and_sidecar_kills(
             assert proc.stdin is not None
             proc.stdin.write(f"KILLED {pid}\n")
             proc.stdin.flush()
+            while not run.draining.is_set() and sidecar_of(proc.pid) in (None, pid):
+                time.sleep(0.2)
         proc.wait(timeout=HANG_LIMIT_MS / 1000 * 2 + 120)
     finally:
         stop_sampling.set()
@@ -309,7 +313,8 @@ def test_soak_16_threads_faults_and_sidecar_kills(
     not_kills = sum(n for k, n in r["failed"].items() if not k.endswith("[sidecar]"))
     assert not_kills <= 0.01 * calls, f"{not_kills} of {calls} calls failed without a kill: {r['storage_failures']}"
     # --- the kills really happened, and the shim recovered from each by itself ------------------------------------
-    expected_kills = int(SOAK_SECONDS // KILL_EVERY) - 1
+    # a kill every KILL_EVERY seconds of a live sidecar, plus the restarts in between (the longest one measured)
+    expected_kills = int(SOAK_SECONDS // (KILL_EVERY + r["recovery_max_ms"] / 1000)) - 1
     assert len(kills) >= max(1, expected_kills), f"only {len(kills)} kills in {SOAK_SECONDS} s"
     assert r["kills_heard"] == len(kills)
     assert r["kills_unrecovered"] == 0, "a kill after which no call succeeded any more"
