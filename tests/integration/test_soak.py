@@ -379,7 +379,8 @@ def test_soak_16_threads_faults_and_sidecar_kills(
         # The sidecar's sockets come and go with the calls in flight: each of the THREADS calls may hold a socket
         # to the store and a connection from the shim, and the shim keeps POOL_SIZE idle ones. At load 20 the
         # median of all its fds went from 4 to 20, 43 to 37 and 42 to 5 between thirds, and of its sockets from
-        # 31 and 29 to 0. Its other fds (pipes, files: 5 to 7) must not grow at all.
+        # 31 and 29 to 0. Its other fds (pipes, files, eventfds: 5 to 12, as a restarted sidecar's pools start up;
+        # 10.5 to 12 between thirds once) stay within 4: a descriptor leaked per call would add hundreds.
         "sidecar_sockets": (
             flat([(s.t, s.sidecar_fds["socket"]) for s in warm if s.sidecar_fds], 0, 2 * THREADS + POOL_SIZE, median),
             "fds",
@@ -388,7 +389,7 @@ def test_soak_16_threads_faults_and_sidecar_kills(
             flat(
                 [(s.t, sum(s.sidecar_fds.values()) - s.sidecar_fds["socket"]) for s in warm if s.sidecar_fds],
                 0,
-                1,
+                4,
                 median,
             ),
             "fds",
