@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rsm.deletion.fileio_holding import normal_location
 from rsm.deletion.holding import Held
@@ -36,6 +36,7 @@ REMOVED_DIR = "kts-removed-rows"
 """The folder, under a latest table's location, that names the rows a removal holds (nothing is written there:
 the rows are in the quarantine)."""
 _RETRY_PAUSE_S = 0.05
+_T = TypeVar("_T")
 
 
 def latest_tables(manager: RemoteStorageManager) -> list[Any]:
@@ -145,6 +146,23 @@ def remove_latest_rows(
             progress(item)
 
 
+def _commit_with_retries(attempt: Callable[[], _T], retries: int, what: str, next_step: str) -> _T:
+    """``attempt()`` again after another writer's commit won, up to ``retries`` more times; then an error saying
+    ``next_step``. Each attempt starts from the table as it is now."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    for n in range(retries + 1):
+        try:
+            return attempt()
+        except (CommitFailedException, ValidationException) as e:
+            if n == retries:
+                raise RemoteStorageException(
+                    f"{what}: another writer committed first {retries + 1} times ({e}); {next_step}"
+                ) from e
+            time.sleep(_RETRY_PAUSE_S * (n + 1))
+    raise AssertionError("unreachable")
+
+
 def _remove(table: Any, item: GarbageItem, quarantine: Quarantine, run: str, retries: int) -> Held | None:
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
@@ -154,25 +172,22 @@ def _remove(table: Any, item: GarbageItem, quarantine: Quarantine, run: str, ret
     topic_id, topic = item.dead_topic
     what = f"removing the rows of topic {topic} ({topic_id}) from {_name(table)}"
     original = f"{table.location().rstrip('/')}/{REMOVED_DIR}/{topic_id}.parquet"
-    for attempt in range(retries + 1):
-        table = table.refresh()
-        removal = plan_removal(table, frozenset([topic_id]))
+
+    def attempt() -> Held | None:
+        removal = plan_removal(table.refresh(), frozenset([topic_id]))
         if removal is None:
             return None
         held = quarantine.keep(DEAD_TOPIC_LATEST, original, rows_to_parquet(removal.removed), item.evidence, run, topic)
         try:
             commit_removal(removal, what)
-        except (CommitFailedException, ValidationException) as e:
+        except (CommitFailedException, ValidationException):
             quarantine.purge([held])  # the rows stay in the table: nothing to hold
-            if attempt == retries:
-                raise RemoteStorageException(
-                    f"{what}: another writer committed first {retries + 1} times ({e}); nothing was removed. Run "
-                    "kts gc --delete again, or raise iceberg.mode.commit.retries"
-                ) from e
-            time.sleep(_RETRY_PAUSE_S * (attempt + 1))
-            continue
+            raise
         return held
-    raise AssertionError("unreachable")
+
+    return _commit_with_retries(
+        attempt, retries, what, "nothing was removed. Run kts gc --delete again, or raise iceberg.mode.commit.retries"
+    )
 
 
 def restore_held(manager: RemoteStorageManager, quarantine: Quarantine, held: Iterable[Held]) -> RestoreReport:
@@ -193,8 +208,6 @@ def restore_latest_rows(manager: RemoteStorageManager, quarantine: Quarantine, h
     """Put held rows back into the latest table whose location names them: each row whose (partition, key) has
     no row now. The held file is removed once all its rows are back; rows left out (their key has a row now,
     which is never replaced) stay held, and the item is reported refused with how many."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
-
     from rsm.iceberg.latest_removal import restore_rows, rows_from_parquet, rows_to_parquet
 
     report = RestoreReport()
@@ -211,19 +224,12 @@ def restore_latest_rows(manager: RemoteStorageManager, quarantine: Quarantine, h
             continue
         rows = rows_from_parquet(quarantine.store.get(h.location), h.location)
         what = f"putting back the rows held at {h.location} into {_name(table)}"
-        for attempt in range(retries + 1):
-            table = table.refresh()
-            try:
-                back, left = restore_rows(table, rows, what)
-            except (CommitFailedException, ValidationException) as e:
-                if attempt == retries:
-                    raise RemoteStorageException(
-                        f"{what}: another writer committed first {retries + 1} times ({e}); the rows stay held: "
-                        "run kts gc restore again"
-                    ) from e
-                time.sleep(_RETRY_PAUSE_S * (attempt + 1))
-                continue
-            break
+        back, left = _commit_with_retries(
+            lambda t=table, r=rows, w=what: restore_rows(t.refresh(), r, w),
+            retries,
+            what,
+            "the rows stay held: run kts gc restore again",
+        )
         if left.num_rows:
             evidence = [Evidence(*line.split(": ", 1)) for line in h.evidence]
             again = quarantine.keep(h.kind, h.original, rows_to_parquet(left), evidence, h.run, h.topic)

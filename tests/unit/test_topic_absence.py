@@ -131,3 +131,24 @@ def test_a_dead_topics_latest_rows_alone_wait_for_the_second_read(monkeypatch: p
     monkeypatch.setattr(gc_cluster, "read_topics", lambda settings, names, previous: read(2, 1300, LIVE, DEAD))
     gc_cluster.confirm_dead_topics(checked, {}, absence)
     assert checked.result.items == []
+
+
+def test_a_latest_rows_commit_is_tried_again_after_a_conflict_then_refused_with_the_next_step() -> None:
+    from pyiceberg.exceptions import CommitFailedException
+
+    from rsm.errors import RemoteStorageException
+    from rsm.operator_tools.latest_rows import _commit_with_retries
+
+    calls: list[int] = []
+
+    def lose_twice() -> str:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise CommitFailedException("another writer")
+        return "landed"
+
+    assert _commit_with_retries(lose_twice, 2, "removing rows", "run it again") == "landed" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(RemoteStorageException, match=r"removing rows: another writer committed first 2 times .*run it"):
+        _commit_with_retries(lose_twice, 1, "removing rows", "run it again")
+    assert len(calls) == 2
