@@ -109,8 +109,7 @@ def main() -> None:
     progress = work / "progress.json"
     done = json.loads(progress.read_text()) if progress.exists() else {"commits": 0, "maintenance_s": 0.0}
     catalog = SqlCatalog("bench", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{work / 'wh'}")
-    if not done["commits"]:
-        catalog.create_namespace("kafka")
+    catalog.create_namespace_if_not_exists("kafka")  # a run stopped before its first commit made it already
     # the keys of a run that goes on are drawn from where it stopped
     rng = random.Random(f"{args.seed}/{done['commits']}")
     spec = LatestTable("orders", "kafka", "orders_latest", buckets=args.buckets)
