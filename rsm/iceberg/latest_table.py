@@ -4,14 +4,16 @@ The table is partitioned by ``identity(_kafka.key_bucket)``. A copy's update rea
 buckets its changes touch, merges (``rsm.iceberg.latest.merge``) and commits one overwrite that replaces those
 files with one new file per bucket, and sets the watermarks of the partitions it applied (table properties
 ``kafka.latest.offset.<topic id>.<partition>``) in the same commit. The commit's cost is bounded by the rows of
-the buckets touched, whatever the table's age. Another writer committing first makes it start over on the fresh
-table, up to ``iceberg.mode.commit.retries`` times.
+the buckets touched, whatever the table's age. A process's own updates of one table take turns for the whole
+update (read, merge, write, commit), as each would replace the files the others read; another writer committing
+first makes it start over on the fresh table, up to ``iceberg.mode.commit.retries`` times.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
 from rsm.errors import RemoteStorageException
+from rsm.iceberg.commit_locks import TableLocks
 from rsm.iceberg.data_files import delete_data_files, write_data_files
 from rsm.iceberg.debezium import DebeziumColumns
 from rsm.iceberg.latest import (
@@ -106,11 +109,16 @@ def needs_evolution(table_schema: pa.Schema, incoming: pa.Schema) -> bool:
 
 
 class LatestWriter:
-    """Updates the latest tables of one catalog's topics; thread-safe (each update loads the table)."""
+    """Updates the latest tables of one catalog's topics; thread-safe (each update loads the table). Updates of
+    one table hold its lock in ``locks`` from the table's load to the commit."""
 
-    def __init__(self, catalog: Callable[[], Catalog], commit_retries: int) -> None:
+    def __init__(self, catalog: Callable[[], Catalog], commit_retries: int, locks: TableLocks | None = None) -> None:
         self._catalog = catalog
         self.retries = commit_retries
+        self.locks = locks if locks is not None else TableLocks()
+        self._count_lock = threading.Lock()
+        self.conflicts = 0
+        """Updates started over because another writer committed first."""
 
     def apply(self, pending: LatestChanges, log_table: str, what: str) -> int | None:
         """Commit the copy's changes to the latest table (created when missing); the new snapshot's id, or None
@@ -123,8 +131,11 @@ class LatestWriter:
         attempts = self.retries + 1
         for attempt in range(attempts):
             try:
-                return self._attempt(spec, changes, log_table, what)
+                with self.locks.hold(spec.identifier):
+                    return self._attempt(spec, changes, log_table, what)
             except (CommitFailedException, ValidationException) as e:
+                with self._count_lock:
+                    self.conflicts += 1
                 if attempt + 1 == attempts:
                     raise RemoteStorageException(
                         f"{what}: the commit to the latest table {ident} failed {attempts} times, each time after "

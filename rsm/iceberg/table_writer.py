@@ -82,7 +82,7 @@ class TableWriter:
         self.commit_retries = commit_retries
         self.value_column_for = value_column_for
         self.replacer = Replacer(lambda: handle.catalog, commit_retries)
-        self.latest = LatestWriter(lambda: handle.catalog, commit_retries)
+        self.latest = LatestWriter(lambda: handle.catalog, commit_retries, self.replacer.locks)
         self._legacy: set[str] = set()  # topics whose table is under the topic's own name (an earlier release's)
 
     def table(self, topic: str, value_column: ValueColumn | None = None, segment_bytes: int = 1 << 30) -> Table:

@@ -17,10 +17,12 @@ import pytest
 from iceberg_tables import kafka_rows, sql_catalog, topic_table
 from iceberg_testing import iceberg_config, iter_rows, load_table, order_records, segment_of
 
+import rsm.iceberg.latest_table as latest_module
 import rsm.iceberg.replace as replace_module
 from rsm import RemoteStorageManager
 from rsm.formats.iceberg import iceberg_format
 from rsm.iceberg.data_files import write_data_files
+from rsm.iceberg.latest_table import read_watermarks
 from rsm.iceberg.replace import Replacer, RowSelection
 from rsm.metadata import TopicIdPartition, random_kafka_uuid
 
@@ -93,6 +95,52 @@ def test_copies_of_many_partitions_into_one_table_never_retry_each_other(
     rows = list(iter_rows(load_table(cfg)))
     got = sorted((r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows if r["kafka"]["partition"] < PARTITIONS)
     assert got == [(p, o) for p in range(PARTITIONS) for o in range(SEGMENTS * RECORDS)]  # each row exactly once
+
+
+def test_latest_table_updates_of_many_partitions_take_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each copy's update of the topic's latest-per-key table replaces the files of the key buckets it touches,
+    which the other partitions' updates read too: they take turns from the table's load to the commit, so none
+    starts over, and every partition's newest offset is applied."""
+    cfg = iceberg_config(
+        tmp_path,
+        **{"iceberg.mode.maintenance.enabled": "false", "iceberg.mode.table.orders.latest.enabled": "true"},
+    )
+    real_past = latest_module.past_watermarks
+
+    def slow_past(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(PLAN_PAUSE_S)  # between the table's load and its commit
+        return real_past(*args, **kwargs)
+
+    monkeypatch.setattr(latest_module, "past_watermarks", slow_past)
+    retries = _Retries()
+    logging.getLogger("pyiceberg").addHandler(retries)
+    topic_id = random_kafka_uuid()
+    segments = {
+        p: segment_of(tmp_path / f"seg-{p}", order_records(0, RECORDS), per_batch=20) for p in range(PARTITIONS)
+    }
+    start = threading.Barrier(PARTITIONS)
+    try:
+        with RemoteStorageManager() as m:
+            m.configure(dict(cfg))
+
+            def copy_partition(p: int) -> None:
+                files = segments[p]
+                start.wait(timeout=60)
+                m.copy_log_segment_data(
+                    files.to_metadata(TopicIdPartition(topic_id, "orders", p)), files.to_log_segment_data()
+                )
+
+            with concurrent.futures.ThreadPoolExecutor(PARTITIONS) as pool:
+                for copy in [pool.submit(copy_partition, p) for p in range(PARTITIONS)]:
+                    copy.result()
+            writer = iceberg_format(m).mode().writer
+            assert writer.latest.conflicts == 0
+            assert retries.count == 0, f"pyiceberg retried {retries.count} commits"
+            assert len(writer.latest.locks) == 0
+            latest = writer.handle.catalog.load_table(("kafka", "orders_latest"))
+    finally:
+        logging.getLogger("pyiceberg").removeHandler(retries)
+    assert read_watermarks(latest) == {(topic_id, p): RECORDS - 1 for p in range(PARTITIONS)}
 
 
 def test_another_writers_commit_still_conflicts_and_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
