@@ -38,8 +38,6 @@ TOPIC_CONFIG = {
     "retention.ms": "-1",
 }
 RECORDS = 3000
-BROKER_JVM = (*kd.DEFAULT_JVM_OPTIONS, "-XX:TieredStopAtLevel=1")
-"""The broker's JIT stops at C1: most of its CPU in a test this short goes to compiling."""
 
 
 def _value(topic: str, i: int) -> bytes:
@@ -161,7 +159,7 @@ def test_gc_and_maintenance_under_traffic_are_reversible(tmp_path: Path, seaweed
     }
     plugin = "\n".join(lines + [f"rsm.config.{k}={v}" for k, v in extra.items()]) + "\n"
 
-    with kd.running_broker(kd.NEWEST_4X, tmp_path / "broker", plugin, jvm_options=BROKER_JVM) as b:
+    with kd.running_broker(kd.NEWEST_4X, tmp_path / "broker", plugin) as b:
         expected = {t: [_value(t, i) for i in range(RECORDS)] for t in (CLASSIC, ICE, GONE)}
         for topic in (CLASSIC, ICE, GONE):
             kd.create_topic(b, topic, TOPIC_CONFIG)
