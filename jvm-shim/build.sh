@@ -11,6 +11,8 @@
 #   build.sh --no-main ...    only the --kafka releases (the plugin jar stays as it is)
 #
 # Maven downloads what it needs into ~/.m2 once; later builds run offline. It is quiet unless a build fails.
+# Maven's own JVM runs with jvm-shim/.mvn/jvm.config (C1 only and the serial collector: a build this short then
+# takes about half the CPU); MAVEN_OPTS adds to it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"

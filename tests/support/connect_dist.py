@@ -181,7 +181,9 @@ def start_connect(
         "offset.flush.interval.ms": "1000",
         "listeners": f"http://127.0.0.1:{rest}",
         "plugin.path": str(debezium_plugin()),
-        "plugin.discovery": "only_scan",
+        # Plugins found by their ServiceLoader manifests (Kafka's and Debezium's jars carry them), not by
+        # scanning every class of the plugin path: a quicker start.
+        "plugin.discovery": "service_load",
     }
     (work / "worker.properties").write_text(_properties(worker))
     files = []

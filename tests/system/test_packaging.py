@@ -21,6 +21,9 @@ import pytest
 from rsm._version import __version__
 
 REPO = jt.REPO
+VENV_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+"""The environment of the fresh venv's commands: a PYTHONPATH naming this tree (where the wheel build left its
+egg-info) would make pip take the package as installed and the venv's ``kts`` import this tree's ``rsm``."""
 
 
 def _pip_wheel(out: Path, env: dict[str, str] | None = None, src: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -57,6 +60,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheels[0])],
         capture_output=True,
         text=True,
+        env=VENV_ENV,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -64,7 +68,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_path: Path) -> None:
-    r = subprocess.run([str(installed / "kts"), "plugin-path"], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [str(installed / "kts"), "plugin-path"], capture_output=True, text=True, cwd=tmp_path, env=VENV_ENV
+    )
     assert r.returncode == 0, r.stderr
     folder = Path(r.stdout.strip())
     assert str(folder).startswith(str(installed.parent)), folder  # the venv's copy, not this source tree
@@ -72,13 +78,17 @@ def test_plugin_path_of_the_installed_wheel_loads_in_a_jvm(installed: Path, tmp_
     assert jar.is_file()
     manifest = zipfile.ZipFile(jar).read("META-INF/MANIFEST.MF").decode()
     assert f"Implementation-Version: {__version__}" in manifest
-    r = subprocess.run([str(installed / "kts"), "--version"], capture_output=True, text=True)
+    r = subprocess.run([str(installed / "kts"), "--version"], capture_output=True, text=True, env=VENV_ENV)
     assert r.stdout.strip() == f"kts {__version__}"
     probe_walk = "import rsm.kafka.record_columns as c; print(c.COMPILED_WALK, c.RecordBuilder.__module__)"
-    r = subprocess.run([str(installed / "python"), "-c", probe_walk], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [str(installed / "python"), "-c", probe_walk], capture_output=True, text=True, cwd=tmp_path, env=VENV_ENV
+    )
     assert r.stdout.split() == ["True", "rsm.kafka._recordwalk"], r.stderr
     probe_encoder = "import rsm.kafka.batch_encoder as b; print(b.encode_records.__module__)"
-    r = subprocess.run([str(installed / "python"), "-c", probe_encoder], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [str(installed / "python"), "-c", probe_encoder], capture_output=True, text=True, cwd=tmp_path, env=VENV_ENV
+    )
     assert r.stdout.split() == ["rsm.kafka._batchencode"], r.stderr
 
     # Load the shim by reflection the way a broker does: the plugin folder in its own class loader, Kafka's API
@@ -130,11 +140,17 @@ def test_the_installed_wheel_lists_sparks_door_where_sparks_lookup_looks(install
     # pkgutil.iter_modules() lists; an installed wheel must be listed there, unlike an editable install's import
     # hook. Only listed here: this venv has no pyspark; tests/integration/test_spark_lookup.py runs the lookup.
     probe = "import pkgutil; print(sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')))"
-    r = subprocess.run([str(installed / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [str(installed / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=VENV_ENV
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "['pyspark_kafka_tiered']"
     r = subprocess.run(
-        [str(installed / "python"), "-c", "import pyspark_kafka_tiered"], capture_output=True, text=True, cwd=tmp_path
+        [str(installed / "python"), "-c", "import pyspark_kafka_tiered"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=VENV_ENV,
     )
     assert "No module named 'pyspark'" in r.stderr  # without the [spark] extra it needs pyspark, as Spark has
 
@@ -200,6 +216,7 @@ def test_sdist_carries_the_shim_sources_and_a_wheel_built_from_it_has_the_jar(sd
     root = names[0].split("/")[0]
     assert f"{root}/jvm-shim/build.sh" in names and f"{root}/setup.py" in names
     assert f"{root}/jvm-shim/pom.xml" in names and f"{root}/jvm-shim/kafka-releases.txt" in names
+    assert f"{root}/jvm-shim/.mvn/jvm.config" in names  # Maven's JVM options for the build
     assert any(n.endswith("PythonRemoteStorageManager.java") for n in names)
     assert not [n for n in names if "/jvm-shim/build/" in n or "/org/apache/kafka/" in n]
     assert f"{root}/rsm/_jars/kafka-tiered-storage-shim.jar" in names  # the sdist build ran Maven too
