@@ -110,6 +110,10 @@ def test_keygen_writes_usable_keys(tmp_path: Path, capsys: pytest.CaptureFixture
         "k9", (tmp_path / "k9-public.pem").read_bytes(), (tmp_path / "k9-private.pem").read_bytes()
     )
     assert pair.unwrap(pair.wrap(b"z" * 32)) == b"z" * 32
+    # the formats the docs name: SubjectPublicKeyInfo and unencrypted PKCS#8, the private one readable by its owner
+    assert (tmp_path / "k9-public.pem").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----\n")
+    assert (tmp_path / "k9-private.pem").read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----\n")
+    assert (tmp_path / "k9-private.pem").stat().st_mode & 0o777 == 0o600
 
 
 def test_generated_tables_are_current(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
