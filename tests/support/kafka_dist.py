@@ -345,6 +345,8 @@ DEFAULT_JVM_OPTIONS = (
 )
 """A test broker's JVM: one GC thread and the C1 compiler only, which costs a broker that lives a minute far
 less CPU than C2's compiles would save it."""
+BENCHMARK_JVM_OPTIONS = ("-Xmx512m", "-Xms512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+"""A benchmark's broker: C2 compiles its hot paths, as in production."""
 
 
 @dataclass

@@ -23,8 +23,10 @@ import jvm_testing as jt
 BROKER_STARTED = b"Kafka Server started"
 
 BROKER_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
-"""JVM options of every broker besides its heap, logging and JMX: one GC thread and the C1 compiler only. A test
+"""A test broker's JVM options besides its heap, logging and JMX: one GC thread and the C1 compiler only. A test
 broker lives a minute or two, too short for C2's compiles to pay for the CPU they take."""
+BENCHMARK_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseG1GC",)
+"""A benchmark's broker: G1 and C2, as ``kafka-server-start`` runs it (set :attr:`Cluster.jvm_options`)."""
 TOOL_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 """JVM options of every Kafka tool run by :meth:`Cluster.tool` besides its heap and logging."""
 
@@ -112,6 +114,8 @@ class Cluster:
     plugin: str
     extra_server: str = ""
     heap: str = "-Xmx512m"
+    jvm_options: tuple[str, ...] = BROKER_JVM_OPTIONS
+    """The brokers' JVM options besides heap, logging and JMX."""
     java_home: str | None = None
     inprocess: bool = False
     rlm_log_level: str = "DEBUG"
@@ -190,7 +194,7 @@ class Cluster:
             env.update(
                 KAFKA_HOME=str(self.kafka),
                 KAFKA_HEAP_OPTS=self.heap,
-                KAFKA_JVM_PERFORMANCE_OPTS=" ".join(BROKER_JVM_OPTIONS),
+                KAFKA_JVM_PERFORMANCE_OPTS=" ".join(self.jvm_options),
                 KAFKA_LOG4J_OPTS=log4j,
                 KAFKA_JMX_OPTS=" ".join([*jmx, hostname]),
                 JMX_PORT=str(node.jmx_port),
@@ -200,7 +204,7 @@ class Cluster:
             if self.java_home:
                 env["JAVA_HOME"] = self.java_home
         else:
-            jvm = [self.heap, *BROKER_JVM_OPTIONS, log4j, *jmx, *ports, hostname]
+            jvm = [self.heap, *self.jvm_options, log4j, *jmx, *ports, hostname]
             cmd = java_command(self.kafka, "kafka.Kafka", *jvm, java_home=self.java_home) + [props]
         out = open(node.out, "ab")  # noqa: SIM115 - closed by stop()
         self._outs.append(out)
