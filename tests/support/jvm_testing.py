@@ -188,7 +188,8 @@ def free_ports(n: int) -> list[int]:
 def kraft_server_properties(work: Path, broker: int, controller: int, plugin: str) -> str:
     """A single-node KRaft broker on 127.0.0.1 with remote storage on and fast tiering (1 s task and retention
     checks, the first one 1 s after start), data under ``work/data``; ``plugin`` adds the
-    remote.log.storage.manager.* and rsm.config.* lines. For the real-broker test and bench_broker_catchup."""
+    remote.log.storage.manager.* and rsm.config.* lines. For the real-broker test and bench_broker_catchup.
+    The internal topics get 3 partitions instead of 50: a broker on a busy machine starts in seconds."""
     return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
@@ -211,6 +212,8 @@ log.segment.delete.delay.ms=1000
 remote.log.storage.system.enable=true
 remote.log.metadata.manager.listener.name=PLAINTEXT
 rlmm.config.remote.log.metadata.topic.replication.factor=1
+rlmm.config.remote.log.metadata.topic.num.partitions=3
+offsets.topic.num.partitions=3
 {plugin}"""
 
 

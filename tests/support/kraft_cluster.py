@@ -136,9 +136,6 @@ class Cluster:
         props = re.sub(r"(?m)^controller\.quorum\.voters=.*$", f"controller.quorum.voters={voters}", props)
         for key in ("offsets.topic.replication.factor", "rlmm.config.remote.log.metadata.topic.replication.factor"):
             props = re.sub(rf"(?m)^{re.escape(key)}=.*$", f"{key}={replication}", props)
-        # fewer partitions of the internal topics than the defaults' 50: a broker on a busy machine starts in
-        # seconds instead of minutes
-        props += "rlmm.config.remote.log.metadata.topic.num.partitions=3\noffsets.topic.num.partitions=3\n"
         return props + self.extra_server
 
     def _log4j(self, name: str, level: str, rlm_level: str) -> str:
