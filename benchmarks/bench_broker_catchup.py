@@ -296,6 +296,7 @@ def run_one(
         plugin = _timed_properties(plugin, work, timed_jar)
     cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin)
     cluster.heap = "-Xmx1g"
+    cluster.jvm_options = kc.BENCHMARK_JVM_OPTIONS
     cluster.rlm_log_level = "INFO"
     cluster.inprocess = kind != "local" and transport == "inprocess"
     node = cluster.nodes[0]

@@ -327,6 +327,7 @@ def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, s
     plugin = plugin_properties(kind, work, store, args.aiven_dir)
     cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin, server_lines(args.copier_threads, args.reader_threads))
     cluster.heap = "-Xmx1g"
+    cluster.jvm_options = kc.BENCHMARK_JVM_OPTIONS
     cluster.rlm_log_level = "INFO"
     cluster.inprocess = kind == "ours-inprocess"
     try:

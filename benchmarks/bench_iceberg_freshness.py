@@ -159,7 +159,9 @@ def main() -> int:
         f"Kafka {args.kafka}, {args.partitions} partitions, {args.rate} records/s, segment.ms {args.segment_ms}, "
         f"remote.log.manager.task.interval.ms {args.task_interval_ms}, reader every {args.poll} s; work {work}"
     )
-    with kd.running_broker(args.kafka, work / "broker", plugin_lines(work, args.task_interval_ms)) as b:
+    with kd.running_broker(
+        args.kafka, work / "broker", plugin_lines(work, args.task_interval_ms), jvm_options=kd.BENCHMARK_JVM_OPTIONS
+    ) as b:
         kd.create_topic(b, TOPIC, topic_config(args.segment_ms, args.kafka), partitions=args.partitions)
         catalog = SqlCatalog("kafka_tiered", uri=f"sqlite:///{work / 'catalog.db'}")
         con = duckdb_with_iceberg()

@@ -187,8 +187,9 @@ def free_ports(n: int) -> list[int]:
 
 def kraft_server_properties(work: Path, broker: int, controller: int, plugin: str) -> str:
     """A single-node KRaft broker on 127.0.0.1 with remote storage on and fast tiering (1 s task and retention
-    checks), data under ``work/data``; ``plugin`` adds the remote.log.storage.manager.* and rsm.config.* lines.
-    For the real-broker test and bench_broker_catchup."""
+    checks, the first one 1 s after start), data under ``work/data``; ``plugin`` adds the
+    remote.log.storage.manager.* and rsm.config.* lines. For the real-broker test and bench_broker_catchup.
+    The internal topics get 3 partitions instead of 50: a broker on a busy machine starts in seconds."""
     return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
@@ -206,10 +207,13 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 remote.log.manager.task.interval.ms=1000
 log.retention.check.interval.ms=1000
+log.initial.task.delay.ms=1000
 log.segment.delete.delay.ms=1000
 remote.log.storage.system.enable=true
 remote.log.metadata.manager.listener.name=PLAINTEXT
 rlmm.config.remote.log.metadata.topic.replication.factor=1
+rlmm.config.remote.log.metadata.topic.num.partitions=3
+offsets.topic.num.partitions=3
 {plugin}"""
 
 

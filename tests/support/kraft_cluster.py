@@ -22,6 +22,14 @@ import jvm_testing as jt
 
 BROKER_STARTED = b"Kafka Server started"
 
+BROKER_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+"""A test broker's JVM options besides its heap, logging and JMX: one GC thread and the C1 compiler only. A test
+broker lives a minute or two, too short for C2's compiles to pay for the CPU they take."""
+BENCHMARK_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseG1GC",)
+"""A benchmark's broker: G1 and C2, as ``kafka-server-start`` runs it (set :attr:`Cluster.jvm_options`)."""
+TOOL_JVM_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+"""JVM options of every Kafka tool run by :meth:`Cluster.tool` besides its heap and logging."""
+
 
 def shim_plugin_lines(storage: dict[str, str], transport: str = "sidecar", **extra: str) -> str:
     """The broker's lines for this plugin: the shim jar, this interpreter and source tree, ``storage`` (keys
@@ -106,6 +114,8 @@ class Cluster:
     plugin: str
     extra_server: str = ""
     heap: str = "-Xmx512m"
+    jvm_options: tuple[str, ...] = BROKER_JVM_OPTIONS
+    """The brokers' JVM options besides heap, logging and JMX."""
     java_home: str | None = None
     inprocess: bool = False
     rlm_log_level: str = "DEBUG"
@@ -126,9 +136,6 @@ class Cluster:
         props = re.sub(r"(?m)^controller\.quorum\.voters=.*$", f"controller.quorum.voters={voters}", props)
         for key in ("offsets.topic.replication.factor", "rlmm.config.remote.log.metadata.topic.replication.factor"):
             props = re.sub(rf"(?m)^{re.escape(key)}=.*$", f"{key}={replication}", props)
-        # fewer partitions of the internal topics than the defaults' 50: a broker on a busy machine starts in
-        # seconds instead of minutes
-        props += "rlmm.config.remote.log.metadata.topic.num.partitions=3\noffsets.topic.num.partitions=3\n"
         return props + self.extra_server
 
     def _log4j(self, name: str, level: str, rlm_level: str) -> str:
@@ -150,7 +157,9 @@ class Cluster:
 
     def start(self, timeout: float = 180) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
-        cluster_id = self.tool("format", "random-uuid").strip().splitlines()[-1]
+        from rsm.metadata import random_kafka_uuid
+
+        cluster_id = random_kafka_uuid()  # as `kafka-storage random-uuid` prints it, without starting a JVM
         for node in self.nodes:
             node.work.mkdir(parents=True, exist_ok=True)
             props = node.work / "server.properties"
@@ -165,27 +174,26 @@ class Cluster:
         """Start (or restart) the broker of ``node``; its log (INFO, the remote log manager at
         :attr:`rlm_log_level`) goes to ``node.out``."""
         log4j = self._log4j("server", "INFO", self.rlm_log_level)
-        jvm = [
-            self.heap,
-            "-XX:+UseG1GC",
-            log4j,
+        jmx = [
             "-Dcom.sun.management.jmxremote",
             "-Dcom.sun.management.jmxremote.authenticate=false",
             "-Dcom.sun.management.jmxremote.ssl=false",
+        ]
+        ports = [
             f"-Dcom.sun.management.jmxremote.port={node.jmx_port}",
             f"-Dcom.sun.management.jmxremote.rmi.port={node.jmx_port}",
-            "-Djava.rmi.server.hostname=127.0.0.1",
         ]
+        hostname = "-Djava.rmi.server.hostname=127.0.0.1"
         props = str(node.work / "server.properties")
         env = dict(os.environ)
         if self.inprocess:  # the launcher takes the same options through kafka-run-class.sh's variables
             cmd = [sys.executable, "-m", "rsm.cli.main", "kafka-server-start", props]
             env.update(
                 KAFKA_HOME=str(self.kafka),
-                KAFKA_HEAP_OPTS=jvm[0],
-                KAFKA_JVM_PERFORMANCE_OPTS=jvm[1],
-                KAFKA_LOG4J_OPTS=jvm[2],
-                KAFKA_JMX_OPTS=" ".join(jvm[3:6] + jvm[8:]),
+                KAFKA_HEAP_OPTS=self.heap,
+                KAFKA_JVM_PERFORMANCE_OPTS=" ".join(self.jvm_options),
+                KAFKA_LOG4J_OPTS=log4j,
+                KAFKA_JMX_OPTS=" ".join([*jmx, hostname]),
                 JMX_PORT=str(node.jmx_port),
                 KAFKA_GC_LOG_OPTS="",
                 LOG_DIR=str(node.work / "logs"),
@@ -193,6 +201,7 @@ class Cluster:
             if self.java_home:
                 env["JAVA_HOME"] = self.java_home
         else:
+            jvm = [self.heap, *self.jvm_options, log4j, *jmx, *ports, hostname]
             cmd = java_command(self.kafka, "kafka.Kafka", *jvm, java_home=self.java_home) + [props]
         out = open(node.out, "ab")  # noqa: SIM115 - closed by stop()
         self._outs.append(out)
@@ -235,7 +244,7 @@ class Cluster:
             self.kafka,
             self.main_class(name),
             "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",
+            *TOOL_JVM_OPTIONS,
             log4j,
             java_home=self.java_home,
         )
