@@ -122,8 +122,6 @@ def test_a_plugin_call_failing_after_jpype_let_go_waits_for_the_halt(fake_kafka_
 TOPIC = "tiered"
 RECORDS = 5000  # about 2.5 MiB: two closed segments of 1 MiB (Kafka 4 refuses smaller ones)
 READERS = 2
-QUICK_START = ("-XX:TieredStopAtLevel=1",)
-"""The broker's JIT stops at C1: each test starts it several times, and a start's CPU goes mostly to compiling."""
 
 
 def record(i: int) -> bytes:
@@ -164,7 +162,7 @@ class RestartedBroker:
     def start(self, timeout: float = 180) -> None:
         kd = self.kd
         self.starts += 1
-        opts = (*kd.DEFAULT_JVM_OPTIONS, *QUICK_START)
+        opts = kd.DEFAULT_JVM_OPTIONS
         env = {
             **os.environ,
             "JAVA_HOME": str(kd.DEFAULT_JAVA_HOME),

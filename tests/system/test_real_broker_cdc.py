@@ -46,8 +46,6 @@ KEYED = "ice-keyed"
 CDC = "dbz.public.items"
 SEGMENT_MS = 15_000
 LOCAL_RETENTION_MS = 20_000
-BROKER_JVM = (*kd.DEFAULT_JVM_OPTIONS, "-XX:TieredStopAtLevel=1")
-"""The broker's JIT stops at C1: most of its CPU in a test this short goes to compiling."""
 TOPIC_CONFIG = {
     "remote.storage.enable": "true",
     "segment.ms": str(SEGMENT_MS),
@@ -311,7 +309,7 @@ def test_keyed_and_debezium_topics_tier_to_tables_equal_to_their_sources(
         db.run("INSERT INTO public.items VALUES (%s, %s, %s)", i, f"item-{i}", 10 * i)
     db.ops += ["r"] * 30  # the connector's snapshot
 
-    with kd.running_broker(VERSION, tmp_path / "broker", _plugin_lines(tmp_path), jvm_options=BROKER_JVM) as b:
+    with kd.running_broker(VERSION, tmp_path / "broker", _plugin_lines(tmp_path)) as b:
         for topic in (KEYED, CDC):
             kd.create_topic(b, topic, TOPIC_CONFIG)
         connector = cd.postgres_connector(("127.0.0.1", logical_postgres.port), "dbz", "public.items", "kts_items")
