@@ -22,6 +22,8 @@ from rsm.kafka.writer import write_segment
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
+# Every Spark the tests start, in this process or a child, reads its JVM options from tests/support/spark-conf.
+os.environ["SPARK_CONF_DIR"] = str(SUPPORT / "spark-conf")
 KINDS = ("unit", "integration", "jvm", "system")
 
 from session_servers import PLUGINS, modules_registering_again  # noqa: E402
