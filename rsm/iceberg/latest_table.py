@@ -14,14 +14,13 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationException
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
@@ -30,6 +29,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from rsm.errors import RemoteStorageException
 from rsm.iceberg.commit_locks import TableLocks
+from rsm.iceberg.commit_retries import CONFLICTS, retry_conflicts
 from rsm.iceberg.data_files import delete_data_files, write_data_files
 from rsm.iceberg.debezium import DebeziumColumns
 from rsm.iceberg.latest import (
@@ -55,7 +55,6 @@ __all__ = ["LatestChanges", "LatestWriter", "read_watermarks"]
 
 LATEST_OF_PROPERTY = "kafka.latest.of"
 """Table property of a latest table: the log table it follows."""
-_RETRY_PAUSE_S = 0.05
 
 
 @dataclass
@@ -128,23 +127,24 @@ class LatestWriter:
         if changes is None or changes.num_rows == 0:
             return None
         ident = ".".join(spec.identifier)
-        attempts = self.retries + 1
-        for attempt in range(attempts):
-            try:
-                with self.locks.hold(spec.identifier):
-                    return self._attempt(spec, changes, log_table, what)
-            except (CommitFailedException, ValidationException) as e:
-                with self._count_lock:
-                    self.conflicts += 1
-                if attempt + 1 == attempts:
-                    raise RemoteStorageException(
-                        f"{what}: the commit to the latest table {ident} failed {attempts} times, each time after "
-                        f"another writer committed first ({e}); raise iceberg.mode.commit.retries. The log rows "
-                        "are committed; Kafka retries the copy, which applies what the latest table lacks"
-                    ) from e
-                log.debug("%s: commit conflict on %s (attempt %d): %s", what, ident, attempt + 1, e)
-                time.sleep(_RETRY_PAUSE_S * (attempt + 1))
-        raise AssertionError("unreachable")
+
+        def attempt() -> int | None:
+            with self.locks.hold(spec.identifier):
+                return self._attempt(spec, changes, log_table, what)
+
+        def conflict(e: Exception, n: int) -> None:
+            with self._count_lock:
+                self.conflicts += 1
+            log.debug("%s: commit conflict on %s (attempt %d): %s", what, ident, n, e)
+
+        def refusal(e: Exception, attempts: int) -> Exception:
+            return RemoteStorageException(
+                f"{what}: the commit to the latest table {ident} failed {attempts} times, each time after "
+                f"another writer committed first ({e}); raise iceberg.mode.commit.retries. The log rows "
+                "are committed; Kafka retries the copy, which applies what the latest table lacks"
+            )
+
+        return retry_conflicts(attempt, self.retries, refusal, conflict)
 
     def table(self, spec: LatestTable, incoming: pa.Schema, log_table: str) -> Table:
         """The latest table, created with ``incoming``'s columns when missing; columns ``incoming`` adds or
@@ -231,7 +231,7 @@ class LatestWriter:
                         append.append_data_file(f)
             txn.set_properties(marks)
             committed = txn.commit_transaction()
-        except (CommitFailedException, ValidationException):
+        except CONFLICTS:
             delete_data_files(table.io, written, what)
             raise
         # Any other failure keeps the files: the commit may have landed (the watermarks then say so at the retry);

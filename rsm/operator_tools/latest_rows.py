@@ -16,7 +16,6 @@ the file for good.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,7 +34,6 @@ DEAD_TOPIC_LATEST = "dead-topic-latest-rows"  # also garbage_removal.DEAD_TOPIC_
 REMOVED_DIR = "kts-removed-rows"
 """The folder, under a latest table's location, that names the rows a removal holds (nothing is written there:
 the rows are in the quarantine)."""
-_RETRY_PAUSE_S = 0.05
 _T = TypeVar("_T")
 
 
@@ -149,23 +147,17 @@ def remove_latest_rows(
 def _commit_with_retries(attempt: Callable[[], _T], retries: int, what: str, next_step: str) -> _T:
     """``attempt()`` again after another writer's commit won, up to ``retries`` more times; then an error saying
     ``next_step``. Each attempt starts from the table as it is now."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
+    from rsm.iceberg.commit_retries import retry_conflicts
 
-    for n in range(retries + 1):
-        try:
-            return attempt()
-        except (CommitFailedException, ValidationException) as e:
-            if n == retries:
-                raise RemoteStorageException(
-                    f"{what}: another writer committed first {retries + 1} times ({e}); {next_step}"
-                ) from e
-            time.sleep(_RETRY_PAUSE_S * (n + 1))
-    raise AssertionError("unreachable")
+    return retry_conflicts(
+        attempt,
+        retries,
+        lambda e, n: RemoteStorageException(f"{what}: another writer committed first {n} times ({e}); {next_step}"),
+    )
 
 
 def _remove(table: Any, item: GarbageItem, quarantine: Quarantine, run: str, retries: int) -> Held | None:
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
-
+    from rsm.iceberg.commit_retries import CONFLICTS
     from rsm.iceberg.latest_removal import commit_removal, plan_removal, rows_to_parquet
 
     assert item.dead_topic is not None
@@ -180,7 +172,7 @@ def _remove(table: Any, item: GarbageItem, quarantine: Quarantine, run: str, ret
         held = quarantine.keep(DEAD_TOPIC_LATEST, original, rows_to_parquet(removal.removed), item.evidence, run, topic)
         try:
             commit_removal(removal, what)
-        except (CommitFailedException, ValidationException):
+        except CONFLICTS:
             quarantine.purge([held])  # the rows stay in the table: nothing to hold
             raise
         return held
