@@ -1,11 +1,13 @@
-"""Where a fetch finds an Iceberg-mode segment's rows: the data files of the table's current snapshot that may hold
-them, not the files its manifest listed at copy time.
+"""Where a fetch finds an Iceberg-mode segment's rows: the data files of the table's current snapshot that may
+hold them, not the files its manifest listed at copy time.
 
 A compaction (ours, Spark's ``rewrite_data_files``, Trino's ``optimize``) moves rows into new files, and snapshot
 expiry with orphan-file removal then deletes the old ones; rows deleted by SQL are gone from the current snapshot.
-So a fetch plans a scan of the current snapshot for the segment's partition and offset range (and its
-``kafka.segment_id`` where the rows have one: rows of a later segment that overlaps these offsets carry that
-segment's batch positions), and pyiceberg's planning skips manifests and data files by their bounds.
+So a fetch picks, from the current snapshot's live files, those whose bounds may hold the segment's partition and
+offset range (and its ``kafka.segment_id`` where the rows have one: rows of a later segment that overlaps these
+offsets carry that segment's batch positions), with the position delete files that apply to each
+(``rsm.iceberg.table_files``: each snapshot is indexed once, each manifest read once). A table with more live
+files than the index holds is planned per segment by a pyiceberg scan instead.
 
 The loaded table is kept per table for ``iceberg.mode.fetch.table.refresh.ms``, and loaded again at once when a
 planned file is missing or when it predates the segment's commit; a plan is kept per segment and snapshot. When
@@ -30,18 +32,23 @@ from pyiceberg.expressions import (
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Snapshot
 
 from rsm.errors import RemoteResourceNotFoundException, RetriableRemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
+from rsm.iceberg.file_bounds import bound_ids
 from rsm.iceberg.schema import has_field
 from rsm.iceberg.section import IcebergSection, section_identifier
 from rsm.iceberg.selection import RowSelection
+from rsm.iceberg.table_files import FieldIds, TableFiles, TooManyFiles
 
 log = logging.getLogger(__name__)
 
 SEGMENT_ID_FIELD = "kafka.segment_id"
 """The column naming the segment a row was copied from (tables written before it existed have none)."""
 _MAX_PLANS = 4096
+INDEXED_FILES_DEFAULT = 200_000
+"""Live files the fetch index holds (``iceberg.mode.fetch.index.files``)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,13 @@ class SegmentRows:
 class FetchPlanner:
     """Plans fetches through the tables' current snapshots; thread-safe."""
 
-    def __init__(self, handle: CatalogHandle, refresh_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        handle: CatalogHandle,
+        refresh_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        indexed_files: int = INDEXED_FILES_DEFAULT,
+    ) -> None:
         self.handle = handle
         self.refresh_s = refresh_s
         self._clock = clock
@@ -73,6 +86,8 @@ class FetchPlanner:
         self._tables: dict[tuple[str, str], tuple[float, Table]] = {}
         self._plans: OrderedDict[tuple[str, int], SegmentRows] = OrderedDict()
         self._expired: set[int] = set()
+        self.files = TableFiles(indexed_files)
+        self._unindexed: set[str] = set()  # tables told to be too large to index (logged once each)
 
     def _table(self, ident: tuple[str, str], refresh: bool) -> tuple[Table, bool]:
         """The table state and whether it was loaded just now."""
@@ -142,9 +157,7 @@ class FetchPlanner:
                 self._plans.move_to_end(key)
                 return plan
         has_id = has_field(table.schema(), SEGMENT_ID_FIELD)
-        selection = RowSelection(section.partition, section.first_offset, section.last_offset, segment_id=segment_id)
-        row_filter = selection.expression(table.schema())
-        tasks = list(table.scan(row_filter=row_filter).plan_files()) if snapshot is not None else []
+        tasks = self._tasks(table, snapshot, section, segment_id) if snapshot is not None else []
         merge_on_read = {t.file.file_path: _whole_file_reader(table, t) for t in tasks if t.delete_files}
         plan = SegmentRows(
             io=table.io,
@@ -161,6 +174,34 @@ class FetchPlanner:
             while len(self._plans) > _MAX_PLANS:
                 self._plans.popitem(last=False)
         return plan
+
+    def _tasks(self, table: Table, snapshot: Snapshot, section: IcebergSection, segment_id: str) -> list[FileScanTask]:
+        """Scan tasks of the snapshot's data files that may hold the segment's rows."""
+        ids = _field_ids(table)
+        if ids is not None:
+            try:
+                index = self.files.of(table, snapshot, ids)
+            except TooManyFiles as e:
+                self._too_many(table, str(e))
+            else:
+                wanted = segment_id if ids[2] is not None else None
+                return index.tasks(section.partition, section.first_offset, section.last_offset, wanted)
+        selection = RowSelection(section.partition, section.first_offset, section.last_offset, segment_id=segment_id)
+        return list(table.scan(row_filter=selection.expression(table.schema())).plan_files())
+
+    def _too_many(self, table: Table, count: str) -> None:
+        name = ".".join(table.name())
+        with self._lock:
+            if name in self._unindexed:
+                return
+            self._unindexed.add(name)
+        log.warning(
+            "table %s: its current snapshot has %s, more than iceberg.mode.fetch.index.files (%d): each fetch of "
+            "a segment reads the table's manifests; raise the setting (memory) or compact the table",
+            name,
+            count,
+            self.files.max_files,
+        )
 
     def _manifest_files(self, section: IcebergSection, segment_id: str, what: str, cause: Exception) -> SegmentRows:
         """The catalog did not answer and no table state is loaded: the files the manifest lists, while every
@@ -189,6 +230,15 @@ class FetchPlanner:
             segment_id=None,
             snapshot_id=None,
         )
+
+
+def _field_ids(table: Table) -> FieldIds | None:
+    """The ids of the fields the index reads bounds of; None when the table lacks a partition or offset."""
+    ids = bound_ids(table)
+    if ids is None:
+        return None
+    schema = table.schema()
+    return *ids, schema.find_field(SEGMENT_ID_FIELD).field_id if has_field(schema, SEGMENT_ID_FIELD) else None
 
 
 def _exists(io: FileIO, path: str) -> bool:
