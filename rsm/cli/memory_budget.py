@@ -12,8 +12,9 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
   the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
-  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), and the rows being written:
-  ``iceberg.mode.write.concurrency`` copies write at once (shared by the copier threads), each holding
+  about when fewer than the reader threads; ``rsm.iceberg.row_slices``), the index of the tables' live files
+  (``iceberg.mode.fetch.index.files`` x ``INDEXED_FILE_BYTES``; ``rsm.iceberg.table_files``), and the rows being
+  written: ``iceberg.mode.write.concurrency`` copies write at once (shared by the copier threads), each holding
   ``WRITER_MEMORY_FACTOR`` x ``ROW_GROUP_MAX_BYTES`` (one row group's rows and their encoding; counted on top of
   the uploads: a thread copies either kind of segment, so this errs high by the smaller).
 - uploads: each of the broker's copier threads holds two chunks (one being transformed, one being uploaded), and
@@ -36,7 +37,7 @@ from rsm.core.config_keys import AIVEN_DISK_CHUNK_CACHE, AIVEN_UNBOUNDED, CORE
 from rsm.core.known_keys import backend_config_def
 from rsm.iceberg.config import ROW_GROUP_MAX_BYTES, WRITER_MEMORY_FACTOR, mode_on
 from rsm.iceberg.config_keys import CONFIG_DEF as ICEBERG_CONFIG_DEF
-from rsm.iceberg.config_keys import CURSOR_MEMORY_BYTES
+from rsm.iceberg.config_keys import CURSOR_MEMORY_BYTES, INDEXED_FILE_BYTES
 from rsm.jvm.config import CONFIG_DEF as SHIM_CONFIG_DEF
 
 MIB = 1024 * 1024
@@ -163,6 +164,14 @@ def memory_budget(
             Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
         )
         _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
+        files = iceberg["iceberg.mode.fetch.index.files"]
+        budget.terms.append(
+            Term(
+                "Iceberg fetch index",
+                files * INDEXED_FILE_BYTES,
+                f"iceberg.mode.fetch.index.files {files} live data files indexed x about {INDEXED_FILE_BYTES} bytes",
+            )
+        )
     transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
     parts, parts_how = _upload_parts(configs)
     chunks = 2 * copiers + 2 * transform + 1

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, str] = {
 ONLY = {
     "Iceberg row groups": " (Iceberg mode)",
     "Iceberg slice readers": " (Iceberg mode)",
+    "Iceberg fetch index": " (Iceberg mode)",
     "Iceberg rows being written": " (Iceberg mode)",
     "Python sidecar": " (sidecar transport)",
 }

@@ -13,6 +13,7 @@ from backends.configdef import ConfigException
 from rsm.iceberg.config_keys import (
     CATALOG_PROPERTY_PREFIX,
     CONFIG_DEF,
+    INDEXED_FILES_DEFAULT,
     PREFIX,
     SLICE_READERS_DEFAULT,
     WRITE_CONCURRENCY_DEFAULT,
@@ -84,6 +85,7 @@ class IcebergConfig:
     fetch_cache_bytes: int = 64 << 20
     fetch_table_refresh_ms: int = 5000
     fetch_slice_readers: int = SLICE_READERS_DEFAULT
+    fetch_index_files: int = INDEXED_FILES_DEFAULT
     value_column_factory: str = ""
     maintenance_enabled: bool = True
     maintenance_interval_s: float = 60.0
@@ -151,6 +153,7 @@ class IcebergConfig:
             fetch_cache_bytes=values["iceberg.mode.fetch.cache.size"],
             fetch_table_refresh_ms=values["iceberg.mode.fetch.table.refresh.ms"],
             fetch_slice_readers=values["iceberg.mode.fetch.slice.readers"],
+            fetch_index_files=values["iceberg.mode.fetch.index.files"],
             value_column_factory=values["iceberg.mode.value.column.factory"],
             maintenance_enabled=values["iceberg.mode.maintenance.enabled"],
             maintenance_interval_s=values["iceberg.mode.maintenance.interval.ms"] / 1000,

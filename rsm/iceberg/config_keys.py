@@ -44,6 +44,11 @@ entries up to half of it) keeps several slices."""
 SLICE_READERS_DEFAULT = 10
 """Readers of large row groups kept open between fetches, by default: Kafka's default ``remote.log.reader.threads``,
 so each of the broker's reader threads catching up through a compacted file keeps its own."""
+INDEXED_FILES_DEFAULT = 50_000
+"""Live files fetches keep indexed by default (``rsm.iceberg.table_files``)."""
+INDEXED_FILE_BYTES = 1 << 10
+"""About the memory one indexed file takes (its path, partition, bounds and sequence number; 0.9 KiB measured
+with paths of 125 characters)."""
 WRITE_CONCURRENCY_DEFAULT = 2
 """Copies writing rows at once by default: building rows is CPU work under the GIL, so more than two at once buys
 little throughput and costs a row group of rows and its encoding each (about 32 MiB)."""
@@ -279,6 +284,18 @@ CONFIG_DEF = ConfigDef().extend(
             "a data file found missing (a compaction and orphan removal) reloads the table at once. While the "
             "catalog does not answer, the last loaded state serves.",
             validator=in_range(0, None),
+            group="iceberg",
+        ),
+        ConfigKey(
+            "iceberg.mode.fetch.index.files",
+            "int",
+            INDEXED_FILES_DEFAULT,
+            "Live data files of Iceberg-mode tables that fetches keep indexed by Kafka partition and offset bounds "
+            "(about 1 KiB each), in all tables together: a fetch of a segment looks its data files up instead of "
+            "reading the table's manifests, which are read once each. A table whose current snapshot lists more "
+            "files is not indexed: each fetch of one of its segments reads all its manifests (slow; a warning says "
+            "so), so raise this or compact the table.",
+            validator=in_range(1, None),
             group="iceberg",
         ),
         ConfigKey(

@@ -36,6 +36,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from rsm.errors import RemoteResourceNotFoundException, RetriableRemoteStorageException
 from rsm.iceberg.catalog import CatalogHandle
+from rsm.iceberg.config_keys import INDEXED_FILES_DEFAULT
 from rsm.iceberg.file_bounds import bound_ids
 from rsm.iceberg.schema import has_field
 from rsm.iceberg.section import IcebergSection, section_identifier
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 SEGMENT_ID_FIELD = "kafka.segment_id"
 """The column naming the segment a row was copied from (tables written before it existed have none)."""
 _MAX_PLANS = 4096
-INDEXED_FILES_DEFAULT = 200_000
-"""Live files the fetch index holds (``iceberg.mode.fetch.index.files``)."""
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class IcebergMode:
 
             factory = value_column_factory(cfg.value_schemas)
         self.row_groups = RowGroupCache(cfg.fetch_cache_bytes, slice_readers=cfg.fetch_slice_readers)
-        self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000)
+        self.planner = FetchPlanner(self.handle, cfg.fetch_table_refresh_ms / 1000, indexed_files=cfg.fetch_index_files)
         self.writer = TableWriter(
             self.handle, cfg.write_batch_bytes, cfg.commit_retries, factory, cfg.write_concurrency
         )

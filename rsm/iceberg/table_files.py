@@ -21,6 +21,7 @@ all tables together; a table whose snapshot lists more live files than that is n
 from __future__ import annotations
 
 import itertools
+import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from pyiceberg.manifest import (
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.delete_file_index import DeleteFileIndex
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import Record
 
 from rsm.errors import RemoteStorageException
 from rsm.fetch.lru import TimedLru
@@ -85,29 +87,29 @@ def may_hold_segment(f: LiveFile, partition: int, first: int, last: int, segment
     return (lower is None or lower <= wanted) and (upper is None or wanted <= upper)
 
 
-def _stripped(f: DataFile) -> DataFile:
+def _stripped(f: DataFile, partition: Record) -> DataFile:
     """``f`` without its column metrics: what reading it and matching delete files to it need."""
     out = DataFile.from_args(
         content=f.content,
         file_path=f.file_path,
         file_format=f.file_format,
-        partition=f.partition,
+        partition=partition,
         record_count=f.record_count,
         file_size_in_bytes=f.file_size_in_bytes,
-        split_offsets=f.split_offsets,
         sort_order_id=f.sort_order_id,
     )
     out.spec_id = f.spec_id
     return out
 
 
-def _live_file(f: DataFile, sequence_number: int, ids: FieldIds) -> LiveFile:
+def _live_file(f: DataFile, sequence_number: int, ids: FieldIds, partition: Record) -> LiveFile:
     partition_id, offset_id, segment_id = ids
     segment_ids = None
     if segment_id is not None:
         lower, upper, nulls = f.lower_bounds or {}, f.upper_bounds or {}, f.null_value_counts or {}
-        segment_ids = (lower.get(segment_id), upper.get(segment_id), nulls.get(segment_id) != 0)
-    return LiveFile(_stripped(f), sequence_number, file_bounds(f, partition_id, offset_id), segment_ids)
+        low, high = lower.get(segment_id), upper.get(segment_id)
+        segment_ids = (low, low if high == low else high, nulls.get(segment_id) != 0)
+    return LiveFile(_stripped(f, partition), sequence_number, file_bounds(f, partition_id, offset_id), segment_ids)
 
 
 @dataclass(frozen=True)
@@ -137,12 +139,20 @@ class _Run:
         return (f for f in self.files[start:stop] if f.high >= first)
 
 
+ManifestKey = tuple[str, int]
+"""A manifest's path and sequence number (what it inherits to the entries it added)."""
+
+
 class SnapshotFiles:
     """A snapshot's live data files by Kafka partition (files whose bounds span several partitions, or say
-    nothing of them, apart), and its position delete files."""
+    nothing of them, apart), its position delete files, and what each of its manifests lists (what indexing the
+    table's next snapshot takes over)."""
 
-    def __init__(self, data: list[LiveFile], deletes: DeleteFileIndex | None) -> None:
+    def __init__(
+        self, data: list[LiveFile], deletes: DeleteFileIndex | None, manifests: dict[ManifestKey, _Listed]
+    ) -> None:
         self.count = len(data)
+        self.manifests = manifests
         by_partition: dict[int, list[LiveFile]] = {}
         spanning: list[LiveFile] = []
         for f in data:
@@ -154,6 +164,11 @@ class SnapshotFiles:
         self._runs = {p: _Run(files) for p, files in by_partition.items()}
         self._spanning = _Run(spanning)
         self._deletes = deletes
+
+    @property
+    def weight(self) -> int:
+        """Files it holds (data and delete), and one for itself."""
+        return sum(len(m.data) + len(m.deletes) for m in self.manifests.values()) + 1
 
     def tasks(self, partition: int, first: int, last: int, segment_id: str | None) -> list[FileScanTask]:
         """Scan tasks of the files that may hold the segment's rows (see :func:`may_hold_segment`), with the
@@ -176,18 +191,23 @@ class TooManyFiles(Exception):
     """The snapshot lists more live files than the index may hold."""
 
 
+SnapshotKey = tuple[str, int, FieldIds]
+"""A table's uuid, a snapshot id, and the field ids its bounds were read by."""
+
+
 class TableFiles:
-    """Snapshots' indexes and what each manifest lists, kept by manifest path; thread-safe (concurrent fetches
-    on a new snapshot index it once)."""
+    """Indexes of tables' snapshots, at most ``max_files`` files in all (least recently used out first); the
+    index of a table's new snapshot takes over what its last one read of the manifests both list, so a
+    manifest is read once while its table stays indexed. Thread-safe: concurrent fetches on a new snapshot index
+    it once."""
 
     def __init__(self, max_files: int) -> None:
         self.max_files = max_files
-        self._manifests: TimedLru[tuple[str, int, FieldIds], _Listed] = TimedLru(
-            "iceberg-plan-manifests", max_files, None, weigher=lambda m: len(m.data) + len(m.deletes) + 1
+        self._snapshots: TimedLru[SnapshotKey, SnapshotFiles] = TimedLru(
+            "iceberg-fetch-index", max_files, None, weigher=lambda s: s.weight
         )
-        self._snapshots: TimedLru[tuple[str, int, FieldIds], SnapshotFiles] = TimedLru(
-            "iceberg-plan-snapshots", max_files, None, weigher=lambda s: s.count + 1
-        )
+        self._lock = threading.Lock()
+        self._latest: dict[str, SnapshotKey] = {}  # by table uuid: its last snapshot indexed
         #: Manifests read, in all (what a test or a benchmark counts).
         self.manifests_read = 0
 
@@ -196,22 +216,28 @@ class TableFiles:
         index may hold."""
         key = (str(table.metadata.table_uuid), snapshot.snapshot_id, ids)
         what = f"the live files of snapshot {snapshot.snapshot_id} of {'.'.join(table.name())}"
-        return self._snapshots.get_or_load(key, lambda: self._index(table, snapshot, ids), None, what)
+        return self._snapshots.get_or_load(key, lambda: self._index(table, snapshot, key), None, what)
 
-    def _index(self, table: Table, snapshot: Snapshot, ids: FieldIds) -> SnapshotFiles:
+    def _index(self, table: Table, snapshot: Snapshot, key: SnapshotKey) -> SnapshotFiles:
         manifests = snapshot.manifests(table.io)
         data = [m for m in manifests if m.content == ManifestContent.DATA]
         listed = sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in data)
         if listed > self.max_files:
             raise TooManyFiles(f"{listed} live data files")
+        with self._lock:
+            last = self._latest.get(key[0])
+        earlier = self._snapshots.get_with(last, None, False, False) if last is not None and last != key else None
+        known = earlier.manifests if earlier is not None and last is not None and last[2] == key[2] else {}
         # As pyiceberg's scan: a delete manifest older than every data file applies to none of them.
         oldest = min((m.min_sequence_number or INITIAL_SEQUENCE_NUMBER for m in data), default=INITIAL_SEQUENCE_NUMBER)
         files: list[LiveFile] = []
         deletes: DeleteFileIndex | None = None
+        read: dict[ManifestKey, _Listed] = {}
         for m in manifests:
             if m.content == ManifestContent.DELETES and (m.sequence_number or INITIAL_SEQUENCE_NUMBER) < oldest:
                 continue
-            found = self._listed(table.io, m, ids)
+            mkey = (m.manifest_path, m.sequence_number or INITIAL_SEQUENCE_NUMBER)
+            found = read[mkey] = known.get(mkey) or self._read(table.io, m, key[2])
             if found.equality:
                 raise RemoteStorageException(
                     f"table {'.'.join(table.name())} has equality delete files (manifest {m.manifest_path}), which "
@@ -227,23 +253,28 @@ class TableFiles:
                 raise TooManyFiles(f"over {self.max_files} live data files")
         if deletes is not None:
             deletes.referenced_delete_files()  # sorted now, once: concurrent lookups would each sort it, racing
-        return SnapshotFiles(files, deletes)
-
-    def _listed(self, io: FileIO, manifest: ManifestFile, ids: FieldIds) -> _Listed:
-        key = (manifest.manifest_path, manifest.sequence_number or INITIAL_SEQUENCE_NUMBER, ids)
-        return self._manifests.get_or_load(key, lambda: self._read(io, manifest, ids), None, manifest.manifest_path)
+        index = SnapshotFiles(files, deletes, read)
+        if index.weight > self.max_files:
+            raise TooManyFiles(f"{index.weight - 1} live data and delete files")
+        with self._lock:
+            self._latest[key[0]] = key
+        if last is not None and last != key:
+            self._snapshots.invalidate(last)  # superseded: fetches plan on the newest state loaded
+        return index
 
     def _read(self, io: FileIO, manifest: ManifestFile, ids: FieldIds) -> _Listed:
-        self.manifests_read += 1
+        with self._lock:
+            self.manifests_read += 1
         data: list[LiveFile] = []
         deletes: list[ManifestEntry] = []
         equality = False
+        partitions: dict[Record, Record] = {}  # one object for the files of one table partition
         for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
             f = entry.data_file
             seq = entry.sequence_number or INITIAL_SEQUENCE_NUMBER
             if f.content == DataFileContent.DATA:
                 if f.record_count != 0:  # a file of no rows holds none of a segment's
-                    data.append(_live_file(f, seq, ids))
+                    data.append(_live_file(f, seq, ids, partitions.setdefault(f.partition, f.partition)))
             elif f.content == DataFileContent.POSITION_DELETES:
                 deletes.append(entry)
             else:
@@ -252,4 +283,3 @@ class TableFiles:
 
     def clear(self) -> None:
         self._snapshots.clear()
-        self._manifests.clear()

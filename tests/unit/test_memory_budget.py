@@ -87,7 +87,7 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
 ) -> None:
     _, classic = _check(tmp_path, capsys)
     assert "Iceberg row groups" not in classic and "Iceberg rows being written" not in classic
-    assert "Iceberg slice readers" not in classic
+    assert "Iceberg slice readers" not in classic and "Iceberg fetch index" not in classic
     on = {"rsm.config.iceberg.mode.topics.regex": "orders", "rsm.config.iceberg.mode.catalog.sqlite.path": "/c.db"}
     _, default = _check(tmp_path, capsys, **on)
     assert default["Iceberg row groups"] == 64
@@ -95,7 +95,9 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
     assert default["Iceberg slice readers"] == 10 * 32
     # 2 write slots shared by 10 copier threads, each copy writing holding 2 x a row group of at most 16 MiB
     assert default["Iceberg rows being written"] == 2 * 2 * 16
-    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 64, abs=0.5)
+    # the fetch index: 50,000 live data files of about 1 KiB
+    assert default["Iceberg fetch index"] == pytest.approx(50_000 / 1024, abs=0.05)
+    assert default["total"] == pytest.approx(classic["total"] + 64 + 320 + 64 + 50_000 / 1024, abs=0.5)
     _, sized = _check(
         tmp_path,
         capsys,
@@ -103,10 +105,12 @@ def test_iceberg_mode_adds_its_row_group_cache_and_the_rows_being_written(
         **{
             "rsm.config.iceberg.mode.fetch.cache.size": str(8 * MIB),
             "rsm.config.iceberg.mode.write.batch.bytes": str(16 * MIB),
+            "rsm.config.iceberg.mode.fetch.index.files": "2048",
         },
         **{"remote.log.manager.copier.thread.pool.size": "2"},
     )
     assert sized["Iceberg row groups"] == 8
+    assert sized["Iceberg fetch index"] == 2
     assert sized["Iceberg rows being written"] == 2 * 2 * 16  # the write batch sizes files, not the rows held
 
 
