@@ -39,6 +39,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.delete_file_index import DeleteFileIndex
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
+from pyiceberg.utils.concurrent import ExecutorFactory
 
 from rsm.errors import RemoteStorageException
 from rsm.fetch.lru import TimedLru
@@ -219,6 +220,7 @@ class TableFiles:
         return self._snapshots.get_or_load(key, lambda: self._index(table, snapshot, key), None, what)
 
     def _index(self, table: Table, snapshot: Snapshot, key: SnapshotKey) -> SnapshotFiles:
+        """The snapshot indexed, with what the table's last index read of the manifests both list."""
         manifests = snapshot.manifests(table.io)
         data = [m for m in manifests if m.content == ManifestContent.DATA]
         listed = sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in data)
@@ -232,12 +234,18 @@ class TableFiles:
         oldest = min((m.min_sequence_number or INITIAL_SEQUENCE_NUMBER for m in data), default=INITIAL_SEQUENCE_NUMBER)
         files: list[LiveFile] = []
         deletes: DeleteFileIndex | None = None
-        read: dict[ManifestKey, _Listed] = {}
-        for m in manifests:
-            if m.content == ManifestContent.DELETES and (m.sequence_number or INITIAL_SEQUENCE_NUMBER) < oldest:
-                continue
-            mkey = (m.manifest_path, m.sequence_number or INITIAL_SEQUENCE_NUMBER)
-            found = read[mkey] = known.get(mkey) or self._read(table.io, m, key[2])
+        wanted = {
+            (m.manifest_path, m.sequence_number or INITIAL_SEQUENCE_NUMBER): m
+            for m in manifests
+            if m.content == ManifestContent.DATA or (m.sequence_number or INITIAL_SEQUENCE_NUMBER) >= oldest
+        }
+        new = [(mkey, m) for mkey, m in wanted.items() if mkey not in known]
+        # Read at once, as pyiceberg's scan reads them (a store answers each read after a round trip).
+        listed_new = ExecutorFactory.get_or_create().map(lambda km: self._read(table.io, km[1], key[2]), new)
+        read = {mkey: known[mkey] for mkey in wanted if mkey in known}
+        read.update(zip((mkey for mkey, _ in new), listed_new, strict=True))
+        for mkey, m in wanted.items():
+            found = read[mkey]
             if found.equality:
                 raise RemoteStorageException(
                     f"table {'.'.join(table.name())} has equality delete files (manifest {m.manifest_path}), which "
@@ -249,8 +257,6 @@ class TableFiles:
                 if deletes is None:
                     deletes = DeleteFileIndex()
                 deletes.add_delete_file(entry, partition_key=entry.data_file.partition)
-            if len(files) > self.max_files:
-                raise TooManyFiles(f"over {self.max_files} live data files")
         if deletes is not None:
             deletes.referenced_delete_files()  # sorted now, once: concurrent lookups would each sort it, racing
         index = SnapshotFiles(files, deletes, read)
