@@ -28,7 +28,14 @@ the catch-up's reads); CPU seconds per GB of the broker JVM and sidecar together
 the store's (SeaweedFS) beside it; the plugin's peak memory: for the sidecar its peak RSS (VmHWM, the shared
 region included, as it is mapped whole), for every JVM the heap in use after a collection at its highest minus
 the idle broker's after a full GC (``jstat -gc`` each second, ``jcmd GC.run``), for the in-process transport the
-process's peak RSS minus its RSS when idle. Ratios are to LocalTieredStorage in the same run.
+process's peak RSS minus its RSS when idle plus that heap growth (its broker starts with the whole heap touched,
+``-Xms`` = ``-Xmx`` and ``-XX:+AlwaysPreTouch``, so that RSS growth is Python's and the JVM's native memory, not
+the heap filling up). Each phase also gives the share of the host's cores that were busy (from /proc/stat): near
+all of them, the phase was bound by CPU. Ratios are to LocalTieredStorage in the same run.
+
+Aiven's plugin 1.0.0 runs on Kafka 3.x to 4.2: Kafka 4.3 moved ``FileRecords`` to ``...record.internal``, which
+it loads on every copy (the error is thrown in Kafka's copier thread and never logged, so no copy ends). Compare
+all plugins on 4.2.1, the newest 4.x whose LocalTieredStorage jar Maven Central serves: ``--kafka 4.2.1``.
 
 Iceberg phase (``iceberg-commits``): ``--partitions`` partitions of one Iceberg-mode topic, each rolling a segment
 every ``--roll-s`` seconds (``segment.ms``) under a steady ``--iceberg-rate`` of records, for
@@ -56,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +77,7 @@ import kraft_cluster as kc  # noqa: E402
 from bench_config import encryption_config  # noqa: E402
 
 from rsm.cli.emulators import StoreServer, start_seaweedfs  # noqa: E402
+from rsm.cli.memory_budget import COPY, FETCH, PYTHON_BASELINE, MemoryBudget, memory_budget  # noqa: E402
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 RECORD_SIZE = 1000
@@ -98,6 +107,25 @@ def aiven_class_path(directory: Path) -> str:
             f"the folder), then pass --aiven-dir FOLDER or set KTS_AIVEN_CACHE"
         )
     return f"{jar}:{directory / 'lib'}/*"
+
+
+AIVEN_NEEDS = "org/apache/kafka/common/record/FileRecords.class"
+"""A class Aiven's plugin 1.0.0 loads on every copy; Kafka 4.3 moved it to ``...record.internal``."""
+
+
+def aiven_runs_on(kafka: Path, version: str) -> None:
+    """Refuses a Kafka release whose kafka-clients jar lacks a class Aiven's copies need: there its copier threads
+    fail with a NoClassDefFoundError that Kafka never logs, and the run would wait for copies that never end."""
+    jars = sorted((kafka / "libs").glob("kafka-clients-*.jar"))
+    if not jars:
+        raise SystemExit(f"no kafka-clients jar in {kafka / 'libs'}")
+    with zipfile.ZipFile(jars[0]) as jar:
+        if AIVEN_NEEDS not in jar.namelist():
+            raise SystemExit(
+                f"Aiven's plugin {AIVEN_TAG} cannot copy on Kafka {version}: its {jars[0].name} has no "
+                f"{AIVEN_NEEDS.removesuffix('.class').replace('/', '.')} (Kafka 4.3 moved it). Run the comparison on "
+                "a release it runs on, e.g. --kafka 4.2.1"
+            )
 
 
 def _s3_lines(prefix: str, store: StoreServer, key_prefix: str) -> list[str]:
@@ -238,7 +266,12 @@ class Result:
     wall: dict[str, float] = field(default_factory=dict)
     budget: int | None = None
     """What ``kts config check`` budgets for our plugin at this broker's settings, bytes."""
-    """Seconds each phase's CPU was counted over (copy: from the switch to the last copy seen)."""
+    budget_sides: dict[str, int | None] = field(default_factory=dict)
+    """Phase -> the budget's terms for that work alone (``copies only``, ``fetches only``)."""
+    peaks: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Phase -> the plugin's process (the sidecar, or the in-process broker): each /proc size's sampled peak."""
+    busy: dict[str, float] = field(default_factory=dict)
+    """Phase -> the share of the host's cores that were busy (0..1), every process on the host counted."""
     gil: dict[str, tuple[float, list[tuple[str, int]]]] = field(default_factory=dict)
     """--pyspy: phase -> the share of it the plugin's Python held the GIL, and its top innermost frames."""
 
@@ -268,6 +301,16 @@ class Result:
             f"catch-up {self.cpu_per_gb('read'):.1f}, plugin memory {_mib(self.plugin_memory)}"
         )
 
+    def phase_peak(self, phase: str) -> int | None:
+        """The plugin's own process at its highest in ``phase`` (what the budget counts): the sidecar's RSS, its
+        shared region included, or the in-process broker's RSS over its idle RSS."""
+        rss = self.peaks.get(phase, {}).get("VmRSS")
+        if rss is None:
+            return None
+        if self.kind == "ours-inprocess":
+            return None if self.rss_idle is None else rss - self.rss_idle
+        return rss
+
     @property
     def heap_growth(self) -> int | None:
         if self.heap_peak is None or self.heap_idle is None:
@@ -277,11 +320,11 @@ class Result:
     @property
     def plugin_memory(self) -> int | None:
         """The plugin's peak memory beside the broker: see the module's docstring."""
+        heap = self.heap_growth
         if self.kind == "ours-inprocess":
             if self.rss_peak is None or self.rss_idle is None:
                 return None
-            return self.rss_peak - self.rss_idle
-        heap = self.heap_growth
+            return self.rss_peak - self.rss_idle + (heap or 0)
         if self.sidecar_peak is not None:
             return self.sidecar_peak + (heap or 0)
         return heap
@@ -310,17 +353,14 @@ def _spy(kind: str, broker: int, prefix: str | None, phase: str) -> bh.PySpy | N
     return spy
 
 
-def config_check_budget(plugin: str, args: argparse.Namespace) -> int | None:
-    """The total ``kts config check`` prints for the plugin lines ``plugin`` at this run's thread counts."""
-    from rsm.cli.memory_budget import memory_budget
-
+def config_check_budget(plugin: str, args: argparse.Namespace) -> MemoryBudget | None:
+    """``kts config check``'s budget for the plugin lines ``plugin`` at this run's thread counts."""
     prefix = "rsm.config."
     configs = {
         k[len(prefix) :]: v for k, _, v in (line.partition("=") for line in plugin.splitlines()) if k.startswith(prefix)
     }
     broker = server_lines(args.copier_threads, args.reader_threads)
-    budget = memory_budget(configs, dict(line.split("=", 1) for line in broker.splitlines()))
-    return None if budget is None else budget.total
+    return memory_budget(configs, dict(line.split("=", 1) for line in broker.splitlines()))
 
 
 def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, store: StoreServer | None) -> kc.Cluster:
@@ -328,6 +368,8 @@ def start_broker(kind: str, kafka: Path, work: Path, args: argparse.Namespace, s
     cluster = kc.make_cluster(kafka, work / "kafka", 1, plugin, server_lines(args.copier_threads, args.reader_threads))
     cluster.heap = "-Xmx1g"
     cluster.jvm_options = kc.BENCHMARK_JVM_OPTIONS
+    if kind == "ours-inprocess":  # the heap resident from the start: the RSS it grows by is the plugin's
+        cluster.jvm_options = (*kc.BENCHMARK_JVM_OPTIONS, "-Xms1g", "-XX:+AlwaysPreTouch")
     cluster.rlm_log_level = "INFO"
     cluster.inprocess = kind == "ours-inprocess"
     try:
@@ -351,7 +393,13 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
     work = Path(tempfile.mkdtemp(prefix=f"kts-scale-{kind}-"))
     result = Result(kind)
     if kind.startswith("ours"):
-        result.budget = config_check_budget(plugin_properties(kind, work, store, args.aiven_dir), args)
+        budget = config_check_budget(plugin_properties(kind, work, store, args.aiven_dir), args)
+        if budget is not None:
+            result.budget = budget.total
+            sides = {"copy": budget.side_total(COPY), "catch-up": budget.side_total(FETCH)}
+            if kind == "ours-inprocess":  # the interpreter is in the idle broker's RSS the peaks are taken over
+                sides = {k: None if v is None else v - PYTHON_BASELINE for k, v in sides.items()}
+            result.budget_sides = sides
     cluster = start_broker(kind, kafka, work, args, store if kind != "local" else None)
     node = cluster.nodes[0]
     try:
@@ -376,9 +424,17 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         data = node.work / "data"
         result.copy_bytes, segments = closed_segment_bytes(data, TOPIC, args.partitions)
         heap = HeapWatch(broker, work / "jstat.txt")
+        plugin_pid = broker if kind == "ours-inprocess" else bh.sidecar_pid(broker)
+
+        def watch() -> bh.StatusWatch | None:
+            return bh.StatusWatch(plugin_pid) if plugin_pid is not None and kind != "local" else None
+
+        if plugin_pid is not None and kind != "local":
+            result.peaks["idle"] = bh.peak_sizes([bh.proc_status(plugin_pid)], bh.StatusWatch.FIELDS)
+        sizes = watch()
         result.load.append(load_average())
         spy = _spy(kind, broker, args.pyspy, "copy")
-        before, started = _cpu(broker, store), time.monotonic()
+        before, started, host = _cpu(broker, store), time.monotonic(), bh.host_cpu()
         configs_alter(cluster, TOPIC, "remote.storage.enable=true,local.retention.bytes=1")
 
         def copied() -> bool:
@@ -386,6 +442,9 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
 
         wait_for(f"{kind}: {segments} segments copied", copied, 1800, node, every=0.5)
         result.copy_cpu = _delta(_cpu(broker, store), before)
+        if sizes is not None:
+            result.peaks["copy"] = sizes.stop()
+        result.busy["copy"] = bh.busy_share(host, bh.host_cpu())
         result.wall["copy"] = time.monotonic() - started
         if spy is not None:
             result.gil["copy"] = spy.stop()
@@ -399,7 +458,8 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         wait_for(f"{kind}: local segments deleted", tiered, 600, node)
         result.load.append(load_average())
         spy = _spy(kind, broker, args.pyspy, "catch-up")
-        before, started = _cpu(broker, store), time.monotonic()
+        sizes = watch()
+        before, started, host = _cpu(broker, store), time.monotonic(), bh.host_cpu()
         java = kc.java_command(kafka, "CatchUpConsumers", "-Xmx512m", cluster._log4j("tools", "WARN", "WARN"))
         java[2] = f"{classes}:{java[2]}"  # the class path: the compiled consumers first
         r = subprocess.run(
@@ -408,6 +468,7 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         if r.returncode != 0:
             raise RuntimeError(f"{kind}: the consumers failed ({r.returncode}):\n{r.stderr[-4000:]}")
         result.read_cpu = _delta(_cpu(broker, store), before)
+        result.busy["catch-up"] = bh.busy_share(host, bh.host_cpu())
         result.wall["catch-up"] = time.monotonic() - started
         if spy is not None:
             result.gil["catch-up"] = spy.stop()
@@ -417,6 +478,8 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         result.read_bytes = sum(c.bytes for c in result.consumers)
         result.read_seconds = max(c.seconds for c in result.consumers)
         result.heap_peak = bh.heap_after_gc_peak(heap.stop())
+        if sizes is not None:
+            result.peaks["catch-up"] = sizes.stop()
         attrs = "Count,50thPercentile,99thPercentile,Mean"
         jmx = cluster.tool(
             "jmx",
@@ -562,6 +625,12 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
                 f"    cores busy, sidecar: copy {side[0]:.2f}, catch-up {side[1]:.2f}; "
                 f"broker JVM: copy {jvm[0]:.2f}, catch-up {jvm[1]:.2f}"
             )
+        if r.busy:
+            cores = os.cpu_count() or 1
+            print(
+                "    host cores busy, every process: "
+                + ", ".join(f"{phase} {share * cores:.2f} of {cores}" for phase, share in r.busy.items())
+            )
         for phase, (held, top) in r.gil.items():
             frames = ", ".join(f"{frame} {count}" for frame, count in top)
             print(f"    py-spy: the GIL held {held:.0%} of the {phase}; innermost frames holding it: {frames}")
@@ -570,9 +639,30 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
             parts.append(f"sidecar peak RSS {_mib(r.sidecar_peak)} (shared region resident {_mib(r.sidecar_shmem)})")
         if r.kind == "ours-inprocess":
             parts.append(f"process peak RSS {_mib(r.rss_peak)} over idle {_mib(r.rss_idle)}")
+        for phase, peaks in r.peaks.items():
+            parts.append(f"{phase}: " + ", ".join(f"{k} {_mib(v)}" for k, v in peaks.items()))
         if r.budget is not None:
             parts.append(f"kts config check budgets {_mib(r.budget)}{_ratio(r.plugin_memory or 0, r.budget)}")
+        for phase, side in r.budget_sides.items():
+            peak = r.phase_peak(phase)
+            if side is not None and peak is not None:
+                parts.append(
+                    f"{phase}: the plugin's process peaked at {_mib(peak)}, its budget for that work alone is "
+                    f"{_mib(side)} ({side / peak:.2f}x)"
+                )
         print(f"    plugin memory {_mib(r.plugin_memory)}: " + "; ".join(parts))
+
+
+def sizing_rows(results: list[Result], args: argparse.Namespace) -> list[str]:
+    """docs/operations.md's sizing table, one row per plugin of this run (Markdown)."""
+    rows = []
+    for r in results:
+        rows.append(
+            f"| {args.partitions} / {args.consumers} | {args.copier_threads} / {args.reader_threads} | "
+            f"{LABELS[r.kind]} | {_mib(r.plugin_memory)} | {_mib(r.budget) if r.budget is not None else '-'} | "
+            f"{r.cpu_per_gb('copy'):.0f} | {r.cpu_per_gb('read'):.0f} |"
+        )
+    return rows
 
 
 def report_iceberg(ice: IcebergResult, args: argparse.Namespace) -> None:
@@ -628,11 +718,12 @@ def main() -> int:
     if args.consumers > args.partitions:
         p.error(f"--consumers {args.consumers} is more than --partitions {args.partitions}")
     kinds = list(dict.fromkeys(args.only or DEFAULT_PLUGINS))
-    if "aiven" in kinds:
-        args.aiven_dir = args.aiven_dir or default_aiven_dir()
-        aiven_class_path(args.aiven_dir)  # a missing build is an error before anything starts
     version = args.kafka or kd.NEWEST_4X
     kafka = Path(args.kafka_home) if args.kafka_home else kd.kafka_home(version)
+    if "aiven" in kinds:  # a missing build or a release it cannot run on is an error before anything starts
+        args.aiven_dir = args.aiven_dir or default_aiven_dir()
+        aiven_class_path(args.aiven_dir)
+        aiven_runs_on(kafka, version)
     print(f"Kafka {version} from {kafka}; load average {load_average()}")
     if "local" in kinds:
         print(f"LocalTieredStorage from {bh.local_tiered_storage_jar(kafka).name}")
@@ -666,6 +757,11 @@ def main() -> int:
         shutil.rmtree(build, ignore_errors=True)
     if results:
         report(results, args)
+        print(
+            "\nsizing rows (partitions / consumers, copier / reader threads, plugin, peak memory, budget, CPU s/GB "
+            "copy, catch-up):"
+        )
+        print("\n".join(sizing_rows(results, args)))
     if ice is not None:
         report_iceberg(ice, args)
     if failed:

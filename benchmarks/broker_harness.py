@@ -57,6 +57,23 @@ def pid_cpu(pid: int) -> float:
         return 0.0
 
 
+def parse_host_cpu(text: str) -> tuple[int, int]:
+    """Busy and total jiffies of the whole host from /proc/stat's first line (idle and iowait are not busy)."""
+    fields = [int(f) for f in text.splitlines()[0].split()[1:]]
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - fields[3] - fields[4], total
+
+
+def host_cpu() -> tuple[int, int]:
+    return parse_host_cpu(Path("/proc/stat").read_text())
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the host's cores that were busy between two :func:`host_cpu` readings (0..1)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else float("nan")
+
+
 def sidecar_pid(root: int) -> int | None:
     return next((pid for pid, name, _ in process_tree(root) if name == "sidecar"), None)
 
@@ -102,6 +119,41 @@ def proc_status(pid: int) -> dict[str, int]:
         return parse_proc_status(Path(f"/proc/{pid}/status").read_text())
     except OSError:
         return {}
+
+
+def peak_sizes(samples: Iterable[dict[str, int]], fields: Iterable[str]) -> dict[str, int]:
+    """The largest value each of ``fields`` reached over a series of :func:`proc_status` readings."""
+    peaks: dict[str, int] = {}
+    for sample in samples:
+        for name in fields:
+            if name in sample:
+                peaks[name] = max(peaks.get(name, 0), sample[name])
+    return peaks
+
+
+class StatusWatch:
+    """Reads /proc/<pid>/status every ``every`` seconds in a thread; :meth:`stop` returns each size's peak. The
+    kernel keeps only the total's peak (VmHWM); this shows which part (RssAnon, RssShmem) made it."""
+
+    FIELDS = ("VmRSS", "RssAnon", "RssShmem")
+
+    def __init__(self, pid: int, every: float = 0.2) -> None:
+        import threading
+
+        self.pid = pid
+        self.samples: list[dict[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.samples.append(proc_status(self.pid))
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return peak_sizes(self.samples, self.FIELDS)
 
 
 class JstatSample(NamedTuple):

@@ -9,6 +9,8 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
 - fetches in flight beyond the region: each of ``remote.log.reader.threads`` streams and each kept stream
   decodes up to ``fetch.readahead.chunks`` + 1 chunks; what the other half of the region cannot take is
   allocated outside it while the fetch lasts.
+- GETs in flight: each stream (reader threads and kept streams) and each prefetch thread reads at most
+  ``fetch.coalesce.max.bytes`` of stored chunks in one ranged GET, held until they are decoded.
 - the index cache: ``fetch.indexes.cache.size``.
 - with Iceberg mode on (``iceberg.mode.topics.regex`` set), its row-group cache: ``iceberg.mode.fetch.cache.size``,
   the streaming readers of large row groups kept between fetches (``iceberg.mode.fetch.slice.readers``, warned
@@ -21,7 +23,8 @@ broker's process, ``jvm.inprocess.buffer.memory.bytes`` standing for the shared 
   all share a read-ahead of 2 x transform threads + 1 chunks; the backend's part buffers are one budget all
   copier threads share (``s3.upload.buffer.memory.bytes`` and its Azure and GCS
   twins).
-- the Python interpreter with its libraries (the sidecar process), measured at ``PYTHON_BASELINE``.
+- the Python interpreter with its libraries, measured at ``PYTHON_BASELINE``: the sidecar process, or with the
+  in-process transport the broker's own.
 
 A ``-1`` size (Aiven's unbounded) makes the sum unbounded, which is said, never hidden.
 """
@@ -50,11 +53,16 @@ COPIER_THREADS_DEFAULT = 10  # Kafka's default for both
 PYTHON_BASELINE = 120 * MIB
 
 
+COPY, FETCH, BOTH = "copy", "fetch", "both"
+"""Which work a term's memory serves: copies to the store, fetches from it, or both (the interpreter)."""
+
+
 @dataclass(frozen=True)
 class Term:
     label: str
     size: int | None  # None: unbounded
     how: str
+    side: str = BOTH
 
 
 @dataclass
@@ -65,15 +73,27 @@ class MemoryBudget:
 
     @property
     def total(self) -> int | None:
-        if any(t.size is None for t in self.terms):
-            return None
-        return sum(t.size or 0 for t in self.terms)
+        return _sum(self.terms)
+
+    def side_total(self, side: str) -> int | None:
+        """The terms of ``side`` (COPY or FETCH) and those both share: the memory while the broker only copies,
+        or only serves remote fetches. The total holds both at once."""
+        return _sum([t for t in self.terms if t.side in (side, BOTH)])
 
     def lines(self) -> list[str]:
         width = max(len(t.label) for t in self.terms)
         out = [f"{t.label:<{width}}  {_mib(t.size):>12}  {t.how}" for t in self.terms]
-        out.append(f"{'total':<{width}}  {_mib(self.total):>12}")
+        out.append(f"{'total':<{width}}  {_mib(self.total):>12}  copies and fetches at once")
+        for side, what in ((COPY, "copies only"), (FETCH, "fetches only")):
+            labels = ", ".join(t.label for t in self.terms if t.side in (side, BOTH))
+            out.append(f"{'  ' + what:<{width}}  {_mib(self.side_total(side)):>12}  {labels}")
         return out
+
+
+def _sum(terms: list[Term]) -> int | None:
+    if any(t.size is None for t in terms):
+        return None
+    return sum(t.size or 0 for t in terms)
 
 
 def _mib(size: int | None) -> str:
@@ -142,10 +162,11 @@ def memory_budget(
                 region,
                 f"{region_key}, in {where}: the chunk cache's memory tier ({_mib(tier)}, at most half) and "
                 "fetches in flight",
+                FETCH if inprocess else BOTH,  # the sidecar allocates its region whole at start
             )
         )
     else:
-        budget.terms.append(Term("chunk cache memory tier", tier, tier_key))
+        budget.terms.append(Term("chunk cache memory tier", tier, tier_key, FETCH))
     kept = 0 if inprocess else int(shim["jvm.sidecar.kept.streams"])
     per_stream = (core["fetch.readahead.chunks"] + 1) * chunk
     in_flight = (readers + kept) * per_stream
@@ -156,12 +177,26 @@ def memory_budget(
             max(0, in_flight - room),
             f"({READER_THREADS_KEY} {readers} + kept streams {kept}) x (fetch.readahead.chunks + 1) x chunk.size"
             + (f", less the {_mib(room)} of the region they decode into" if region else ""),
+            FETCH,
         )
     )
-    budget.terms.append(Term("index cache", _bounded(core["fetch.indexes.cache.size"]), "fetch.indexes.cache.size"))
+    cores = cpus or (os.cpu_count() or 1)
+    background = core["fetch.chunk.cache.thread.pool.size"] or cores
+    budget.terms.append(
+        Term(
+            "GETs in flight",
+            (readers + kept + background) * core["fetch.coalesce.max.bytes"],
+            f"({READER_THREADS_KEY} {readers} + kept streams {kept} + prefetch threads {background}) x "
+            "fetch.coalesce.max.bytes: stored bytes read before they are decoded",
+            FETCH,
+        )
+    )
+    budget.terms.append(
+        Term("index cache", _bounded(core["fetch.indexes.cache.size"]), "fetch.indexes.cache.size", FETCH)
+    )
     if mode_on(configs):
         budget.terms.append(
-            Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size")
+            Term("Iceberg row groups", iceberg["iceberg.mode.fetch.cache.size"], "iceberg.mode.fetch.cache.size", FETCH)
         )
         _slice_readers(budget, iceberg["iceberg.mode.fetch.slice.readers"], readers)
         files = iceberg["iceberg.mode.fetch.index.files"]
@@ -170,9 +205,10 @@ def memory_budget(
                 "Iceberg fetch index",
                 files * INDEXED_FILE_BYTES,
                 f"iceberg.mode.fetch.index.files {files} live data files indexed x about {INDEXED_FILE_BYTES} bytes",
+                FETCH,
             )
         )
-    transform = core["transform.thread.pool.size"] or cpus or (os.cpu_count() or 1)
+    transform = core["transform.thread.pool.size"] or cores
     parts, parts_how = _upload_parts(configs)
     chunks = 2 * copiers + 2 * transform + 1
     budget.terms.append(
@@ -181,6 +217,7 @@ def memory_budget(
             chunks * chunk + parts,
             f"(copier threads {copiers} x 2 + the shared read-ahead 2 x {transform} transform threads + 1) x "
             f"chunk.size + {parts_how}",
+            COPY,
         )
     )
     if mode_on(configs):
@@ -191,10 +228,11 @@ def memory_budget(
                 writing * WRITER_MEMORY_FACTOR * ROW_GROUP_MAX_BYTES,
                 f"{writing} copies writing at once (the fewer of iceberg.mode.write.concurrency and copier threads "
                 f"{copiers}) x {WRITER_MEMORY_FACTOR} x a row group of at most {_mib(ROW_GROUP_MAX_BYTES)}",
+                COPY,
             )
         )
-    if not inprocess:
-        budget.terms.append(Term("Python sidecar", PYTHON_BASELINE, "the interpreter and its libraries, idle"))
+    where = "in the broker's process" if inprocess else "the sidecar process"
+    budget.terms.append(Term("Python", PYTHON_BASELINE, f"the interpreter and its libraries, idle, {where}"))
     _thrashing_warning(budget, core, tier, disk, readers, chunk)
     if budget.total is None:
         unbounded = ", ".join(t.label for t in budget.terms if t.size is None)
@@ -213,6 +251,7 @@ def _slice_readers(budget: MemoryBudget, kept: int, readers: int) -> None:
             kept * CURSOR_MEMORY_BYTES,
             f"iceberg.mode.fetch.slice.readers {kept} readers of large row groups kept between fetches x "
             f"{_mib(CURSOR_MEMORY_BYTES)}",
+            FETCH,
         )
     )
     if kept < readers:

@@ -3,7 +3,8 @@
 The broker opens a stream at a batch position, reads until it has ``max.partition.fetch.bytes`` and closes
 it, so the stream must cost only what is read. It decodes chunks on the shared thread pool at most
 ``readahead`` chunks ahead of the reader, hands out the requested byte range only, and cancels what is
-pending when closed. Every chunk is verified (GCM tag, else CRC-32C; zstd frame size) before a byte of it is
+pending when closed. The chunk the reader waits for is decoded on its own thread when the pool has not started
+it yet, so a new stream's first chunk does not queue behind other streams' read-ahead. Every chunk is verified (GCM tag, else CRC-32C; zstd frame size) before a byte of it is
 returned.
 
 Chunks are decoded into pooled ``ChunkBuffer`` objects; the stream owns each one from
@@ -28,7 +29,8 @@ class ChunkSupply(Protocol):
     makes one per stream)."""
 
     def load(self, chunk: Chunk) -> ChunkBuffer:
-        """The decoded chunk, in a buffer the stream then owns. Runs on the executor, several at once."""
+        """The decoded chunk, in a buffer the stream then owns. Runs on the executor, several at once, or on the
+        reader's own thread for the chunk it needs next when the executor has not started that one yet."""
         ...
 
     def lookup(self, chunk: Chunk) -> ChunkBuffer | None:
@@ -128,7 +130,7 @@ class SegmentStream(io.RawIOBase):
         _, scheduled = self._pending.popleft()
         chunk = self._chunks[self._consumed_chunks]
         try:
-            data = scheduled if isinstance(scheduled, ChunkBuffer) else scheduled.result()
+            data = self._take(chunk, scheduled)
         except RemoteStorageException as e:
             self._fail(e)
             raise
@@ -149,6 +151,16 @@ class SegmentStream(io.RawIOBase):
         self._pos = lo
         self._end_in_buffer = hi
         return True
+
+    def _take(self, chunk: Chunk, scheduled: Future[ChunkBuffer] | ChunkBuffer) -> ChunkBuffer:
+        """The chunk the reader needs now. A load still queued on the executor is taken back and run on the
+        reader's thread: otherwise the reader waits behind every read-ahead load queued before it, of all streams,
+        which on a busy broker is most of a cold fetch's latency."""
+        if isinstance(scheduled, ChunkBuffer):
+            return scheduled
+        if scheduled.cancel():
+            return self._supply.load(chunk)
+        return scheduled.result()
 
     def _fail(self, failure: RemoteStorageException) -> None:
         self._failure = failure

@@ -157,6 +157,9 @@ def run(launch: BrokerLaunch) -> int:
     import jpype
 
     from rsm.jvm import inprocess as jvm_inprocess
+    from rsm.jvm.process_memory import return_large_buffers
+
+    return_large_buffers()  # freed chunks and parts go back to the system, as in the sidecar
 
     Path(
         next(

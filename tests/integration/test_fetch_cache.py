@@ -962,8 +962,10 @@ def test_get_buffers_are_recycled_not_allocated_per_get(
     stats = m.chunk_cache.stats()
     assert stats["coalesced-get-total"] >= 3
     pool = m.chunk_cache.stored_buffers
-    # One per GET whose chunks are still being decoded, not one per GET: 2-4 of 14 in 30 runs on a loaded VM.
-    assert 1 <= pool.allocated <= stats["remote-get-total"] // 2
+    # One per GET whose chunks are still being decoded, not one per GET. A reader decodes the chunk it waits for
+    # on its own thread while the pool's threads go on with the read-ahead, so several GETs overlap: 2-10 of 14
+    # on a loaded VM. Without the pool it would be all 14.
+    assert 1 <= pool.allocated < stats["remote-get-total"]
     assert pool.idle == min(pool.allocated, 2)  # all back at rest
 
 

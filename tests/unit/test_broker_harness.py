@@ -152,3 +152,21 @@ def test_collapsed_stacks_and_their_innermost_frames() -> None:
     assert sum(stacks.values()) == 50
     assert bh.top_leaves(stacks, 1) == [("compress (zstd.py:5)", 38)]
     assert bh.top_leaves(stacks) == [("compress (zstd.py:5)", 38), ("encrypt (aes.py:7)", 12)]
+
+
+def test_host_cpu_counts_idle_and_iowait_as_not_busy() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    before = bh.parse_host_cpu("cpu  100 0 50 800 50 0 0 0 30 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    after = bh.parse_host_cpu("cpu  400 0 150 900 50 0 0 0 90 0\n")
+    assert before == (150, 1000)
+    assert after == (550, 1500)
+    assert bh.busy_share(before, after) == 0.8
+
+
+def test_peak_sizes_keep_each_fields_own_maximum() -> None:
+    samples = [{"VmRSS": 10, "RssAnon": 7}, {"VmRSS": 12, "RssAnon": 5, "RssShmem": 6}, {}]
+    assert bh.peak_sizes(samples, ("VmRSS", "RssAnon", "RssShmem", "VmSwap")) == {
+        "VmRSS": 12,
+        "RssAnon": 7,
+        "RssShmem": 6,
+    }

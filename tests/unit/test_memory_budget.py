@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rsm.cli.main import main
-from rsm.cli.memory_budget import MIB, PYTHON_BASELINE, memory_budget
+from rsm.cli.memory_budget import COPY, FETCH, MIB, PYTHON_BASELINE, memory_budget
 from rsm.cli.properties import write_properties
 
 BROKER = {
@@ -37,14 +37,40 @@ def _check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **lines: str) -> 
 
 
 def test_config_check_prints_each_term_and_the_sum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out, sizes = _check(tmp_path, capsys, **{"rsm.config.transform.thread.pool.size": "2"})
+    out, sizes = _check(
+        tmp_path,
+        capsys,
+        **{"rsm.config.transform.thread.pool.size": "2", "rsm.config.fetch.chunk.cache.thread.pool.size": "2"},
+    )
     assert "memory of the plugin at remote.log.reader.threads=unset: Kafka's default" in out
-    assert set(sizes) == {"shared region", "fetches in flight", "index cache", "uploads", "Python sidecar", "total"}
+    assert set(sizes) == {
+        "shared region",
+        "fetches in flight",
+        "GETs in flight",
+        "index cache",
+        "uploads",
+        "Python",
+        "total",
+    }
     assert sizes["total"] == pytest.approx(sum(v for k, v in sizes.items() if k != "total"), abs=0.5)
     # ten copier threads of two chunks each, the 2 x 2 + 1 chunks of read-ahead and the 64 MiB of parts they share
     assert sizes["uploads"] == (10 * 2 + 5) * 4 + 64
-    assert sizes["Python sidecar"] == PYTHON_BASELINE / MIB
+    assert sizes["Python"] == PYTHON_BASELINE / MIB
     assert sizes["index cache"] == 10
+    # a ranged GET of up to 16 MiB of stored chunks per reader thread, kept stream and prefetch thread (2 cores)
+    assert sizes["GETs in flight"] == (10 + 8 + 2) * 16
+    # what a broker that only copies, or only serves remote fetches, holds: the interpreter is in both
+    copies = re.search(r"^    copies only\s+([\d,.]+) MiB  shared region, uploads, Python$", out, re.M)
+    fetches = re.search(
+        r"^    fetches only\s+([\d,.]+) MiB  shared region, fetches in flight, GETs in flight, index cache, Python$",
+        out,
+        re.M,
+    )
+    # the sidecar's shared region is allocated whole at start, so a broker that only copies holds it too
+    assert copies and float(copies.group(1)) == sizes["shared region"] + sizes["uploads"] + sizes["Python"]
+    assert fetches and float(fetches.group(1).replace(",", "")) == pytest.approx(
+        sizes["total"] - sizes["uploads"], abs=0.5
+    )
     assert "WARNING" not in out, "Kafka's default reader threads fit the default chunk cache"
 
 
@@ -78,7 +104,12 @@ def test_the_memory_tier_lives_in_half_the_shared_region() -> None:
     inprocess = memory_budget({**configs, "jvm.transport": "inprocess"}, {})
     assert inprocess is not None
     assert "jvm.inprocess.buffer.memory.bytes" in inprocess.terms[0].how
-    assert all(t.label != "Python sidecar" for t in inprocess.terms)
+    python = next(t for t in inprocess.terms if t.label == "Python")  # the interpreter lives in the broker
+    assert python.size == PYTHON_BASELINE and "in the broker's process" in python.how
+    # in the broker's process the region's pages are used as fetches first write them: no part of a copy's memory
+    uploads = next(t.size for t in inprocess.terms if t.label == "uploads")
+    assert inprocess.side_total(COPY) == (uploads or 0) + PYTHON_BASELINE
+    assert inprocess.side_total(FETCH) == (inprocess.total or 0) - (uploads or 0)
     assert memory_budget({}, {}) is None  # no chunk.size: nothing to size
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import sys
@@ -46,3 +48,27 @@ def test_freed_large_blocks_go_back_to_the_system() -> None:
     # freed blocks is 10 MiB over it.
     assert on <= live + 2 * MIB, f"{on / MIB:.1f} MiB resident for {live / MIB:.0f} MiB of live blocks"
     assert off >= live + 6 * MIB, f"without it glibc kept {off / MIB:.1f} MiB: the probe no longer shows holes"
+
+
+def test_the_in_process_broker_hands_large_buffers_back_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The in-process transport's decoded chunks live in the broker's own process: the launcher sets glibc up the
+    same way before the JVM starts (a stand-in for JPype stops the launch there)."""
+    import types
+
+    from rsm.jvm import launcher, process_memory
+
+    calls: list[str] = []
+    monkeypatch.setattr(process_memory, "return_large_buffers", lambda: calls.append("return_large_buffers"))
+    jpype = types.ModuleType("jpype")
+
+    def start_jvm(*args: object, **kwargs: object) -> None:
+        calls.append("startJVM")
+        raise RuntimeError("the launch stops here")
+
+    jpype.startJVM = start_jvm  # type: ignore[attr-defined]
+    jpype.getDefaultJVMPath = lambda: "/no/jvm"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jpype", jpype)
+    launch = launcher.BrokerLaunch(tmp_path, [f"-Dkafka.logs.dir={tmp_path / 'logs'}"], [])
+    with pytest.raises(RuntimeError, match="the launch stops here"):
+        launcher.run(launch)
+    assert calls == ["return_large_buffers", "startJVM"]
