@@ -4,8 +4,8 @@ The broker opens a stream at a batch position, reads until it has ``max.partitio
 it, so the stream must cost only what is read. It decodes chunks on the shared thread pool at most
 ``readahead`` chunks ahead of the reader, hands out the requested byte range only, and cancels what is
 pending when closed. The chunk the reader waits for is decoded on its own thread when the pool has not started
-it yet, so a new stream's first chunk does not queue behind other streams' read-ahead. Every chunk is verified (GCM tag, else CRC-32C; zstd frame size) before a byte of it is
-returned.
+it yet, so a new stream's first chunk does not queue behind other streams' read-ahead. Every chunk is verified
+(GCM tag, else CRC-32C; zstd frame size) before a byte of it is returned.
 
 Chunks are decoded into pooled ``ChunkBuffer`` objects; the stream owns each one from
 the moment its load finishes until the reader has moved past it (or the stream is closed), then gives it back.
