@@ -41,6 +41,7 @@ STRIMZI_PLUGIN: dict[str, str] = {
     "storage.backend.class": "s3",
     "fetch.chunk.cache.class": "disk",
     "fetch.chunk.cache.size": "4294967296",
+    "fetch.coalesce.max.bytes": "8388608",
     "jvm.sidecar.shared.memory.bytes": "33554432",
     "iceberg.mode.topics.regex": "payments[.].*",
     "iceberg.mode.write.batch.bytes": "33554432",
