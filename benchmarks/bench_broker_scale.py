@@ -264,6 +264,7 @@ class Result:
     rss_peak: int | None = None
     load: list[str] = field(default_factory=list)
     wall: dict[str, float] = field(default_factory=dict)
+    """Seconds each phase's CPU was counted over (copy: from the switch to the last copy seen)."""
     budget: int | None = None
     """What ``kts config check`` budgets for our plugin at this broker's settings, bytes."""
     budget_sides: dict[str, int | None] = field(default_factory=dict)
