@@ -303,6 +303,14 @@ def _unreadable(settings: Mapping[str, Any], error: Exception, seen: list[BaseEx
                 "speaks TLS"
             )
     others = [cause for cause in seen if not isinstance(cause, KafkaTimeoutError)]
+    if settings.get("sasl_mechanism") and others and all("disconnected" in str(c) for c in others):
+        # A broker may close the connection instead of answering a failed SASL handshake in time (seen under load)
+        return (
+            f"{where}: the broker closed every connection ({others[-1]}): SASL authentication failed for user "
+            f"{settings.get('sasl_plain_username')!r} with {settings.get('sasl_mechanism')}, or the listener does "
+            f"not take security.protocol {settings.get('security_protocol')}; check the user name and password in "
+            "sasl.jaas.config (--command-config) and security.protocol"
+        )
     last = f"; last error: {others[-1]}" if others else ""
     return (
         f"{where}: {error}{last}; check that the address is a listener of the cluster and that security.protocol "

@@ -72,8 +72,11 @@ public final class Kafka {
                 System.out.println("FAKE-KAFKA stuck-reader failed " + t);
             }
         }, "fake-remote-reader");
-        reader.start();
+        // Said before the start: the reader's fetch is the line the test sends SIGTERM on, and the halt may come
+        // before this thread prints anything after it.
         System.out.println("FAKE-KAFKA stuck-reader started");
+        System.out.flush();
+        reader.start();
     }
 
     private static void probe(RemoteStorageManager rsm, String where) throws Exception {
