@@ -342,11 +342,16 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
+def plugin_pid(kind: str, broker: int) -> int | None:
+    """Our Python's process: the in-process broker itself, or the broker's sidecar; None for the Java plugins."""
+    return broker if kind == "ours-inprocess" else bh.sidecar_pid(broker)
+
+
 def _spy(kind: str, broker: int, prefix: str | None, phase: str) -> bh.PySpy | None:
     """py-spy on our Python (the sidecar, or the in-process broker's own process) when ``--pyspy`` asks for it."""
     if prefix is None or kind in ("local", "aiven"):
         return None
-    pid = broker if kind == "ours-inprocess" else bh.sidecar_pid(broker)
+    pid = plugin_pid(kind, broker)
     if pid is None:
         raise RuntimeError(f"{kind}: no sidecar under the broker {broker} to profile")
     spy = bh.PySpy(pid, Path(f"{prefix}.{kind}.{phase}.txt"))
@@ -425,13 +430,13 @@ def run_plugin(kind: str, kafka: Path, args: argparse.Namespace, store: StoreSer
         data = node.work / "data"
         result.copy_bytes, segments = closed_segment_bytes(data, TOPIC, args.partitions)
         heap = HeapWatch(broker, work / "jstat.txt")
-        plugin_pid = broker if kind == "ours-inprocess" else bh.sidecar_pid(broker)
+        python = plugin_pid(kind, broker)
 
         def watch() -> bh.StatusWatch | None:
-            return bh.StatusWatch(plugin_pid) if plugin_pid is not None and kind != "local" else None
+            return None if python is None else bh.StatusWatch(python)
 
-        if plugin_pid is not None and kind != "local":
-            result.peaks["idle"] = bh.peak_sizes([bh.proc_status(plugin_pid)], bh.StatusWatch.FIELDS)
+        if python is not None:
+            result.peaks["idle"] = bh.peak_sizes([bh.proc_status(python)], bh.StatusWatch.FIELDS)
         sizes = watch()
         result.load.append(load_average())
         spy = _spy(kind, broker, args.pyspy, "copy")
